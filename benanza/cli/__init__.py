@@ -1,0 +1,32 @@
+"""The `benanza` command: one sub-app per noun."""
+
+from __future__ import annotations
+
+import typer
+
+from benanza import __version__
+from benanza.cli import models
+
+app = typer.Typer(
+    help="benanza: how fast your models could run on each of your machines, and why they don't.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(models.app, name="models")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"benanza {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+) -> None:
+    """benanza: lower-bound latencies from per-layer benchmarks."""
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,105 @@
+"""`benanza models ...`: inspect, dedup and split ONNX models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from benanza.cli.common import BatchOpt, FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths
+from benanza.report.output import OutputFormat, console, emit_json
+
+app = typer.Typer(
+    help="Turn ONNX models into layers, find repeats, split into runnable sequences.", no_args_is_help=True
+)
+
+
+@app.command()
+@handles_errors
+def inspect(
+    model: Annotated[Path, typer.Argument(help="an ONNX file")],
+    batch: BatchOpt = None,
+    shape: ShapeOpt = None,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Every layer of one model with its key, shapes, attributes and FLOPs."""
+    from benanza.model.process import process_model
+    from benanza.model.shapes import parse_shape_overrides
+    from benanza.report.models import inspect_tables
+
+    graph = process_model(model, batch, parse_shape_overrides(shape)).graph
+    if format is OutputFormat.json:
+        emit_json(
+            {
+                **graph.summary(),
+                "layers": [layer.to_dict() for layer in graph.layers],
+                "unsupported": [u.to_dict() for u in graph.unsupported],
+                "edges": [list(e) for e in graph.edges],
+                "total_flops": sum(layer.flops or 0 for layer in graph.layers),
+            }
+        )
+    else:
+        console().print(inspect_tables(graph))
+
+
+@app.command()
+@handles_errors
+def dedup(
+    models: ModelsArg = None,
+    batch: BatchOpt = None,
+    shape: ShapeOpt = None,
+    plot: Annotated[Path | None, typer.Option(help="save the Jaccard similarity heatmap as PNG")] = None,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Layer counts and unique layers per model and for the corpus, repeats, Jaccard similarity."""
+    from benanza.model.corpus import summarize
+    from benanza.model.process import process_model
+    from benanza.model.shapes import parse_shape_overrides
+    from benanza.report.models import corpus_tables
+
+    overrides = parse_shape_overrides(shape)
+    graphs = [process_model(p, batch, overrides).graph for p in model_paths(models)]
+    summary = summarize(graphs)
+    if plot is not None:
+        from benanza.report.plots import similarity_heatmap
+
+        similarity_heatmap(summary, plot)
+    if format is OutputFormat.json:
+        emit_json({**summary.to_dict(), "unsupported": {g.model: [u.to_dict() for u in g.unsupported] for g in graphs}})
+    else:
+        console().print(corpus_tables(summary))
+
+
+@app.command()
+@handles_errors
+def split(
+    models: ModelsArg = None,
+    granularity: Annotated[int, typer.Option("--granularity", "-g", min=1, help="at most G layers per sequence")] = 1,
+    out: Annotated[Path, typer.Option(help="folder for the sequence models")] = Path("split-out"),
+    batch: BatchOpt = None,
+    shape: ShapeOpt = None,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
+    from benanza.model.process import process_model
+    from benanza.model.shapes import parse_shape_overrides
+    from benanza.model.subgraphs import find_model_subgraphs, write_sequences
+    from benanza.report.output import table
+
+    overrides = parse_shape_overrides(shape)
+    written = []
+    for path in model_paths(models):
+        processed = process_model(path, batch, overrides)
+        written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, granularity), out))
+    unique = len({w.sequence_key for w in written})
+    if format is OutputFormat.json:
+        emit_json({"granularity": granularity, "sequences": [w.to_dict() for w in written], "unique_sequences": unique})
+    else:
+        console().print(
+            table(
+                f"{len(written)} sequences ({unique} unique) of at most {granularity} layers in {out}",
+                ["model", ("#", "right"), ("layers", "right"), "sequence key", "file"],
+                ((w.model, w.index, w.layers, w.sequence_key, str(w.path)) for w in written),
+            )
+        )

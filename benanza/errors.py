@@ -1,0 +1,53 @@
+"""The one error root of benanza.
+
+Every failure a user can cause (a bad file, a bad flag, an unreachable database) is a
+``BenanzaError``; the CLI turns it into a one-line message and a non-zero exit.
+
+    BenanzaError
+    +-- ModelError            a model file cannot be read, validated or bound
+    |   +-- UnboundDimensionError   an input dimension is symbolic and was not given
+    +-- UsageError            a flag or argument is malformed (also a ValueError)
+    +-- RegistryError         an unknown name was asked of a registry (also a KeyError)
+    +-- SplitError            a layer range cannot be written as a runnable model
+"""
+
+from __future__ import annotations
+
+
+class BenanzaError(Exception):
+    """Root of every user-facing benanza failure."""
+
+
+class ModelError(BenanzaError):
+    """A model file cannot be loaded, validated or prepared.
+
+    The message always starts with the file it is about.
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
+
+
+class UnboundDimensionError(ModelError):
+    """An input has a symbolic dimension that no ``--batch``/``--shape`` bound."""
+
+
+class UsageError(BenanzaError, ValueError):
+    """A command-line value or API argument is malformed."""
+
+
+class RegistryError(BenanzaError, KeyError):
+    """A registry was asked for a name it does not know; the message lists the known ones."""
+
+    def __init__(self, kind: str, name: str, known: list[str]) -> None:
+        self.kind, self.name, self.known = kind, name, sorted(known)
+        super().__init__(f"unknown {kind} {name!r}; known: {', '.join(self.known) or 'none'}")
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0]
+
+
+class SplitError(BenanzaError):
+    """A layer range cannot form a runnable network (SplitModel falls back on it)."""

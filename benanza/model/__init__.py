@@ -1,0 +1,1 @@
+"""The model processor: ONNX models into layers, keys, corpora and runnable sequences."""

@@ -1,0 +1,271 @@
+"""Turning a prepared (bound, folded, shape-inferred) ONNX model into a ``ModelGraph``.
+
+A node is a *constant node* when every input it reads is a constant (it then only
+computes weights or shapes) and is skipped. Every other node becomes a layer, unless it is
+control flow, has no operator schema, or has a tensor whose shape is not fully known: then
+it is reported as ``Unsupported`` with the reason, and the model's other layers still come
+out.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, helper, numpy_helper
+
+from benanza.model import ops
+from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, TensorSpec, Unsupported
+from benanza.model.keys import key_fields, stable_id
+
+# Integer constants up to this many elements are semantics (shapes, axes, indices), not weights.
+VALUE_INPUT_MAX_ELEMENTS = 64
+_INDEX_DTYPES = frozenset({"int32", "int64"})
+
+
+class _UnsupportedNode(Exception):
+    pass
+
+
+@functools.lru_cache(maxsize=None)
+def dtype_name(elem_type: int) -> str:
+    """numpy-style name of an ONNX element type ("float32", "int64", "bfloat16")."""
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+@functools.lru_cache(maxsize=None)
+def dtype_size(dtype: str) -> int:
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:
+        return 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema(op_type: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
+    try:
+        return onnx.defs.get_schema(op_type, opset, domain)
+    except onnx.defs.SchemaError:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_defaults(op_type: str, opset: int, domain: str) -> tuple[tuple[str, Any], ...]:
+    schema = _schema(op_type, opset, domain)
+    if schema is None:
+        return ()
+    out = []
+    for name, attr in schema.attributes.items():
+        if attr.default_value.type != AttributeProto.UNDEFINED:
+            out.append((name, _attr_value(attr.default_value)))
+    return tuple(out)
+
+
+def _attr_value(attr: AttributeProto) -> Any:
+    if attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+        raise _UnsupportedNode(f"attribute '{attr.name}' holds a subgraph (control flow)")
+    value = helper.get_attribute_value(attr)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, onnx.TensorProto):
+        arr = numpy_helper.to_array(value)
+        return ("tensor", dtype_name(value.data_type), tuple(arr.shape), tuple(arr.ravel().tolist()[:64]))
+    if isinstance(value, list):
+        return tuple(v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value)
+    return value
+
+
+def _tensor_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | None, str]]:
+    """name -> (shape or None when any dimension is unknown, dtype)."""
+    table: dict[str, tuple[tuple[int, ...] | None, str]] = {}
+    for init in model.graph.initializer:
+        table[init.name] = (tuple(init.dims), dtype_name(init.data_type))
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if not vi.type.HasField("tensor_type"):
+            continue
+        tt = vi.type.tensor_type
+        shape = None
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            shape = tuple(d.dim_value for d in tt.shape.dim)
+        if vi.name not in table or table[vi.name][0] is None:
+            table[vi.name] = (shape, dtype_name(tt.elem_type))
+    return table
+
+
+def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """Nodes in a stable topological order (exports are not always sorted)."""
+    nodes = list(nodes)
+    producers = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    indegree = [0] * len(nodes)
+    consumers: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        deps = {producers[x] for x in n.input if x and x not in available and x in producers}
+        indegree[i] = len(deps)
+        for d in deps:
+            consumers[d].append(i)
+    ready = deque(i for i, d in enumerate(indegree) if d == 0)
+    order: list[int] = []
+    while ready:
+        i = ready.popleft()
+        order.append(i)
+        for c in consumers[i]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                ready.append(c)
+    if len(order) != len(nodes):  # a cycle: keep the remaining nodes in file order
+        seen = set(order)
+        order.extend(i for i in range(len(nodes)) if i not in seen)
+    return [nodes[i] for i in order]
+
+
+def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
+    """Build the ``ModelGraph`` of a prepared model."""
+    opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
+    types = _tensor_types(model)
+    init_values = {i.name: i for i in model.graph.initializer}
+    constants: set[str] = set(init_values)
+    const_protos: dict[str, onnx.TensorProto] = dict(init_values)
+    runtime_inputs = [vi for vi in model.graph.input if vi.name not in init_values]
+
+    layers: list[Layer] = []
+    unsupported: list[Unsupported] = []
+    producer: dict[str, frozenset[int]] = {}  # tensor -> layers it depends on directly
+    edges: set[tuple[int, int]] = set()
+    constant_nodes = 0
+
+    used = {x for n in model.graph.node for x in n.input} | {o.name for o in model.graph.output}
+    nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
+    for pos, node in enumerate(nodes):
+        present = [x for x in node.input if x]
+        if node.op_type == "Constant" or all(x in constants for x in present) and not _has_subgraph(node):
+            constants.update(o for o in node.output if o)
+            if node.op_type == "Constant" and node.output and node.attribute:
+                attr = node.attribute[0]
+                if attr.type == AttributeProto.TENSOR:
+                    const_protos[node.output[0]] = attr.t
+            constant_nodes += 1
+            continue
+        deps = frozenset().union(*(producer.get(x, frozenset()) for x in present))
+        node_name = node.name or f"{node.op_type}_{pos}"
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        try:
+            layer = _make_layer(len(layers), node, node_name, domain, opsets, types, constants, const_protos, used)
+        except _UnsupportedNode as why:
+            unsupported.append(Unsupported(node_name, node.op_type, domain, str(why)))
+            for o in node.output:
+                producer[o] = deps
+            continue
+        layers.append(layer)
+        edges.update((d, layer.index) for d in deps)
+        for o in node.output:
+            producer[o] = frozenset({layer.index})
+
+    bound_inputs = tuple(
+        TensorSpec(vi.name, types[vi.name][0] or (), types[vi.name][1]) for vi in runtime_inputs if vi.name in types
+    )
+    return ModelGraph(
+        model=name,
+        path=path,
+        opset=opsets,
+        inputs=bound_inputs,
+        layers=tuple(layers),
+        edges=tuple(sorted(edges)),
+        unsupported=tuple(unsupported),
+        constant_nodes=constant_nodes,
+    )
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _make_layer(
+    index: int,
+    node: onnx.NodeProto,
+    name: str,
+    domain: str,
+    opsets: dict[str, int],
+    types: dict[str, tuple[tuple[int, ...] | None, str]],
+    constants: set[str],
+    const_protos: dict[str, onnx.TensorProto],
+    used: set[str],
+) -> Layer:
+    op_type = node.op_type
+    if op_type in ops.CONTROL_FLOW_OPS or _has_subgraph(node):
+        raise _UnsupportedNode(f"control flow ({op_type} runs subgraphs); not benchmarked as one layer")
+    opset = opsets.get(domain)
+    if opset is None:
+        raise _UnsupportedNode(f"domain '{domain}' is not imported by the model")
+    if _schema(op_type, opset, domain) is None:
+        label = f"{domain}::{op_type}" if domain else op_type
+        raise _UnsupportedNode(f"no ONNX operator schema for {label} at opset {opset}; cannot describe it")
+    info = ops.lookup(op_type, domain)
+    value_slots = info.value_inputs if info else {}
+
+    inputs: list[LayerInput] = []
+    for i, x in enumerate(node.input):
+        if not x:
+            inputs.append(LayerInput(TensorSpec("", (), ""), InputKind.ABSENT))
+            continue
+        shape, dtype = types.get(x, (None, ""))
+        if shape is None:
+            raise _UnsupportedNode(f"unknown shape of input '{x}'")
+        spec = TensorSpec(x, shape, dtype)
+        if x not in constants:
+            inputs.append(LayerInput(spec, InputKind.ACTIVATION))
+            continue
+        proto = const_protos.get(x)
+        small_index = dtype in _INDEX_DTYPES and spec.numel <= VALUE_INPUT_MAX_ELEMENTS
+        if proto is not None and (i in value_slots or small_index) and spec.numel <= 4096:
+            values = numpy_helper.to_array(proto).ravel().tolist()
+            inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))
+        else:
+            inputs.append(LayerInput(spec, InputKind.WEIGHT))
+    outputs: list[TensorSpec] = []
+    for x in node.output:
+        if not x:
+            continue
+        shape, dtype = types.get(x, (None, ""))
+        if shape is None:
+            if x not in used:  # an unused optional output (Dropout's mask): nothing depends on it
+                continue
+            raise _UnsupportedNode(f"unknown shape of output '{x}'")
+        outputs.append(TensorSpec(x, shape, dtype))
+
+    attrs: dict[str, Any] = dict(_schema_defaults(op_type, opset, domain))
+    attrs.update((a.name, _attr_value(a)) for a in node.attribute)
+    ctx = ops.OpContext(
+        tuple(None if i.kind is InputKind.ABSENT else i.tensor for i in inputs), tuple(outputs), opset
+    )
+    flops: int | None = None
+    if info is not None:
+        try:
+            if info.normalise is not None:
+                attrs = info.normalise(attrs, ctx)
+            if info.flops is not None:
+                flops = int(info.flops(attrs, ctx))
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            raise _UnsupportedNode(f"cannot normalise {op_type} attributes: {exc!r}") from None
+    attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
+    bytes_moved = sum(t.numel * dtype_size(t.dtype) for t in (*(i.tensor for i in inputs if i.kind is not InputKind.ABSENT), *outputs))
+    fields = key_fields(op_type, domain, inputs, outputs, dict(attributes), value_slots)
+    return Layer(
+        index=index,
+        name=name,
+        op_type=op_type,
+        domain=domain,
+        opset=opset,
+        inputs=tuple(inputs),
+        outputs=tuple(outputs),
+        attributes=attributes,
+        flops=flops,
+        bytes_moved=bytes_moved,
+        layer_key=stable_id(fields),
+    )

@@ -1,0 +1,219 @@
+"""The frozen intermediate representation of a processed model.
+
+A ``ModelGraph`` holds the model's layers in topological order, the data edges between
+them, and the nodes the processor could not turn into layers (``Unsupported``). It is a
+pure value: analysis stages read it and never touch ONNX protos or files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+# A JSON-compatible attribute value after normalisation.
+AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
+
+
+class InputKind(StrEnum):
+    """What a layer input is, for keys and for building benchmarks."""
+
+    ACTIVATION = "activation"  # produced at run time (graph input or another layer)
+    WEIGHT = "weight"  # a constant whose values do not change the computation's cost
+    VALUE = "value"  # a small constant whose values are semantics (shapes, axes, pads)
+    ABSENT = "absent"  # an optional input left empty
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """Shape and element type of one tensor at one layer boundary."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy name, e.g. "float32"
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True, slots=True)
+class LayerInput:
+    """One input of a layer: its tensor, its kind and, for VALUE inputs, the values."""
+
+    tensor: TensorSpec
+    kind: InputKind
+    value: tuple[Any, ...] | None = None  # flattened values for VALUE inputs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.tensor.name,
+            "shape": list(self.tensor.shape),
+            "dtype": self.tensor.dtype,
+            "kind": str(self.kind),
+            **({"value": list(self.value)} if self.value is not None else {}),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Layer:
+    """One benchmarkable node of a model, with everything its key is made of."""
+
+    index: int  # position in the model's topological order of layers
+    name: str
+    op_type: str
+    domain: str  # "" for the default ONNX domain
+    opset: int  # the model's opset for this layer's domain
+    inputs: tuple[LayerInput, ...]
+    outputs: tuple[TensorSpec, ...]
+    attributes: tuple[tuple[str, AttrValue], ...]  # normalised, sorted by name
+    flops: int | None  # arithmetic operations, a multiply-add counted as 2
+    bytes_moved: int  # bytes of every input and output tensor, read or written once
+    layer_key: str
+
+    @property
+    def attrs(self) -> dict[str, AttrValue]:
+        return dict(self.attributes)
+
+    @property
+    def input_shapes(self) -> list[list[int]]:
+        return [list(i.tensor.shape) for i in self.inputs if i.kind is not InputKind.ABSENT]
+
+    @property
+    def output_shapes(self) -> list[list[int]]:
+        return [list(o.shape) for o in self.outputs]
+
+    @property
+    def weight_indices(self) -> tuple[int, ...]:
+        return tuple(i for i, x in enumerate(self.inputs) if x.kind is InputKind.WEIGHT)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "name": self.name,
+            "op_type": self.op_type,
+            "domain": self.domain,
+            "opset": self.opset,
+            "layer_key": self.layer_key,
+            "input_shapes": self.input_shapes,
+            "output_shapes": self.output_shapes,
+            "input_dtypes": [i.tensor.dtype for i in self.inputs if i.kind is not InputKind.ABSENT],
+            "output_dtypes": [o.dtype for o in self.outputs],
+            "inputs": [i.to_dict() for i in self.inputs],
+            "weight_inputs": list(self.weight_indices),
+            "attributes": {k: list(v) if isinstance(v, tuple) else v for k, v in self.attributes},
+            "flops": self.flops,
+            "bytes": self.bytes_moved,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """A node that is not turned into a layer, and why (reported, never dropped)."""
+
+    node: str
+    op_type: str
+    domain: str
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"node": self.node, "op_type": self.op_type, "domain": self.domain, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class CriticalPath:
+    """The longest path through the layer DAG for a given per-layer cost."""
+
+    length: float
+    layers: tuple[int, ...]  # layer indices, source to sink
+
+
+@dataclass(frozen=True)
+class ModelGraph:
+    """A model as layers in topological order plus the data edges between them.
+
+    ``edges`` are (producer, consumer) layer indices; a path through an unsupported node
+    is kept as a direct edge so ordering constraints survive.
+    """
+
+    model: str  # display name (file stem)
+    path: str
+    opset: Mapping[str, int]
+    inputs: tuple[TensorSpec, ...]  # the bound graph inputs
+    layers: tuple[Layer, ...]
+    edges: tuple[tuple[int, int], ...]
+    unsupported: tuple[Unsupported, ...] = ()
+    constant_nodes: int = 0  # nodes that only compute constants (not layers)
+    _preds: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        preds: list[list[int]] = [[] for _ in self.layers]
+        for src, dst in self.edges:
+            if not 0 <= src < dst < len(self.layers):
+                raise ValueError(f"edge {src}->{dst} does not follow topological order")
+            preds[dst].append(src)
+        object.__setattr__(self, "_preds", tuple(tuple(sorted(set(p))) for p in preds))
+
+    @property
+    def layer_keys(self) -> list[str]:
+        return [layer.layer_key for layer in self.layers]
+
+    @property
+    def unique_layer_keys(self) -> set[str]:
+        return {layer.layer_key for layer in self.layers}
+
+    def predecessors(self, index: int) -> tuple[int, ...]:
+        return self._preds[index]
+
+    def successors(self) -> list[list[int]]:
+        succ: list[list[int]] = [[] for _ in self.layers]
+        for dst, preds in enumerate(self._preds):
+            for src in preds:
+                succ[src].append(dst)
+        return succ
+
+    def critical_path(self, cost: Sequence[float] | Mapping[int, float] | Callable[[Layer], float]) -> CriticalPath:
+        """Longest path through the DAG, each layer weighted by ``cost``.
+
+        ``cost`` is indexed by layer index (sequence or mapping) or called per layer. The
+        parallel lower bound of a model is this length: independent layers may overlap,
+        dependent ones may not.
+        """
+        weights = [_cost_of(cost, layer) for layer in self.layers]
+        best = [0.0] * len(self.layers)
+        via: list[int | None] = [None] * len(self.layers)
+        for i, preds in enumerate(self._preds):
+            start, origin = 0.0, None
+            for p in preds:
+                if best[p] > start or origin is None and best[p] >= start:
+                    start, origin = best[p], p
+            best[i], via[i] = start + weights[i], origin
+        if not best:
+            return CriticalPath(0.0, ())
+        end = max(range(len(best)), key=lambda i: (best[i], -i))
+        path = [end]
+        while (prev := via[path[-1]]) is not None:
+            path.append(prev)
+        return CriticalPath(best[end], tuple(reversed(path)))
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "path": self.path,
+            "opset": dict(self.opset),
+            "inputs": [{"name": t.name, "shape": list(t.shape), "dtype": t.dtype} for t in self.inputs],
+            "layers": len(self.layers),
+            "unique_layers": len(self.unique_layer_keys),
+            "unsupported": len(self.unsupported),
+            "constant_nodes": self.constant_nodes,
+        }
+
+
+def _cost_of(cost: Sequence[float] | Mapping[int, float] | Callable[[Layer], float], layer: Layer) -> float:
+    if callable(cost):
+        return float(cost(layer))
+    return float(cost[layer.index])

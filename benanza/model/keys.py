@@ -1,0 +1,80 @@
+"""Canonical layer keys.
+
+Two layers are the same benchmark when the fields in ``KEY_FIELDS`` agree, whatever their
+node names or weight values. The key is the first 16 hex digits of the SHA-256 of the
+canonical JSON of those fields (sorted keys, no whitespace, Python's shortest float repr),
+so it is the same across runs, machines and Python versions.
+
+What is *not* in the key, on purpose: node and tensor names, weight values, the model's
+opset version (attributes are normalised to their schema defaults instead, and ops whose
+semantics changed across opsets, such as Softmax, record the difference as an attribute).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from benanza.model.graph import AttrValue, InputKind, LayerInput, TensorSpec
+
+KEY_FIELDS = ("domain", "op_type", "inputs", "outputs", "attributes")
+KEY_VERSION = 1  # bump when the fields or their canonical form change
+
+
+def key_fields(
+    op_type: str,
+    domain: str,
+    inputs: Iterable[LayerInput],
+    outputs: Iterable[TensorSpec],
+    attributes: Mapping[str, AttrValue],
+    value_inputs: Mapping[int, str] | None = None,
+) -> dict[str, Any]:
+    """The explicit fields a layer key is made of.
+
+    Args:
+        value_inputs: inputs (by index) whose values join the attributes under the given
+            name, so an attribute that became an input in a later opset keys the same.
+    """
+    value_inputs = value_inputs or {}
+    attrs: dict[str, Any] = {k: _canonical(v) for k, v in attributes.items()}
+    canon_inputs = []
+    for i, inp in enumerate(inputs):
+        if i in value_inputs:
+            if inp.kind is InputKind.VALUE:
+                attrs[value_inputs[i]] = _canonical(inp.value)
+                continue
+            if inp.kind is InputKind.ABSENT:
+                continue
+        entry: dict[str, Any] = {"kind": str(inp.kind)}
+        if inp.kind is not InputKind.ABSENT:
+            entry["shape"] = list(inp.tensor.shape)
+            entry["dtype"] = inp.tensor.dtype
+        if inp.kind is InputKind.VALUE:
+            entry["value"] = _canonical(inp.value)
+        canon_inputs.append(entry)
+    # trailing absent optional inputs carry no meaning
+    while canon_inputs and canon_inputs[-1]["kind"] == InputKind.ABSENT:
+        canon_inputs.pop()
+    return {
+        "domain": domain,
+        "op_type": op_type,
+        "inputs": canon_inputs,
+        "outputs": [{"shape": list(o.shape), "dtype": o.dtype} for o in outputs],
+        "attributes": attrs,
+    }
+
+
+def stable_id(fields: Mapping[str, Any], version: int = KEY_VERSION) -> str:
+    """16 hex digits of SHA-256 over the canonical JSON of ``fields``."""
+    payload = json.dumps({"v": version, **fields}, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(payload.encode("ascii")).hexdigest()[:16]
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, tuple | list):
+        return [_canonical(v) for v in value]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return value

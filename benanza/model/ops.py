@@ -1,0 +1,325 @@
+"""Per-op knowledge: attribute normalisation, value inputs, FLOPs.
+
+One ``OpInfo`` per op type, registered in ``OPS``. Conventions, stated once:
+
+- FLOPs count arithmetic operations with a multiply-add as 2; quantized ops count their
+  integer operations the same way; a transcendental function counts as 1.
+- Data movement (Reshape, Transpose, Concat, Gather, ...) has 0 FLOPs; its cost is bytes.
+- An op with no entry still becomes a layer (when its schema and shapes are known): its
+  FLOPs are ``None`` ("unknown"), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from benanza.errors import RegistryError
+from benanza.model.graph import TensorSpec
+
+# Ops whose nodes carry subgraphs or control flow; never benchmarked as one layer.
+CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+@dataclass(frozen=True, slots=True)
+class OpContext:
+    """What an op handler sees: the layer's tensors (absent inputs are ``None``)."""
+
+    inputs: tuple[TensorSpec | None, ...]
+    outputs: tuple[TensorSpec, ...]
+    opset: int
+
+    def inp(self, i: int) -> TensorSpec | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+
+Normaliser = Callable[[dict[str, Any], OpContext], dict[str, Any]]
+FlopCounter = Callable[[dict[str, Any], OpContext], int]
+
+
+@dataclass(frozen=True, slots=True)
+class OpInfo:
+    """What benanza knows about one op type.
+
+    Attributes:
+        normalise: fills defaults the schema leaves implicit (strides, pads, kernel shape),
+            resolves ``auto_pad`` and negative axes. Runs after the schema's own defaults.
+        flops: arithmetic operations of one call, from attributes and shapes.
+        value_inputs: inputs whose constant values are semantics, not weights (a Reshape's
+            target shape, a Pad's pads), by index, with the name they take in the key; ONNX
+            moved many attributes to inputs across opsets and this keeps their keys aligned.
+    """
+
+    normalise: Normaliser | None = None
+    flops: FlopCounter | None = None
+    value_inputs: Mapping[int, str] = field(default_factory=dict)
+
+
+OPS: dict[tuple[str, str], OpInfo] = {}
+
+
+def register(op_types: Iterable[str], info: OpInfo, domain: str = "") -> None:
+    """Register ``info`` for each op type in ``domain``."""
+    for op in op_types:
+        OPS[(domain, op)] = info
+
+
+def lookup(op_type: str, domain: str = "") -> OpInfo | None:
+    """The op's info, or None when benanza has no specific knowledge of it."""
+    return OPS.get((_canonical_domain(domain), op_type))
+
+
+def get(op_type: str, domain: str = "") -> OpInfo:
+    """Like ``lookup`` but an unknown op is an error listing the known ones."""
+    info = lookup(op_type, domain)
+    if info is None:
+        raise RegistryError("op", f"{domain}::{op_type}" if domain else op_type, [o for _, o in OPS])
+    return info
+
+
+def _canonical_domain(domain: str) -> str:
+    return "" if domain in ("", "ai.onnx") else domain
+
+
+# ---------------------------------------------------------------- normalisers
+
+
+def _spatial(ctx: OpContext) -> int:
+    x = ctx.inp(0)
+    return max(len(x.shape) - 2, 0) if x is not None else 0
+
+
+def _same_pads(in_size: int, k: int, stride: int, dilation: int, upper: bool) -> tuple[int, int]:
+    out = math.ceil(in_size / stride)
+    total = max((out - 1) * stride + (k - 1) * dilation + 1 - in_size, 0)
+    small, big = total // 2, total - total // 2
+    return (small, big) if upper else (big, small)
+
+
+def _window_defaults(attrs: dict[str, Any], ctx: OpContext, kernel: tuple[int, ...]) -> dict[str, Any]:
+    """Strides, dilations, pads and auto_pad made explicit for Conv-like and pooling ops."""
+    n = len(kernel)
+    attrs["kernel_shape"] = tuple(kernel)
+    attrs["strides"] = tuple(attrs.get("strides") or (1,) * n)
+    attrs["dilations"] = tuple(attrs.get("dilations") or (1,) * n)
+    pads = tuple(attrs.get("pads") or (0,) * (2 * n))
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    x = ctx.inp(0)
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER") and x is not None:
+        begins, ends = [], []
+        for i in range(n):
+            b, e = _same_pads(x.shape[2 + i], kernel[i], attrs["strides"][i], attrs["dilations"][i], auto_pad == "SAME_UPPER")
+            begins.append(b)
+            ends.append(e)
+        pads = tuple(begins + ends)
+    elif auto_pad == "VALID":
+        pads = (0,) * (2 * n)
+    attrs["pads"] = pads
+    attrs["auto_pad"] = "NOTSET"
+    return attrs
+
+
+def _conv(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+    w = ctx.inp(1)
+    kernel = tuple(attrs.get("kernel_shape") or (w.shape[2:] if w is not None else ()))
+    return _window_defaults(attrs, ctx, kernel)
+
+
+def _conv_transpose(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+    w, x, y = ctx.inp(1), ctx.inp(0), ctx.outputs[0]
+    kernel = tuple(attrs.get("kernel_shape") or (w.shape[2:] if w is not None else ()))
+    n = len(kernel)
+    attrs["kernel_shape"] = kernel
+    attrs["strides"] = tuple(attrs.get("strides") or (1,) * n)
+    attrs["dilations"] = tuple(attrs.get("dilations") or (1,) * n)
+    attrs["output_padding"] = tuple(attrs.get("output_padding") or (0,) * n)
+    if attrs.get("output_shape") or attrs.get("auto_pad", "NOTSET") != "NOTSET":
+        # Resolve to explicit pads from the inferred output shape (ONNX ConvTranspose spec).
+        begins, ends = [], []
+        for i in range(n):
+            total = (
+                attrs["strides"][i] * (x.shape[2 + i] - 1)
+                + attrs["output_padding"][i]
+                + (kernel[i] - 1) * attrs["dilations"][i]
+                + 1
+                - y.shape[2 + i]
+            )
+            total = max(total, 0)
+            lower = attrs.get("auto_pad") == "SAME_LOWER"
+            b = total - total // 2 if lower else total // 2
+            begins.append(b)
+            ends.append(total - b)
+        attrs["pads"] = tuple(begins + ends)
+    else:
+        attrs["pads"] = tuple(attrs.get("pads") or (0,) * (2 * n))
+    attrs.pop("output_shape", None)
+    attrs["auto_pad"] = "NOTSET"
+    return attrs
+
+
+def _pool(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+    return _window_defaults(attrs, ctx, tuple(attrs["kernel_shape"]))
+
+
+def _rank(t: TensorSpec | None) -> int:
+    return len(t.shape) if t is not None else 0
+
+
+def _axis(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+    """Negative ``axis`` made positive against the first input's rank."""
+    if isinstance(attrs.get("axis"), int) and attrs["axis"] < 0:
+        attrs["axis"] += _rank(ctx.inp(0))
+    return attrs
+
+
+def _axes_of(rank_of: Callable[[OpContext], int]) -> Normaliser:
+    def normalise(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+        if attrs.get("axes") is not None:
+            r = rank_of(ctx)
+            attrs["axes"] = tuple(sorted(a + r if a < 0 else a for a in attrs["axes"]))
+        return _axis(attrs, ctx)
+
+    return normalise
+
+
+def _softmax(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+    """Softmax-family semantics changed in opset 13 (2-D coercion to one axis)."""
+    attrs = _axis(attrs, ctx)
+    if ctx.opset < 13 and attrs.get("axis") != _rank(ctx.inp(0)) - 1:
+        attrs["coerce_2d"] = 1  # flatten at axis, then softmax over the trailing block
+    return attrs
+
+
+# ---------------------------------------------------------------- FLOP counters
+
+
+def _numel(t: TensorSpec | None) -> int:
+    return t.numel if t is not None else 0
+
+
+def _out_numel(ctx: OpContext) -> int:
+    return sum(o.numel for o in ctx.outputs)
+
+
+def _conv_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    w, y = ctx.inp(1), ctx.outputs[0]
+    per_output = math.prod(w.shape[1:])  # (C_in / group) * prod(kernel)
+    flops = 2 * y.numel * per_output
+    if ctx.inp(2) is not None:
+        flops += y.numel
+    return flops
+
+
+def _conv_transpose_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    x, w = ctx.inp(0), ctx.inp(1)
+    # every input element scatters into (C_out / group) * prod(kernel) outputs
+    flops = 2 * x.numel * math.prod(w.shape[1:])
+    if ctx.inp(2) is not None:
+        flops += ctx.outputs[0].numel
+    return flops
+
+
+def _gemm_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    a, y = ctx.inp(0), ctx.outputs[0]
+    k = a.shape[0] if attrs.get("transA") else a.shape[1]
+    flops = 2 * y.numel * k
+    if ctx.inp(2) is not None:
+        flops += y.numel
+    return flops
+
+
+def _matmul_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    a = ctx.inp(0)
+    return 2 * ctx.outputs[0].numel * a.shape[-1]
+
+
+def _qlinear_conv_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    w, y = ctx.inp(3), ctx.outputs[0]
+    return 2 * y.numel * math.prod(w.shape[1:])
+
+
+def _qlinear_matmul_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    return 2 * ctx.outputs[0].numel * ctx.inp(0).shape[-1]
+
+
+def _pool_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    return ctx.outputs[0].numel * math.prod(attrs["kernel_shape"])
+
+
+def _per_input_element(k: int) -> FlopCounter:
+    return lambda attrs, ctx: k * _numel(ctx.inp(0))
+
+
+def _per_output_element(k: int) -> FlopCounter:
+    return lambda attrs, ctx: k * _out_numel(ctx)
+
+
+def _variadic_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    present = sum(1 for i in ctx.inputs if i is not None)
+    return max(present - 1, 1) * _out_numel(ctx)
+
+
+def _lrn_flops(attrs: dict[str, Any], ctx: OpContext) -> int:
+    # square-and-sum over the window, then scale, power and divide per element
+    return _numel(ctx.inp(0)) * (2 * int(attrs["size"]) + 3)
+
+
+def _zero(attrs: dict[str, Any], ctx: OpContext) -> int:
+    return 0
+
+
+# ---------------------------------------------------------------- the table
+
+register(["Conv"], OpInfo(_conv, _conv_flops))
+register(["ConvTranspose"], OpInfo(_conv_transpose, _conv_transpose_flops))
+register(["ConvInteger"], OpInfo(_conv, _conv_flops))
+register(["QLinearConv"], OpInfo(lambda a, c: _window_defaults(a, c, tuple(a.get("kernel_shape") or c.inp(3).shape[2:])), _qlinear_conv_flops))
+register(["Gemm"], OpInfo(None, _gemm_flops))
+register(["MatMul", "MatMulInteger"], OpInfo(None, _matmul_flops))
+register(["QLinearMatMul"], OpInfo(None, _qlinear_matmul_flops))
+register(["MaxPool", "AveragePool", "LpPool"], OpInfo(_pool, _pool_flops))
+register(["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"], OpInfo(None, _per_input_element(1)))
+register(["BatchNormalization"], OpInfo(None, _per_input_element(2)))
+register(["InstanceNormalization", "GroupNormalization"], OpInfo(None, _per_input_element(5)))
+register(["LayerNormalization"], OpInfo(_axis, _per_input_element(5)))
+register(["RMSNormalization"], OpInfo(_axis, _per_input_element(4)))
+register(["LRN"], OpInfo(None, _lrn_flops))
+register(["Softmax", "LogSoftmax", "Hardmax"], OpInfo(_softmax, _per_input_element(5)))
+register(
+    [
+        "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Selu", "Celu",
+        "Softplus", "Softsign", "HardSwish", "Mish", "Gelu", "Erf", "Exp", "Log", "Sqrt",
+        "Reciprocal", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan",
+        "Pow", "Not", "IsNaN", "IsInf", "ThresholdedRelu", "Shrink",
+        "Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
+        "LessOrEqual", "GreaterOrEqual", "Where", "BitShift",
+        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+    ],
+    OpInfo(None, _per_output_element(1)),
+)
+register(["Clip"], OpInfo(None, _per_output_element(1), {1: "min", 2: "max"}))
+register(["Sum", "Max", "Min", "Mean"], OpInfo(None, _variadic_flops))
+register(
+    ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"],
+    OpInfo(_axes_of(lambda c: _rank(c.inp(0))), _per_input_element(1), {1: "axes"}),
+)
+register(["ArgMax", "ArgMin", "CumSum"], OpInfo(_axis, _per_input_element(1)))
+register(["TopK"], OpInfo(_axis, _per_input_element(1), {1: "k"}))
+register(["Squeeze"], OpInfo(_axes_of(lambda c: _rank(c.inp(0))), _zero, {1: "axes"}))
+register(["Unsqueeze"], OpInfo(_axes_of(lambda c: len(c.outputs[0].shape)), _zero, {1: "axes"}))
+register(["Split"], OpInfo(_axis, _zero, {1: "split"}))
+register(["Pad"], OpInfo(None, _zero, {1: "pads", 2: "constant_value", 3: "axes"}))
+register(["Reshape"], OpInfo(None, _zero, {1: "shape"}))
+register(["Expand"], OpInfo(None, _zero, {1: "shape"}))
+register(["Tile"], OpInfo(None, _zero, {1: "repeats"}))
+register(["Slice"], OpInfo(None, _zero, {1: "starts", 2: "ends", 3: "axes", 4: "steps"}))
+register(["Resize", "Upsample"], OpInfo(None, _per_output_element(4)))
+register(
+    ["Concat", "Gather", "GatherElements", "GatherND", "Flatten", "Transpose", "Identity",
+     "Dropout", "Cast", "CastLike", "Shape", "Size", "DepthToSpace", "SpaceToDepth",
+     "ScatterElements", "ScatterND", "NonZero", "OneHot", "Trilu", "EyeLike"],
+    OpInfo(_axis, _zero),
+)

@@ -1,0 +1,45 @@
+"""The model processor's entry point: file -> bound, folded, shaped ``ModelGraph``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from benanza.model.extract import extract
+from benanza.model.graph import ModelGraph
+from benanza.model.load import load_model
+from benanza.model.shapes import Binding, prepare
+
+
+@dataclass(frozen=True)
+class ProcessedModel:
+    """A model's layer graph and the prepared ONNX proto it was extracted from.
+
+    The proto is kept for the stages that write ONNX again (runnable layer sequences,
+    benchmarks); analysis only reads ``graph``.
+    """
+
+    graph: ModelGraph
+    proto: onnx.ModelProto
+    binding: Binding
+
+
+def model_name(path: str | Path) -> str:
+    """A model's display name: the file stem, without the zoo's ``light_`` prefix kept off."""
+    return Path(path).stem
+
+
+def process_model(
+    path: str | Path,
+    batch: int | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    proto: onnx.ModelProto | None = None,
+) -> ProcessedModel:
+    """Load (unless ``proto`` is given), bind shapes, fold, infer and extract layers."""
+    model = proto if proto is not None else load_model(path)
+    prepared, binding = prepare(model, path, batch, shapes)
+    graph = extract(prepared, model_name(path), str(path))
+    return ProcessedModel(graph, prepared, binding)

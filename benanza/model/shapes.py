@@ -1,0 +1,228 @@
+"""Binding input shapes, folding constants and inferring every tensor's shape.
+
+The work is done by maintained ONNX tooling: the onnxscript optimizer folds constant
+subgraphs (``Shape -> Gather -> Concat -> Reshape`` chains become initializers once shapes
+are static), then ONNX shape inference with data propagation shapes every tensor. Large
+constants (weights built by ``ConstantOfShape``) are left as nodes; the extractor treats
+every node that only computes constants as a constant, not a layer.
+
+Initializers that are also graph inputs (IR < 4 exports, the zoo's models) are treated
+as constants, as inference servers use them.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from benanza.errors import ModelError, UnboundDimensionError, UsageError
+
+log = logging.getLogger(__name__)
+
+_SHAPE_RE = re.compile(r"^(?P<name>.+?)=(?P<dims>\d+(?:[x,]\d+)*|)$")
+
+
+def parse_shape_override(text: str) -> tuple[str, tuple[int, ...]]:
+    """Parse ``NAME=1x3x640x640`` (``,`` also separates; ``NAME=`` is a scalar)."""
+    m = _SHAPE_RE.match(text.strip())
+    if not m:
+        raise UsageError(f"bad --shape {text!r}: expected NAME=DIMS, e.g. images=1x3x640x640")
+    dims = tuple(int(d) for d in re.split(r"[x,]", m["dims"])) if m["dims"] else ()
+    return m["name"], dims
+
+
+def parse_shape_overrides(texts: list[str] | None) -> dict[str, tuple[int, ...]]:
+    return dict(parse_shape_override(t) for t in texts or [])
+
+
+@dataclass(frozen=True)
+class Binding:
+    """Concrete shapes for every runtime input, and whether the batch was rewritten."""
+
+    shapes: dict[str, tuple[int, ...]]
+    rebatch: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (old, new)
+
+
+def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
+    """Graph inputs that are fed at run time (not initializers)."""
+    inits = {i.name for i in model.graph.initializer}
+    return [i for i in model.graph.input if i.name not in inits]
+
+
+def bind_shapes(
+    model: onnx.ModelProto,
+    path: object,
+    batch: int | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> Binding:
+    """Decide every runtime input's concrete shape.
+
+    ``shapes`` wins for the inputs it names; ``batch`` then sets a symbolic leading
+    dimension, or rewrites a fixed leading dimension that differs (a "rebatch"). Anything
+    left symbolic is an ``UnboundDimensionError`` naming the input.
+    """
+    shapes = dict(shapes or {})
+    if batch is not None and batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {batch}")
+    inputs = runtime_inputs(model)
+    names = [i.name for i in inputs]
+    unknown = sorted(set(shapes) - set(names))
+    if unknown:
+        raise ModelError(path, f"--shape names unknown input(s) {', '.join(unknown)}; inputs are {', '.join(names)}")
+    bound: dict[str, tuple[int, ...]] = {}
+    rebatch: dict[str, tuple[int, int]] = {}
+    for vi in inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise ModelError(path, f"input '{vi.name}' is not a tensor ({vi.type.WhichOneof('value')}); not supported")
+        tt = vi.type.tensor_type
+        if vi.name in shapes:
+            dims = shapes[vi.name]
+            if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
+                raise ModelError(path, f"--shape {vi.name} has rank {len(dims)} but the input has rank {len(tt.shape.dim)}")
+            bound[vi.name] = tuple(dims)
+            continue
+        if not tt.HasField("shape"):
+            raise UnboundDimensionError(path, f"input '{vi.name}' has no shape; pass --shape {vi.name}=DIMS")
+        dims_out: list[int] = []
+        for i, d in enumerate(tt.shape.dim):
+            fixed = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            if i == 0 and batch is not None:
+                if fixed is not None and fixed != batch:
+                    rebatch[vi.name] = (fixed, batch)
+                dims_out.append(batch)
+            elif fixed is not None:
+                dims_out.append(fixed)
+            else:
+                label = f" ('{d.dim_param}')" if d.dim_param else ""
+                hint = "--batch N or " if i == 0 else ""
+                raise UnboundDimensionError(
+                    path, f"input '{vi.name}' dimension {i}{label} is not bound; pass {hint}--shape {vi.name}=DIMS"
+                )
+        bound[vi.name] = tuple(dims_out)
+    return Binding(bound, rebatch)
+
+
+def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
+    """A copy of ``model`` with initializers as constants and inputs set to ``binding``.
+
+    Stale intermediate and output shapes are cleared so inference recomputes them.
+    """
+    m = copy.deepcopy(model)
+    inits = {i.name for i in m.graph.initializer}
+    keep = [i for i in m.graph.input if i.name not in inits]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    if m.ir_version < 4:  # initializers outside graph inputs need IR >= 4
+        m.ir_version = 4
+    for vi in m.graph.input:
+        dims = binding.shapes[vi.name]
+        shape = vi.type.tensor_type.shape
+        shape.ClearField("dim")
+        for d in dims:
+            shape.dim.add().dim_value = d
+    for vi in m.graph.output:
+        if vi.type.HasField("tensor_type"):
+            vi.type.tensor_type.ClearField("shape")
+    del m.graph.value_info[:]
+    return m
+
+
+def fold_and_infer(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
+    """Inline local functions, fold small constants, then infer all shapes."""
+    m = model
+    if m.functions:
+        from onnx import inliner
+
+        m = inliner.inline_local_functions(m)
+    try:
+        import onnx_ir as ir
+        from onnxscript.optimizer import fold_constants
+
+        ir_model = ir.from_proto(m)
+        fold_constants(ir_model, onnx_shape_inference=True)
+        m = ir.to_proto(ir_model)
+    except Exception as exc:  # the optimizer is best effort; inference below still runs
+        log.warning("%s: constant folding skipped (%s)", path, exc)
+    try:
+        return onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise ModelError(path, f"shape inference failed: {str(exc).strip().splitlines()[0]}") from None
+
+
+def prepare(
+    model: onnx.ModelProto,
+    path: object,
+    batch: int | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> tuple[onnx.ModelProto, Binding]:
+    """Bind, fold and infer; a rebatched model also gets its batch-bound Reshapes fixed.
+
+    Exports with a fixed batch often hard-code it in ``Reshape`` targets (``[1, 9216]``).
+    When ``batch`` rewrites a fixed leading dimension B, a constant Reshape target whose
+    first entry is B, applied to a tensor whose leading dimension is B at the original
+    batch, is rewritten to the new batch. Shapes computed from ``Shape`` chains adapt
+    without help.
+    """
+    binding = bind_shapes(model, path, batch, shapes)
+    if not binding.rebatch:
+        return fold_and_infer(apply_binding(model, binding), path), binding
+    original = Binding(
+        {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()}
+    )
+    at_original = fold_and_infer(apply_binding(model, original), path)
+    olds = {old for old, _ in binding.rebatch.values()}
+    patched = _rebatch_reshapes(model, at_original, olds, batch)
+    return fold_and_infer(apply_binding(patched, binding), path), binding
+
+
+def _rebatch_reshapes(model: onnx.ModelProto, inferred: onnx.ModelProto, olds: set[int], new: int) -> onnx.ModelProto:
+    shapes = _shape_table(inferred)
+    consts = {i.name: i for i in inferred.graph.initializer}
+    targets: set[str] = set()
+    for node in inferred.graph.node:
+        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in consts:
+            continue
+        target = numpy_helper.to_array(consts[node.input[1]])
+        data = shapes.get(node.input[0])
+        if target.ndim == 1 and target.size and int(target[0]) in olds and data and data[0] == int(target[0]):
+            targets.add(node.output[0])
+    if not targets:
+        return model
+    m = copy.deepcopy(model)
+    inits = {i.name: i for i in m.graph.initializer}
+    const_nodes = {n.output[0]: n for n in m.graph.node if n.op_type == "Constant"}
+    for node in m.graph.node:
+        if node.op_type != "Reshape" or node.output[0] not in targets:
+            continue
+        src = node.input[1]
+        if src in inits:
+            arr = numpy_helper.to_array(inits[src]).copy()
+        elif src in const_nodes:
+            arr = numpy_helper.to_array(const_nodes[src].attribute[0].t).copy()
+        else:
+            continue  # computed at run time: adapts by itself
+        arr[0] = new
+        name = f"{src}__benanza_batch{new}"
+        if name not in inits:
+            tensor = numpy_helper.from_array(arr.astype(np.int64), name)
+            m.graph.initializer.append(tensor)
+            inits[name] = tensor
+        node.input[1] = name
+    return m
+
+
+def _shape_table(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    out: dict[str, tuple[int, ...]] = {}
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims = vi.type.tensor_type.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                out[vi.name] = tuple(d.dim_value for d in dims)
+    return out

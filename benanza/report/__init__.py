@@ -1,0 +1,1 @@
+"""Rendering: rich tables, JSON and plots of what the analysis stages return."""
