@@ -1,0 +1,1 @@
+"""Benchmark generation, the timing harness and its statistics."""

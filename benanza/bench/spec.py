@@ -1,0 +1,95 @@
+"""Benchmark specifications: plain, serialisable descriptions of one measurement.
+
+A ``BenchmarkSpec`` names *what* to measure (a layer, a runtime execution group, a DLBricks
+sequence, or a whole model), at which batch size and dtype, on which runtime and variant
+(runtime settings that change the measurement, such as threads or the graph optimisation
+level). Its ``spec_id`` hashes exactly those fields; the payload (the network, or the model
+file for end-to-end runs) is carried along but is determined by the key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from benanza.model.keys import stable_id
+from benanza.model.network import Network
+
+SPEC_VERSION = 1
+
+
+class SpecKind(StrEnum):
+    LAYER = "layer"  # one layer as its own model: the unfused kernel
+    GROUP = "group"  # the layers a runtime executes as one kernel (e.g. Conv+BN+Relu)
+    SEQUENCE = "sequence"  # a DLBricks sequence of at most G execution groups
+    MODEL = "model"  # the whole model end to end
+
+
+def canonical_variant(variant: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted((variant or {}).items()))
+
+
+def variant_id(variant: Mapping[str, Any] | tuple[tuple[str, Any], ...]) -> str:
+    """A variant as a short canonical string, e.g. ``opt=extended,threads=1``."""
+    items = variant if isinstance(variant, tuple) else canonical_variant(variant)
+    return ",".join(f"{k}={v}" for k, v in items)
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkSpec:
+    kind: SpecKind
+    key: str  # layer key, group/sequence network key, or model key
+    batch_size: int
+    dtype: str
+    runtime: str
+    variant: tuple[tuple[str, Any], ...] = ()
+    label: str = ""  # for people: "Conv 1x64x56x56", a model name
+    network: Network | None = field(default=None, compare=False, hash=False)
+    model: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)  # path + shapes for MODEL
+
+    @property
+    def spec_id(self) -> str:
+        """Hash of the identity without ``kind``: the key alone decides what is measured."""
+        ident = self.identity()
+        del ident["kind"]
+        return stable_id(ident, version=SPEC_VERSION)
+
+    @property
+    def variant_id(self) -> str:
+        return variant_id(self.variant)
+
+    def identity(self) -> dict[str, Any]:
+        return {
+            "kind": str(self.kind),
+            "key": self.key,
+            "batch_size": self.batch_size,
+            "dtype": self.dtype,
+            "runtime": self.runtime,
+            "variant": self.variant_id,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            **self.identity(),
+            "variant": dict(self.variant),
+            "spec_id": self.spec_id,
+            "label": self.label,
+            "network": self.network,
+            "model": dict(self.model) if self.model is not None else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchmarkSpec:
+        return cls(
+            kind=SpecKind(data["kind"]),
+            key=data["key"],
+            batch_size=int(data["batch_size"]),
+            dtype=data["dtype"],
+            runtime=data["runtime"],
+            variant=canonical_variant(data.get("variant")),
+            label=data.get("label", ""),
+            network=data.get("network"),
+            model=data.get("model"),
+        )

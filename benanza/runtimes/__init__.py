@@ -1,0 +1,1 @@
+"""Runtimes that execute benchmark specs, behind one interface and registry."""

@@ -1,0 +1,76 @@
+"""The runtime interface and its registry.
+
+A runtime turns a ``BenchmarkSpec`` into a prepared benchmark outside any timed region;
+the harness owns all timing. ``supports`` returns ``None`` or the reason the spec is
+skipped (stored as an outcome, never dropped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+from benanza.bench.spec import BenchmarkSpec
+from benanza.errors import RegistryError
+
+
+@runtime_checkable
+class Prepared(Protocol):
+    """A benchmark ready to run: ``call`` is what the harness times."""
+
+    def call(self) -> object: ...
+
+    def kernel_times(self, runs: int) -> list[float] | None:
+        """Per-run library kernel time in seconds (the runtime's own profiler), or None."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    name: str
+
+    def supports(self, spec: BenchmarkSpec) -> str | None: ...
+
+    def prepare(self, spec: BenchmarkSpec) -> Prepared: ...
+
+    def stack(self) -> dict[str, Any]:
+        """Software-stack fingerprint parts (library versions) this runtime depends on."""
+        ...
+
+    def variant(self) -> dict[str, Any]:
+        """The settings that distinguish this runtime's measurements (threads, opt level)."""
+        ...
+
+
+RuntimeFactory = Callable[..., Runtime]
+_RUNTIMES: dict[str, RuntimeFactory] = {}
+
+
+def register_runtime(name: str) -> Callable[[RuntimeFactory], RuntimeFactory]:
+    def decorate(factory: RuntimeFactory) -> RuntimeFactory:
+        _RUNTIMES[name] = factory
+        return factory
+
+    return decorate
+
+
+def runtime_names() -> list[str]:
+    _load_builtin()
+    return sorted(_RUNTIMES)
+
+
+def get_runtime(name: str, **options: Any) -> Runtime:
+    """A runtime instance by registered name; unknown names list the known ones."""
+    _load_builtin()
+    try:
+        factory = _RUNTIMES[name]
+    except KeyError:
+        raise RegistryError("runtime", name, list(_RUNTIMES)) from None
+    return factory(**options)
+
+
+def _load_builtin() -> None:
+    # Importing registers; heavy backends (cuda) register lazily-importing factories.
+    from benanza.runtimes import null, onnxruntime  # noqa: F401

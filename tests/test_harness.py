@@ -1,0 +1,243 @@
+"""The timing harness: stopping rules, calibration, per-call samples, and the null runtime."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable
+
+import pytest
+from pydantic import ValidationError
+
+from benanza.bench.harness import HarnessSettings, Timing, measure
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.bench.stats import describe
+from benanza.errors import UsageError
+from benanza.runtimes import base
+from benanza.runtimes.base import Prepared, Runtime, get_runtime
+
+SPEC = BenchmarkSpec(kind=SpecKind.LAYER, key="k", batch_size=1, dtype="float32", runtime="null")
+# short caps keep each measurement well under a second
+QUICK = {"warmup_runs": 1, "min_time_s": 0.005, "max_time_s": 0.5}
+
+
+def settings(**overrides: object) -> HarnessSettings:
+    return HarnessSettings(**{**QUICK, **overrides})
+
+
+def trivial() -> None:
+    return None
+
+
+def busy_wait(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class FakeClock:
+    """A nanosecond clock that only moves when a fake call says so: stopping becomes exact."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000_000
+        self.calls = 0
+
+    def __call__(self) -> int:
+        return self.now
+
+    def call_taking(self, *durations_ns: int) -> Callable[[], None]:
+        """A call that advances the clock by the given durations in turn."""
+        cycle = itertools.cycle(durations_ns)
+
+        def call() -> None:
+            self.calls += 1
+            self.now += next(cycle)
+
+        return call
+
+
+def test_min_samples_honoured_even_when_noise_target_is_met_at_once() -> None:
+    clock = FakeClock()
+    fn = clock.call_taking(1000)
+    t = measure(fn, settings(min_samples=50, min_time_s=0.0, target_rel_stderr=10.0), clock=clock)
+    assert t.stopped_by == "noise"
+    assert len(t.samples) == t.stats.n == 50
+
+
+def test_min_time_honoured() -> None:
+    # k = 256 calls of 1 us per sample (>= 200 us); 20 ms of measured time needs 79 samples
+    clock = FakeClock()
+    t = measure(clock.call_taking(1000), settings(min_samples=2, min_time_s=0.02), clock=clock)
+    assert (t.stopped_by, t.iterations, t.stats.n) == ("noise", 256, 79)
+    assert sum(t.samples) * t.iterations >= 0.02
+
+
+def test_deterministic_fn_stops_by_noise_once_stderr_is_met() -> None:
+    # alternating 0.9 / 1.1 us, one call per sample: rel. stdev ~0.1, so stderr <= 1% needs ~100 samples
+    clock = FakeClock()
+    fn = clock.call_taking(900, 1100)
+    t = measure(fn, settings(min_sample_time_s=0.0, min_time_s=0.0, max_time_s=10.0), clock=clock)
+    assert t.stopped_by == "noise"
+    assert t.iterations == 1
+    assert t.stats.rel_stderr <= 0.01
+    assert describe(t.samples[:-1]).rel_stderr > 0.01  # it stopped at the first sample that met the target
+    assert 90 <= t.stats.n <= 110
+
+
+def test_real_fast_fn_stops_by_noise() -> None:
+    t = measure(trivial, settings(target_rel_stderr=0.05, max_time_s=5.0))
+    assert t.stopped_by == "noise"
+    assert t.stats.rel_stderr <= 0.05
+    assert t.total_s < 5.0
+
+
+def test_warmup_and_calibration_sample_kept() -> None:
+    # 30 ns calls: calibration doubles k up to 8192 (>= 200 us); its last sample is the first sample
+    clock = FakeClock()
+    fn = clock.call_taking(30)
+    t = measure(fn, settings(warmup_runs=3, min_samples=5, min_time_s=0.0), clock=clock)
+    assert t.iterations == 8192
+    assert t.stats.n == 5
+    assert clock.calls == 3 + (2 * 8192 - 1) + 4 * 8192
+    assert all(s == pytest.approx(30e-9) for s in t.samples)
+
+
+def test_time_cap_stops_noisy_fn_exactly() -> None:
+    # calls of 0 and 1 ms in turn can never reach a 1e-6 target; the cap is 200 ms of wall time
+    clock = FakeClock()
+    fn = clock.call_taking(0, 1_000_000)
+    t = measure(fn, settings(min_samples=1000, target_rel_stderr=1e-6, max_time_s=0.2), clock=clock)
+    assert t.stopped_by == "time_cap"
+    assert 0.2 <= t.total_s <= 0.2 + 0.001  # overruns the cap by at most one sample
+    assert t.stats.n < 1000  # the cap wins over min_samples
+
+
+def test_time_cap_stops_noisy_fn() -> None:
+    pauses = itertools.cycle([0.0, 0.001])
+    cap = 0.2
+    t0 = time.perf_counter()
+    t = measure(lambda: time.sleep(next(pauses)), settings(min_samples=1000, target_rel_stderr=1e-6, max_time_s=cap))
+    wall = time.perf_counter() - t0
+    assert t.stopped_by == "time_cap"
+    assert cap <= t.total_s < cap + 0.1
+    assert wall < cap + 0.15
+
+
+def test_time_cap_shorter_than_one_call_still_takes_one_sample() -> None:
+    # one warm-up call (the cap stops the other two) and one sample
+    clock = FakeClock()
+    t = measure(clock.call_taking(30_000_000), settings(warmup_runs=3, max_time_s=0.01), clock=clock)
+    assert (t.stopped_by, t.stats.n, t.iterations, clock.calls) == ("time_cap", 1, 1, 2)
+    assert t.total_s == pytest.approx(0.06)
+
+
+def test_max_samples() -> None:
+    clock = FakeClock()
+    fn = clock.call_taking(1000)
+    t = measure(fn, settings(min_sample_time_s=0.0, max_samples=25, target_rel_stderr=0.0, min_time_s=0.5), clock=clock)
+    assert t.stopped_by == "max_samples"
+    assert len(t.samples) == 25
+
+
+def test_calibration_batches_trivial_calls() -> None:
+    t = measure(trivial, settings(min_sample_time_s=2e-4))
+    assert t.iterations > 1
+    assert t.iterations & (t.iterations - 1) == 0  # doubled from 1
+
+
+def test_calibration_leaves_slow_calls_unbatched() -> None:
+    t = measure(lambda: time.sleep(0.001), settings(min_samples=3, max_time_s=0.1))
+    assert t.iterations == 1
+
+
+def test_unbatched_when_min_sample_time_is_zero() -> None:
+    assert measure(trivial, settings(min_sample_time_s=0.0)).iterations == 1
+
+
+def test_samples_are_seconds_per_call() -> None:
+    t = measure(lambda: time.sleep(0.002), settings(min_samples=5, max_time_s=0.2))
+    assert t.iterations == 1
+    assert min(t.samples) >= 0.0019  # a sleep never returns early; a loaded machine may stretch one
+    assert 0.0019 <= t.stats.median <= 0.010
+
+
+def test_batched_samples_are_divided_by_iterations() -> None:
+    t = measure(lambda: busy_wait(20e-6), settings(min_sample_time_s=2e-4, min_samples=5))
+    assert t.iterations > 1
+    assert min(t.samples) >= 19e-6  # each of the k calls busy-waits 20 us
+    assert t.stats.median <= 100e-6
+
+
+def test_timing_stats_and_dict_round_trip() -> None:
+    t = measure(trivial, settings())
+    assert t.stats == describe(t.samples)
+    assert Timing.from_dict(t.to_dict()) == t
+    with pytest.raises(AttributeError):
+        t.iterations = 2  # type: ignore[misc]
+
+
+def test_exceptions_propagate() -> None:
+    def broken() -> None:
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        measure(broken, settings())
+
+
+def test_settings_defaults_validation_and_frozen() -> None:
+    s = HarnessSettings()
+    assert (s.warmup_runs, s.min_samples, s.max_samples) == (3, 10, 100_000)
+    assert (s.min_time_s, s.max_time_s, s.target_rel_stderr) == (0.05, 2.0, 0.01)
+    assert (s.min_sample_time_s, s.kernel_runs) == (2e-4, 20)
+    with pytest.raises(ValidationError):
+        s.max_time_s = 1.0  # type: ignore[misc]
+    with pytest.raises(ValidationError):
+        HarnessSettings(min_samples=20, max_samples=10)
+    with pytest.raises(ValidationError):
+        HarnessSettings(max_time_s=0)
+    with pytest.raises(ValidationError):
+        HarnessSettings(max_tme_s=1.0)  # type: ignore[call-arg]
+
+
+def test_settings_from_env() -> None:
+    env = {"BENANZA_HARNESS_MAX_TIME_S": "0.5", "BENANZA_HARNESS_MIN_SAMPLES": "4", "OTHER": "x"}
+    s = HarnessSettings.from_env(env, min_samples=7)
+    assert s.max_time_s == 0.5
+    assert s.min_samples == 7  # explicit overrides beat the environment
+    assert HarnessSettings.from_env({}) == HarnessSettings()
+    with pytest.raises(UsageError, match="max_time_s"):
+        HarnessSettings.from_env({"BENANZA_HARNESS_MAX_TIME_S": "soon"})
+
+
+@pytest.fixture
+def null_runtime() -> Runtime:
+    try:
+        return get_runtime("null")
+    except ModuleNotFoundError as exc:
+        # benanza.runtimes.onnxruntime is written concurrently; the null runtime must not wait for it
+        if exc.name != "benanza.runtimes.onnxruntime":
+            raise
+        import benanza.runtimes.null  # noqa: F401
+
+        return base._RUNTIMES["null"]()
+
+
+def test_null_runtime(null_runtime: Runtime) -> None:
+    assert isinstance(null_runtime, Runtime)
+    assert null_runtime.name == "null"
+    assert null_runtime.supports(SPEC) is None
+    assert null_runtime.supports(BenchmarkSpec(SpecKind.MODEL, "m", 8, "float16", "null")) is None
+    assert null_runtime.stack() == {"null": "1"}
+    assert null_runtime.variant() == {}
+    prepared = null_runtime.prepare(SPEC)
+    assert isinstance(prepared, Prepared)
+    assert prepared.call() is None
+    assert prepared.kernel_times(5) is None
+    prepared.close()
+
+
+def test_null_runtime_overhead_is_small(null_runtime: Runtime) -> None:
+    prepared = null_runtime.prepare(SPEC)
+    t = measure(prepared.call, settings())
+    assert t.iterations > 1
+    assert t.stats.median < 2e-6  # the goal; typically tens of ns
