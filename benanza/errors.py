@@ -9,6 +9,7 @@ Every failure a user can cause (a bad file, a bad flag, an unreachable database)
     +-- UsageError            a flag or argument is malformed (also a ValueError)
     +-- RegistryError         an unknown name was asked of a registry (also a KeyError)
     +-- SplitError            a layer range cannot be written as a runnable model
+    +-- StoreError            the performance database cannot be opened, read or written
 """
 
 from __future__ import annotations
@@ -51,3 +52,11 @@ class RegistryError(BenanzaError, KeyError):
 
 class SplitError(BenanzaError):
     """A layer range cannot form a runnable network (SplitModel falls back on it)."""
+
+
+class StoreError(BenanzaError):
+    """The performance database cannot be opened, read or written.
+
+    The message names the database (file or URI) and the reason in one line; a file that is
+    not a benanza database is never modified.
+    """

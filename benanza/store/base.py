@@ -1,0 +1,176 @@
+"""The performance-database interface and the registry of stores by URI scheme.
+
+Every backend (SQLite embedded, MongoDB for a fleet) implements ``Store`` with the same
+semantics, pinned down by the contract tests in ``tests/test_store.py``:
+
+- ``upsert`` is idempotent by ``BenchmarkRecord.identity()``: writing an identity again
+  replaces the stored record (the last write wins), all records of one call in one
+  transaction, so at-least-once retries never duplicate or half-write results.
+- Queries see only records of the current ``records.SCHEMA_VERSION``; others are ignored.
+- ``present_spec_ids`` is the planner's question "what is already measured here?" and must
+  stay fast for a million records.
+
+A store is opened from a URI (``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``,
+``mongodb://host/db``); ``register_store`` adds a scheme.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol, Self, runtime_checkable
+
+from benanza.errors import RegistryError, StoreError, UsageError
+from benanza.store.records import BenchmarkRecord
+
+DEFAULT_URI = "sqlite:///benanza.db"  # relative to the working directory
+DB_ENV = "BENANZA_DB"
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A performance database (see the module docstring for the shared semantics)."""
+
+    uri: str
+
+    def upsert(self, records: Iterable[BenchmarkRecord]) -> int:
+        """Insert or replace records by identity in one transaction; returns how many were written."""
+        ...
+
+    def present_spec_ids(self, system: str, stack_id: str) -> set[str]:
+        """Spec ids with a current-schema record (any outcome) for this system and stack."""
+        ...
+
+    def records(
+        self,
+        *,
+        system: str | None = None,
+        stack_id: str | None = None,
+        runtime: str | None = None,
+        kind: str | None = None,
+        keys: Iterable[str] | None = None,
+        batch_size: int | None = None,
+        outcome: str | None = None,
+    ) -> list[BenchmarkRecord]:
+        """Current-schema records matching every given filter, in identity order."""
+        ...
+
+    def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
+        """Record a system's fingerprint (the latest one is kept; first_seen is not)."""
+        ...
+
+    def register_stack(self, system: str, stack_id: str, stack: dict[str, Any]) -> bool:
+        """Record a software stack seen on a system; True when it is new for that system."""
+        ...
+
+    def systems(self) -> list[dict[str, Any]]:
+        """``{"name", "fingerprint", "first_seen", "last_seen"}`` per system, by name."""
+        ...
+
+    def stacks(self, system: str | None = None) -> list[dict[str, Any]]:
+        """``{"system", "stack_id", "stack", "first_seen", "last_seen"}`` per stack, oldest first per system."""
+        ...
+
+    def summary(self) -> list[dict[str, Any]]:
+        """``{"system", "stack_id", "runtime", "kind", "outcome", "count"}`` over current-schema records."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Self: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class StoreBase:
+    """Context-manager support shared by the backends."""
+
+    uri: str
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"
+
+
+StoreFactory = Callable[..., Store]
+"""Called as ``factory(uri, create=...)``; ``create=False`` must not create a missing database."""
+
+_STORES: dict[str, StoreFactory] = {}
+# Built-in backends are imported only when their scheme is asked for (pymongo stays optional).
+_BUILTIN = {
+    "sqlite": "benanza.store.sqlite",
+    "mongodb": "benanza.store.mongo",
+    "mongodb+srv": "benanza.store.mongo",
+}
+
+
+def register_store(scheme: str) -> Callable[[StoreFactory], StoreFactory]:
+    """Register a store factory for a URI scheme (``@register_store("sqlite")``)."""
+
+    def decorate(factory: StoreFactory) -> StoreFactory:
+        _STORES[scheme.lower()] = factory
+        return factory
+
+    return decorate
+
+
+def store_schemes() -> list[str]:
+    """The URI schemes that can be opened here."""
+    available = {s for s, module in _BUILTIN.items() if importlib.util.find_spec(module) is not None}
+    return sorted(set(_STORES) | available)
+
+
+def default_uri() -> str:
+    """``$BENANZA_DB``, or a SQLite file ``benanza.db`` in the working directory."""
+    return os.environ.get(DB_ENV) or DEFAULT_URI
+
+
+def uri_scheme(uri: str) -> str:
+    """The scheme of a store URI (``sqlite`` of ``sqlite:///x.db``)."""
+    scheme, sep, _ = uri.partition("://")
+    if not sep or not scheme:
+        raise UsageError(f"not a database URI: {uri!r} (expected e.g. {DEFAULT_URI} or mongodb://host/db)")
+    return scheme.lower()
+
+
+def open_store(uri: str | None = None, *, create: bool = True) -> Store:
+    """The store a URI names (default: ``default_uri()``).
+
+    Args:
+        uri: ``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``, ``mongodb://...``.
+        create: create the database when it does not exist; when False a missing one is a
+            ``StoreError`` (for read-only commands such as ``benanza db ls``).
+
+    Raises:
+        RegistryError: no store is registered for the URI's scheme.
+        StoreError: the database cannot be opened.
+    """
+    uri = uri or default_uri()
+    scheme = uri_scheme(uri)
+    if scheme not in _STORES and scheme in _BUILTIN:
+        _import_builtin(scheme)
+    try:
+        factory = _STORES[scheme]
+    except KeyError:
+        raise RegistryError("store scheme", scheme, store_schemes()) from None
+    return factory(uri, create=create)
+
+
+def _import_builtin(scheme: str) -> None:
+    module = _BUILTIN[scheme]
+    try:
+        importlib.import_module(module)  # registers its schemes
+    except ModuleNotFoundError as exc:
+        if exc.name == module:
+            return  # that backend is not part of this installation: the registry error lists what is
+        raise StoreError(f"the {scheme} store needs the {exc.name!r} package (pip install 'benanza[fleet]')") from None

@@ -1,0 +1,200 @@
+"""The stored result of one benchmark: a versioned, backend-neutral value.
+
+A ``BenchmarkRecord`` carries everything needed to use a measurement without the run that
+made it: where it ran (system, software stack), what was measured (the spec and its
+identity), the raw samples and derived statistics, the outcome, and provenance (time, host,
+settings). Numbers stay numbers; nothing is a formatted string.
+
+``identity()`` is the unique key in every store: one record per (system, stack, runtime,
+kind, key, batch size, dtype, variant). Writing the same identity again replaces the record,
+so retried (at-least-once) benchmark calls never duplicate results.
+
+Records whose ``schema_version`` differs from ``SCHEMA_VERSION`` come from an outdated
+definition and are ignored by every store query, never mixed with current ones.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.errors import StoreError
+
+SCHEMA_VERSION = 1  # bump when a field is added, removed or changes meaning
+
+IDENTITY_FIELDS = ("system", "stack_id", "runtime", "kind", "key", "batch_size", "dtype", "variant")
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    SKIPPED = "skipped"  # the runtime does not support the spec; ``reason`` says why
+    FAILED = "failed"  # preparing or running raised; ``reason`` holds the error
+
+
+def utc_now() -> str:
+    """The current time as ISO-8601 UTC, the timestamp format of every store."""
+    return datetime.now(UTC).isoformat(timespec="microseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class BenchmarkRecord:
+    """One benchmark result as stored; see the module docstring for the identity rule."""
+
+    system: str
+    stack_id: str
+    runtime: str
+    kind: str  # a SpecKind value
+    key: str
+    batch_size: int
+    dtype: str
+    variant: str  # canonical variant string (bench.spec.variant_id)
+    spec_id: str
+    label: str
+    outcome: Outcome
+    reason: str | None = None
+    samples: tuple[float, ...] = ()  # seconds per call, as measured
+    stats: dict[str, Any] | None = field(default=None, hash=False)
+    kernel_samples: tuple[float, ...] = ()  # seconds per run inside library kernels
+    kernel_stats: dict[str, Any] | None = field(default=None, hash=False)
+    settings: dict[str, Any] = field(default_factory=dict, hash=False)  # session options + harness settings
+    spec: dict[str, Any] = field(default_factory=dict, hash=False)  # BenchmarkSpec.to_dict()
+    measured_at: str = field(default_factory=utc_now)
+    host: str = field(default_factory=socket.gethostname)
+    duration_s: float = 0.0
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        # Normalise what callers may pass loosely (lists, plain strings, numpy floats).
+        set_ = object.__setattr__
+        set_(self, "outcome", Outcome(self.outcome))
+        set_(self, "kind", str(SpecKind(self.kind)))
+        set_(self, "batch_size", int(self.batch_size))
+        set_(self, "samples", tuple(float(s) for s in self.samples))
+        set_(self, "kernel_samples", tuple(float(s) for s in self.kernel_samples))
+        set_(self, "duration_s", float(self.duration_s))
+        if self.outcome is not Outcome.OK and not self.reason:
+            raise ValueError(f"a {self.outcome} record needs a reason")
+
+    def identity(self) -> tuple[str, str, str, str, str, int, str, str]:
+        """The unique key of this record in a store (``IDENTITY_FIELDS`` in order)."""
+        return (
+            self.system,
+            self.stack_id,
+            self.runtime,
+            self.kind,
+            self.key,
+            self.batch_size,
+            self.dtype,
+            self.variant,
+        )
+
+    def to_doc(self) -> dict[str, Any]:
+        """A JSON-able document holding every field."""
+        return {
+            "schema_version": self.schema_version,
+            "system": self.system,
+            "stack_id": self.stack_id,
+            "runtime": self.runtime,
+            "kind": self.kind,
+            "key": self.key,
+            "batch_size": self.batch_size,
+            "dtype": self.dtype,
+            "variant": self.variant,
+            "spec_id": self.spec_id,
+            "label": self.label,
+            "outcome": str(self.outcome),
+            "reason": self.reason,
+            "samples": list(self.samples),
+            "stats": self.stats,
+            "kernel_samples": list(self.kernel_samples),
+            "kernel_stats": self.kernel_stats,
+            "settings": self.settings,
+            "spec": self.spec,
+            "measured_at": self.measured_at,
+            "host": self.host,
+            "duration_s": self.duration_s,
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> BenchmarkRecord:
+        """The record of a document written by ``to_doc`` (unknown fields are ignored).
+
+        Raises:
+            StoreError: a required field is missing or a value is invalid.
+        """
+        try:
+            return cls(
+                schema_version=int(doc["schema_version"]),
+                system=doc["system"],
+                stack_id=doc["stack_id"],
+                runtime=doc["runtime"],
+                kind=doc["kind"],
+                key=doc["key"],
+                batch_size=doc["batch_size"],
+                dtype=doc["dtype"],
+                variant=doc["variant"],
+                spec_id=doc["spec_id"],
+                label=doc.get("label", ""),
+                outcome=doc["outcome"],
+                reason=doc.get("reason"),
+                samples=doc.get("samples") or (),
+                stats=doc.get("stats"),
+                kernel_samples=doc.get("kernel_samples") or (),
+                kernel_stats=doc.get("kernel_stats"),
+                settings=dict(doc.get("settings") or {}),
+                spec=dict(doc.get("spec") or {}),
+                measured_at=doc["measured_at"],
+                host=doc.get("host", ""),
+                duration_s=doc.get("duration_s", 0.0),
+            )
+        except KeyError as exc:
+            raise StoreError(f"stored record lacks field {exc.args[0]!r}") from None
+        except (TypeError, ValueError) as exc:
+            raise StoreError(f"stored record is invalid: {exc}") from None
+
+
+def make_record(
+    spec: BenchmarkSpec,
+    *,
+    system: str,
+    stack_id: str,
+    outcome: Outcome | str,
+    reason: str | None = None,
+    samples: Iterable[float] = (),
+    stats: Mapping[str, Any] | None = None,
+    kernel_samples: Iterable[float] = (),
+    kernel_stats: Mapping[str, Any] | None = None,
+    settings: Mapping[str, Any] | None = None,
+    measured_at: str | None = None,
+    host: str | None = None,
+    duration_s: float = 0.0,
+) -> BenchmarkRecord:
+    """The record of one measurement (or skip, or failure) of ``spec`` on a system and stack."""
+    return BenchmarkRecord(
+        system=system,
+        stack_id=stack_id,
+        runtime=spec.runtime,
+        kind=str(spec.kind),
+        key=spec.key,
+        batch_size=spec.batch_size,
+        dtype=spec.dtype,
+        variant=spec.variant_id,
+        spec_id=spec.spec_id,
+        label=spec.label,
+        outcome=Outcome(outcome),
+        reason=reason,
+        samples=tuple(samples),
+        stats=dict(stats) if stats is not None else None,
+        kernel_samples=tuple(kernel_samples),
+        kernel_stats=dict(kernel_stats) if kernel_stats is not None else None,
+        settings=dict(settings or {}),
+        spec=spec.to_dict(),
+        measured_at=measured_at or utc_now(),
+        host=host if host is not None else socket.gethostname(),
+        duration_s=duration_s,
+    )

@@ -1,0 +1,391 @@
+"""The embedded performance database: one SQLite file (stdlib ``sqlite3``, WAL).
+
+Threads and processes may write the same file at once: each thread (in each process) has
+its own connection, every write is one ``BEGIN IMMEDIATE`` transaction, and a writer that
+finds the database locked waits (``busy_timeout``) and retries. Rows keep the identity
+columns, ``spec_id``, ``outcome``, ``schema_version`` and ``measured_at`` as columns for
+queries, and the whole record as a JSON document.
+
+A file that is not a SQLite database, a SQLite database of another program, or a benanza
+database with a newer layout is refused with a ``StoreError`` before anything is written
+to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from benanza.errors import StoreError, UsageError
+from benanza.store.base import StoreBase, register_store
+from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
+
+DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
+APPLICATION_ID = 0x626E7A61  # "bnza" in the SQLite header: marks a benanza database
+BUSY_TIMEOUT_S = 30.0
+_HEADER = b"SQLite format 3\x00"
+_KEYS_PER_QUERY = 500  # stays far below SQLite's limit on bound parameters
+
+_IDENTITY = ", ".join(IDENTITY_FIELDS)
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS results (
+    system TEXT NOT NULL,
+    stack_id TEXT NOT NULL,
+    runtime TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    dtype TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    spec_id TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    measured_at TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    UNIQUE ({_IDENTITY})
+);
+CREATE INDEX IF NOT EXISTS results_system_stack ON results (system, stack_id, schema_version, spec_id);
+CREATE TABLE IF NOT EXISTS systems (
+    name TEXT PRIMARY KEY,
+    fingerprint TEXT NOT NULL,
+    first_seen TEXT NOT NULL,
+    last_seen TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS stacks (
+    system TEXT NOT NULL,
+    stack_id TEXT NOT NULL,
+    stack TEXT NOT NULL,
+    first_seen TEXT NOT NULL,
+    last_seen TEXT NOT NULL,
+    PRIMARY KEY (system, stack_id)
+);
+"""
+_UPSERT = f"""
+INSERT INTO results ({_IDENTITY}, spec_id, outcome, schema_version, measured_at, doc)
+VALUES ({", ".join("?" * (len(IDENTITY_FIELDS) + 5))})
+ON CONFLICT ({_IDENTITY}) DO UPDATE SET
+    spec_id = excluded.spec_id,
+    outcome = excluded.outcome,
+    schema_version = excluded.schema_version,
+    measured_at = excluded.measured_at,
+    doc = excluded.doc
+"""
+
+T = TypeVar("T")
+
+
+def path_of_uri(uri: str) -> Path:
+    """The file of a ``sqlite:///rel/path.db`` or ``sqlite:////abs/path.db`` URI (``~`` expanded)."""
+    scheme, sep, rest = uri.partition("://")
+    if scheme.lower() != "sqlite" or not sep:
+        raise UsageError(f"not a SQLite URI: {uri!r} (expected sqlite:///rel/path.db or sqlite:////abs/path.db)")
+    if not rest.startswith("/") or rest == "/":
+        raise UsageError(f"{uri!r} names no file (expected sqlite:///rel/path.db or sqlite:////abs/path.db)")
+    path = rest[1:]
+    if "?" in path or path == ":memory:":
+        raise UsageError(f"{uri!r}: query options and in-memory databases are not supported; name a file")
+    return Path(path).expanduser()
+
+
+@register_store("sqlite")
+class SqliteStore(StoreBase):
+    """A performance database in one SQLite file; see the module docstring."""
+
+    def __init__(
+        self, uri: str | os.PathLike[str], *, create: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S
+    ) -> None:
+        """Open (or create) the database.
+
+        Args:
+            uri: a ``sqlite:///...`` URI or a plain file path.
+            create: create a missing database (and its parent folders); otherwise a missing
+                file is a ``StoreError``.
+            busy_timeout_s: how long a writer waits for another writer's lock.
+        """
+        if isinstance(uri, str) and "://" in uri:
+            self.path = path_of_uri(uri).absolute()
+            self.uri = uri
+        else:
+            self.path = Path(uri).expanduser().absolute()
+            self.uri = f"sqlite:///{self.path}"
+        self.busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+        self._connections: list[tuple[int, sqlite3.Connection]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._open(create)
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _fail(self, reason: object) -> StoreError:
+        return StoreError(f"{self.path}: {reason}")
+
+    def _open(self, create: bool) -> None:
+        if self.path.is_dir():
+            raise self._fail("is a folder, not a database file")
+        if self.path.exists():
+            self._check_existing()
+        elif not create:
+            raise self._fail("no database here")
+        else:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise self._fail(f"cannot create its folder: {exc.strerror or exc}") from None
+        self._initialise()
+
+    def _check_existing(self) -> None:
+        """Refuse, without writing anything, a file that is not a current benanza database."""
+        try:
+            with self.path.open("rb") as f:
+                header = f.read(len(_HEADER))
+        except OSError as exc:
+            raise self._fail(f"cannot be read: {exc.strerror or exc}") from None
+        if not header:
+            return  # an empty file is an empty SQLite database: ours to initialise
+        if header != _HEADER:
+            raise self._fail("not a SQLite database (the file was left unchanged)")
+        try:
+            # A rollback-journal database is not changed by reads; a WAL one is already ours.
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+            try:
+                app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+                tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+                version = None
+                if app_id == APPLICATION_ID and "meta" in tables:
+                    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                    version = int(row[0]) if row else None
+            finally:
+                conn.close()
+        except (sqlite3.Error, ValueError) as exc:
+            raise self._fail(f"cannot be read as a SQLite database: {exc} (the file was left unchanged)") from None
+        if app_id != APPLICATION_ID and (app_id != 0 or tables):
+            shown = ", ".join(sorted(tables)[:5]) or "none"
+            raise self._fail(f"a SQLite database of another program (tables: {shown}); the file was left unchanged")
+        if version is not None and version > DB_SCHEMA_VERSION:
+            raise self._fail(
+                f"benanza database layout {version} is newer than this benanza supports ({DB_SCHEMA_VERSION}); "
+                "upgrade benanza (the file was left unchanged)"
+            )
+
+    def _initialise(self) -> None:
+        conn = self._conn()
+        self._retry(lambda: conn.execute("PRAGMA journal_mode = WAL").fetchone())
+
+        def create(c: sqlite3.Connection) -> None:
+            row = c.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
+            if row is not None:  # someone else created it meanwhile: check again under the lock
+                found = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+                if found and int(found[0]) > DB_SCHEMA_VERSION:
+                    raise self._fail(f"benanza database layout {found[0]} is newer than this benanza supports")
+            # not executescript: it would COMMIT the transaction that makes creation race-free
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    c.execute(statement)
+            c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(DB_SCHEMA_VERSION),))
+            c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('created_at', ?)", (utc_now(),))
+            c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+        self._write(create)
+
+    # -- connections and transactions ------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise self._fail("the store is closed")
+        pid = os.getpid()
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.pid != pid:  # a forked child must not reuse its parent's connection
+            try:
+                conn = sqlite3.connect(
+                    self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
+                )
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_s * 1000)}")
+                conn.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across crashes of this process
+            except sqlite3.Error as exc:
+                raise self._fail(f"cannot be opened: {exc}") from None
+            self._local.conn, self._local.pid = conn, pid
+            with self._lock:
+                self._connections.append((pid, conn))
+        return conn
+
+    def _retry(self, action: Callable[[], T]) -> T:
+        """Run ``action``, retrying while another connection holds the lock."""
+        deadline = time.monotonic() + 2 * self.busy_timeout_s
+        delay = 0.005
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc) or time.monotonic() > deadline:
+                    raise self._fail(exc) from None
+            except sqlite3.Error as exc:
+                raise self._fail(exc) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 0.25)
+
+    def _write(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` inside one ``BEGIN IMMEDIATE`` transaction, retried whole when locked."""
+        conn = self._conn()
+
+        def attempt() -> T:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = work(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            return result
+
+        return self._retry(attempt)
+
+    def _read(self, sql: str, params: Iterable[Any] = ()) -> list[tuple[Any, ...]]:
+        conn = self._conn()
+        return self._retry(lambda: conn.execute(sql, tuple(params)).fetchall())
+
+    # -- Store ----------------------------------------------------------------------------
+
+    def upsert(self, records: Iterable[BenchmarkRecord]) -> int:
+        rows = [_row(r) for r in records]  # encode outside the lock
+        if not rows:
+            return 0
+        self._write(lambda c: c.executemany(_UPSERT, rows))
+        return len(rows)
+
+    def present_spec_ids(self, system: str, stack_id: str) -> set[str]:
+        rows = self._read(
+            "SELECT spec_id FROM results WHERE system = ? AND stack_id = ? AND schema_version = ?",
+            (system, stack_id, SCHEMA_VERSION),
+        )
+        return {r[0] for r in rows}
+
+    def records(
+        self,
+        *,
+        system: str | None = None,
+        stack_id: str | None = None,
+        runtime: str | None = None,
+        kind: str | None = None,
+        keys: Iterable[str] | None = None,
+        batch_size: int | None = None,
+        outcome: str | None = None,
+    ) -> list[BenchmarkRecord]:
+        where, params = ["schema_version = ?"], [SCHEMA_VERSION]
+        for column, value in (
+            ("system", system),
+            ("stack_id", stack_id),
+            ("runtime", runtime),
+            ("kind", kind),
+            ("batch_size", batch_size),
+            ("outcome", outcome),
+        ):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(str(value) if column != "batch_size" else int(value))
+        base = f"SELECT doc FROM results WHERE {' AND '.join(where)}"
+        if keys is None:
+            rows = self._read(f"{base} ORDER BY {_IDENTITY}", params)
+        else:
+            wanted = sorted(set(keys))
+            rows = []
+            for i in range(0, len(wanted), _KEYS_PER_QUERY):
+                chunk = wanted[i : i + _KEYS_PER_QUERY]
+                rows += self._read(f"{base} AND key IN ({', '.join('?' * len(chunk))})", [*params, *chunk])
+        found = [BenchmarkRecord.from_doc(doc) for doc in (json.loads(r[0]) for r in rows)]
+        found = [r for r in found if r.schema_version == SCHEMA_VERSION]
+        if keys is not None:
+            found.sort(key=BenchmarkRecord.identity)
+        return found
+
+    def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
+        now, doc = utc_now(), _json(fingerprint)
+        self._write(
+            lambda c: c.execute(
+                "INSERT INTO systems (name, fingerprint, first_seen, last_seen) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET fingerprint = excluded.fingerprint, last_seen = excluded.last_seen",
+                (name, doc, now, now),
+            )
+        )
+
+    def register_stack(self, system: str, stack_id: str, stack: dict[str, Any]) -> bool:
+        now, doc = utc_now(), _json(stack)
+
+        def register(c: sqlite3.Connection) -> bool:
+            inserted = c.execute(
+                "INSERT INTO stacks (system, stack_id, stack, first_seen, last_seen) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (system, stack_id) DO NOTHING",
+                (system, stack_id, doc, now, now),
+            ).rowcount
+            if not inserted:
+                c.execute("UPDATE stacks SET last_seen = ? WHERE system = ? AND stack_id = ?", (now, system, stack_id))
+            return bool(inserted)
+
+        return self._write(register)
+
+    def systems(self) -> list[dict[str, Any]]:
+        rows = self._read("SELECT name, fingerprint, first_seen, last_seen FROM systems ORDER BY name")
+        return [{"name": n, "fingerprint": json.loads(f), "first_seen": a, "last_seen": b} for n, f, a, b in rows]
+
+    def stacks(self, system: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT system, stack_id, stack, first_seen, last_seen FROM stacks"
+        params: tuple[Any, ...] = ()
+        if system is not None:
+            sql, params = f"{sql} WHERE system = ?", (system,)
+        rows = self._read(f"{sql} ORDER BY system, first_seen, stack_id", params)
+        return [
+            {"system": s, "stack_id": i, "stack": json.loads(d), "first_seen": a, "last_seen": b}
+            for s, i, d, a, b in rows
+        ]
+
+    def summary(self) -> list[dict[str, Any]]:
+        rows = self._read(
+            "SELECT system, stack_id, runtime, kind, outcome, COUNT(*) FROM results WHERE schema_version = ? "
+            "GROUP BY system, stack_id, runtime, kind, outcome ORDER BY system, stack_id, runtime, kind, outcome",
+            (SCHEMA_VERSION,),
+        )
+        names = ("system", "stack_id", "runtime", "kind", "outcome", "count")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    def close(self) -> None:
+        """Close every connection this process opened (from any thread)."""
+        pid = os.getpid()
+        with self._lock:
+            mine = [c for p, c in self._connections if p == pid]
+            self._connections = []
+            self._closed = True
+        for conn in mine:
+            conn.close()
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _row(record: BenchmarkRecord) -> tuple[Any, ...]:
+    if not isinstance(record, BenchmarkRecord):
+        raise TypeError(f"expected a BenchmarkRecord, got {type(record).__name__}")
+    return (
+        *record.identity(),
+        record.spec_id,
+        str(record.outcome),
+        record.schema_version,
+        record.measured_at,
+        json.dumps(record.to_doc(), separators=(",", ":")),
+    )

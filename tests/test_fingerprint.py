@@ -1,0 +1,106 @@
+"""System and software-stack fingerprints."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import re
+import socket
+import time
+
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from benanza import fingerprint
+from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
+
+
+def test_system_fingerprint_fields() -> None:
+    fp = system_fingerprint()
+    assert set(fp) == {"cpu_model", "logical_cores", "physical_cores", "memory_bytes", "os", "machine", "host"}
+    assert isinstance(fp["cpu_model"], str) and fp["cpu_model"]
+    assert isinstance(fp["logical_cores"], int) and fp["logical_cores"] >= 1
+    assert fp["physical_cores"] is None or 1 <= fp["physical_cores"] <= fp["logical_cores"]
+    assert fp["memory_bytes"] is None or fp["memory_bytes"] > 2**20
+    assert fp["os"] == platform.platform() and fp["machine"] == platform.machine()
+    assert fp["host"] == socket.gethostname()
+
+
+def test_cpuinfo_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    two_sockets = [
+        {"processor": str(i), "model name": "Xeon X", "physical id": str(i // 4), "core id": str(i % 4 // 2)}
+        for i in range(8)
+    ]  # 2 sockets x 2 cores x 2 hyperthreads
+    assert fingerprint._physical_cores(two_sockets) == 4
+    assert fingerprint._cpu_model(two_sockets) == "Xeon X"
+    arm = [{"processor": "0", "BogoMIPS": "50"}]
+    assert fingerprint._physical_cores(arm) is None
+    monkeypatch.setattr(fingerprint, "_read_cpuinfo", list)  # no /proc (macOS, Windows)
+    fp = system_fingerprint()
+    assert fp["cpu_model"] == (platform.processor() or platform.machine()) and fp["physical_cores"] is None
+
+
+def test_stack_fingerprint_fields() -> None:
+    stack = stack_fingerprint()
+    assert stack["python"] == {"implementation": platform.python_implementation(), "version": platform.python_version()}
+    assert stack["numpy"]["version"] == np.__version__
+    blas = stack["numpy"]["blas"]
+    assert blas is None or (set(blas) == {"name", "version"} and blas["name"])
+    assert stack["onnx"] == onnx.__version__  # metadata agrees with the imported package
+    assert stack["onnxruntime"] == onnxruntime.__version__
+
+
+def test_stack_id_is_stable_and_tracks_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    first, second = stack_fingerprint(), stack_fingerprint()
+    assert first == second and stack_id(first) == stack_id(second)
+    assert re.fullmatch(r"[0-9a-f]{16}", stack_id(first))
+    assert stack_id(dict(reversed(list(first.items())))) == stack_id(first)  # key order does not matter
+
+    real_version = importlib.metadata.version
+
+    def newer_ort(dist: str) -> str:
+        return "99.0.0" if dist == "onnxruntime" else real_version(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", newer_ort)
+    changed = stack_fingerprint()
+    assert changed["onnxruntime"] == "99.0.0" and changed["onnx"] == first["onnx"]
+    assert stack_id(changed) != stack_id(first)
+
+
+def test_stack_extra_parts(monkeypatch: pytest.MonkeyPatch) -> None:
+    base = stack_fingerprint()
+    cuda = stack_fingerprint({"cuda": {"driver": "560.35", "cudnn": "9.5.0"}})
+    assert cuda["cuda"] == {"driver": "560.35", "cudnn": "9.5.0"} and stack_id(cuda) != stack_id(base)
+    ort = stack_fingerprint(
+        {"onnxruntime": {"version": onnxruntime.__version__, "providers": ["CPUExecutionProvider"]}}
+    )
+    assert ort["onnxruntime"]["providers"] == ["CPUExecutionProvider"]
+    ort["numpy"]["version"] = "mutated"  # the result is the caller's: no shared state
+    assert stack_fingerprint()["numpy"]["version"] == np.__version__
+
+
+def test_non_canonical_distribution_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    def gpu_only(dist: str) -> str:
+        if dist == "onnxruntime-gpu":
+            return "1.20.1"
+        raise importlib.metadata.PackageNotFoundError(dist)
+
+    monkeypatch.setattr(importlib.metadata, "version", gpu_only)
+    assert fingerprint.package_version("onnxruntime") == "1.20.1 (onnxruntime-gpu)"
+    assert fingerprint.package_version("surely_not_an_installed_module") is None
+
+
+def test_default_system_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BENANZA_SYSTEM", "lab-h100")
+    assert default_system_name() == "lab-h100"
+    monkeypatch.delenv("BENANZA_SYSTEM")
+    assert default_system_name() == socket.gethostname()
+
+
+def test_fingerprints_are_fast() -> None:
+    system_fingerprint(), stack_fingerprint()  # numpy's config is read once per process
+    start = time.perf_counter()
+    system_fingerprint(), stack_fingerprint()
+    assert time.perf_counter() - start < 0.05

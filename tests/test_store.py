@@ -1,0 +1,509 @@
+"""The performance database: records, the Store contract (every backend), SQLite specifics, `db ls`.
+
+``StoreContract`` holds the backend-neutral tests. A backend reuses them by subclassing it
+with a ``store_uri`` fixture, e.g. for MongoDB::
+
+    from test_store import StoreContract
+
+    class TestMongoStore(StoreContract):
+        @pytest.fixture
+        def store_uri(self):
+            uri = os.environ.get("BENANZA_TEST_MONGODB_URI") or pytest.skip("no MongoDB")
+            ...  # a fresh database name per test; drop it afterwards
+            yield f"{uri}/benanza_test_{uuid.uuid4().hex}"
+
+The URI must name a fresh, empty database that other processes can open too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
+from benanza.cli.db import app as db_app
+from benanza.errors import RegistryError, StoreError, UsageError
+from benanza.store import SCHEMA_VERSION, BenchmarkRecord, Outcome, Store, make_record, open_store, store_schemes
+from benanza.store.sqlite import DB_SCHEMA_VERSION, SqliteStore, path_of_uri
+
+SYSTEM = "sys-a"
+STACK = "stack0000000001"
+
+# -- record builders (module level: spawned worker processes import them) ------------------
+
+
+def spec_for(i: int, *, runtime: str = "onnxruntime", kind: SpecKind = SpecKind.LAYER, batch: int = 1) -> BenchmarkSpec:
+    return BenchmarkSpec(
+        kind=kind,
+        key=f"key{i:07d}",
+        batch_size=batch,
+        dtype="float32",
+        runtime=runtime,
+        variant=canonical_variant({"threads": 1, "opt": "all"}),
+        label=f"Conv #{i}",
+        network={"inputs": [{"shape": [batch, 3, 8, 8], "dtype": "float32"}], "nodes": [], "layers": 1},
+    )
+
+
+def record_for(
+    i: int,
+    *,
+    system: str = SYSTEM,
+    stack_id: str = STACK,
+    outcome: Outcome = Outcome.OK,
+    value: float = 1e-3,
+    writer: str = "main",
+    **spec_options: object,
+) -> BenchmarkRecord:
+    ok = outcome is Outcome.OK
+    return make_record(
+        spec_for(i, **spec_options),  # type: ignore[arg-type]
+        system=system,
+        stack_id=stack_id,
+        outcome=outcome,
+        reason=None if ok else f"{outcome} because #{i}",
+        samples=[value, value * 1.5, value / 3] if ok else [],
+        stats={"median": value, "n": 3} if ok else None,
+        kernel_samples=[value / 2] if ok else [],
+        settings={"writer": writer, "intra_op_num_threads": 1},
+        measured_at="2026-11-22T10:00:00.000000+00:00",  # fixed, so equal calls give equal records
+        host="bench-host",
+        duration_s=0.25,
+    )
+
+
+def _write_worker(uri: str, worker: int, own: int, shared: int, batch: int, barrier: object) -> None:
+    """One writer process: its own records plus identities every writer also writes."""
+    records = [record_for((worker + 1) * 100_000 + i, writer=f"w{worker}") for i in range(own)]
+    records += [record_for(i, value=float(worker + 1), writer=f"w{worker}") for i in range(shared)]
+    with open_store(uri) as store:
+        barrier.wait()  # type: ignore[attr-defined]
+        for start in range(0, len(records), batch):
+            assert store.upsert(records[start : start + batch]) == len(records[start : start + batch])
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+def test_record_round_trip_through_json() -> None:
+    rec = record_for(7, kind=SpecKind.GROUP, batch=8)
+    doc = json.loads(json.dumps(rec.to_doc()))
+    back = BenchmarkRecord.from_doc(doc)
+    assert back == rec
+    assert back.identity() == (SYSTEM, STACK, "onnxruntime", "group", "key0000007", 8, "float32", "opt=all,threads=1")
+    assert doc["schema_version"] == SCHEMA_VERSION
+    assert doc["samples"] == [1e-3, 1.5e-3, 1e-3 / 3] and isinstance(doc["batch_size"], int)
+    assert doc["spec"]["spec_id"] == rec.spec_id == spec_for(7, kind=SpecKind.GROUP, batch=8).spec_id
+    assert doc["outcome"] == "ok" and doc["variant"] == "opt=all,threads=1"
+
+
+def test_record_values_are_normalised_and_hashable() -> None:
+    rec = dataclasses.replace(record_for(1), samples=[1, 2], kind="model", outcome="ok")  # type: ignore[arg-type]
+    assert rec.samples == (1.0, 2.0) and all(isinstance(s, float) for s in rec.samples)
+    assert rec.outcome is Outcome.OK and rec.kind == "model"
+    assert hash(rec) == hash(dataclasses.replace(rec))
+
+
+def test_record_outcomes_need_a_reason_and_kinds_are_checked() -> None:
+    with pytest.raises(ValueError, match="reason"):
+        dataclasses.replace(record_for(1), outcome=Outcome.SKIPPED, reason=None)
+    with pytest.raises(ValueError):
+        dataclasses.replace(record_for(1), outcome="lost")  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        dataclasses.replace(record_for(1), kind="graph")
+    skipped = record_for(2, outcome=Outcome.SKIPPED)
+    assert skipped.reason == "skipped because #2" and skipped.samples == () and skipped.stats is None
+
+
+def test_from_doc_names_a_missing_field() -> None:
+    doc = record_for(1).to_doc()
+    del doc["stack_id"]
+    with pytest.raises(StoreError, match="stack_id"):
+        BenchmarkRecord.from_doc(doc)
+
+
+# -- the contract every store keeps ----------------------------------------------------------
+
+
+class StoreContract:
+    """Backend-neutral tests; a subclass provides a ``store_uri`` fixture naming a fresh database."""
+
+    @pytest.fixture
+    def store(self, store_uri: str) -> Iterator[Store]:
+        with open_store(store_uri) as store:
+            yield store
+
+    def test_is_a_store(self, store: Store) -> None:
+        assert isinstance(store, Store)
+
+    def test_upsert_is_idempotent_and_the_last_write_wins(self, store: Store) -> None:
+        first = [record_for(i) for i in range(20)]
+        assert store.upsert(first) == 20
+        assert store.upsert(first) == 20
+        assert store.records() == sorted(first, key=BenchmarkRecord.identity)
+        updated = [record_for(i, value=2e-3, writer="retry") for i in range(10)]
+        updated += [record_for(i, outcome=Outcome.FAILED) for i in range(10, 12)]
+        assert store.upsert(iter(updated)) == 12
+        stored = {r.identity(): r for r in store.records()}
+        assert len(stored) == 20
+        for rec in updated:
+            assert stored[rec.identity()] == rec
+        assert stored[record_for(15).identity()] == record_for(15)
+        assert store.upsert([]) == 0
+
+    def test_a_batch_is_all_or_nothing(self, store: Store) -> None:
+        bad = dataclasses.replace(record_for(99), settings={"not json": object()})
+        with pytest.raises((TypeError, StoreError)):
+            store.upsert([record_for(1), record_for(2), bad])
+        assert store.records() == []
+
+    def test_same_identity_twice_in_one_batch_keeps_the_later(self, store: Store) -> None:
+        store.upsert([record_for(1, value=1.0), record_for(1, value=2.0)])
+        [only] = store.records()
+        assert only.samples[0] == 2.0
+
+    def test_present_spec_ids(self, store: Store) -> None:
+        mine = [record_for(i) for i in range(5)] + [record_for(5, outcome=Outcome.SKIPPED)]
+        mine += [record_for(6, outcome=Outcome.FAILED), record_for(7, runtime="null", batch=4)]
+        store.upsert(mine)
+        store.upsert([record_for(100, stack_id="other-stack"), record_for(101, system="sys-b")])
+        assert store.present_spec_ids(SYSTEM, STACK) == {r.spec_id for r in mine}
+        assert store.present_spec_ids(SYSTEM, "other-stack") == {record_for(100).spec_id}
+        assert store.present_spec_ids("sys-b", STACK) == {record_for(101).spec_id}
+        assert store.present_spec_ids("nowhere", STACK) == set()
+
+    def test_records_filters(self, store: Store) -> None:
+        recs = [
+            record_for(1),
+            record_for(2, batch=8),
+            record_for(3, runtime="null"),
+            record_for(4, kind=SpecKind.MODEL),
+            record_for(5, outcome=Outcome.SKIPPED),
+            record_for(1, stack_id="stack-2"),
+            record_for(1, system="sys-b"),
+        ]
+        store.upsert(reversed(recs))
+
+        def keys(**filters: object) -> list[tuple]:
+            return [r.identity() for r in store.records(**filters)]  # type: ignore[arg-type]
+
+        assert keys() == sorted(r.identity() for r in recs)
+        assert len(keys(system=SYSTEM)) == 6 and keys(system="sys-b") == [recs[6].identity()]
+        assert keys(stack_id="stack-2") == [recs[5].identity()]
+        assert keys(runtime="null") == [recs[2].identity()]
+        assert keys(kind="model") == [recs[3].identity()]
+        assert keys(kind=SpecKind.MODEL) == [recs[3].identity()]
+        assert keys(batch_size=8) == [recs[1].identity()]
+        assert keys(outcome="skipped") == [recs[4].identity()]
+        assert keys(
+            outcome=Outcome.OK, system=SYSTEM, stack_id=STACK, runtime="onnxruntime", kind="layer", batch_size=1
+        ) == [recs[0].identity()]
+        assert len(keys(keys=["key0000001"])) == 3
+        assert keys(keys=["key0000001"], system=SYSTEM, stack_id=STACK) == [recs[0].identity()]
+        assert keys(keys=[]) == [] and keys(keys=["nope"]) == []
+
+    def test_records_by_many_keys(self, store: Store) -> None:
+        store.upsert(record_for(i) for i in range(1_200))
+        wanted = [f"key{i:07d}" for i in range(0, 1_200, 2)] + ["missing"]
+        found = store.records(keys=iter(wanted))
+        assert [r.key for r in found] == sorted(wanted[:-1])
+
+    def test_other_schema_versions_are_ignored(self, store: Store) -> None:
+        store.upsert([record_for(1), record_for(2)])
+        store.upsert([dataclasses.replace(record_for(2), schema_version=SCHEMA_VERSION - 1)])
+        store.upsert([dataclasses.replace(record_for(3), schema_version=SCHEMA_VERSION + 1)])
+        assert store.records() == [record_for(1)]
+        assert store.present_spec_ids(SYSTEM, STACK) == {record_for(1).spec_id}
+        assert sum(row["count"] for row in store.summary()) == 1
+        store.upsert([record_for(2)])  # a current record replaces the outdated one
+        assert len(store.records()) == 2
+
+    def test_register_system(self, store: Store) -> None:
+        store.register_system("sys-b", {"cpu_model": "B", "logical_cores": 4})
+        store.register_system("sys-a", {"cpu_model": "A", "logical_cores": 2})
+        store.register_system("sys-a", {"cpu_model": "A", "logical_cores": 8})
+        systems = store.systems()
+        assert [s["name"] for s in systems] == ["sys-a", "sys-b"]
+        assert systems[0]["fingerprint"] == {"cpu_model": "A", "logical_cores": 8}
+        assert systems[0]["first_seen"] <= systems[0]["last_seen"]
+
+    def test_register_stack_is_new_once_per_system(self, store: Store) -> None:
+        stack = {"python": {"version": "3.11.7"}, "onnxruntime": "1.32.0"}
+        assert store.register_stack(SYSTEM, "s1", stack) is True
+        [before] = store.stacks()
+        time.sleep(0.002)
+        assert store.register_stack(SYSTEM, "s1", stack) is False
+        assert store.register_stack("sys-b", "s1", stack) is True
+        assert store.register_stack(SYSTEM, "s2", {**stack, "onnxruntime": "1.33.0"}) is True
+        after = next(s for s in store.stacks() if (s["system"], s["stack_id"]) == (SYSTEM, "s1"))
+        assert after["stack"] == stack
+        assert after["first_seen"] == before["first_seen"] and after["last_seen"] > before["last_seen"]
+        assert [s["stack_id"] for s in store.stacks(SYSTEM)] == ["s1", "s2"]
+        assert [s["system"] for s in store.stacks("sys-b")] == ["sys-b"]
+        assert len(store.stacks()) == 3 and store.stacks("nowhere") == []
+
+    def test_summary_counts(self, store: Store) -> None:
+        store.upsert([record_for(i) for i in range(3)] + [record_for(3, outcome=Outcome.FAILED)])
+        store.upsert([record_for(i, runtime="null") for i in range(2)] + [record_for(9, stack_id="s2")])
+        rows = {
+            (r["system"], r["stack_id"], r["runtime"], r["kind"], r["outcome"]): r["count"] for r in store.summary()
+        }
+        assert rows == {
+            (SYSTEM, STACK, "onnxruntime", "layer", "ok"): 3,
+            (SYSTEM, STACK, "onnxruntime", "layer", "failed"): 1,
+            (SYSTEM, STACK, "null", "layer", "ok"): 2,
+            (SYSTEM, "s2", "onnxruntime", "layer", "ok"): 1,
+        }
+
+    def test_concurrent_processes_lose_nothing(self, store: Store, store_uri: str) -> None:
+        writers, own, shared = 4, 300, 50
+        ctx = multiprocessing.get_context("spawn")
+        barrier = ctx.Barrier(writers)
+        procs = [
+            ctx.Process(target=_write_worker, args=(store_uri, w, own, shared, 25, barrier)) for w in range(writers)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(timeout=120)
+        assert [p.exitcode for p in procs] == [0] * writers
+        self._check_concurrent_writes(store, writers, own, shared)
+
+    def test_concurrent_threads_lose_nothing(self, store: Store) -> None:
+        writers, own, shared = 4, 300, 50
+        barrier = threading.Barrier(writers)
+        errors: list[BaseException] = []
+
+        def write(worker: int) -> None:
+            try:
+                records = [record_for((worker + 1) * 100_000 + i, writer=f"w{worker}") for i in range(own)]
+                records += [record_for(i, value=float(worker + 1), writer=f"w{worker}") for i in range(shared)]
+                barrier.wait()
+                for start in range(0, len(records), 25):
+                    store.upsert(records[start : start + 25])
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == []
+        self._check_concurrent_writes(store, writers, own, shared)
+
+    @staticmethod
+    def _check_concurrent_writes(store: Store, writers: int, own: int, shared: int) -> None:
+        records = store.records(system=SYSTEM, stack_id=STACK)
+        assert len(records) == writers * own + shared
+        assert sum(row["count"] for row in store.summary()) == writers * own + shared
+        by_writer: dict[str, int] = {}
+        for rec in records:
+            by_writer[rec.settings["writer"]] = by_writer.get(rec.settings["writer"], 0) + 1
+            if rec.key < f"key{shared:07d}":  # a shared identity: one whole write, never a mix of two
+                worker = int(rec.settings["writer"][1:])
+                assert rec.samples[0] == float(worker + 1) and rec.stats == {"median": float(worker + 1), "n": 3}
+        assert sum(by_writer.values()) == writers * own + shared
+        assert all(by_writer[f"w{w}"] >= own for w in range(writers))
+        expected = {record_for((w + 1) * 100_000 + i).spec_id for w in range(writers) for i in range(own)}
+        expected |= {record_for(i).spec_id for i in range(shared)}
+        assert store.present_spec_ids(SYSTEM, STACK) == expected
+
+
+class TestSqliteStore(StoreContract):
+    @pytest.fixture
+    def store_uri(self, tmp_path: Path) -> str:
+        return f"sqlite:///{tmp_path / 'perf.db'}"
+
+
+# -- SQLite specifics ----------------------------------------------------------------------------
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_sqlite_uri_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert path_of_uri("sqlite:///rel/x.db") == Path("rel/x.db")
+    assert path_of_uri("sqlite:////abs/x.db") == Path("/abs/x.db")
+    for bad in ("sqlite://", "sqlite:///", "sqlite:///:memory:", "sqlite:///x.db?mode=ro", "sqlite://host/x.db"):
+        with pytest.raises(UsageError):
+            path_of_uri(bad)
+    monkeypatch.chdir(tmp_path)
+    with open_store("sqlite:///deep/er/rel.db") as store:  # parent folders are created
+        assert isinstance(store, SqliteStore) and store.path == tmp_path / "deep" / "er" / "rel.db"
+    assert (tmp_path / "deep" / "er" / "rel.db").is_file()
+
+
+def test_default_uri_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("BENANZA_DB", raising=False)
+    with open_store() as store:
+        assert store.uri == "sqlite:///benanza.db"
+    assert (tmp_path / "benanza.db").is_file()
+    monkeypatch.setenv("BENANZA_DB", f"sqlite:///{tmp_path / 'env.db'}")
+    with open_store(None) as store:
+        store.upsert([record_for(1)])
+    assert (tmp_path / "env.db").is_file()
+
+
+def test_unknown_scheme_lists_the_known_ones() -> None:
+    with pytest.raises(RegistryError, match="sqlite") as info:
+        open_store("postgres://localhost/benanza")
+    assert "postgres" in str(info.value) and "sqlite" in store_schemes()
+    with pytest.raises(UsageError):
+        open_store("just-a-name.db")
+
+
+def test_text_file_is_refused_and_left_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "notes.db"
+    path.write_text("these are my notes, not a database\n" * 20)
+    before = _digest(path)
+    with pytest.raises(StoreError) as info:
+        open_store(f"sqlite:///{path}")
+    message = str(info.value)
+    assert str(path) in message and "not a SQLite database" in message and "\n" not in message
+    assert _digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.db"]  # no -wal/-shm either
+
+
+def test_other_programs_sqlite_database_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "app.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO customers (name) VALUES ('ada')")
+    conn.close()
+    before = _digest(path)
+    with pytest.raises(StoreError, match=r"another program.*customers"):
+        SqliteStore(path)
+    assert _digest(path) == before
+
+
+def test_newer_layout_is_refused_and_left_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "perf.db"
+    with SqliteStore(path) as store:
+        store.upsert([record_for(1)])
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(DB_SCHEMA_VERSION + 1),))
+    conn.commit()
+    conn.close()  # the last connection checkpoints the WAL into the file
+    before = _digest(path)
+    with pytest.raises(StoreError, match="newer") as info:
+        open_store(f"sqlite:///{path}")
+    assert str(path) in str(info.value)
+    assert _digest(path) == before
+
+
+def test_missing_database_without_create(tmp_path: Path) -> None:
+    path = tmp_path / "sub" / "none.db"
+    with pytest.raises(StoreError, match="no database"):
+        open_store(f"sqlite:///{path}", create=False)
+    assert not path.parent.exists()
+
+
+def test_empty_file_becomes_a_database(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    with SqliteStore(path) as store:
+        store.upsert([record_for(1)])
+    with SqliteStore(path, create=False) as store:
+        assert store.records() == [record_for(1)]
+
+
+def test_raw_row_of_an_old_schema_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "perf.db"
+    with SqliteStore(path) as store:
+        store.upsert([record_for(1)])
+    old = {**record_for(2).to_doc(), "schema_version": 0}
+    conn = sqlite3.connect(path)
+    conn.execute(
+        "INSERT INTO results (system, stack_id, runtime, kind, key, batch_size, dtype, variant, spec_id, outcome,"
+        " schema_version, measured_at, doc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?)",
+        (*record_for(2).identity(), old["spec_id"], "ok", old["measured_at"], json.dumps(old)),
+    )
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        assert store.records() == [record_for(1)]
+        assert store.present_spec_ids(SYSTEM, STACK) == {record_for(1).spec_id}
+        assert [row["count"] for row in store.summary()] == [1]
+
+
+def test_closed_store_says_so(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "perf.db")
+    store.upsert([record_for(1)])
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.records()
+
+
+def test_batched_upsert_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    records = [record_for(i) for i in range(10_000)]
+    with SqliteStore(tmp_path / "rate.db") as store:
+        start = time.perf_counter()
+        assert store.upsert(records) == 10_000
+        elapsed = time.perf_counter() - start
+        assert len(store.present_spec_ids(SYSTEM, STACK)) == 10_000
+    with capsys.disabled():
+        print(f"\nSQLite: 10,000 records in one upsert call: {elapsed:.3f} s = {10_000 / elapsed:,.0f} records/s")
+    assert elapsed < 10  # a loose bound: catches a per-record commit, not a slow disk
+
+
+# -- benanza db ls -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def filled_db(tmp_path: Path) -> str:
+    uri = f"sqlite:///{tmp_path / 'perf.db'}"
+    with open_store(uri) as store:
+        store.register_system(SYSTEM, {"cpu_model": "AMD EPYC", "logical_cores": 2, "memory_bytes": 2**34})
+        store.register_stack(
+            SYSTEM,
+            STACK,
+            {"python": {"version": "3.11.7"}, "numpy": {"version": "2.4.6", "blas": {"name": "openblas"}}},
+        )
+        store.upsert([record_for(i) for i in range(3)] + [record_for(3, outcome=Outcome.SKIPPED)])
+    return uri
+
+
+def test_db_ls_json(filled_db: str) -> None:
+    result = CliRunner().invoke(db_app, ["ls", "--db", filled_db, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    listing = json.loads(result.stdout)
+    assert listing["db"] == filled_db
+    assert [s["name"] for s in listing["systems"]] == [SYSTEM]
+    assert [s["stack_id"] for s in listing["stacks"]] == [STACK]
+    counts = {r["outcome"]: r["count"] for r in listing["summary"]}
+    assert counts == {"ok": 3, "skipped": 1}
+
+
+def test_db_ls_table(filled_db: str) -> None:
+    result = CliRunner().invoke(db_app, ["ls", "--db", filled_db])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "1 systems" in out and "AMD EPYC" in out and "16" in out  # 2**34 bytes = 16 GiB
+    assert STACK in out and "numpy 2.4.6 (openblas ?)" in out
+    assert "4 results" in out and "onnxruntime" in out
+
+
+def test_db_ls_errors_are_one_line(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.db"
+    result = CliRunner().invoke(db_app, ["ls", "--db", f"sqlite:///{missing}"])
+    assert result.exit_code == 2 and result.stderr.startswith("error: ") and str(missing) in result.stderr
+    assert not missing.exists()
+    text = tmp_path / "text.db"
+    text.write_text("hello\n")
+    result = CliRunner().invoke(db_app, ["ls", "--db", f"sqlite:///{text}"])
+    assert result.exit_code == 2 and "not a SQLite database" in result.stderr and "Traceback" not in result.output
+    result = CliRunner().invoke(db_app, ["ls", "--db", "nosuch://x"])
+    assert result.exit_code == 2 and "known: " in result.stderr
