@@ -1,0 +1,1 @@
+"""Analyses over the performance database: lower bounds, composition, comparisons."""

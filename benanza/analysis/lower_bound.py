@@ -1,0 +1,151 @@
+"""Lower bounds, DLBricks composition and coverage for one model on one system and stack.
+
+Figures and the statistic behind each (also in every JSON row under ``method``):
+
+- ``sequential_ms``: sum over the runtime's execution units (fused groups and single
+  layers) of the median *kernel time* (the runtime's own profiler), each unit counted every
+  time it occurs. ``sequential_unfused_ms`` does the same with every layer run alone.
+- ``parallel_ms``: the critical path of the layer DAG with those unit kernel times.
+- ``composed_ms[G]``: DLBricks' estimate, the sum of the 20% trimmed mean *call latency* of
+  the model's sequences of at most G units.
+- ``e2e_ms``: the 20% trimmed mean call latency of the whole model in the same runtime and
+  settings.
+
+A figure with any input missing is ``None`` (never a sum that counts missing as zero); the
+sum over what is present is given separately as ``partial_sequential_ms`` with
+``coverage`` (share of layers whose unit has data) and the ``missing`` layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from benanza.bench.generate import ModelPlan
+
+KERNEL_STATISTIC = "median"
+CALL_STATISTIC = "trimmed_mean"
+
+METHOD = {
+    "sequential_ms": f"sum of unit kernel time ({KERNEL_STATISTIC}, runtime profiler), fused units",
+    "sequential_unfused_ms": f"sum of single-layer kernel time ({KERNEL_STATISTIC})",
+    "parallel_ms": "critical path of the layer DAG with unit kernel times",
+    "composed_ms": f"sum of sequence call latency ({CALL_STATISTIC} 20%), sequences of <= G units",
+    "e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%)",
+}
+
+
+@dataclass(frozen=True)
+class UnitCost:
+    unit: int
+    label: str
+    layers: tuple[int, ...]
+    kernel_ms: float | None
+    call_ms: float | None
+
+
+@dataclass(frozen=True)
+class LowerBound:
+    model: str
+    system: str
+    stack_id: str
+    runtime: str
+    variant: str
+    batch_size: int
+    sequential_ms: float | None
+    sequential_unfused_ms: float | None
+    parallel_ms: float | None
+    partial_sequential_ms: float
+    e2e_ms: float | None
+    e2e_kernel_ms: float | None
+    composed_ms: Mapping[int, float | None]
+    coverage: float
+    missing: tuple[dict[str, Any], ...]
+    units: tuple[UnitCost, ...] = field(repr=False, default=())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "system": self.system,
+            "stack_id": self.stack_id,
+            "runtime": self.runtime,
+            "variant": self.variant,
+            "batch_size": self.batch_size,
+            "sequential_ms": self.sequential_ms,
+            "sequential_unfused_ms": self.sequential_unfused_ms,
+            "parallel_ms": self.parallel_ms,
+            "partial_sequential_ms": self.partial_sequential_ms,
+            "e2e_ms": self.e2e_ms,
+            "e2e_kernel_ms": self.e2e_kernel_ms,
+            "composed_ms": {str(g): v for g, v in sorted(self.composed_ms.items())},
+            "coverage": self.coverage,
+            "missing": list(self.missing),
+            "method": METHOD,
+        }
+
+
+def _ms(record: Any, which: str) -> float | None:
+    if record is None or record.outcome != "ok":
+        return None
+    stats = record.kernel_stats if which == "kernel" else record.stats
+    if not stats:
+        return None
+    return float(stats[KERNEL_STATISTIC if which == "kernel" else CALL_STATISTIC]) * 1e3
+
+
+def lower_bound(
+    plan: ModelPlan,
+    results: Mapping[str, Any],
+    *,
+    system: str,
+    stack_id: str,
+    runtime: str,
+    variant: str,
+) -> LowerBound:
+    """Compose one model's figures from ``results`` (network or model key -> record)."""
+    graph = plan.graph
+    units: list[UnitCost] = []
+    layer_cost = [0.0] * len(graph.layers)
+    covered = [False] * len(graph.layers)
+    for u, (members, key) in enumerate(zip(plan.units, plan.unit_keys, strict=True)):
+        rec = results.get(key)
+        kernel, call = _ms(rec, "kernel"), _ms(rec, "call")
+        ops = "+".join(graph.layers[i].op_type for i in members)
+        units.append(UnitCost(u, f"{graph.layers[members[-1]].name} ({ops})", members, kernel, call))
+        if kernel is not None:
+            layer_cost[members[-1]] = kernel
+            for i in members:
+                covered[i] = True
+    n = len(graph.layers)
+    complete = all(covered) and n > 0
+    partial = sum(u.kernel_ms for u in units if u.kernel_ms is not None)
+    unfused = [_ms(results.get(layer.layer_key), "kernel") for layer in graph.layers]
+    composed: dict[int, float | None] = {}
+    for g, keys in plan.sequence_keys.items():
+        costs = [_ms(results.get(k), "call") for k in keys]
+        composed[g] = sum(c for c in costs if c is not None) if costs and all(c is not None for c in costs) else None
+    e2e = results.get(plan.model_key)
+    missing = tuple(
+        {"index": layer.index, "name": layer.name, "op_type": layer.op_type, "layer_key": layer.layer_key}
+        for layer, ok in zip(graph.layers, covered, strict=True)
+        if not ok
+    )
+    return LowerBound(
+        model=plan.model,
+        system=system,
+        stack_id=stack_id,
+        runtime=runtime,
+        variant=variant,
+        batch_size=plan.batch_size,
+        sequential_ms=partial if complete else None,
+        sequential_unfused_ms=sum(unfused) if unfused and all(v is not None for v in unfused) else None,  # type: ignore[arg-type]
+        parallel_ms=graph.critical_path(layer_cost).length if complete else None,
+        partial_sequential_ms=partial,
+        e2e_ms=_ms(e2e, "call"),
+        e2e_kernel_ms=_ms(e2e, "kernel"),
+        composed_ms=composed,
+        coverage=(sum(covered) / n) if n else 0.0,
+        missing=missing,
+        units=tuple(units),
+    )

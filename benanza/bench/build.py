@@ -1,0 +1,114 @@
+"""Turning a ``Network`` (plain data) back into a runnable ONNX model.
+
+Weights become random initializers of the recorded shapes and dtypes (their values do not
+change a kernel's cost); ``VALUE`` inputs keep their recorded values; attributes are
+filtered to those the operator schema of the recorded opset knows (normalisation may add
+canonical ones, such as explicit dilations, that an older opset does not accept).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from benanza.model.network import Network
+
+# IR version written for built models: old enough for any onnxruntime we support.
+_IR_VERSION = 8
+
+
+@functools.lru_cache(maxsize=4096)
+def _schema_attributes(op_type: str, opset: int, domain: str) -> frozenset[str] | None:
+    try:
+        return frozenset(onnx.defs.get_schema(op_type, opset, domain).attributes)
+    except onnx.defs.SchemaError:
+        return None
+
+
+def _elem_type(dtype: str) -> int:
+    return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+
+def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
+    """Random data of a shape and dtype: floats in [-1, 1), integers and booleans as zeros.
+
+    Zeros for integers keep index-like inputs (Gather indices, shapes) in range.
+    """
+    dt = np.dtype(dtype)
+    if dt.kind == "f":
+        return (rng.random(shape, dtype=np.float32) * 2 - 1).astype(dt)
+    return np.zeros(shape, dtype=dt)
+
+
+def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
+    """A runnable ONNX model of ``network``; inputs ``in{i}``, outputs ``out{j}``."""
+    rng = np.random.default_rng(seed)
+    inputs = [
+        helper.make_tensor_value_info(f"in{i}", _elem_type(t["dtype"]), t["shape"])
+        for i, t in enumerate(network["inputs"])
+    ]
+    initializers: list[onnx.TensorProto] = []
+    nodes: list[onnx.NodeProto] = []
+    opsets: dict[str, int] = {}
+    out_name = {}
+    for pos, node in enumerate(network["nodes"]):
+        domain = node["domain"]
+        opsets[domain] = max(opsets.get(domain, 0), node["opset"])
+        names: list[str] = []
+        for i, ref in enumerate(node["inputs"]):
+            kind = ref["kind"]
+            if kind == "absent":
+                names.append("")
+            elif kind == "input":
+                names.append(f"in{ref['input']}")
+            elif kind == "node":
+                names.append(out_name[(ref["node"], ref["output"])])
+            else:
+                name = f"n{pos}_c{i}"
+                if kind == "value":
+                    arr = np.asarray(ref["value"], dtype=np.dtype(ref["dtype"])).reshape(ref["shape"])
+                else:
+                    arr = synthetic_array(ref["shape"], ref["dtype"], rng)
+                initializers.append(numpy_helper.from_array(arr, name))
+                names.append(name)
+        outs = []
+        for j, _ in enumerate(node["outputs"]):
+            out_name[(pos, j)] = f"n{pos}_o{j}"
+            outs.append(out_name[(pos, j)])
+        allowed = _schema_attributes(node["op_type"], node["opset"], domain)
+        attrs = {k: _attr(v) for k, v in node["attributes"].items() if allowed is None or k in allowed}
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        nodes.append(helper.make_node(node["op_type"], names, outs, name=f"n{pos}", domain=domain or None, **attrs))
+    outputs = []
+    rename = []
+    for j, o in enumerate(network["outputs"]):
+        spec = network["nodes"][o["node"]]["outputs"][o["output"]]
+        outputs.append(helper.make_tensor_value_info(f"out{j}", _elem_type(spec["dtype"]), spec["shape"]))
+        rename.append((out_name[(o["node"], o["output"])], f"out{j}"))
+    # Graph outputs take the internal tensor names through Identity-free renaming.
+    mapping = dict(rename)
+    for n in nodes:
+        for k, name in enumerate(n.output):
+            if name in mapping:
+                n.output[k] = mapping[name]
+        for k, name in enumerate(n.input):
+            if name in mapping:
+                n.input[k] = mapping[name]
+    graph = helper.make_graph(nodes, "benanza_network", inputs, outputs, initializers)
+    opset_imports = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
+    return helper.make_model(graph, opset_imports=opset_imports, ir_version=_IR_VERSION, producer_name="benanza")
+
+
+def _attr(value: Any) -> Any:
+    """Attribute values as recorded (lists) back to what ``make_node`` takes."""
+    if isinstance(value, list) and len(value) == 4 and value[0] == "tensor":
+        _, dtype, shape, values = value
+        arr = np.asarray(values, dtype=np.dtype(dtype))
+        if arr.size != int(np.prod(shape)):
+            return None  # a large tensor attribute was recorded truncated; cannot rebuild
+        return numpy_helper.from_array(arr.reshape(shape))
+    return value

@@ -1,0 +1,222 @@
+"""Benchmark generation: models -> plans -> unique ``BenchmarkSpec``s.
+
+A ``ModelPlan`` fixes, for one model at one binding on one runtime, the units the runtime
+executes (execution groups), the DLBricks sequences for each granularity G (sequences of
+at most G *units*, so no sequence splits a fused kernel) and their keys. The analyzer
+rebuilds the same plan to look results up, so planning is deterministic and pure given
+the runtime's grouping.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
+from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
+from benanza.model.keys import stable_id
+from benanza.model.network import Network, network_of
+from benanza.model.process import ProcessedModel
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """What to measure for one model (at one binding) and how results compose."""
+
+    graph: ModelGraph
+    path: str
+    batch_size: int
+    shapes: Mapping[str, tuple[int, ...]]
+    model_key: str
+    units: tuple[tuple[int, ...], ...]  # execution groups, ordered by their last layer
+    unit_keys: tuple[str, ...]
+    sequences: Mapping[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)  # G -> layer sets
+    sequence_keys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    networks: Mapping[str, Network] = field(default_factory=dict, repr=False)  # key -> network
+    requested: Mapping[str, Any] = field(default_factory=dict)  # the batch/shape arguments, to reload the model
+
+    @property
+    def model(self) -> str:
+        return self.graph.model
+
+
+def model_key(graph: ModelGraph) -> str:
+    """A model's identity for end-to-end results: its layers, wiring and bound inputs."""
+    return stable_id(
+        {
+            "layers": graph.layer_keys,
+            "edges": [list(e) for e in graph.edges],
+            "inputs": [[list(t.shape), t.dtype] for t in graph.inputs],
+        }
+    )
+
+
+def batch_size_of(graph: ModelGraph) -> int:
+    """The leading dimension of the first input (1 for scalars)."""
+    for t in graph.inputs:
+        if t.shape:
+            return t.shape[0]
+    return 1
+
+
+def contracted(graph: ModelGraph, units: Sequence[Sequence[int]], keys: Sequence[str]) -> ModelGraph:
+    """A graph whose layers are the execution units, for splitting into sequences."""
+    owner = {idx: u for u, members in enumerate(units) for idx in members}
+    layers: list[Layer] = []
+    edges: set[tuple[int, int]] = set()
+    for u, members in enumerate(units):
+        inputs: list[LayerInput] = []
+        seen: set[str] = set()
+        outputs = []
+        for idx in members:
+            layer = graph.layers[idx]
+            outputs.extend(layer.outputs)
+            for inp in layer.inputs:
+                if inp.kind is not InputKind.ACTIVATION or inp.tensor.name in seen:
+                    continue
+                if any(inp.tensor.name == o.name for m in members for o in graph.layers[m].outputs):
+                    continue
+                seen.add(inp.tensor.name)
+                inputs.append(inp)
+        for idx in members:
+            for p in graph.predecessors(idx):
+                if owner[p] != u:
+                    edges.add((owner[p], u))
+        ops = "+".join(graph.layers[i].op_type for i in members)
+        layers.append(
+            Layer(
+                index=u,
+                name=f"unit{u}",
+                op_type=ops,
+                domain="",
+                opset=0,
+                inputs=tuple(inputs),
+                outputs=tuple(outputs),
+                attributes=(),
+                flops=None,
+                bytes_moved=0,
+                layer_key=keys[u],
+            )
+        )
+    return ModelGraph(graph.model, graph.path, graph.opset, graph.inputs, tuple(layers), tuple(sorted(edges)))
+
+
+def plan_model(
+    processed: ProcessedModel,
+    runtime: Any,
+    granularities: Iterable[int] = (),
+    batch: int | None = None,
+    overrides: Mapping[str, tuple[int, ...]] | None = None,
+) -> ModelPlan:
+    """The plan of one processed model on ``runtime`` (grouping from the runtime if it can)."""
+    from benanza.model.subgraphs import find_model_subgraphs
+
+    graph = processed.graph
+    groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
+    if hasattr(runtime, "execution_groups") and graph.layers:
+        groups = runtime.execution_groups(graph, processed.proto)
+    networks: dict[str, Network] = {}
+    unit_keys = []
+    for members in groups:
+        key, net = network_of(graph, members)
+        networks.setdefault(key, net)
+        unit_keys.append(key)
+    try:
+        unit_graph = contracted(graph, groups, unit_keys)
+    except ValueError:  # groups that do not respect the topological order: fall back to layers
+        groups = [[i] for i in range(len(graph.layers))]
+        unit_keys = [layer.layer_key for layer in graph.layers]
+        for layer in graph.layers:
+            networks.setdefault(layer.layer_key, network_of(graph, [layer.index])[1])
+        unit_graph = contracted(graph, groups, unit_keys)
+    sequences: dict[int, tuple[tuple[int, ...], ...]] = {}
+    sequence_keys: dict[int, tuple[str, ...]] = {}
+    for g in sorted(set(granularities)):
+        seqs = find_model_subgraphs(unit_graph, g) if graph.layers else []
+        layer_sets = []
+        keys = []
+        for seq in seqs:
+            members = sorted(i for u in seq.layers for i in groups[u])
+            key, net = network_of(graph, members)
+            networks.setdefault(key, net)
+            layer_sets.append(tuple(members))
+            keys.append(key)
+        sequences[g] = tuple(layer_sets)
+        sequence_keys[g] = tuple(keys)
+    # every single layer too: the unfused kernels behind Benanza's per-layer lower bound
+    for layer in graph.layers:
+        if layer.layer_key not in networks:
+            networks[layer.layer_key] = network_of(graph, [layer.index])[1]
+    return ModelPlan(
+        graph=graph,
+        path=graph.path,
+        batch_size=batch_size_of(graph),
+        shapes={t.name: t.shape for t in graph.inputs},
+        model_key=model_key(graph),
+        units=tuple(tuple(g) for g in groups),
+        unit_keys=tuple(unit_keys),
+        sequences=sequences,
+        sequence_keys=sequence_keys,
+        networks=networks,
+        requested={"batch": batch, "shapes": {k: list(v) for k, v in (overrides or {}).items()}},
+    )
+
+
+def _kind_of(network: Network, unit_keys: set[str], key: str) -> SpecKind:
+    if network["layers"] == 1:
+        return SpecKind.LAYER
+    return SpecKind.GROUP if key in unit_keys else SpecKind.SEQUENCE
+
+
+def _label(network: Network) -> str:
+    ops = [n["op_type"] for n in network["nodes"]]
+    first = network["inputs"][0]["shape"] if network["inputs"] else []
+    shape = "x".join(map(str, first))
+    return f"{'+'.join(ops) if len(ops) <= 4 else '+'.join(ops[:3]) + f'+..({len(ops)})'} {shape}".strip()
+
+
+def specs_for_plan(
+    plan: ModelPlan, runtime_name: str, variant: Mapping[str, Any], e2e: bool = False
+) -> list[BenchmarkSpec]:
+    """Every spec one plan needs: layers, execution groups, sequences, and the model."""
+    var = canonical_variant(variant)
+    unit_keys = set(plan.unit_keys)
+    specs = []
+    for key, net in plan.networks.items():
+        dtype = net["inputs"][0]["dtype"] if net["inputs"] else net["nodes"][0]["outputs"][0]["dtype"]
+        specs.append(
+            BenchmarkSpec(
+                kind=_kind_of(net, unit_keys, key),
+                key=key,
+                batch_size=plan.batch_size,
+                dtype=dtype,
+                runtime=runtime_name,
+                variant=var,
+                label=_label(net),
+                network=net,
+            )
+        )
+    if e2e:
+        dtype = plan.graph.inputs[0].dtype if plan.graph.inputs else "float32"
+        specs.append(
+            BenchmarkSpec(
+                kind=SpecKind.MODEL,
+                key=plan.model_key,
+                batch_size=plan.batch_size,
+                dtype=dtype,
+                runtime=runtime_name,
+                variant=var,
+                label=plan.model,
+                model={"path": plan.path, **plan.requested},
+            )
+        )
+    return specs
+
+
+def unique_specs(specs: Iterable[BenchmarkSpec]) -> list[BenchmarkSpec]:
+    """De-duplicate by spec id, keeping the first occurrence (its payload) and the order."""
+    out: dict[str, BenchmarkSpec] = {}
+    for spec in specs:
+        out.setdefault(spec.spec_id, spec)
+    return list(out.values())

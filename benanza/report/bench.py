@@ -1,0 +1,40 @@
+"""Tables for lower bounds and composed estimates."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from benanza.analysis.lower_bound import LowerBound
+from benanza.report.output import table
+
+
+def lower_bound_table(rows: Sequence[LowerBound]) -> Table:
+    grans = sorted({g for r in rows for g in r.composed_ms})
+    return table(
+        "lower bounds (ms): kernel-time sums vs DLBricks composition (call latency) vs end to end",
+        [
+            "model",
+            ("batch", "right"),
+            ("sequential", "right"),
+            ("unfused", "right"),
+            ("parallel", "right"),
+            *[(f"composed G={g}", "right") for g in grans],
+            ("e2e", "right"),
+            ("coverage", "right"),
+        ],
+        (
+            (
+                r.model,
+                r.batch_size,
+                r.sequential_ms,
+                r.sequential_unfused_ms,
+                r.parallel_ms,
+                *[r.composed_ms.get(g) for g in grans],
+                r.e2e_ms,
+                f"{r.coverage:.0%}",
+            )
+            for r in rows
+        ),
+    )

@@ -1,0 +1,224 @@
+"""ONNX Runtime on the CPU execution provider.
+
+How layers are benchmarked so that the composed estimate compares like with like:
+
+- Every benchmark (a layer, an execution group, a sequence, a whole model) runs as its own
+  ONNX model in a session with the *same* options: ``graph_optimization_level`` (default
+  ``extended``), ``intra_op_num_threads`` and sequential execution. These options are the
+  runtime's variant and are stored with every result.
+- ORT rewrites graphs (folds BatchNormalization into Conv, fuses activations). Benanza asks
+  ORT itself how it executes each model: ``execution_groups`` saves ORT's optimized graph
+  for the model and maps each executed node back to the original layers it absorbed. A
+  group of several layers (Conv+BN+Relu) is benchmarked as one network, so ORT fuses it
+  exactly as in the whole model. Layer keys of the original model are unchanged.
+- ``all`` (ORT's default) adds NCHWc layout transforms that change the data layout *between*
+  layers; a layer run alone then pays layout conversions the whole model does not. That is
+  why ``extended`` is the default here; ``all`` can be selected and is recorded.
+
+Two figures per benchmark: the call latency (``session.run``, what a framework user sees)
+from the harness, and the kernel time from ORT's own per-node profiler (microsecond
+resolution; sum of the node durations of one run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+
+from benanza.bench.build import build_onnx, synthetic_array
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.errors import UsageError
+from benanza.model.extract import dtype_name
+from benanza.model.graph import InputKind, ModelGraph
+from benanza.runtimes.base import register_runtime
+
+OPT_LEVELS = ("disabled", "basic", "extended", "all")
+
+
+def _ort():
+    import onnxruntime
+
+    return onnxruntime
+
+
+def session_options(opt_level: str, threads: int, profile: bool = False, optimized_path: str | None = None):
+    ort = _ort()
+    levels = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    so = ort.SessionOptions()
+    so.graph_optimization_level = levels[opt_level]
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    so.log_severity_level = 3
+    if profile:
+        so.enable_profiling = True
+    if optimized_path:
+        so.optimized_model_filepath = optimized_path
+    return so
+
+
+def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """Synthetic inputs for every runtime input of ``model`` (shapes must be static)."""
+    rng = np.random.default_rng(seed)
+    inits = {i.name for i in model.graph.initializer}
+    feeds = {}
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value for d in tt.shape.dim]
+        feeds[vi.name] = synthetic_array(shape, dtype_name(tt.elem_type), rng)
+    return feeds
+
+
+class _OrtPrepared:
+    def __init__(self, model_bytes: bytes, feeds: dict[str, np.ndarray], opt_level: str, threads: int) -> None:
+        ort = _ort()
+        self._bytes, self._feeds = model_bytes, feeds
+        self._opt, self._threads = opt_level, threads
+        self._session = ort.InferenceSession(
+            model_bytes, session_options(opt_level, threads), providers=["CPUExecutionProvider"]
+        )
+        self._run = self._session.run
+
+    def call(self) -> object:
+        return self._run(None, self._feeds)
+
+    def kernel_times(self, runs: int) -> list[float] | None:
+        """Sum of ORT's per-node kernel durations for each of ``runs`` profiled runs."""
+        ort = _ort()
+        with tempfile.TemporaryDirectory(prefix="benanza-prof-") as tmp:
+            so = session_options(self._opt, self._threads, profile=True)
+            so.profile_file_prefix = str(Path(tmp) / "ort")
+            session = ort.InferenceSession(self._bytes, so, providers=["CPUExecutionProvider"])
+            for _ in range(2):  # warm-up runs, excluded below
+                session.run(None, self._feeds)
+            for _ in range(runs):
+                session.run(None, self._feeds)
+            events = json.loads(Path(session.end_profiling()).read_text())
+        return kernel_times_from_profile(events)[2:]
+
+    def close(self) -> None:
+        self._session = None
+        self._run = None
+
+
+def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
+    """Per-run kernel time (seconds) from ORT profiler events.
+
+    Node events (``cat == "Node"``, names ending ``_kernel_time``) are assigned to the
+    ``model_run`` session event whose interval holds them; durations are microseconds.
+    """
+    runs = sorted(
+        (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"
+    )
+    totals = [0.0] * len(runs)
+    for e in events:
+        if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
+            continue
+        for i, (start, end) in enumerate(runs):
+            if start <= e["ts"] <= end:
+                totals[i] += e["dur"] * 1e-6
+                break
+    return totals
+
+
+@register_runtime("onnxruntime")
+class OnnxRuntimeCPU:
+    """ONNX Runtime, CPU execution provider."""
+
+    name = "onnxruntime"
+
+    def __init__(self, threads: int | None = None, opt_level: str = "extended") -> None:
+        if opt_level not in OPT_LEVELS:
+            raise UsageError(f"unknown ONNX Runtime optimisation level {opt_level!r}; known: {', '.join(OPT_LEVELS)}")
+        self.threads = threads or max(os.cpu_count() or 1, 1)
+        self.opt_level = opt_level
+
+    def variant(self) -> dict[str, Any]:
+        return {"ep": "cpu", "opt": self.opt_level, "threads": self.threads}
+
+    def stack(self) -> dict[str, Any]:
+        ort = _ort()
+        return {"onnxruntime": ort.__version__, "providers": ",".join(ort.get_available_providers())}
+
+    def supports(self, spec: BenchmarkSpec) -> str | None:
+        if spec.kind is SpecKind.MODEL:
+            path = (spec.model or {}).get("path")
+            if not path or not Path(path).exists():
+                return f"model file not available on this system: {path}"
+        elif not spec.network:
+            return "spec carries no network to build"
+        return None
+
+    def prepare(self, spec: BenchmarkSpec) -> _OrtPrepared:
+        if spec.kind is SpecKind.MODEL:
+            from benanza.model.process import process_model
+
+            info = dict(spec.model or {})
+            shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
+            model = process_model(info["path"], info.get("batch"), shapes).proto
+        else:
+            model = build_onnx(spec.network or {})
+        return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads)
+
+    def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]]:
+        """The model's layers grouped as ORT executes them at this optimisation level."""
+        ort = _ort()
+        with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
+            path = str(Path(tmp) / "optimized.onnx")
+            so = session_options(self.opt_level, 1, optimized_path=path)
+            ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            optimized = onnx.load(path, load_external_data=False)
+        return groups_from_optimized(graph, optimized)
+
+
+def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list[list[int]]:
+    """Map each node of a runtime-optimized graph back to the original layers it covers.
+
+    An optimized node covers the original layers between the tensors it reads and the
+    tensors it writes (walking back from its outputs, stopping at its inputs and at layers
+    already covered). Layers no node covers stay alone. Groups come back ordered by their
+    last layer.
+    """
+    producer: dict[str, int] = {}
+    for layer in graph.layers:
+        for t in layer.outputs:
+            producer[t.name] = layer.index
+    assigned: dict[int, int] = {}
+    groups: list[list[int]] = []
+    for node in optimized.graph.node:
+        outs = [o for o in node.output if o in producer]
+        if not outs:
+            continue
+        stop = set(node.input)
+        members: set[int] = set()
+        stack = [producer[o] for o in outs]
+        while stack:
+            idx = stack.pop()
+            if idx in members or idx in assigned:
+                continue
+            members.add(idx)
+            for inp in graph.layers[idx].inputs:
+                name = inp.tensor.name
+                if inp.kind is InputKind.ACTIVATION and name not in stop and name in producer:
+                    stack.append(producer[name])
+        if members:
+            gid = len(groups)
+            groups.append(sorted(members))
+            for m in members:
+                assigned[m] = gid
+    groups.extend([i] for i in range(len(graph.layers)) if i not in assigned)
+    return sorted(groups, key=lambda g: g[-1])
