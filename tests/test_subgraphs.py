@@ -81,19 +81,20 @@ def _float(name: str, shape: list[int]) -> onnx.ValueInfoProto:
 def _branchy(depth: int) -> ProcessedModel:
     """x -> Relu -> two Conv chains of ``depth`` -> Concat -> Relu.
 
-    Kahn's order interleaves the branches (r0, a1, b1, a2, b2, ..., concat, out), so
-    windows holding one branch's tail without the other are not runnable.
+    The file interleaves the branches (r0, a1, b1, a2, b2, ..., concat, out) and the layer
+    order keeps file order, so windows holding one branch's tail without the other are not
+    runnable.
     """
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Relu", ["x"], ["r0"], name="r0")]
     inits = []
-    for branch in "ab":
-        prev = "r0"
-        for d in range(1, depth + 1):
+    prev = {"a": "r0", "b": "r0"}
+    for d in range(1, depth + 1):
+        for branch in "ab":
             w = f"w_{branch}{d}"
             inits.append(_weight(w, (4, 4, 1, 1), rng))
-            nodes.append(helper.make_node("Conv", [prev, w], [f"{branch}{d}"], name=f"{branch}{d}"))
-            prev = f"{branch}{d}"
+            nodes.append(helper.make_node("Conv", [prev[branch], w], [f"{branch}{d}"], name=f"{branch}{d}"))
+            prev[branch] = f"{branch}{d}"
     nodes.append(helper.make_node("Concat", [f"a{depth}", f"b{depth}"], ["cat"], name="cat", axis=1))
     nodes.append(helper.make_node("Relu", ["cat"], ["y"], name="out"))
     model = _model(nodes, [_float("x", [1, 4, 5, 5])], [_float("y", [1, 8, 5, 5])], inits, name=f"branchy{depth}")

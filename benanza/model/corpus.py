@@ -80,7 +80,10 @@ def summarize(graphs: Sequence[ModelGraph]) -> CorpusSummary:
         for j in range(i + 1, n):
             matrix[i][j] = matrix[j][i] = jaccard(key_sets[i], key_sets[j])
     return CorpusSummary(
-        models=tuple(ModelCount(g.model, len(g.layers), len(s), len(g.unsupported)) for g, s in zip(graphs, key_sets, strict=True)),
+        models=tuple(
+            ModelCount(g.model, len(g.layers), len(s), len(g.unsupported))
+            for g, s in zip(graphs, key_sets, strict=True)
+        ),
         layers=sum(len(g.layers) for g in graphs),
         unique_layers=len(set().union(*key_sets)) if key_sets else 0,
         by_op=tuple(by_op),

@@ -9,8 +9,9 @@ out.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from collections import deque
+import heapq
 from collections.abc import Iterable
 from typing import Any
 
@@ -25,13 +26,17 @@ from benanza.model.keys import key_fields, stable_id
 # Integer constants up to this many elements are semantics (shapes, axes, indices), not weights.
 VALUE_INPUT_MAX_ELEMENTS = 64
 _INDEX_DTYPES = frozenset({"int32", "int64"})
+# Generators without inputs that still produce new values each run: layers, not constants.
+_RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
 
 
 class _UnsupportedNode(Exception):
     pass
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dtype_name(elem_type: int) -> str:
     """numpy-style name of an ONNX element type ("float32", "int64", "bfloat16")."""
     try:
@@ -40,7 +45,7 @@ def dtype_name(elem_type: int) -> str:
         return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def dtype_size(dtype: str) -> int:
     try:
         return np.dtype(dtype).itemsize
@@ -100,25 +105,26 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | N
 
 
 def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
-    """Nodes in a stable topological order (exports are not always sorted)."""
+    """Nodes in topological order, keeping file order wherever it is valid (exports are not always sorted)."""
     nodes = list(nodes)
     producers = {out: i for i, n in enumerate(nodes) for out in n.output if out}
     indegree = [0] * len(nodes)
     consumers: list[list[int]] = [[] for _ in nodes]
     for i, n in enumerate(nodes):
-        deps = {producers[x] for x in n.input if x and x not in available and x in producers}
+        deps = {producers[x] for x in node_reads(n) if x not in available and x in producers}
         indegree[i] = len(deps)
         for d in deps:
             consumers[d].append(i)
-    ready = deque(i for i, d in enumerate(indegree) if d == 0)
+    ready = [i for i, d in enumerate(indegree) if d == 0]  # a heap: file order wins among ready nodes
+    heapq.heapify(ready)
     order: list[int] = []
     while ready:
-        i = ready.popleft()
+        i = heapq.heappop(ready)
         order.append(i)
         for c in consumers[i]:
             indegree[c] -= 1
             if indegree[c] == 0:
-                ready.append(c)
+                heapq.heappush(ready, c)
     if len(order) != len(nodes):  # a cycle: keep the remaining nodes in file order
         seen = set(order)
         order.extend(i for i in range(len(nodes)) if i not in seen)
@@ -144,7 +150,9 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
     nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
     for pos, node in enumerate(nodes):
         present = [x for x in node.input if x]
-        if node.op_type == "Constant" or all(x in constants for x in present) and not _has_subgraph(node):
+        if node.op_type == "Constant" or (
+            all(x in constants for x in present) and not _has_subgraph(node) and node.op_type not in _RANDOM_OPS
+        ):
             constants.update(o for o in node.output if o)
             if node.op_type == "Constant" and node.output and node.attribute:
                 attr = node.attribute[0]
@@ -152,7 +160,8 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
                     const_protos[node.output[0]] = attr.t
             constant_nodes += 1
             continue
-        deps = frozenset().union(*(producer.get(x, frozenset()) for x in present))
+        # a subgraph's captured outer tensors are dependencies too (If branches read them)
+        deps = frozenset().union(*(producer.get(x, frozenset()) for x in node_reads(node)))
         node_name = node.name or f"{node.op_type}_{pos}"
         domain = "" if node.domain in ("", "ai.onnx") else node.domain
         try:
@@ -180,6 +189,41 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
         unsupported=tuple(unsupported),
         constant_nodes=constant_nodes,
     )
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Tensors a node reads: its inputs, then outer-scope names its subgraphs capture."""
+    reads = [x for x in node.input if x]
+    for attr in node.attribute:
+        for sub in (*([attr.g] if attr.type == AttributeProto.GRAPH else ()), *attr.graphs):
+            reads.extend(x for x in _captured(sub) if x not in reads)
+    return reads
+
+
+def _captured(graph: onnx.GraphProto) -> list[str]:
+    """Names a subgraph reads from enclosing scopes (ONNX lets them capture any outer tensor)."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    defined |= {i.values.name for i in graph.sparse_initializer}
+    out: list[str] = []
+    for node in graph.node:
+        out.extend(x for x in node_reads(node) if x not in defined and x not in out)
+        defined.update(o for o in node.output if o)
+    out.extend(o.name for o in graph.output if o.name not in defined and o.name not in out)
+    return out
+
+
+def _normalise_value_inputs(
+    inputs: list[LayerInput], value_slots: dict[int, str], normalise: ops.Normaliser, ctx: ops.OpContext
+) -> None:
+    """Normalise an attribute that moved to an input exactly as the attribute would be.
+
+    Squeeze's ``axes=[-1]`` as an attribute (opset 11) and as an input (opset 13) must
+    give the same key, so negative axes are made positive and sorted in both places.
+    """
+    for i, slot in value_slots.items():
+        if i < len(inputs) and inputs[i].kind is InputKind.VALUE:
+            value = normalise({slot: inputs[i].value}, ctx).get(slot)
+            inputs[i] = dataclasses.replace(inputs[i], value=tuple(value))
 
 
 def _has_subgraph(node: onnx.NodeProto) -> bool:
@@ -249,12 +293,14 @@ def _make_layer(
         try:
             if info.normalise is not None:
                 attrs = info.normalise(attrs, ctx)
+                _normalise_value_inputs(inputs, value_slots, info.normalise, ctx)
             if info.flops is not None:
                 flops = int(info.flops(attrs, ctx))
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             raise _UnsupportedNode(f"cannot normalise {op_type} attributes: {exc!r}") from None
     attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
-    bytes_moved = sum(t.numel * dtype_size(t.dtype) for t in (*(i.tensor for i in inputs if i.kind is not InputKind.ABSENT), *outputs))
+    tensors = (*(i.tensor for i in inputs if i.kind is not InputKind.ABSENT), *outputs)
+    bytes_moved = sum(t.numel * dtype_size(t.dtype) for t in tensors)
     fields = key_fields(op_type, domain, inputs, outputs, dict(attributes), value_slots)
     return Layer(
         index=index,

@@ -189,7 +189,7 @@ class ModelGraph:
         for i, preds in enumerate(self._preds):
             start, origin = 0.0, None
             for p in preds:
-                if best[p] > start or origin is None and best[p] >= start:
+                if best[p] > start or (origin is None and best[p] >= start):
                     start, origin = best[p], p
             best[i], via[i] = start + weights[i], origin
         if not best:

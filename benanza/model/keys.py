@@ -43,7 +43,9 @@ def key_fields(
     for i, inp in enumerate(inputs):
         if i in value_inputs:
             if inp.kind is InputKind.VALUE:
-                attrs[value_inputs[i]] = _canonical(inp.value)
+                # a 0-d input (Clip's min) keys as the scalar attribute it replaced
+                scalar = inp.tensor.shape == () and inp.value is not None and len(inp.value) == 1
+                attrs[value_inputs[i]] = _canonical(inp.value[0] if scalar else inp.value)
                 continue
             if inp.kind is InputKind.ABSENT:
                 continue

@@ -28,6 +28,8 @@ def load_model(path: str | Path) -> onnx.ModelProto:
         raise ModelError(p, f"not an ONNX model (protobuf could not decode it: {_one_line(exc)})") from None
     except FileNotFoundError as exc:
         raise ModelError(p, f"external data file missing: {_one_line(exc)}") from None
+    except onnx.checker.ValidationError as exc:  # onnx >= 1.17 checks external data paths on load
+        raise ModelError(p, f"external data cannot be read: {_one_line(exc)}") from None
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelError(p, f"cannot read: {_one_line(exc)}") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:

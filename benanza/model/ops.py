@@ -110,7 +110,9 @@ def _window_defaults(attrs: dict[str, Any], ctx: OpContext, kernel: tuple[int, .
     if auto_pad in ("SAME_UPPER", "SAME_LOWER") and x is not None:
         begins, ends = [], []
         for i in range(n):
-            b, e = _same_pads(x.shape[2 + i], kernel[i], attrs["strides"][i], attrs["dilations"][i], auto_pad == "SAME_UPPER")
+            b, e = _same_pads(
+                x.shape[2 + i], kernel[i], attrs["strides"][i], attrs["dilations"][i], auto_pad == "SAME_UPPER"
+            )
             begins.append(b)
             ends.append(e)
         pads = tuple(begins + ends)
@@ -147,8 +149,10 @@ def _conv_transpose(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
                 - y.shape[2 + i]
             )
             total = max(total, 0)
-            lower = attrs.get("auto_pad") == "SAME_LOWER"
-            b = total - total // 2 if lower else total // 2
+            # only SAME_UPPER puts the odd pixel at the end; SAME_LOWER and an explicit
+            # output_shape put it at the start (the spec, onnx.reference and onnxruntime agree)
+            upper = attrs.get("auto_pad") == "SAME_UPPER"
+            b = total // 2 if upper else total - total // 2
             begins.append(b)
             ends.append(total - b)
         attrs["pads"] = tuple(begins + ends)
@@ -182,6 +186,30 @@ def _axes_of(rank_of: Callable[[OpContext], int]) -> Normaliser:
         return _axis(attrs, ctx)
 
     return normalise
+
+
+def _reduce(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+    """Reduce ops, with ``noop_with_empty_axes=0`` dropped so opsets 13 and 18 key alike.
+
+    0 is the attribute's default and how every Reduce behaved before it came with axes as
+    an input; keeping it would split one layer into two keys by opset.
+    """
+    if attrs.get("noop_with_empty_axes") == 0:
+        del attrs["noop_with_empty_axes"]
+    return _axes_of(lambda c: _rank(c.inp(0)))(attrs, ctx)
+
+
+def _batch_norm(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
+    """BatchNormalization, keyed the same at opsets 7, 9 and 15.
+
+    ``spatial=1`` (opsets 7-8) and ``training_mode=0`` (opset 14+) are defaults that mean
+    what opset 9 does without them, so they are dropped.
+    """
+    if attrs.get("training_mode") == 0:
+        del attrs["training_mode"]
+    if attrs.get("spatial") == 1:
+        del attrs["spatial"]
+    return attrs
 
 
 def _softmax(attrs: dict[str, Any], ctx: OpContext) -> dict[str, Any]:
@@ -275,13 +303,18 @@ def _zero(attrs: dict[str, Any], ctx: OpContext) -> int:
 register(["Conv"], OpInfo(_conv, _conv_flops))
 register(["ConvTranspose"], OpInfo(_conv_transpose, _conv_transpose_flops))
 register(["ConvInteger"], OpInfo(_conv, _conv_flops))
-register(["QLinearConv"], OpInfo(lambda a, c: _window_defaults(a, c, tuple(a.get("kernel_shape") or c.inp(3).shape[2:])), _qlinear_conv_flops))
+register(
+    ["QLinearConv"],
+    OpInfo(
+        lambda a, c: _window_defaults(a, c, tuple(a.get("kernel_shape") or c.inp(3).shape[2:])), _qlinear_conv_flops
+    ),
+)
 register(["Gemm"], OpInfo(None, _gemm_flops))
 register(["MatMul", "MatMulInteger"], OpInfo(None, _matmul_flops))
 register(["QLinearMatMul"], OpInfo(None, _qlinear_matmul_flops))
 register(["MaxPool", "AveragePool", "LpPool"], OpInfo(_pool, _pool_flops))
 register(["GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"], OpInfo(None, _per_input_element(1)))
-register(["BatchNormalization"], OpInfo(None, _per_input_element(2)))
+register(["BatchNormalization"], OpInfo(_batch_norm, _per_input_element(2)))
 register(["InstanceNormalization", "GroupNormalization"], OpInfo(None, _per_input_element(5)))
 register(["LayerNormalization"], OpInfo(_axis, _per_input_element(5)))
 register(["RMSNormalization"], OpInfo(_axis, _per_input_element(4)))
@@ -304,7 +337,7 @@ register(["Sum", "Max", "Min", "Mean"], OpInfo(None, _variadic_flops))
 register(
     ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
      "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"],
-    OpInfo(_axes_of(lambda c: _rank(c.inp(0))), _per_input_element(1), {1: "axes"}),
+    OpInfo(_reduce, _per_input_element(1), {1: "axes"}),
 )
 register(["ArgMax", "ArgMin", "CumSum"], OpInfo(_axis, _per_input_element(1)))
 register(["TopK"], OpInfo(_axis, _per_input_element(1), {1: "k"}))

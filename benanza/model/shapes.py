@@ -23,6 +23,7 @@ import onnx
 from onnx import numpy_helper
 
 from benanza.errors import ModelError, UnboundDimensionError, UsageError
+from benanza.model.extract import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ def bind_shapes(
         if vi.name in shapes:
             dims = shapes[vi.name]
             if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
-                raise ModelError(path, f"--shape {vi.name} has rank {len(dims)} but the input has rank {len(tt.shape.dim)}")
+                raise ModelError(
+                    path, f"--shape {vi.name} has rank {len(dims)} but the input has rank {len(tt.shape.dim)}"
+                )
             bound[vi.name] = tuple(dims)
             continue
         if not tt.HasField("shape"):
@@ -112,13 +115,21 @@ def bind_shapes(
 def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
     """A copy of ``model`` with initializers as constants and inputs set to ``binding``.
 
-    Stale intermediate and output shapes are cleared so inference recomputes them.
+    Stale intermediate and output shapes are cleared so inference recomputes them, and
+    nodes are sorted topologically: inference reads them in file order, and not every
+    export is sorted.
     """
     m = copy.deepcopy(model)
     inits = {i.name for i in m.graph.initializer}
     keep = [i for i in m.graph.input if i.name not in inits]
     del m.graph.input[:]
     m.graph.input.extend(keep)
+    nodes = list(m.graph.node)
+    ordered = topological_nodes(nodes, inits | {i.name for i in keep})
+    if any(a is not b for a, b in zip(ordered, nodes, strict=True)):
+        ordered = [copy.deepcopy(n) for n in ordered]  # detached before the field is cleared
+        del m.graph.node[:]
+        m.graph.node.extend(ordered)
     if m.ir_version < 4:  # initializers outside graph inputs need IR >= 4
         m.ir_version = 4
     for vi in m.graph.input:
@@ -185,29 +196,31 @@ def prepare(
 def _rebatch_reshapes(model: onnx.ModelProto, inferred: onnx.ModelProto, olds: set[int], new: int) -> onnx.ModelProto:
     shapes = _shape_table(inferred)
     consts = {i.name: i for i in inferred.graph.initializer}
+    const_nodes = {n.output[0]: n for n in inferred.graph.node if n.op_type == "Constant" and n.output}
+    live = _runtime_tensors(inferred)
     targets: set[str] = set()
     for node in inferred.graph.node:
-        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[1] not in consts:
+        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[0] not in live:
+            continue  # not a Reshape, or reshaping a weight: it has no batch dimension
+        target = _constant_array(node.input[1], consts, const_nodes)
+        if target is None or target.ndim != 1 or not target.size:
             continue
-        target = numpy_helper.to_array(consts[node.input[1]])
         data = shapes.get(node.input[0])
-        if target.ndim == 1 and target.size and int(target[0]) in olds and data and data[0] == int(target[0]):
+        if int(target[0]) in olds and data and data[0] == int(target[0]):
             targets.add(node.output[0])
     if not targets:
         return model
     m = copy.deepcopy(model)
     inits = {i.name: i for i in m.graph.initializer}
-    const_nodes = {n.output[0]: n for n in m.graph.node if n.op_type == "Constant"}
+    const_nodes = {n.output[0]: n for n in m.graph.node if n.op_type == "Constant" and n.output}
     for node in m.graph.node:
         if node.op_type != "Reshape" or node.output[0] not in targets:
             continue
         src = node.input[1]
-        if src in inits:
-            arr = numpy_helper.to_array(inits[src]).copy()
-        elif src in const_nodes:
-            arr = numpy_helper.to_array(const_nodes[src].attribute[0].t).copy()
-        else:
+        arr = _constant_array(src, inits, const_nodes)
+        if arr is None:
             continue  # computed at run time: adapts by itself
+        arr = arr.copy()
         arr[0] = new
         name = f"{src}__benanza_batch{new}"
         if name not in inits:
@@ -216,6 +229,36 @@ def _rebatch_reshapes(model: onnx.ModelProto, inferred: onnx.ModelProto, olds: s
             inits[name] = tensor
         node.input[1] = name
     return m
+
+
+def _constant_array(
+    name: str, inits: Mapping[str, onnx.TensorProto], const_nodes: Mapping[str, onnx.NodeProto]
+) -> np.ndarray | None:
+    """The value of an initializer or of a ``Constant`` node's output; None for anything else."""
+    if name in inits:
+        return numpy_helper.to_array(inits[name])
+    node = const_nodes.get(name)
+    for attr in node.attribute if node is not None else ():
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name == "value_ints":
+            return np.array(attr.ints, np.int64)
+    return None
+
+
+def _runtime_tensors(model: onnx.ModelProto) -> set[str]:
+    """Tensors computed from a runtime input; every other tensor is a constant."""
+    inits = {i.name for i in model.graph.initializer}
+    live = {i.name for i in model.graph.input if i.name not in inits}
+    changed = True
+    while changed:  # one pass for a sorted graph; repeats cover unsorted exports
+        changed = False
+        for node in model.graph.node:
+            outs = [o for o in node.output if o]
+            if any(x in live for x in node_reads(node)) and not live.issuperset(outs):
+                live.update(outs)
+                changed = True
+    return live
 
 
 def _shape_table(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:

@@ -1,0 +1,181 @@
+"""Shared fixtures: the ONNX zoo shipped in the onnx wheel, and in-memory model builders."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+from benanza.model.process import ProcessedModel, process_model
+
+ZOO_MODELS = (
+    "bvlc_alexnet",
+    "densenet121",
+    "inception_v1",
+    "inception_v2",
+    "resnet50",
+    "shufflenet",
+    "squeezenet",
+    "vgg19",
+    "zfnet512",
+)
+
+
+@pytest.fixture(scope="session")
+def zoo_dir() -> Path:
+    """The light (weight-free) zoo models that ship inside the onnx wheel."""
+    path = Path(os.path.dirname(onnx.__file__)) / "backend" / "test" / "data" / "light"
+    if not path.is_dir():
+        pytest.skip(f"onnx wheel has no light zoo models at {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def zoo_path(zoo_dir: Path) -> Callable[[str], Path]:
+    """``zoo_path("resnet50")`` -> the path of ``light_resnet50.onnx``."""
+
+    def path_of(name: str) -> Path:
+        return zoo_dir / f"light_{name}.onnx"
+
+    return path_of
+
+
+@pytest.fixture(scope="session")
+def zoo_model(zoo_path: Callable[[str], Path]) -> Callable[..., ProcessedModel]:
+    """``zoo_model("resnet50", batch=1)``: processed once per session, then cached.
+
+    The result is a frozen value; tests must not mutate its ``proto``.
+    """
+
+    @functools.cache
+    def cached(name: str, batch: int | None) -> ProcessedModel:
+        return process_model(zoo_path(name), batch=batch)
+
+    def processed(name: str, batch: int | None = 1) -> ProcessedModel:
+        return cached(name, batch)  # one cache entry whether batch is passed by name or not
+
+    return processed
+
+
+@pytest.fixture(scope="session")
+def build_model() -> Callable[..., onnx.ModelProto]:
+    """An in-memory ONNX model from nodes, ``(name, elem_type, shape)`` inputs/outputs and arrays.
+
+    ``initializers`` maps names to numpy arrays; ``opset`` is the default domain's version;
+    ``extra_opsets`` adds ``{domain: version}`` imports. The model passes the ONNX checker
+    unless ``check=False``. An output's shape may be None: processing clears output shapes
+    and infers them again.
+    """
+
+    def build(
+        nodes: Sequence[onnx.NodeProto],
+        inputs: Sequence[tuple[str, int, Sequence[int | str] | None]],
+        outputs: Sequence[tuple[str, int, Sequence[int | str] | None]],
+        initializers: dict[str, np.ndarray] | None = None,
+        opset: int = 17,
+        extra_opsets: dict[str, int] | None = None,
+        functions: Sequence[onnx.FunctionProto] = (),
+        check: bool = True,
+    ) -> onnx.ModelProto:
+        graph = helper.make_graph(
+            list(nodes),
+            "test_graph",
+            [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+            # the checker wants an output shape; None gives an empty one (processing re-infers outputs)
+            [helper.make_tensor_value_info(n, t, [] if s is None else s) for n, t, s in outputs],
+            initializer=[numpy_helper.from_array(np.asarray(v), n) for n, v in (initializers or {}).items()],
+        )
+        imports = [helper.make_opsetid("", opset)]
+        imports += [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+        model = helper.make_model(graph, opset_imports=imports, functions=list(functions))
+        if check:
+            onnx.checker.check_model(model)
+        return model
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def process_proto() -> Callable[..., ProcessedModel]:
+    """Process an in-memory model as if it were read from ``mem.onnx``."""
+
+    def run(model: onnx.ModelProto, batch: int | None = None, shapes: dict | None = None) -> ProcessedModel:
+        return process_model("mem.onnx", batch=batch, shapes=shapes, proto=model)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def fast_harness():
+    """Harness settings that measure a benchmark in milliseconds: for pipeline tests, not timing."""
+    from benanza.bench.harness import HarnessSettings
+
+    return HarnessSettings(
+        warmup_runs=1,
+        min_samples=3,
+        max_samples=50,
+        min_time_s=0.001,
+        max_time_s=0.05,
+        min_sample_time_s=0.0,
+        kernel_runs=3,
+    )
+
+
+@pytest.fixture(scope="session")
+def conv_chain(build_model: Callable[..., onnx.ModelProto]) -> Callable[..., onnx.ModelProto]:
+    """``conv_chain(tail="reshape")``: Conv -> BatchNormalization -> Relu -> Conv -> tail.
+
+    Input ``x`` is ``batch x 3 x 8 x 8``; the first Conv has a bias and ``channels`` filters.
+    ``tail`` is ``"reshape"`` (to ``[batch, -1]``, a VALUE input) or ``"maxpool"`` (2x2,
+    stride 2). ``prefix`` renames every node and tensor, so renamed copies can be compared.
+    ONNX Runtime (``extended``) runs Conv+BN+Relu as one fused kernel.
+    """
+
+    def build(tail: str = "reshape", *, prefix: str = "", channels: int = 4, batch: int = 1) -> onnx.ModelProto:
+        def n(name: str) -> str:
+            return f"{prefix}{name}"
+
+        rng = np.random.default_rng(0)
+        inits = {
+            n("w1"): rng.standard_normal((channels, 3, 3, 3)).astype(np.float32),
+            n("b1"): rng.standard_normal(channels).astype(np.float32),
+            n("scale"): rng.random(channels).astype(np.float32) + 0.5,
+            n("shift"): rng.standard_normal(channels).astype(np.float32),
+            n("mean"): rng.standard_normal(channels).astype(np.float32),
+            n("var"): rng.random(channels).astype(np.float32) + 0.5,
+            n("w2"): rng.standard_normal((channels, channels, 1, 1)).astype(np.float32),
+        }
+        nodes = [
+            helper.make_node("Conv", [n("x"), n("w1"), n("b1")], [n("c1")], name=n("conv1"), pads=[1, 1, 1, 1]),
+            helper.make_node(
+                "BatchNormalization",
+                [n("c1"), n("scale"), n("shift"), n("mean"), n("var")],
+                [n("bn")],
+                name=n("bn1"),
+            ),
+            helper.make_node("Relu", [n("bn")], [n("r")], name=n("relu1")),
+            helper.make_node("Conv", [n("r"), n("w2")], [n("c2")], name=n("conv2")),
+        ]
+        if tail == "reshape":
+            inits[n("target")] = np.array([batch, -1], dtype=np.int64)
+            nodes.append(helper.make_node("Reshape", [n("c2"), n("target")], [n("y")], name=n("flatten")))
+        elif tail == "maxpool":
+            nodes.append(
+                helper.make_node("MaxPool", [n("c2")], [n("y")], name=n("pool"), kernel_shape=[2, 2], strides=[2, 2])
+            )
+        else:
+            raise ValueError(f"unknown tail {tail!r}")
+        return build_model(
+            nodes,
+            [(n("x"), onnx.TensorProto.FLOAT, [batch, 3, 8, 8])],
+            [(n("y"), onnx.TensorProto.FLOAT, None)],
+            inits,
+        )
+
+    return build

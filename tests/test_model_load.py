@@ -1,0 +1,270 @@
+"""Loading and binding: every bad input is a one-line ``ModelError`` that starts with the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from benanza.errors import BenanzaError, ModelError, UnboundDimensionError, UsageError
+from benanza.model.load import expand_model_paths, load_model
+from benanza.model.process import process_model
+from benanza.model.shapes import bind_shapes, parse_shape_override, parse_shape_overrides, runtime_inputs
+
+F = TensorProto.FLOAT
+
+
+def assert_model_error(exc: ModelError, path: Path, *fragments: str) -> None:
+    text = str(exc)
+    assert text.startswith(f"{path}: "), text
+    assert "\n" not in text, text
+    for fragment in fragments:
+        assert fragment in text, text
+
+
+@pytest.fixture
+def save(tmp_path: Path):
+    """Write a model to ``tmp_path`` and return its path."""
+
+    def write(model: onnx.ModelProto, name: str = "model.onnx") -> Path:
+        path = tmp_path / name
+        onnx.save(model, str(path))
+        return path
+
+    return write
+
+
+@pytest.fixture
+def symbolic_model(build_model) -> onnx.ModelProto:
+    """``x: [N, 3, S]`` -> Relu: a leading symbolic batch and a symbolic sequence length."""
+    return build_model(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        [("x", F, ["N", 3, "S"])],
+        [("y", F, ["N", 3, "S"])],
+    )
+
+
+# ------------------------------------------------------------------ reading files
+
+
+def test_zoo_model_loads(zoo_path):
+    model = load_model(zoo_path("resnet50"))
+    assert model.ir_version == 3
+    assert sum(n.op_type == "Conv" for n in model.graph.node) == 53
+
+
+def test_missing_file(tmp_path):
+    path = tmp_path / "nope.onnx"
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert_model_error(info.value, path, "no such file")
+    assert info.value.path == str(path)
+
+
+def test_directory(tmp_path):
+    with pytest.raises(ModelError) as info:
+        load_model(tmp_path)
+    assert_model_error(info.value, tmp_path, "is a directory")
+
+
+def test_text_file_is_not_onnx(tmp_path):
+    path = tmp_path / "notes.onnx"
+    path.write_text("this is a text file, not a protobuf\n")
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert_model_error(info.value, path, "not an ONNX model")
+
+
+def test_empty_file_is_not_onnx(tmp_path):
+    path = tmp_path / "empty.onnx"
+    path.write_bytes(b"")
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert_model_error(info.value, path, "not an ONNX model")
+
+
+@pytest.mark.parametrize("name", ["resnet50", "vgg19", "squeezenet"])
+def test_truncated_zoo_file(tmp_path, zoo_path, name):
+    data = zoo_path(name).read_bytes()
+    path = tmp_path / f"half_{name}.onnx"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError) as info:
+        process_model(path, batch=1)
+    assert_model_error(info.value, path, "not an ONNX model")
+
+
+def test_other_protobuf_is_not_a_model(tmp_path, zoo_dir):
+    """A TensorProto (the zoo's reference outputs) decodes but has no graph."""
+    path = tmp_path / "output_0.onnx"
+    path.write_bytes((zoo_dir / "light_resnet50_output_0.pb").read_bytes())
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert_model_error(info.value, path, "not an ONNX model", "no IR version or graph outputs")
+
+
+def test_invalid_model_fails_the_checker(build_model, save):
+    model = build_model([helper.make_node("Relu", ["missing"], ["y"])], [("x", F, [2])], [("y", F, [2])], check=False)
+    path = save(model)
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert_model_error(info.value, path, "invalid ONNX model")
+
+
+def test_missing_external_data(build_model, tmp_path):
+    model = build_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [("x", F, [64, 64])],
+        [("y", F, [64, 64])],
+        initializers={"w": np.ones((64, 64), np.float32)},
+    )
+    path = tmp_path / "external.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="external.bin", size_threshold=0)
+    (tmp_path / "external.bin").unlink()
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert_model_error(info.value, path, "external data", "external.bin")
+
+
+def test_expand_model_paths(tmp_path, build_model, save):
+    model = build_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])])
+    b = save(model, "b.onnx")
+    a = save(model, "a.onnx")
+    (tmp_path / "readme.txt").write_text("not a model")
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    c = sub / "c.onnx"
+    onnx.save(model, str(c))
+    assert expand_model_paths([tmp_path]) == [a, b, c]
+    assert expand_model_paths([str(b), a]) == [b, a]
+
+
+def test_expand_empty_folder_and_nothing(tmp_path):
+    with pytest.raises(ModelError) as info:
+        expand_model_paths([tmp_path])
+    assert_model_error(info.value, tmp_path, "no .onnx files")
+    with pytest.raises(BenanzaError, match="no models given"):
+        expand_model_paths([])
+
+
+# ------------------------------------------------------------------ binding shapes
+
+
+def test_unbound_symbolic_batch(symbolic_model, save):
+    path = save(symbolic_model)
+    with pytest.raises(UnboundDimensionError) as info:
+        process_model(path)
+    assert isinstance(info.value, ModelError)
+    assert_model_error(info.value, path, "'x'", "dimension 0", "'N'", "--batch")
+
+
+def test_unbound_symbolic_inner_dimension(symbolic_model, save):
+    path = save(symbolic_model)
+    with pytest.raises(UnboundDimensionError) as info:
+        process_model(path, batch=4)
+    assert_model_error(info.value, path, "'x'", "dimension 2", "'S'", "--shape x=")
+
+
+def test_input_without_shape_is_unbound(build_model):
+    model = build_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])])
+    model.graph.input[0].type.tensor_type.ClearField("shape")
+    with pytest.raises(UnboundDimensionError, match=r"^m\.onnx: input 'x' has no shape"):
+        bind_shapes(model, "m.onnx")
+
+
+def test_shape_override_binds_everything(symbolic_model, save):
+    path = save(symbolic_model)
+    processed = process_model(path, shapes={"x": (2, 3, 7)})
+    assert processed.binding.shapes == {"x": (2, 3, 7)}
+    assert processed.graph.inputs[0].shape == (2, 3, 7)
+    assert processed.graph.layers[0].output_shapes == [[2, 3, 7]]
+
+
+def test_batch_and_shape_together(symbolic_model):
+    binding = bind_shapes(symbolic_model, "m.onnx", batch=5, shapes={"x": (2, 3, 7)})
+    assert binding.shapes == {"x": (2, 3, 7)}  # --shape wins for the input it names
+    assert binding.rebatch == {}
+
+
+def test_shape_names_unknown_input(symbolic_model, save):
+    path = save(symbolic_model)
+    with pytest.raises(ModelError) as info:
+        process_model(path, shapes={"images": (1, 3, 8)})
+    assert not isinstance(info.value, UnboundDimensionError)
+    assert_model_error(info.value, path, "unknown input(s) images", "inputs are x")
+
+
+def test_shape_with_wrong_rank(symbolic_model, save):
+    path = save(symbolic_model)
+    with pytest.raises(ModelError) as info:
+        process_model(path, shapes={"x": (1, 3)})
+    assert_model_error(info.value, path, "rank 2", "rank 3")
+
+
+@pytest.mark.parametrize("batch", [0, -1])
+def test_batch_below_one(zoo_path, batch):
+    with pytest.raises(UsageError, match=rf"--batch must be at least 1, got {batch}"):
+        process_model(zoo_path("squeezenet"), batch=batch)
+
+
+def test_non_tensor_input(save):
+    seq = helper.make_tensor_sequence_value_info("s", F, [2])
+    graph = helper.make_graph(
+        [helper.make_node("SequenceLength", ["s"], ["n"])],
+        "g",
+        [seq],
+        [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+    )
+    path = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with pytest.raises(ModelError) as info:
+        process_model(path)
+    assert_model_error(info.value, path, "input 's' is not a tensor")
+
+
+def test_fixed_batch_rebinds_and_records_rebatch(zoo_path):
+    model = load_model(zoo_path("resnet50"))
+    (name,) = [i.name for i in runtime_inputs(model)]
+    assert bind_shapes(model, "r", batch=1).rebatch == {}
+    binding = bind_shapes(model, "r", batch=8)
+    assert binding.shapes == {name: (8, 3, 224, 224)}
+    assert binding.rebatch == {name: (1, 8)}
+    assert bind_shapes(model, "r").shapes == {name: (1, 3, 224, 224)}
+
+
+def test_initializers_are_not_runtime_inputs(zoo_path):
+    model = load_model(zoo_path("vgg19"))
+    assert len(model.graph.input) > 1  # IR 3: weights are listed as graph inputs
+    assert [i.name for i in runtime_inputs(model)] == ["data_0"]
+
+
+# ------------------------------------------------------------------ --shape syntax
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("images=1x3x640x640", ("images", (1, 3, 640, 640))),
+        ("images=1,3,224,224", ("images", (1, 3, 224, 224))),
+        ("  ids=4x128 ", ("ids", (4, 128))),
+        ("gpu_0/data_0=2x3x224x224", ("gpu_0/data_0", (2, 3, 224, 224))),
+        ("scale=", ("scale", ())),
+    ],
+)
+def test_parse_shape_override(text, expected):
+    assert parse_shape_override(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["images", "images:1x3", "images=1x", "images=ax3", "=1x3", "images=1x-3", "images=1.5"]
+)
+def test_bad_shape_syntax(text):
+    with pytest.raises(UsageError, match="bad --shape") as info:
+        parse_shape_override(text)
+    assert isinstance(info.value, ValueError)
+
+
+def test_parse_shape_overrides():
+    assert parse_shape_overrides(None) == {}
+    assert parse_shape_overrides(["a=1x2", "b=3"]) == {"a": (1, 2), "b": (3,)}
