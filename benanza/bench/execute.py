@@ -128,6 +128,7 @@ def run_specs(
     for spec in todo:
         record = run_spec(spec, runtime, settings, system=system, stack_id=stack_id)
         pending.append(record)
+        summary.records.append(record)
         if record.outcome == Outcome.OK:
             summary.measured += 1
         elif record.outcome == Outcome.FAILED:

@@ -127,6 +127,7 @@ def plan_model(
     except ValueError:  # groups that do not respect the topological order: fall back to layers
         groups = [[i] for i in range(len(graph.layers))]
         unit_keys = [layer.layer_key for layer in graph.layers]
+        networks = {}  # the rejected groups are not benchmarked
         for layer in graph.layers:
             networks.setdefault(layer.layer_key, network_of(graph, [layer.index])[1])
         unit_graph = contracted(graph, groups, unit_keys)

@@ -30,7 +30,7 @@ def _context(db, threads, opt_level, system, min_time=None, max_time=None):
     from benanza.local import open_local
 
     overrides = {k: v for k, v in {"min_time_s": min_time, "max_time_s": max_time}.items() if v is not None}
-    settings = HarnessSettings(**overrides)
+    settings = HarnessSettings.from_env(**overrides)  # flags over BENANZA_HARNESS_*; invalid -> UsageError
     return open_local(db, "onnxruntime", {"threads": threads, "opt_level": opt_level}, system, settings)
 
 

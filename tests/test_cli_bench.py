@@ -1,0 +1,180 @@
+"""`benanza bench run`, `benanza analyze lower-bound` and `benanza run` through typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from benanza.cli import app
+from benanza.store import open_store
+
+SYSTEM = "cli-test-system"
+# Keep every benchmark to milliseconds; flags set the times, the environment the rest.
+FAST_ENV = {
+    "BENANZA_DB": None,
+    "BENANZA_SYSTEM": None,
+    "BENANZA_HARNESS_WARMUP_RUNS": "1",
+    "BENANZA_HARNESS_MIN_SAMPLES": "3",
+    "BENANZA_HARNESS_KERNEL_RUNS": "3",
+}
+FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.05", "--threads", "1", "--system", SYSTEM]
+ANALYZE_FLAGS = ["--granularity", "1,2", "--threads", "1", "--system", SYSTEM]
+CONTRACT_FIELDS = (
+    "model",
+    "system",
+    "stack_id",
+    "batch_size",
+    "sequential_ms",
+    "parallel_ms",
+    "e2e_ms",
+    "composed_ms",
+    "coverage",
+    "missing",
+)
+
+
+def invoke(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args], env=FAST_ENV)
+
+
+def json_of(result):
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def one_line_error(result) -> str:
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)  # handled, not a crash
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def model_file(tmp_path_factory, conv_chain) -> Path:
+    path = tmp_path_factory.mktemp("models") / "chain.onnx"
+    path.write_bytes(conv_chain("reshape").SerializeToString())
+    return path
+
+
+@pytest.fixture(scope="module")
+def benched(tmp_path_factory, model_file):
+    """A database benchmarked twice with the same arguments: (uri, first summary, second summary)."""
+    uri = f"sqlite:///{tmp_path_factory.mktemp('db') / 'cli.db'}"
+    args = ("bench", "run", model_file, "--db", uri, "--granularity", "1,2", "--e2e", "--format", "json", *FAST_FLAGS)
+    first = json_of(invoke(*args))
+    second = json_of(invoke(*args))
+    return uri, first, second
+
+
+def test_bench_run_reports_counts(benched):
+    _, first, _ = benched
+    # 5 layers, the fused Conv+BN+Relu, one G=2 sequence, the model end to end
+    assert {k: first[k] for k in ("measured", "reused", "failed", "skipped")} == {
+        "measured": 8,
+        "reused": 0,
+        "failed": 0,
+        "skipped": 0,
+    }
+    assert first["system"] == SYSTEM and first["runtime"] == "onnxruntime"
+    assert first["variant"] == "ep=cpu,opt=extended,threads=1"
+    assert first["stack_id"]
+
+
+def test_a_second_run_reuses_everything(benched):
+    _, first, second = benched
+    assert second["measured"] == 0
+    assert second["reused"] == first["measured"]
+    assert second["failed"] == second["skipped"] == 0
+    assert second["stack_id"] == first["stack_id"]
+
+
+def test_flags_and_environment_reach_the_harness(benched):
+    uri, first, _ = benched
+    with open_store(uri, create=False) as store:
+        records = store.records(system=SYSTEM, stack_id=first["stack_id"])
+    assert len(records) == first["measured"]
+    harness = records[0].settings["harness"]
+    assert (harness["min_time_s"], harness["max_time_s"]) == (0.001, 0.05)  # flags
+    assert (harness["kernel_runs"], harness["min_samples"]) == (3, 3)  # BENANZA_HARNESS_*
+    assert all(len(r.kernel_samples) == 3 for r in records)
+
+
+def test_lower_bound_json_contract(benched, model_file):
+    uri, first, _ = benched
+    rows = json_of(invoke("analyze", "lower-bound", model_file, "--db", uri, "--format", "json", *ANALYZE_FLAGS))
+    assert isinstance(rows, list) and len(rows) == 1
+    (row,) = rows
+    for field in CONTRACT_FIELDS:
+        assert field in row, field
+    assert row["model"] == "chain" and row["system"] == SYSTEM and row["stack_id"] == first["stack_id"]
+    assert row["batch_size"] == 1
+    assert set(row["composed_ms"]) == {"1", "2"}
+    assert row["coverage"] == 1.0 and row["missing"] == []
+    for value in (row["sequential_ms"], row["parallel_ms"], row["e2e_ms"], *row["composed_ms"].values()):
+        assert isinstance(value, float) and value >= 0
+    assert row["parallel_ms"] <= row["sequential_ms"] * (1 + 1e-9)
+
+
+def test_lower_bound_without_results_is_uncovered(tmp_path, model_file):
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    rows = json_of(invoke("analyze", "lower-bound", model_file, "--db", empty, "--format", "json", *ANALYZE_FLAGS))
+    (row,) = rows
+    assert row["coverage"] == 0.0
+    assert row["sequential_ms"] is None and row["parallel_ms"] is None and row["e2e_ms"] is None
+    assert row["composed_ms"] == {"1": None, "2": None}
+    assert [m["index"] for m in row["missing"]] == [0, 1, 2, 3, 4]
+
+
+def test_lower_bound_plot_writes_pngs(benched, model_file, tmp_path):
+    uri, _, _ = benched
+    plot = tmp_path / "plots" / "lb.png"
+    result = invoke("analyze", "lower-bound", model_file, "--db", uri, "--plot", plot, *ANALYZE_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert "chain" in result.stdout  # the table
+    for png in (plot, plot.with_name("lb_chain_b1_layers.png")):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_bench_run_table_output(benched, model_file):
+    uri, _, _ = benched
+    result = invoke("bench", "run", model_file, "--db", uri, "--granularity", "1,2", "--e2e", *FAST_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert "measured 0, reused 8, failed 0, skipped 0" in result.stdout
+
+
+def test_run_benchmarks_and_analyzes(model_file, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'run.db'}"
+    rows = json_of(invoke("run", model_file, "--db", uri, "--granularity", "1,2", "--format", "json", *FAST_FLAGS))
+    (row,) = rows
+    assert row["coverage"] == 1.0
+    assert row["e2e_ms"] is not None and row["sequential_ms"] is not None
+    assert set(row["composed_ms"]) == {"1", "2"}
+
+
+def test_a_missing_model_file_is_a_one_line_error(tmp_path):
+    missing = tmp_path / "no_such_model.onnx"
+    for command in (("bench", "run", missing, *FAST_FLAGS), ("analyze", "lower-bound", missing)):
+        result = invoke(*command, "--db", f"sqlite:///{tmp_path / 'x.db'}", "--format", "json")
+        line = one_line_error(result)
+        assert str(missing) in line and "no such file" in line
+        assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--min-time", "1", "--max-time", "0.5"], "min_time_s"),
+        (["--granularity", "0"], "--granularity"),
+        (["--batch", "x"], "--batch"),
+        (["--opt-level", "max"], "optimisation level"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(model_file, tmp_path, flags, message):
+    result = invoke("bench", "run", model_file, "--db", f"sqlite:///{tmp_path / 'x.db'}", *flags)
+    assert message in one_line_error(result)

@@ -1,0 +1,219 @@
+"""Running specs into the store: every outcome a record, incremental runs, failures kept as data."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+from benanza.bench.execute import run_spec, run_specs
+from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.local import bench, open_local, plan_models, specs_for
+from benanza.runtimes.null import NullPrepared, NullRuntime
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+from benanza.store import Outcome, open_store
+
+SYSTEM = "test-system"
+STACK = "stack-under-test"
+
+
+@pytest.fixture(scope="module")
+def runtime():
+    return OnnxRuntimeCPU(threads=1)
+
+
+@pytest.fixture(scope="module")
+def chain_specs(conv_chain, process_proto, runtime):
+    plan = plan_model(process_proto(conv_chain("reshape")), runtime, (1, 2))
+    return specs_for_plan(plan, runtime.name, runtime.variant())
+
+
+@pytest.fixture
+def store(tmp_path):
+    with open_store(f"sqlite:///{tmp_path / 'results.db'}") as s:
+        yield s
+
+
+def model_file(tmp_path, conv_chain, tail: str):
+    path = tmp_path / f"chain_{tail}.onnx"
+    path.write_bytes(conv_chain(tail).SerializeToString())
+    return path
+
+
+# -- one spec ------------------------------------------------------------------------------------
+
+
+def test_run_spec_records_samples_kernel_times_and_provenance(chain_specs, runtime, fast_harness):
+    group = next(s for s in chain_specs if s.kind is SpecKind.GROUP)
+    record = run_spec(group, runtime, fast_harness, system=SYSTEM, stack_id=STACK, host="bench-host")
+    assert record.outcome is Outcome.OK and record.reason is None
+    assert (record.spec_id, record.key, record.kind) == (group.spec_id, group.key, "group")
+    assert record.variant == "ep=cpu,opt=extended,threads=1"
+    assert (record.system, record.stack_id, record.host) == (SYSTEM, STACK, "bench-host")
+    assert record.samples and all(s > 0 for s in record.samples)
+    assert record.stats["n"] == len(record.samples)
+    assert record.stats["stopped_by"] in ("noise", "time_cap", "max_samples")
+    assert len(record.kernel_samples) == fast_harness.kernel_runs
+    assert record.kernel_stats["n"] == fast_harness.kernel_runs
+    assert record.settings == {"runtime": runtime.variant(), "harness": fast_harness.model_dump()}
+    assert BenchmarkSpec.from_dict(record.spec).spec_id == group.spec_id
+    assert record.duration_s > 0
+
+
+def test_no_kernel_runs_no_kernel_times(chain_specs, runtime, fast_harness):
+    settings = fast_harness.model_copy(update={"kernel_runs": 0})
+    record = run_spec(chain_specs[0], runtime, settings, system=SYSTEM, stack_id=STACK)
+    assert record.outcome is Outcome.OK
+    assert record.kernel_samples == () and record.kernel_stats is None
+
+
+def test_an_impossible_network_is_a_failed_record(chain_specs, runtime, fast_harness):
+    conv = next(s for s in chain_specs if s.kind is SpecKind.LAYER and s.label.startswith("Conv"))
+    network = copy.deepcopy(conv.network)
+    network["nodes"][0]["attributes"]["group"] = 5  # 3 input channels cannot split into 5 groups
+    broken = dataclasses.replace(conv, key="broken-conv-key", network=network)
+    record = run_spec(broken, runtime, fast_harness, system=SYSTEM, stack_id=STACK)
+    assert record.outcome is Outcome.FAILED
+    assert record.reason.startswith("Fail: ") and "group" in record.reason and "\n" not in record.reason
+    assert record.samples == () and record.stats is None
+    assert conv.network["nodes"][0]["attributes"]["group"] == 1  # the original is untouched
+
+
+def test_a_missing_model_file_is_a_skipped_record(runtime, fast_harness, tmp_path):
+    missing = tmp_path / "not_here.onnx"
+    spec = BenchmarkSpec(SpecKind.MODEL, "m" * 16, 1, "float32", "onnxruntime", model={"path": str(missing)})
+    record = run_spec(spec, runtime, fast_harness, system=SYSTEM, stack_id=STACK)
+    assert record.outcome is Outcome.SKIPPED
+    assert str(missing) in record.reason
+
+
+# -- many specs into a store -------------------------------------------------------------------
+
+
+def test_failures_are_stored_and_the_rest_still_measured(chain_specs, runtime, fast_harness, store, tmp_path):
+    conv = next(s for s in chain_specs if s.kind is SpecKind.LAYER and s.label.startswith("Conv"))
+    network = copy.deepcopy(conv.network)
+    network["nodes"][0]["attributes"]["group"] = 5
+    broken = dataclasses.replace(conv, key="broken-conv-key", label="broken Conv", network=network)
+    missing_model = BenchmarkSpec(
+        SpecKind.MODEL, "m" * 16, 1, "float32", "onnxruntime", label="gone", model={"path": str(tmp_path / "x.onnx")}
+    )
+    specs = [broken, *chain_specs, missing_model]
+    summary = run_specs(specs, runtime, store, fast_harness, system=SYSTEM, stack_id=STACK, batch=3)
+    assert summary.to_dict() == {"measured": len(chain_specs), "reused": 0, "failed": 1, "skipped": 1}
+    by_id = {r.spec_id: r for r in store.records(system=SYSTEM, stack_id=STACK)}
+    assert set(by_id) == {s.spec_id for s in specs}
+    assert by_id[broken.spec_id].outcome is Outcome.FAILED and by_id[broken.spec_id].reason
+    assert by_id[missing_model.spec_id].outcome is Outcome.SKIPPED
+    assert "x.onnx" in by_id[missing_model.spec_id].reason
+    assert all(by_id[s.spec_id].outcome is Outcome.OK for s in chain_specs)
+    assert [r.spec_id for r in summary.records] == [s.spec_id for s in specs]
+
+
+class _FlakyRuntime(NullRuntime):
+    """The null runtime, except that chosen keys raise in prepare, call or kernel_times."""
+
+    def __init__(self, fail: dict[str, str]) -> None:
+        self.fail = fail
+
+    def prepare(self, spec):
+        where = self.fail.get(spec.key)
+        if where == "prepare":
+            raise RuntimeError("cannot prepare\nsecond line of a long error")
+        return _FlakyPrepared(where)
+
+
+class _FlakyPrepared(NullPrepared):
+    __slots__ = ("where",)
+
+    def __init__(self, where):
+        self.where = where
+
+    def call(self):
+        if self.where == "call":
+            raise MemoryError("out of memory")
+
+    def kernel_times(self, runs):
+        if self.where == "kernel":
+            raise ValueError("profile unreadable")
+        return [1e-6] * runs
+
+
+def _null_specs(n: int) -> list[BenchmarkSpec]:
+    return [BenchmarkSpec(SpecKind.LAYER, f"key{i:013d}", 1, "float32", "null", label=f"layer {i}") for i in range(n)]
+
+
+def test_faults_in_any_phase_lose_nothing(store, fast_harness):
+    specs = _null_specs(7)
+    faults = {specs[1].key: "prepare", specs[3].key: "call", specs[5].key: "kernel"}
+    seen = []
+    summary = run_specs(
+        specs,
+        _FlakyRuntime(faults),
+        store,
+        fast_harness,
+        system=SYSTEM,
+        stack_id=STACK,
+        batch=2,
+        progress=lambda spec, record: seen.append((spec.key, record.outcome)),
+    )
+    assert summary.to_dict() == {"measured": 4, "reused": 0, "failed": 3, "skipped": 0}
+    assert [key for key, _ in seen] == [s.key for s in specs]
+    stored = {r.key: r for r in store.records(system=SYSTEM, stack_id=STACK)}
+    assert set(stored) == {s.key for s in specs}
+    assert stored[specs[1].key].reason == "RuntimeError: cannot prepare"
+    assert stored[specs[3].key].reason == "MemoryError: out of memory"
+    assert stored[specs[5].key].reason == "ValueError: profile unreadable"
+    assert stored[specs[0].key].kernel_samples == (1e-6,) * fast_harness.kernel_runs
+
+
+def test_retry_failed_measures_only_the_failures_again(store, fast_harness):
+    specs = _null_specs(5)
+    faults = {specs[0].key: "prepare", specs[2].key: "call"}
+    run_specs(specs, _FlakyRuntime(faults), store, fast_harness, system=SYSTEM, stack_id=STACK)
+    again = run_specs(specs, _FlakyRuntime({}), store, fast_harness, system=SYSTEM, stack_id=STACK)
+    assert again.to_dict() == {"measured": 0, "reused": 5, "failed": 0, "skipped": 0}
+    retried = run_specs(specs, _FlakyRuntime({}), store, fast_harness, system=SYSTEM, stack_id=STACK, retry_failed=True)
+    assert retried.to_dict() == {"measured": 2, "reused": 3, "failed": 0, "skipped": 0}
+    assert {r.outcome for r in store.records(system=SYSTEM, stack_id=STACK)} == {Outcome.OK}
+    assert len(store.records(system=SYSTEM, stack_id=STACK)) == 5
+
+
+def test_results_are_per_system_and_stack(store, fast_harness):
+    specs = _null_specs(3)
+    run_specs(specs, NullRuntime(), store, fast_harness, system=SYSTEM, stack_id=STACK)
+    other = run_specs(specs, NullRuntime(), store, fast_harness, system=SYSTEM, stack_id="new-stack")
+    assert other.to_dict() == {"measured": 3, "reused": 0, "failed": 0, "skipped": 0}
+
+
+# -- the local pipeline, incrementally -------------------------------------------------------------
+
+
+def test_incremental_runs_measure_only_what_is_new(tmp_path, conv_chain, fast_harness):
+    first, second = model_file(tmp_path, conv_chain, "reshape"), model_file(tmp_path, conv_chain, "maxpool")
+    ctx = open_local(
+        f"sqlite:///{tmp_path / 'bench.db'}", "onnxruntime", {"threads": 1}, system=SYSTEM, settings=fast_harness
+    )
+    try:
+        plans_a = plan_models([first], ctx.runtime, granularities=(1, 2))
+        ids_a = {s.spec_id for s in specs_for(ctx, plans_a, e2e=True)}
+        run1 = bench(ctx, plans_a, e2e=True)
+        assert run1.to_dict() == {"measured": len(ids_a), "reused": 0, "failed": 0, "skipped": 0}
+        assert ctx.store.present_spec_ids(ctx.system, ctx.stack_id) == ids_a
+
+        run2 = bench(ctx, plan_models([first], ctx.runtime, granularities=(1, 2)), e2e=True)
+        assert run2.to_dict() == {"measured": 0, "reused": len(ids_a), "failed": 0, "skipped": 0}
+
+        plans_ab = plan_models([first, second], ctx.runtime, granularities=(1, 2))
+        ids_b = {s.spec_id for s in specs_for(ctx, plans_ab[1:], e2e=True)}
+        new = ids_b - ids_a
+        assert len(ids_b & ids_a) == 6  # Conv, BN, Relu, Conv, the fused group, Conv+BN+Relu->Conv
+        assert len(new) == 2  # the MaxPool layer (also B's last G=2 sequence) and B end to end
+        run3 = bench(ctx, plans_ab, e2e=True)
+        assert run3.to_dict() == {"measured": len(new), "reused": len(ids_a), "failed": 0, "skipped": 0}
+        assert {r.spec_id for r in run3.records} == new
+        assert ctx.store.present_spec_ids(ctx.system, ctx.stack_id) == ids_a | ids_b
+    finally:
+        ctx.close()

@@ -1,0 +1,232 @@
+"""Lower bounds, DLBricks composition and coverage from (fake and real) benchmark records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from onnx import TensorProto, helper
+
+from benanza.analysis.lower_bound import METHOD, lower_bound
+from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.spec import SpecKind
+from benanza.bench.stats import describe
+from benanza.local import analyze, bench, open_local, plan_models
+from benanza.runtimes.null import NullRuntime
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+from benanza.store import Outcome, make_record
+
+SYSTEM, STACK = "test-system", "stack-under-test"
+
+# kernel time (seconds) of each op in the branching model below
+KERNEL_S = {"Relu": 0.001, "Sigmoid": 0.003, "Tanh": 0.002, "Add": 0.0005}
+
+
+@pytest.fixture(scope="module")
+def branching(build_model, process_proto):
+    """x -> Relu -> a; a -> Sigmoid -> b; a -> Tanh -> Tanh -> d; Add(b, d).
+
+    Both Tanh layers have one key: one benchmark, counted twice.
+    """
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"]),
+        helper.make_node("Sigmoid", ["a"], ["b"]),
+        helper.make_node("Tanh", ["a"], ["c"]),
+        helper.make_node("Tanh", ["c"], ["d"]),
+        helper.make_node("Add", ["b", "d"], ["y"]),
+    ]
+    processed = process_proto(build_model(nodes, [("x", TensorProto.FLOAT, [1, 16])], [("y", TensorProto.FLOAT, None)]))
+    # the null runtime has no execution groups: every layer is its own unit
+    return plan_model(processed, NullRuntime(), (1, 2))
+
+
+def fake_records(plan, call_s, kernel_s, *, runtime="null", variant=None, outcome=Outcome.OK):
+    """One OK record per spec of ``plan``; ``call_s(spec)`` and ``kernel_s(spec)`` give seconds."""
+    records = {}
+    for spec in specs_for_plan(plan, runtime, variant or {}, e2e=True):
+        calls, kernels = [call_s(spec)] * 5, [kernel_s(spec)] * 5
+        records[spec.key] = make_record(
+            spec,
+            system=SYSTEM,
+            stack_id=STACK,
+            outcome=outcome,
+            reason=None if outcome is Outcome.OK else "broken",
+            samples=calls,
+            stats=describe(calls).to_dict(),
+            kernel_samples=kernels,
+            kernel_stats=describe(kernels).to_dict(),
+        )
+    return records
+
+
+def call_seconds(spec):
+    """Call latency: a tenth of a millisecond per node (or 50 ms for the whole model)."""
+    if spec.kind is SpecKind.MODEL:
+        return 0.05
+    return 1e-4 * len(spec.network["nodes"])
+
+
+def kernel_seconds(spec):
+    if spec.kind is SpecKind.MODEL:
+        return 0.04
+    return sum(KERNEL_S[n["op_type"]] for n in spec.network["nodes"])
+
+
+def bound(plan, results):
+    return lower_bound(plan, results, system=SYSTEM, stack_id=STACK, runtime="null", variant="")
+
+
+@pytest.fixture(scope="module")
+def all_results(branching):
+    return fake_records(branching, call_seconds, kernel_seconds)
+
+
+def test_the_branching_model(branching):
+    assert [layer.op_type for layer in branching.graph.layers] == ["Relu", "Sigmoid", "Tanh", "Tanh", "Add"]
+    assert branching.graph.edges == ((0, 1), (0, 2), (1, 4), (2, 3), (3, 4))
+    assert branching.units == ((0,), (1,), (2,), (3,), (4,))
+    assert branching.graph.layers[2].layer_key == branching.graph.layers[3].layer_key
+    assert branching.sequences[2] == ((0, 1), (2, 3), (4,))
+
+
+def test_complete_results(branching, all_results):
+    lb = bound(branching, all_results)
+    # every unit's kernel median, the repeated Tanh counted twice: 1 + 3 + 2 + 2 + 0.5
+    assert lb.sequential_ms == pytest.approx(8.5)
+    assert lb.sequential_unfused_ms == pytest.approx(8.5)  # no fused units here
+    assert lb.partial_sequential_ms == pytest.approx(8.5)
+    # critical path Relu -> Tanh -> Tanh -> Add = 5.5 beats Relu -> Sigmoid -> Add = 4.5
+    assert lb.parallel_ms == pytest.approx(5.5)
+    assert lb.parallel_ms <= lb.sequential_ms
+    assert lb.coverage == 1.0
+    assert lb.missing == ()
+    assert lb.composed_ms[1] == pytest.approx(5 * 0.1)  # five single-layer sequences of 0.1 ms
+    assert lb.composed_ms[2] == pytest.approx(0.2 + 0.2 + 0.1)  # (Relu, Sigmoid), (Tanh, Tanh), (Add)
+    assert lb.e2e_ms == pytest.approx(50.0)
+    assert lb.e2e_kernel_ms == pytest.approx(40.0)
+    assert [u.kernel_ms for u in lb.units] == pytest.approx([1.0, 3.0, 2.0, 2.0, 0.5])
+    assert [u.call_ms for u in lb.units] == pytest.approx([0.1] * 5)
+    assert lb.batch_size == 1 and lb.model == "mem"
+
+
+def test_parallel_bound_follows_the_costs(branching, all_results):
+    # make the Sigmoid branch the longest: Relu 1 + Sigmoid 10 + Add 0.5
+    results = dict(all_results)
+    sigmoid_key = branching.graph.layers[1].layer_key
+    results.update(
+        fake_records(branching, call_seconds, lambda s: 0.010 if s.key == sigmoid_key else kernel_seconds(s))
+    )
+    lb = bound(branching, results)
+    assert lb.parallel_ms == pytest.approx(11.5)
+    assert lb.sequential_ms == pytest.approx(15.5)
+
+
+def test_missing_layers_give_no_totals_and_exact_coverage(branching, all_results):
+    tanh_key = branching.graph.layers[2].layer_key
+    results = {k: r for k, r in all_results.items() if k != tanh_key}
+    lb = bound(branching, results)
+    assert lb.sequential_ms is None
+    assert lb.parallel_ms is None
+    assert lb.sequential_unfused_ms is None
+    assert lb.coverage == 3 / 5
+    assert lb.missing == tuple(
+        {"index": i, "name": branching.graph.layers[i].name, "op_type": "Tanh", "layer_key": tanh_key} for i in (2, 3)
+    )
+    assert lb.partial_sequential_ms == pytest.approx(1.0 + 3.0 + 0.5)  # what is present
+    assert lb.composed_ms[1] is None  # G=1 needs the Tanh unit
+    assert lb.composed_ms[2] == pytest.approx(0.5)  # the Tanh pair was measured as a sequence
+    assert lb.e2e_ms == pytest.approx(50.0)
+
+
+def test_a_missing_sequence_leaves_only_its_granularity_open(branching, all_results):
+    pair = branching.sequence_keys[2][1]
+    results = {k: r for k, r in all_results.items() if k != pair}
+    lb = bound(branching, results)
+    assert lb.composed_ms[2] is None
+    assert lb.composed_ms[1] == pytest.approx(0.5)
+    assert lb.sequential_ms == pytest.approx(8.5)
+    assert lb.coverage == 1.0
+
+
+def test_failed_records_and_records_without_kernel_times_count_as_missing(branching, all_results):
+    add = branching.graph.layers[4]
+    failed = fake_records(branching, call_seconds, kernel_seconds, outcome=Outcome.FAILED)
+    results = {**all_results, add.layer_key: failed[add.layer_key]}
+    lb = bound(branching, results)
+    assert lb.sequential_ms is None and lb.coverage == 4 / 5
+    assert [m["index"] for m in lb.missing] == [4]
+    assert lb.composed_ms == {1: None, 2: None}
+
+    no_kernel = dataclasses.replace(all_results[add.layer_key], kernel_samples=(), kernel_stats=None)
+    lb = bound(branching, {**all_results, add.layer_key: no_kernel})
+    assert lb.sequential_ms is None and [m["index"] for m in lb.missing] == [4]
+    assert lb.composed_ms[1] == pytest.approx(0.5)  # the call latency is there
+
+
+def test_no_results_at_all(branching):
+    lb = bound(branching, {})
+    assert lb.coverage == 0.0
+    assert lb.partial_sequential_ms == 0.0
+    assert len(lb.missing) == 5
+    assert (lb.sequential_ms, lb.parallel_ms, lb.e2e_ms, lb.e2e_kernel_ms) == (None, None, None, None)
+    assert lb.composed_ms == {1: None, 2: None}
+
+
+def test_fused_units_carry_the_cost_of_all_their_layers(conv_chain, process_proto):
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(process_proto(conv_chain("reshape")), runtime, (1, 2))
+    assert plan.units == ((0, 1, 2), (3,), (4,))
+    costs = {"Conv": 0.004, "BatchNormalization": 0.002, "Relu": 0.001, "Reshape": 0.0005}
+
+    def kernel(spec):
+        if spec.kind is SpecKind.MODEL:
+            return 0.1
+        if spec.kind is SpecKind.GROUP:
+            return 0.003  # the fused Conv+BN+Relu is cheaper than its parts
+        return sum(costs[n["op_type"]] for n in spec.network["nodes"])
+
+    results = fake_records(plan, call_seconds, kernel, runtime="onnxruntime", variant=runtime.variant())
+    lb = lower_bound(plan, results, system=SYSTEM, stack_id=STACK, runtime="onnxruntime", variant="v")
+    assert lb.sequential_ms == pytest.approx(3.0 + 4.0 + 0.5)
+    assert lb.sequential_unfused_ms == pytest.approx(4.0 + 2.0 + 1.0 + 4.0 + 0.5)
+    assert lb.parallel_ms == pytest.approx(lb.sequential_ms)  # a chain has no parallelism
+    assert [u.layers for u in lb.units] == [(0, 1, 2), (3,), (4,)]
+
+    del results[plan.unit_keys[0]]
+    lb = lower_bound(plan, results, system=SYSTEM, stack_id=STACK, runtime="onnxruntime", variant="v")
+    assert [m["index"] for m in lb.missing] == [0, 1, 2]
+    assert lb.coverage == 2 / 5
+    assert lb.partial_sequential_ms == pytest.approx(4.5)
+    assert lb.sequential_unfused_ms == pytest.approx(11.5)  # every single layer is still there
+
+
+def test_to_dict_contract(branching, all_results):
+    row = bound(branching, all_results).to_dict()
+    for field in ("model", "system", "stack_id", "batch_size", "sequential_ms", "parallel_ms", "e2e_ms"):
+        assert field in row
+    assert set(row["composed_ms"]) == {"1", "2"}
+    assert row["coverage"] == 1.0 and row["missing"] == []
+    assert row["method"] == METHOD
+    assert (row["system"], row["stack_id"], row["runtime"]) == (SYSTEM, STACK, "null")
+
+
+def test_measured_in_the_store_then_analyzed(tmp_path, conv_chain, fast_harness):
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(conv_chain("reshape").SerializeToString())
+    ctx = open_local(f"sqlite:///{tmp_path / 'lb.db'}", "onnxruntime", {"threads": 1}, SYSTEM, fast_harness)
+    try:
+        plans = plan_models([path], ctx.runtime, granularities=(1, 2))
+        before = analyze(ctx, plans)[0]
+        assert before.coverage == 0.0 and before.sequential_ms is None
+        summary = bench(ctx, plans, e2e=True)
+        assert summary.failed == summary.skipped == 0
+        (lb,) = analyze(ctx, plans)
+    finally:
+        ctx.close()
+    assert lb.model == "chain" and lb.system == SYSTEM and lb.stack_id == ctx.stack_id
+    assert lb.variant == "ep=cpu,opt=extended,threads=1"
+    assert lb.coverage == 1.0 and lb.missing == ()
+    for value in (lb.sequential_ms, lb.sequential_unfused_ms, lb.parallel_ms, lb.e2e_ms, *lb.composed_ms.values()):
+        assert value is not None and value >= 0
+    assert lb.parallel_ms == pytest.approx(lb.sequential_ms)
+    assert lb.e2e_ms > 0

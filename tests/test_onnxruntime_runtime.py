@@ -1,0 +1,220 @@
+"""The ONNX Runtime CPU runtime: execution groups, profiler kernel times, prepare/supports; the registry."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.errors import RegistryError, UsageError
+from benanza.runtimes.base import Prepared, Runtime, get_runtime, runtime_names
+from benanza.runtimes.null import NullRuntime
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for, groups_from_optimized, kernel_times_from_profile
+
+
+@pytest.fixture(scope="module")
+def chain(conv_chain, process_proto):
+    return process_proto(conv_chain("reshape"))
+
+
+# -- execution groups -------------------------------------------------------------------------
+
+
+def test_extended_fuses_conv_bn_relu_into_one_group(chain):
+    assert [layer.op_type for layer in chain.graph.layers] == ["Conv", "BatchNormalization", "Relu", "Conv", "Reshape"]
+    groups = OnnxRuntimeCPU(threads=1, opt_level="extended").execution_groups(chain.graph, chain.proto)
+    assert groups == [[0, 1, 2], [3], [4]]
+
+
+def test_disabled_optimisation_keeps_every_layer_alone(chain):
+    groups = OnnxRuntimeCPU(threads=1, opt_level="disabled").execution_groups(chain.graph, chain.proto)
+    assert groups == [[0], [1], [2], [3], [4]]
+
+
+def test_basic_folds_bn_into_conv_but_keeps_relu_apart(chain):
+    groups = OnnxRuntimeCPU(threads=1, opt_level="basic").execution_groups(chain.graph, chain.proto)
+    assert groups == [[0, 1], [2], [3], [4]]
+
+
+def _optimized(nodes):
+    graph = helper.make_graph(
+        nodes,
+        "optimized",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])],
+    )
+    return helper.make_model(graph)
+
+
+def test_groups_from_a_hand_made_optimized_graph(chain):
+    optimized = _optimized(
+        [
+            # a fused kernel reading the input and writing the Relu's output covers Conv, BN and Relu
+            helper.make_node("FusedConv", ["x", "W", "B"], ["r"], domain="com.microsoft"),
+            # a node writing only tensors the original graph does not have is ignored
+            helper.make_node("Transpose", ["r"], ["r_internal"]),
+            helper.make_node("Conv", ["r", "w2"], ["c2"]),
+            # the Reshape was removed: it stays a group of its own
+        ]
+    )
+    assert groups_from_optimized(chain.graph, optimized) == [[0, 1, 2], [3], [4]]
+
+
+def test_a_node_that_absorbs_a_removed_layer_groups_with_it(chain):
+    # BN folded away and Relu fused into the first Conv; the second Conv reads the Relu again
+    optimized = _optimized([helper.make_node("Conv", ["x"], ["bn"]), helper.make_node("Relu", ["bn"], ["r"])])
+    assert groups_from_optimized(chain.graph, optimized) == [[0, 1], [2], [3], [4]]
+
+
+def test_groups_never_share_a_layer(chain):
+    # two optimized nodes claiming overlapping layers: the first one keeps them
+    optimized = _optimized([helper.make_node("A", ["x"], ["bn"]), helper.make_node("B", ["x"], ["c2"])])
+    groups = groups_from_optimized(chain.graph, optimized)
+    assert groups == [[0, 1], [2, 3], [4]]
+    flat = [i for g in groups for i in g]
+    assert sorted(flat) == list(range(5))
+
+
+# -- kernel times from the profiler ------------------------------------------------------------
+
+
+def _event(cat, name, ts, dur):
+    return {"cat": cat, "name": name, "ts": ts, "dur": dur, "ph": "X", "pid": 1, "tid": 1}
+
+
+def test_kernel_times_assign_node_events_to_their_run():
+    events = [
+        _event("Session", "model_loading_array", 1, 100),
+        _event("Session", "session_initialization", 120, 300),
+        # second run listed first: runs are ordered by time, not by position in the file
+        _event("Node", "n0_kernel_time", 1010, 7),
+        _event("Node", "n1_kernel_time", 1020, 5),
+        _event("Session", "model_run", 1000, 50),
+        _event("Node", "n0_kernel_time", 505, 90),
+        _event("Node", "n0_fence_before", 504, 1),  # not a kernel
+        _event("Node", "n1_kernel_time", 600, 30),
+        _event("Session", "SequentialExecutor::Execute", 502, 140),  # not a run
+        _event("Session", "model_run", 500, 150),
+        _event("Node", "n9_kernel_time", 800, 40),  # between runs: belongs to none
+        _event("Session", "model_run", 2000, 10),  # a run without node events
+    ]
+    times = kernel_times_from_profile(events)
+    assert times == pytest.approx([120e-6, 12e-6, 0.0], abs=1e-12)
+
+
+def test_kernel_times_without_runs_are_empty():
+    assert kernel_times_from_profile([]) == []
+    assert kernel_times_from_profile([_event("Node", "n0_kernel_time", 1, 1)]) == []
+
+
+# -- supports, prepare, feeds -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def layer_specs(chain):
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(chain, runtime, (2,))
+    return runtime, specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True)
+
+
+def test_prepared_layer_runs_and_reports_kernel_times(layer_specs):
+    runtime, specs = layer_specs
+    group = next(s for s in specs if s.kind is SpecKind.GROUP)
+    assert runtime.supports(group) is None
+    prepared = runtime.prepare(group)
+    assert isinstance(prepared, Prepared)
+    try:
+        (out,) = prepared.call()
+        assert out.shape == (1, 4, 8, 8)
+        times = prepared.kernel_times(4)
+        assert len(times) == 4
+        assert all(t >= 0 for t in times)
+    finally:
+        prepared.close()
+
+
+def test_a_model_spec_runs_the_model_file(layer_specs, conv_chain, tmp_path):
+    runtime, specs = layer_specs
+    model = next(s for s in specs if s.kind is SpecKind.MODEL)
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(conv_chain("reshape").SerializeToString())
+    on_disk = dataclasses.replace(model, model={**model.model, "path": str(path)})
+    assert runtime.supports(on_disk) is None
+    prepared = runtime.prepare(on_disk)
+    try:
+        (out,) = prepared.call()
+        assert out.shape == (1, 256)
+    finally:
+        prepared.close()
+
+
+def test_unsupported_specs_say_why(layer_specs, tmp_path):
+    runtime, specs = layer_specs
+    model = next(s for s in specs if s.kind is SpecKind.MODEL)
+    missing = tmp_path / "gone.onnx"
+    reason = runtime.supports(dataclasses.replace(model, model={"path": str(missing)}))
+    assert reason is not None and str(missing) in reason
+    assert runtime.supports(dataclasses.replace(model, model=None)) is not None
+    layer = next(s for s in specs if s.kind is SpecKind.LAYER)
+    assert "no network" in runtime.supports(dataclasses.replace(layer, network=None))
+
+
+def test_feeds_cover_runtime_inputs_only():
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["data", "idx"], ["y"])],
+        "g",
+        [
+            helper.make_tensor_value_info("data", TensorProto.FLOAT, [5, 3]),
+            helper.make_tensor_value_info("idx", TensorProto.INT64, [2]),
+            helper.make_tensor_value_info("w", TensorProto.FLOAT, [1]),  # an initializer listed as an input
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        initializer=[helper.make_tensor("w", TensorProto.FLOAT, [1], [0.5])],
+    )
+    feeds = feeds_for(helper.make_model(graph))
+    assert sorted(feeds) == ["data", "idx"]
+    assert feeds["data"].shape == (5, 3) and feeds["data"].dtype == np.float32
+    assert feeds["idx"].tolist() == [0, 0]  # integer inputs are zeros: always valid indices
+
+
+def test_variant_and_stack():
+    runtime = OnnxRuntimeCPU(threads=3, opt_level="basic")
+    assert runtime.variant() == {"ep": "cpu", "opt": "basic", "threads": 3}
+    assert "CPUExecutionProvider" in runtime.stack()["providers"]
+    assert OnnxRuntimeCPU().threads >= 1
+
+
+def test_unknown_opt_level_is_a_usage_error():
+    with pytest.raises(UsageError, match="extended"):
+        OnnxRuntimeCPU(opt_level="max")
+
+
+# -- the registry ---------------------------------------------------------------------------------
+
+
+def test_registry_builds_runtimes_by_name():
+    assert {"null", "onnxruntime"} <= set(runtime_names())
+    runtime = get_runtime("onnxruntime", threads=1, opt_level="disabled")
+    assert isinstance(runtime, OnnxRuntimeCPU) and isinstance(runtime, Runtime)
+    assert runtime.variant()["opt"] == "disabled"
+    assert isinstance(get_runtime("null"), NullRuntime)
+
+
+def test_unknown_runtime_lists_the_known_ones():
+    with pytest.raises(RegistryError, match="onnxruntime") as info:
+        get_runtime("tensorrt")
+    assert "null" in str(info.value)
+
+
+def test_null_runtime_runs_anything():
+    runtime = get_runtime("null")
+    spec = BenchmarkSpec(SpecKind.LAYER, "k" * 16, 1, "float32", "null")
+    assert runtime.supports(spec) is None
+    prepared = runtime.prepare(spec)
+    assert prepared.call() is None
+    assert prepared.kernel_times(5) is None
+    prepared.close()
