@@ -16,6 +16,15 @@ def _pyplot():
     return plt
 
 
+def _save(plt, fig, path: str | Path) -> Path:
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
 def similarity_heatmap(summary: CorpusSummary, path: str | Path) -> Path:
     """The Jaccard similarity grid of a corpus as a heatmap."""
     plt = _pyplot()
@@ -31,12 +40,7 @@ def similarity_heatmap(summary: CorpusSummary, path: str | Path) -> Path:
             ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=8)
     ax.set_title("Layer-set Jaccard similarity")
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def lower_bound_bars(rows, path: str | Path) -> Path:
@@ -62,12 +66,7 @@ def lower_bound_bars(rows, path: str | Path) -> Path:
     ax.set_yscale("log")
     ax.set_title("Lower bound vs composed vs end-to-end latency")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
 
 
 def unit_breakdown(row, path: str | Path, top: int = 15) -> Path:
@@ -80,9 +79,4 @@ def unit_breakdown(row, path: str | Path, top: int = 15) -> Path:
     ax.barh([u.label[:48] for u in reversed(shown)], [100 * u.kernel_ms / total for u in reversed(shown)])
     ax.set_xlabel("share of sequential lower bound (%)")
     ax.set_title(f"{row.model} batch {row.batch_size}: top {len(shown)} of {len(row.units)} units")
-    fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return _save(plt, fig, path)
