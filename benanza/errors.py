@@ -50,6 +50,12 @@ class RegistryError(BenanzaError, KeyError):
         return self.args[0]
 
 
+def one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message, or its type name."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
 class SplitError(BenanzaError):
     """A layer range cannot form a runnable network (SplitModel falls back on it)."""
 

@@ -109,7 +109,9 @@ def analyze(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[LowerBound]:
     for plan in plans:
         keys = set(plan.networks) | {plan.model_key}
         records = ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
-        results = {r.key: r for r in records if r.variant == variant and r.batch_size == plan.batch_size}
+        # one record per key: an ok result beats a failure, the newest beats older ones
+        ordered = sorted(records, key=lambda r: (r.outcome == "ok", r.measured_at))
+        results = {r.key: r for r in ordered if r.variant == variant and r.batch_size == plan.batch_size}
         rows.append(
             lower_bound(
                 plan, results, system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, variant=variant

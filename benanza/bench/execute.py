@@ -18,6 +18,7 @@ from typing import Any
 from benanza.bench.harness import HarnessSettings, measure
 from benanza.bench.spec import BenchmarkSpec
 from benanza.bench.stats import describe
+from benanza.errors import one_line
 from benanza.store.records import SCHEMA_VERSION, BenchmarkRecord, Outcome
 
 
@@ -75,7 +76,7 @@ def run_spec(
         except Exception as exc:  # a spec that cannot run is a stored failure, not a crash
             outcome, reason = (
                 Outcome.FAILED,
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}",
+                f"{type(exc).__name__}: {one_line(exc)}",
             )
         finally:
             if prepared is not None:
@@ -122,7 +123,7 @@ def run_specs(
     if retry_failed:
         failed = {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
         present -= failed
-    todo = [s for s in specs if s.spec_id not in present]
+    todo = missing(specs, present)
     summary = RunSummary(reused=len(specs) - len(todo))
     pending: list[BenchmarkRecord] = []
     for spec in todo:
@@ -146,4 +147,5 @@ def run_specs(
 
 
 def missing(specs: Iterable[BenchmarkSpec], present: set[str]) -> list[BenchmarkSpec]:
+    """The specs whose id the store does not hold yet, in order."""
     return [s for s in specs if s.spec_id not in present]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -54,7 +55,7 @@ def _bench(ctx, plans, e2e, retry_failed, quiet):
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
-        console=console(file=__import__("sys").stderr),
+        console=console(file=sys.stderr),
         disable=quiet,
         transient=True,
     ) as bar:

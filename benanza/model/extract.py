@@ -285,9 +285,7 @@ def _make_layer(
 
     attrs: dict[str, Any] = dict(_schema_defaults(op_type, opset, domain))
     attrs.update((a.name, _attr_value(a)) for a in node.attribute)
-    ctx = ops.OpContext(
-        tuple(None if i.kind is InputKind.ABSENT else i.tensor for i in inputs), tuple(outputs), opset
-    )
+    ctx = ops.OpContext(tuple(None if i.kind is InputKind.ABSENT else i.tensor for i in inputs), tuple(outputs), opset)
     flops: int | None = None
     if info is not None:
         try:

@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from benanza.errors import BenanzaError, ModelError
+from benanza.errors import BenanzaError, ModelError, one_line
 
 ONNX_SUFFIXES = (".onnx",)
 
@@ -25,19 +25,19 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     try:
         model = onnx.load(str(p))
     except DecodeError as exc:
-        raise ModelError(p, f"not an ONNX model (protobuf could not decode it: {_one_line(exc)})") from None
+        raise ModelError(p, f"not an ONNX model (protobuf could not decode it: {one_line(exc)})") from None
     except FileNotFoundError as exc:
-        raise ModelError(p, f"external data file missing: {_one_line(exc)}") from None
+        raise ModelError(p, f"external data file missing: {one_line(exc)}") from None
     except onnx.checker.ValidationError as exc:  # onnx >= 1.17 checks external data paths on load
-        raise ModelError(p, f"external data cannot be read: {_one_line(exc)}") from None
+        raise ModelError(p, f"external data cannot be read: {one_line(exc)}") from None
     except (OSError, ValueError, RuntimeError) as exc:
-        raise ModelError(p, f"cannot read: {_one_line(exc)}") from None
+        raise ModelError(p, f"cannot read: {one_line(exc)}") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise ModelError(p, "not an ONNX model (no IR version or graph outputs; truncated or another format?)")
     try:
         onnx.checker.check_model(model)
     except (onnx.checker.ValidationError, ValueError) as exc:
-        raise ModelError(p, f"invalid ONNX model: {_one_line(exc)}") from None
+        raise ModelError(p, f"invalid ONNX model: {one_line(exc)}") from None
     return model
 
 
@@ -56,8 +56,3 @@ def expand_model_paths(paths: list[str | Path]) -> list[Path]:
     if not out:
         raise BenanzaError("no models given")
     return out
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0].strip() if text else type(exc).__name__

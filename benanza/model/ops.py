@@ -16,7 +16,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from benanza.errors import RegistryError
 from benanza.model.graph import TensorSpec
 
 # Ops whose nodes carry subgraphs or control flow; never benchmarked as one layer.
@@ -69,14 +68,6 @@ def register(op_types: Iterable[str], info: OpInfo, domain: str = "") -> None:
 def lookup(op_type: str, domain: str = "") -> OpInfo | None:
     """The op's info, or None when benanza has no specific knowledge of it."""
     return OPS.get((_canonical_domain(domain), op_type))
-
-
-def get(op_type: str, domain: str = "") -> OpInfo:
-    """Like ``lookup`` but an unknown op is an error listing the known ones."""
-    info = lookup(op_type, domain)
-    if info is None:
-        raise RegistryError("op", f"{domain}::{op_type}" if domain else op_type, [o for _, o in OPS])
-    return info
 
 
 def _canonical_domain(domain: str) -> str:
@@ -322,21 +313,76 @@ register(["LRN"], OpInfo(None, _lrn_flops))
 register(["Softmax", "LogSoftmax", "Hardmax"], OpInfo(_softmax, _per_input_element(5)))
 register(
     [
-        "Relu", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "Tanh", "Elu", "Selu", "Celu",
-        "Softplus", "Softsign", "HardSwish", "Mish", "Gelu", "Erf", "Exp", "Log", "Sqrt",
-        "Reciprocal", "Neg", "Abs", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Tan",
-        "Pow", "Not", "IsNaN", "IsInf", "ThresholdedRelu", "Shrink",
-        "Add", "Sub", "Mul", "Div", "Mod", "And", "Or", "Xor", "Equal", "Less", "Greater",
-        "LessOrEqual", "GreaterOrEqual", "Where", "BitShift",
-        "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear",
+        "Relu",
+        "LeakyRelu",
+        "PRelu",
+        "Sigmoid",
+        "HardSigmoid",
+        "Tanh",
+        "Elu",
+        "Selu",
+        "Celu",
+        "Softplus",
+        "Softsign",
+        "HardSwish",
+        "Mish",
+        "Gelu",
+        "Erf",
+        "Exp",
+        "Log",
+        "Sqrt",
+        "Reciprocal",
+        "Neg",
+        "Abs",
+        "Sign",
+        "Floor",
+        "Ceil",
+        "Round",
+        "Sin",
+        "Cos",
+        "Tan",
+        "Pow",
+        "Not",
+        "IsNaN",
+        "IsInf",
+        "ThresholdedRelu",
+        "Shrink",
+        "Add",
+        "Sub",
+        "Mul",
+        "Div",
+        "Mod",
+        "And",
+        "Or",
+        "Xor",
+        "Equal",
+        "Less",
+        "Greater",
+        "LessOrEqual",
+        "GreaterOrEqual",
+        "Where",
+        "BitShift",
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
     ],
     OpInfo(None, _per_output_element(1)),
 )
 register(["Clip"], OpInfo(None, _per_output_element(1), {1: "min", 2: "max"}))
 register(["Sum", "Max", "Min", "Mean"], OpInfo(None, _variadic_flops))
 register(
-    ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
-     "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"],
+    [
+        "ReduceSum",
+        "ReduceMean",
+        "ReduceMax",
+        "ReduceMin",
+        "ReduceProd",
+        "ReduceL1",
+        "ReduceL2",
+        "ReduceLogSum",
+        "ReduceLogSumExp",
+        "ReduceSumSquare",
+    ],
     OpInfo(_reduce, _per_input_element(1), {1: "axes"}),
 )
 register(["ArgMax", "ArgMin", "CumSum"], OpInfo(_axis, _per_input_element(1)))
@@ -351,8 +397,27 @@ register(["Tile"], OpInfo(None, _zero, {1: "repeats"}))
 register(["Slice"], OpInfo(None, _zero, {1: "starts", 2: "ends", 3: "axes", 4: "steps"}))
 register(["Resize", "Upsample"], OpInfo(None, _per_output_element(4)))
 register(
-    ["Concat", "Gather", "GatherElements", "GatherND", "Flatten", "Transpose", "Identity",
-     "Dropout", "Cast", "CastLike", "Shape", "Size", "DepthToSpace", "SpaceToDepth",
-     "ScatterElements", "ScatterND", "NonZero", "OneHot", "Trilu", "EyeLike"],
+    [
+        "Concat",
+        "Gather",
+        "GatherElements",
+        "GatherND",
+        "Flatten",
+        "Transpose",
+        "Identity",
+        "Dropout",
+        "Cast",
+        "CastLike",
+        "Shape",
+        "Size",
+        "DepthToSpace",
+        "SpaceToDepth",
+        "ScatterElements",
+        "ScatterND",
+        "NonZero",
+        "OneHot",
+        "Trilu",
+        "EyeLike",
+    ],
     OpInfo(_axis, _zero),
 )

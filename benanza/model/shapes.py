@@ -22,7 +22,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from benanza.errors import ModelError, UnboundDimensionError, UsageError
+from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_line
 from benanza.model.extract import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ def fold_and_infer(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:
-        raise ModelError(path, f"shape inference failed: {str(exc).strip().splitlines()[0]}") from None
+        raise ModelError(path, f"shape inference failed: {one_line(exc)}") from None
 
 
 def prepare(
