@@ -179,3 +179,102 @@ def conv_chain(build_model: Callable[..., onnx.ModelProto]) -> Callable[..., onn
         )
 
     return build
+
+
+# -- MongoDB servers for the store contract ----------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_nx_27017(data_dir: Path, port: int | None = None, timeout_s: float = 20.0):
+    """Start an nx-27017 server (MongoDB wire protocol over SQLite) on 127.0.0.1; returns ``(process, base_uri)``.
+
+    Each logical database is one SQLite file in ``data_dir``; the server is up when pymongo can
+    ping it. The caller terminates the process. ``port`` reuses a port (e.g. to restart a server
+    on its data).
+    """
+    import subprocess
+    import sys
+    import time
+
+    pymongo = pytest.importorskip("pymongo")
+    pytest.importorskip("nx_27017")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    port = port or _free_port()
+    log = data_dir / "nx-27017.log"
+    command = [sys.executable, "-m", "nx_27017.nx_27017", "--host", "127.0.0.1", "--port", str(port)]
+    command += ["--data-dir", str(data_dir), "--log-file", str(log), "--pid-file", str(data_dir / "nx-27017.pid")]
+    with (data_dir / "nx-27017.out").open("ab") as out:
+        proc = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    uri = f"mongodb://127.0.0.1:{port}"
+    client = pymongo.MongoClient(uri, serverSelectionTimeoutMS=250, connectTimeoutMS=250)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            try:
+                client.admin.command("ping")
+                return proc, uri
+            except pymongo.errors.PyMongoError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    output = (data_dir / "nx-27017.out").read_text(errors="replace")[-2000:]
+                    pytest.fail(f"nx-27017 did not start on port {port} (exit {proc.returncode}): {output}")
+                time.sleep(0.05)
+    finally:
+        client.close()
+
+
+def stop_process(proc) -> None:  # a subprocess.Popen
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except Exception:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def nx_mongodb_uri(tmp_path_factory: pytest.TempPathFactory):
+    """The base URI (``mongodb://127.0.0.1:PORT``, no database) of an nx-27017 server for this session.
+
+    Tests append a fresh database name; the server and its data go away at the end.
+    """
+    proc, uri = start_nx_27017(tmp_path_factory.mktemp("nx-27017"))
+    yield uri
+    stop_process(proc)
+
+
+@pytest.fixture(scope="session")
+def real_mongodb_uri() -> str:
+    """``$BENANZA_TEST_MONGODB_URI`` (a real MongoDB the tests may create databases in), or skip."""
+    uri = os.environ.get("BENANZA_TEST_MONGODB_URI")
+    if not uri:
+        pytest.skip("BENANZA_TEST_MONGODB_URI is not set (a real MongoDB for the store contract)")
+    return uri
+
+
+@pytest.fixture
+def nx_27017_factory():
+    """``start(data_dir, port=None) -> (process, base_uri)``: nx-27017 servers a test may stop and restart.
+
+    Stop one with ``stop_process(process)`` (or ``process.kill()``); restart it on its data by
+    passing the same ``data_dir`` and port. Every server still running is stopped afterwards.
+    """
+    started = []
+
+    def start(data_dir: Path, port: int | None = None):
+        proc, uri = start_nx_27017(data_dir, port)
+        started.append(proc)
+        return proc, uri
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            stop_process(proc)

@@ -1,16 +1,16 @@
 """The performance database: records, the Store contract (every backend), SQLite specifics, `db ls`.
 
 ``StoreContract`` holds the backend-neutral tests. A backend reuses them by subclassing it
-with a ``store_uri`` fixture, e.g. for MongoDB::
+with a ``store_uri`` fixture (``tests/test_store_mongo.py`` does so for MongoDB), e.g.::
 
     from test_store import StoreContract
 
     class TestMongoStore(StoreContract):
+        many_keys = 150  # sizes are class attributes: a slow test server lowers them
+
         @pytest.fixture
-        def store_uri(self):
-            uri = os.environ.get("BENANZA_TEST_MONGODB_URI") or pytest.skip("no MongoDB")
-            ...  # a fresh database name per test; drop it afterwards
-            yield f"{uri}/benanza_test_{uuid.uuid4().hex}"
+        def store_uri(self, nx_mongodb_uri):
+            yield f"{nx_mongodb_uri}/benanza_test_{uuid.uuid4().hex}"  # and drop it afterwards
 
 The URI must name a fresh, empty database that other processes can open too.
 """
@@ -92,6 +92,23 @@ def _write_worker(uri: str, worker: int, own: int, shared: int, batch: int, barr
             assert store.upsert(records[start : start + batch]) == len(records[start : start + batch])
 
 
+def _claim_worker(uri: str, worker: int, ids: list[str], barrier: object, results: object) -> None:
+    """One driver process: claims every id in chunks, starting at its own offset; reports what it got."""
+    with open_store(uri) as store:
+        held = _claim_in_chunks(store, worker, ids, barrier)
+    results.put((worker, sorted(held)))  # type: ignore[attr-defined]
+
+
+def _claim_in_chunks(store: Store, worker: int, ids: list[str], barrier: object, workers: int = 4) -> set[str]:
+    start = worker * len(ids) // workers  # each driver walks the same ids from another place
+    order = ids[start:] + ids[:start]
+    barrier.wait()  # type: ignore[attr-defined]
+    held: set[str] = set()
+    for i in range(0, len(order), 10):
+        held |= store.claim(SYSTEM, STACK, order[i : i + 10], f"driver-{worker}", ttl_s=600)
+    return held
+
+
 # -- records ---------------------------------------------------------------------------------
 
 
@@ -136,7 +153,14 @@ def test_from_doc_names_a_missing_field() -> None:
 
 
 class StoreContract:
-    """Backend-neutral tests; a subclass provides a ``store_uri`` fixture naming a fresh database."""
+    """Backend-neutral tests; a subclass provides a ``store_uri`` fixture naming a fresh database.
+
+    The sizes below are class attributes so that a backend whose test server is slow can lower them.
+    """
+
+    many_keys = 1_200  # records for test_records_by_many_keys
+    writers, own, shared = 4, 300, 50  # concurrent writers, records each writes alone, records all write
+    lease_ids = 400  # ids that concurrent drivers claim
 
     @pytest.fixture
     def store(self, store_uri: str) -> Iterator[Store]:
@@ -144,7 +168,7 @@ class StoreContract:
             yield store
 
     def test_is_a_store(self, store: Store) -> None:
-        assert isinstance(store, Store)
+        assert isinstance(store, Store) and isinstance(store.transactional_upsert, bool)
 
     def test_upsert_is_idempotent_and_the_last_write_wins(self, store: Store) -> None:
         first = [record_for(i) for i in range(20)]
@@ -213,8 +237,8 @@ class StoreContract:
         assert keys(keys=[]) == [] and keys(keys=["nope"]) == []
 
     def test_records_by_many_keys(self, store: Store) -> None:
-        store.upsert(record_for(i) for i in range(1_200))
-        wanted = [f"key{i:07d}" for i in range(0, 1_200, 2)] + ["missing"]
+        store.upsert(record_for(i) for i in range(self.many_keys))
+        wanted = [f"key{i:07d}" for i in range(0, self.many_keys, 2)] + ["missing"]
         found = store.records(keys=iter(wanted))
         assert [r.key for r in found] == sorted(wanted[:-1])
 
@@ -266,7 +290,7 @@ class StoreContract:
         }
 
     def test_concurrent_processes_lose_nothing(self, store: Store, store_uri: str) -> None:
-        writers, own, shared = 4, 300, 50
+        writers, own, shared = self.writers, self.own, self.shared
         ctx = multiprocessing.get_context("spawn")
         barrier = ctx.Barrier(writers)
         procs = [
@@ -280,7 +304,7 @@ class StoreContract:
         self._check_concurrent_writes(store, writers, own, shared)
 
     def test_concurrent_threads_lose_nothing(self, store: Store) -> None:
-        writers, own, shared = 4, 300, 50
+        writers, own, shared = self.writers, self.own, self.shared
         barrier = threading.Barrier(writers)
         errors: list[BaseException] = []
 
@@ -318,6 +342,108 @@ class StoreContract:
         expected = {record_for((w + 1) * 100_000 + i).spec_id for w in range(writers) for i in range(own)}
         expected |= {record_for(i).spec_id for i in range(shared)}
         assert store.present_spec_ids(SYSTEM, STACK) == expected
+
+    # -- leases ----------------------------------------------------------------------------
+
+    def test_claim_leases_what_is_unmeasured_and_unleased(self, store: Store) -> None:
+        ids = [record_for(i).spec_id for i in range(10)]
+        store.upsert([record_for(i) for i in range(3)] + [record_for(3, outcome=Outcome.FAILED)])  # any outcome
+        store.upsert([record_for(4, stack_id="other-stack"), record_for(5, system="sys-b")])  # not this stack
+        assert store.claim(SYSTEM, STACK, iter([*ids, ids[5]]), "driver-a", ttl_s=60) == set(ids[4:])
+        assert store.claim(SYSTEM, STACK, ids, "driver-b", ttl_s=60) == set()
+        extra = [record_for(i).spec_id for i in range(10, 13)]
+        assert store.claim(SYSTEM, STACK, ids[8:] + extra, "driver-b", ttl_s=60) == set(extra)
+        leases = store.leases()
+        assert [(x["spec_id"], x["owner"]) for x in leases] == sorted(
+            [(i, "driver-a") for i in ids[4:]] + [(i, "driver-b") for i in extra]
+        )
+        assert all(x["system"] == SYSTEM and x["stack_id"] == STACK for x in leases)
+        assert all(time.time() + 50 < x["expires_at"] <= time.time() + 60 for x in leases)
+
+        # re-claiming one's own lease extends it; a measured id is not leased again
+        store.upsert([record_for(9)])
+        assert store.claim(SYSTEM, STACK, ids[4:6] + ids[9:], "driver-a", ttl_s=600) == set(ids[4:6])
+        expiry = {x["spec_id"]: x["expires_at"] for x in store.leases()}
+        assert expiry[ids[4]] > time.time() + 500 and expiry[ids[6]] < time.time() + 60
+
+        # release drops only the owner's own leases and ignores ids it does not hold
+        store.release(SYSTEM, STACK, ids[4:6], "driver-b")
+        store.release(SYSTEM, STACK, [*ids[4:6], "never-leased"], "driver-a")
+        assert {x["spec_id"] for x in store.leases()} == set(ids[6:]) | set(extra)
+        assert store.claim(SYSTEM, STACK, ids[4:7], "driver-b", ttl_s=60) == set(ids[4:6])
+
+        assert store.claim("sys-b", STACK, ids[:2], "driver-c", ttl_s=60) == set(ids[:2])
+        assert [(x["system"], x["spec_id"]) for x in store.leases("sys-b")] == [("sys-b", i) for i in sorted(ids[:2])]
+        assert len(store.leases(SYSTEM)) == len(store.leases()) - 2 and store.leases("nowhere") == []
+        assert store.claim(SYSTEM, STACK, [], "driver-a", ttl_s=60) == set()
+
+    def test_claim_arguments_are_checked(self, store: Store) -> None:
+        for bad in (
+            lambda: store.claim(SYSTEM, STACK, ["a"], "driver", ttl_s=0),
+            lambda: store.claim(SYSTEM, STACK, ["a"], "", ttl_s=10),
+            lambda: store.claim(SYSTEM, STACK, "abc", "driver", ttl_s=10),
+            lambda: store.release(SYSTEM, STACK, "abc", "driver"),
+        ):
+            with pytest.raises(UsageError):
+                bad()
+        assert store.leases() == []
+
+    def test_an_expired_lease_can_be_taken_over(self, store: Store) -> None:
+        ids = [record_for(i).spec_id for i in range(4)]
+        assert store.claim(SYSTEM, STACK, ids, "crashed", ttl_s=0.5) == set(ids)
+        assert store.claim(SYSTEM, STACK, ids, "other", ttl_s=60) == set()
+        time.sleep(0.6)
+        assert store.leases() == []  # expired leases are not listed
+        assert store.claim(SYSTEM, STACK, ids[:3], "other", ttl_s=60) == set(ids[:3])
+        assert store.claim(SYSTEM, STACK, ids, "crashed", ttl_s=60) == {ids[3]}  # back again: only what is left
+        assert {x["spec_id"]: x["owner"] for x in store.leases()} == {
+            **dict.fromkeys(ids[:3], "other"),
+            ids[3]: "crashed",
+        }
+
+    def test_concurrent_thread_claims_never_share_an_id(self, store: Store) -> None:
+        ids = [record_for(i).spec_id for i in range(self.lease_ids)]
+        barrier = threading.Barrier(4)
+        held: dict[int, set[str]] = {}
+        errors: list[BaseException] = []
+
+        def drive(worker: int) -> None:
+            try:
+                held[worker] = _claim_in_chunks(store, worker, ids, barrier)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=drive, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == []
+        self._check_claims(store, ids, held)
+
+    def test_concurrent_process_claims_never_share_an_id(self, store: Store, store_uri: str) -> None:
+        ids = [record_for(i).spec_id for i in range(self.lease_ids)]
+        ctx = multiprocessing.get_context("spawn")
+        barrier, queue = ctx.Barrier(4), ctx.Queue()
+        procs = [ctx.Process(target=_claim_worker, args=(store_uri, w, ids, barrier, queue)) for w in range(4)]
+        for p in procs:
+            p.start()
+        held = {}
+        for _ in procs:
+            worker, got = queue.get(timeout=120)
+            held[worker] = set(got)
+        for p in procs:
+            p.join(timeout=30)
+        assert [p.exitcode for p in procs] == [0] * 4
+        self._check_claims(store, ids, held)
+
+    @staticmethod
+    def _check_claims(store: Store, ids: list[str], held: dict[int, set[str]]) -> None:
+        assert sorted(held) == [0, 1, 2, 3]
+        assert sum(len(got) for got in held.values()) == len(ids)  # no id went to two drivers ...
+        assert set().union(*held.values()) == set(ids)  # ... and every id went to one
+        owners = {x["spec_id"]: x["owner"] for x in store.leases()}
+        assert owners == {i: f"driver-{w}" for w, got in held.items() for i in got}
 
 
 class TestSqliteStore(StoreContract):
@@ -457,6 +583,34 @@ def test_batched_upsert_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     with capsys.disabled():
         print(f"\nSQLite: 10,000 records in one upsert call: {elapsed:.3f} s = {10_000 / elapsed:,.0f} records/s")
     assert elapsed < 10  # a loose bound: catches a per-record commit, not a slow disk
+
+
+def test_claiming_ten_thousand_ids_is_fast(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ids = [record_for(i).spec_id for i in range(10_000)]
+    with SqliteStore(tmp_path / "leases.db") as store:
+        store.upsert(record_for(i) for i in range(0, 10_000, 2))  # every other id is measured already
+        start = time.perf_counter()
+        held = store.claim(SYSTEM, STACK, ids, "driver-a", ttl_s=60)
+        elapsed = time.perf_counter() - start
+        assert held == set(ids[1::2])
+        assert store.claim(SYSTEM, STACK, ids, "driver-b", ttl_s=60) == set()
+        assert len(store.leases()) == 5_000
+    with capsys.disabled():
+        print(f"\nSQLite: claiming 10,000 ids (5,000 measured) in one call: {elapsed * 1000:.0f} ms")
+    assert elapsed < 1.0
+
+
+def test_leases_table_is_added_to_an_older_database(tmp_path: Path) -> None:
+    path = tmp_path / "perf.db"
+    with SqliteStore(path) as store:
+        store.upsert([record_for(1)])
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE leases")  # as written by benanza before leases existed
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        assert store.records() == [record_for(1)]
+        assert store.claim(SYSTEM, STACK, [record_for(1).spec_id, "new"], "driver", ttl_s=60) == {"new"}
 
 
 # -- benanza db ls -------------------------------------------------------------------------------

@@ -4,11 +4,22 @@ Every backend (SQLite embedded, MongoDB for a fleet) implements ``Store`` with t
 semantics, pinned down by the contract tests in ``tests/test_store.py``:
 
 - ``upsert`` is idempotent by ``BenchmarkRecord.identity()``: writing an identity again
-  replaces the stored record (the last write wins), all records of one call in one
-  transaction, so at-least-once retries never duplicate or half-write results.
+  replaces the stored record (the last write wins; within one call the later record wins),
+  so at-least-once retries never duplicate results. Every record of a call is checked before
+  anything is written: a record that cannot be stored fails the whole call. What a server
+  failure in the middle of a call leaves depends on ``transactional_upsert``: True (SQLite)
+  means one transaction per call, so nothing or everything; False (MongoDB) means each
+  document is written atomically and a failed call may have written some of its records,
+  which the caller's retry of the same call completes.
 - Queries see only records of the current ``records.SCHEMA_VERSION``; others are ignored.
 - ``present_spec_ids`` is the planner's question "what is already measured here?" and must
   stay fast for a million records.
+- Leases keep two drivers from measuring the same thing: ``claim`` atomically leases to one
+  owner the spec ids that have no current-schema record for (system, stack) and no unexpired
+  lease of another owner; each id goes to at most one owner at a time. A lease expires
+  ``ttl_s`` seconds after it was taken (times are UTC epoch seconds from ``time.time()`` of
+  the claiming process, compared in the database), after which anyone may take it over; an
+  owner re-claiming its own lease extends it. Write the results before ``release``.
 
 A store is opened from a URI (``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``,
 ``mongodb://host/db``); ``register_store`` adds a scheme.
@@ -34,9 +45,10 @@ class Store(Protocol):
     """A performance database (see the module docstring for the shared semantics)."""
 
     uri: str
+    transactional_upsert: bool  # one transaction per ``upsert`` call (see the module docstring)
 
     def upsert(self, records: Iterable[BenchmarkRecord]) -> int:
-        """Insert or replace records by identity in one transaction; returns how many were written."""
+        """Insert or replace records by identity; returns how many were written."""
         ...
 
     def present_spec_ids(self, system: str, stack_id: str) -> set[str]:
@@ -77,6 +89,18 @@ class Store(Protocol):
         """``{"system", "stack_id", "runtime", "kind", "outcome", "count"}`` over current-schema records."""
         ...
 
+    def claim(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float) -> set[str]:
+        """Lease to ``owner`` the given ids that are unmeasured and not leased to another; returns those now held."""
+        ...
+
+    def release(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str) -> None:
+        """Drop ``owner``'s leases on these ids (ids it does not hold are ignored)."""
+        ...
+
+    def leases(self, system: str | None = None) -> list[dict[str, Any]]:
+        """Unexpired leases ``{"system", "stack_id", "spec_id", "owner", "expires_at"}`` by system, stack, spec id."""
+        ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Self: ...
@@ -85,9 +109,21 @@ class Store(Protocol):
 
 
 class StoreBase:
-    """Context-manager support shared by the backends."""
+    """Context-manager support and argument checks shared by the backends."""
 
     uri: str
+    transactional_upsert = False
+
+    @staticmethod
+    def _lease_ids(spec_ids: Iterable[str], owner: str, ttl_s: float | None = None) -> list[str]:
+        """The distinct ids of a ``claim``/``release`` call in their given order, after checking its arguments."""
+        if isinstance(spec_ids, str):
+            raise UsageError(f"spec_ids must be a collection of ids, not the string {spec_ids!r}")
+        if not owner:
+            raise UsageError("a lease needs an owner")
+        if ttl_s is not None and not ttl_s > 0:
+            raise UsageError(f"a lease needs a positive ttl_s, got {ttl_s!r}")
+        return list(dict.fromkeys(str(i) for i in spec_ids))
 
     def close(self) -> None:
         raise NotImplementedError

@@ -27,6 +27,7 @@ from benanza.store.base import StoreBase, register_store
 from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
 
 DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
+# (a new table that older versions ignore, such as ``leases``, is created on open without a bump)
 APPLICATION_ID = 0x626E7A61  # "bnza" in the SQLite header: marks a benanza database
 BUSY_TIMEOUT_S = 30.0
 _HEADER = b"SQLite format 3\x00"
@@ -69,6 +70,33 @@ CREATE TABLE IF NOT EXISTS stacks (
     last_seen TEXT NOT NULL,
     PRIMARY KEY (system, stack_id)
 );
+CREATE TABLE IF NOT EXISTS leases (
+    system TEXT NOT NULL,
+    stack_id TEXT NOT NULL,
+    spec_id TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    expires_at REAL NOT NULL,
+    PRIMARY KEY (system, stack_id, spec_id)
+);
+"""
+# Leases, each statement one pass over the ids (a JSON array): expired leases go first, so a
+# conflict left is an unexpired lease, which only its owner may extend. RETURNING lists the
+# rows inserted or extended, i.e. exactly the ids now held.
+_DROP_EXPIRED = "DELETE FROM leases WHERE system = ? AND stack_id = ? AND expires_at <= ?"
+_CLAIM = """
+INSERT INTO leases (system, stack_id, spec_id, owner, expires_at)
+SELECT ?1, ?2, wanted.value, ?3, ?4 FROM json_each(?5) AS wanted
+WHERE NOT EXISTS (
+    SELECT 1 FROM results
+    WHERE system = ?1 AND stack_id = ?2 AND schema_version = ?6 AND spec_id = wanted.value
+)
+ON CONFLICT (system, stack_id, spec_id) DO UPDATE SET expires_at = excluded.expires_at
+    WHERE leases.owner = excluded.owner
+RETURNING spec_id
+"""
+_RELEASE = """
+DELETE FROM leases
+WHERE system = ? AND stack_id = ? AND owner = ? AND spec_id IN (SELECT value FROM json_each(?))
 """
 _UPSERT = f"""
 INSERT INTO results ({_IDENTITY}, spec_id, outcome, schema_version, measured_at, doc)
@@ -100,6 +128,8 @@ def path_of_uri(uri: str) -> Path:
 @register_store("sqlite")
 class SqliteStore(StoreBase):
     """A performance database in one SQLite file; see the module docstring."""
+
+    transactional_upsert = True
 
     def __init__(
         self, uri: str | os.PathLike[str], *, create: bool = True, busy_timeout_s: float = BUSY_TIMEOUT_S
@@ -356,6 +386,35 @@ class SqliteStore(StoreBase):
             (SCHEMA_VERSION,),
         )
         names = ("system", "stack_id", "runtime", "kind", "outcome", "count")
+        return [dict(zip(names, r, strict=True)) for r in rows]
+
+    def claim(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float) -> set[str]:
+        wanted = self._lease_ids(spec_ids, owner, ttl_s)
+        if not wanted:
+            return set()
+        ids = _json(wanted)
+
+        def claim(c: sqlite3.Connection) -> set[str]:
+            now = time.time()  # inside the write lock: no other claim runs between reading and using it
+            c.execute(_DROP_EXPIRED, (system, stack_id, now))
+            rows = c.execute(_CLAIM, (system, stack_id, owner, now + ttl_s, ids, SCHEMA_VERSION)).fetchall()
+            return {r[0] for r in rows}
+
+        return self._write(claim)
+
+    def release(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str) -> None:
+        ids = self._lease_ids(spec_ids, owner)
+        if ids:
+            self._write(lambda c: c.execute(_RELEASE, (system, stack_id, owner, _json(ids))))
+
+    def leases(self, system: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT system, stack_id, spec_id, owner, expires_at FROM leases WHERE expires_at > ?"
+        params: list[Any] = [time.time()]
+        if system is not None:
+            sql += " AND system = ?"
+            params.append(system)
+        rows = self._read(f"{sql} ORDER BY system, stack_id, spec_id", params)
+        names = ("system", "stack_id", "spec_id", "owner", "expires_at")
         return [dict(zip(names, r, strict=True)) for r in rows]
 
     def close(self) -> None:
