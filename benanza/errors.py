@@ -10,6 +10,7 @@ Every failure a user can cause (a bad file, a bad flag, an unreachable database)
     +-- RegistryError         an unknown name was asked of a registry (also a KeyError)
     +-- SplitError            a layer range cannot be written as a runnable model
     +-- StoreError            the performance database cannot be opened, read or written
+    +-- ConfigError           a fleet config file cannot be read or does not validate
 """
 
 from __future__ import annotations
@@ -66,3 +67,16 @@ class StoreError(BenanzaError):
     The message names the database (file or URI) and the reason in one line; a file that is
     not a benanza database is never modified.
     """
+
+
+class ConfigError(BenanzaError):
+    """A fleet or system configuration cannot be read or does not validate.
+
+    The message is one line: the file, then the first problem and where it is in the file
+    (``configs/x.toml: systems[1].threads: Input should be greater than 0``).
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
