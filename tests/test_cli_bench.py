@@ -22,6 +22,7 @@ FAST_ENV = {
 }
 FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.05", "--threads", "1", "--system", SYSTEM]
 ANALYZE_FLAGS = ["--granularity", "1,2", "--threads", "1", "--system", SYSTEM]
+LOCAL = {"BENANZA_SYSTEM": SYSTEM}  # analysis of this machine: no --system
 CONTRACT_FIELDS = (
     "model",
     "system",
@@ -36,8 +37,8 @@ CONTRACT_FIELDS = (
 )
 
 
-def invoke(*args: str | Path):
-    return CliRunner().invoke(app, [str(a) for a in args], env=FAST_ENV)
+def invoke(*args: str | Path, env: dict[str, str] | None = None):
+    return CliRunner().invoke(app, [str(a) for a in args], env={**FAST_ENV, **(env or {})})
 
 
 def json_of(result):
@@ -122,13 +123,36 @@ def test_lower_bound_json_contract(benched, model_file):
 
 
 def test_lower_bound_without_results_is_uncovered(tmp_path, model_file):
+    # this machine (named by $BENANZA_SYSTEM), analyzed where nothing was measured yet
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
-    rows = json_of(invoke("analyze", "lower-bound", model_file, "--db", empty, "--format", "json", *ANALYZE_FLAGS))
+    flags = ("--granularity", "1,2", "--threads", "1")
+    rows = json_of(invoke("analyze", "lower-bound", model_file, "--db", empty, "-f", "json", *flags, env=LOCAL))
     (row,) = rows
+    assert row["system"] == SYSTEM and row["variant"] == "ep=cpu,opt=extended,threads=1"
     assert row["coverage"] == 0.0
     assert row["sequential_ms"] is None and row["parallel_ms"] is None and row["e2e_ms"] is None
     assert row["composed_ms"] == {"1": None, "2": None}
     assert [m["index"] for m in row["missing"]] == [0, 1, 2, 3, 4]
+
+
+def test_this_machine_and_the_stored_system_agree(benched, model_file):
+    # without --system: this machine's current stack and flags; with it: what the store says
+    uri, _, _ = benched
+    local = ("analyze", "lower-bound", model_file, "--db", uri, "-g", "1,2", "--threads", "1", "-f", "json")
+    (mine,) = json_of(invoke(*local, env=LOCAL))
+    (stored,) = json_of(
+        invoke("analyze", "lower-bound", model_file, "--db", uri, "-g", "1,2", "-f", "json", "--system", SYSTEM)
+    )
+    assert mine == stored
+    assert mine["coverage"] == 1.0 and mine["variant"] == "ep=cpu,opt=extended,threads=1"
+
+
+def test_unknown_system_lists_the_known_ones(benched, model_file):
+    uri, _, _ = benched
+    result = invoke("analyze", "lower-bound", model_file, "--db", uri, "--system", "elsewhere", "-f", "json")
+    line = one_line_error(result)
+    assert "unknown system 'elsewhere'" in line and f"known: {SYSTEM}" in line
+    assert result.stdout == ""
 
 
 def test_lower_bound_plot_writes_pngs(benched, model_file, tmp_path):

@@ -51,7 +51,7 @@ class LowerBound:
     system: str
     stack_id: str
     runtime: str
-    variant: str
+    variant: str | None  # None: the system has no result for this model to take it from
     batch_size: int
     sequential_ms: float | None
     sequential_unfused_ms: float | None
@@ -101,7 +101,7 @@ def lower_bound(
     system: str,
     stack_id: str,
     runtime: str,
-    variant: str,
+    variant: str | None,
 ) -> LowerBound:
     """Compose one model's figures from ``results`` (network or model key -> record)."""
     graph = plan.graph

@@ -22,6 +22,14 @@ GranOpt = Annotated[str, typer.Option("--granularity", "-g", help="DLBricks sequ
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="intra-op threads (default: all cores)", min=1)]
 OptLevelOpt = Annotated[str, typer.Option("--opt-level", help="ONNX Runtime graph optimisation level")]
 SystemOpt = Annotated[str | None, typer.Option("--system", help="system name (default: $BENANZA_SYSTEM or hostname)")]
+SystemsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--system",
+        help="stored systems to analyze: names (repeatable or comma-separated) or 'all' (default: this machine)",
+    ),
+]
+StackOpt = Annotated[str, typer.Option("--stack", help="with --system: 'latest' stack of each system, 'all', or an id")]
 MinTimeOpt = Annotated[float | None, typer.Option("--min-time", help="minimum seconds of samples per benchmark")]
 MaxTimeOpt = Annotated[float | None, typer.Option("--max-time", help="time cap in seconds per benchmark")]
 
@@ -109,21 +117,10 @@ def bench_run(
         )
 
 
-def _analyze(ctx, plans, format, plot):
+def _analyze(ctx, plans, format, plot, compare=False, config=None):
     from benanza.local import analyze
-    from benanza.report.bench import lower_bound_table
 
-    rows = analyze(ctx, plans)
-    if plot is not None:
-        from benanza.report.plots import lower_bound_bars, unit_breakdown
-
-        lower_bound_bars(rows, plot)
-        for row in rows:
-            unit_breakdown(row, plot.with_name(f"{plot.stem}_{row.model}_b{row.batch_size}_layers{plot.suffix}"))
-    if format is OutputFormat.json:
-        emit_json([r.to_dict() for r in rows])
-    else:
-        console().print(lower_bound_table(rows))
+    _report_lower_bounds(ctx.store, analyze(ctx, plans), format, plot, compare=compare, config=config)
 
 
 @analyze_app.command("lower-bound")
@@ -136,17 +133,127 @@ def lower_bound_cmd(
     db: DbOpt = None,
     threads: ThreadsOpt = None,
     opt_level: OptLevelOpt = "extended",
-    system: SystemOpt = None,
+    system: SystemsOpt = None,
+    stack: StackOpt = "latest",
+    compare: Annotated[bool, typer.Option("--compare", help="print the comparison across systems instead")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="fleet config TOML whose systems' price_per_hour replace stored ones"),
+    ] = None,
     plot: Annotated[Path | None, typer.Option(help="save bars (and per-layer breakdowns beside it) as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Sequential and parallel lower bounds, DLBricks composition and end-to-end latency."""
-    ctx = _context(db, threads, opt_level, system)
-    try:
-        plans = _plans(ctx, models, batch, shape, granularity)
-        _analyze(ctx, plans, format, plot)
-    finally:
-        ctx.close()
+    """Sequential and parallel lower bounds, DLBricks composition and end-to-end latency.
+
+    Without --system: this machine's current stack and runtime settings. With --system:
+    what the named systems stored (each system's latest stack unless --stack says otherwise),
+    with a comparison across them; plans are made with the local ONNX Runtime.
+    """
+    if not system:
+        if stack != "latest":
+            from benanza.errors import UsageError
+
+            raise UsageError("--stack selects stored stacks and needs --system")
+        ctx = _context(db, threads, opt_level, None)
+        try:
+            _analyze(ctx, _plans(ctx, models, batch, shape, granularity), format, plot, compare, config)
+        finally:
+            ctx.close()
+        return
+    from benanza.local import analyze_stored
+    from benanza.model.shapes import parse_shape_overrides
+    from benanza.store import open_store
+
+    batches = parse_int_list(batch, "--batch") if batch else [None]
+    grans = parse_int_list(granularity, "--granularity") if granularity else []
+    overrides = parse_shape_overrides(shape)
+    paths = model_paths(models)
+    with open_store(db, create=False) as store:
+        rows = analyze_stored(
+            store,
+            paths,
+            system,
+            stack=stack,
+            batches=batches,
+            overrides=overrides,
+            granularities=grans,
+            opt_level=opt_level,
+        )
+        _report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=True)
+
+
+def _report_lower_bounds(store, rows, format, plot, *, compare=False, config=None, by_system=False):
+    """Lower-bound rows as JSON or a table, or the comparison across systems.
+
+    The comparison replaces the rows with --compare and joins the table when the rows hold
+    several systems or stacks; JSON without --compare is always the list of rows.
+    """
+    from benanza.report.bench import lower_bound_table
+
+    several = by_system and len({(r.system, r.stack_id) for r in rows}) > 1
+    if plot is not None:
+        _plot(rows, plot, several)
+    if compare or (several and format is OutputFormat.table):
+        from benanza.analysis.compare import compare_systems
+        from benanza.local import prices
+        from benanza.report.compare import comparison_table
+
+        comparisons = compare_systems(rows, prices(store, config))
+        if format is OutputFormat.json:
+            emit_json([c.to_dict() for c in comparisons])
+            return
+        if not compare:
+            console().print(lower_bound_table(rows, by_system=True))
+        console().print(comparison_table(comparisons))
+    elif format is OutputFormat.json:
+        emit_json([r.to_dict() for r in rows])
+    else:
+        console().print(lower_bound_table(rows, by_system=by_system))
+
+
+def _plot(rows, plot, several_systems):
+    import dataclasses
+
+    from benanza.report.plots import lower_bound_bars, unit_breakdown
+
+    if several_systems:  # bars and file names tell systems and stacks apart
+        rows = [dataclasses.replace(r, model=f"{r.system}_{r.stack_id}_{r.model}") for r in rows]
+    lower_bound_bars(rows, plot)
+    for row in rows:
+        unit_breakdown(row, plot.with_name(f"{plot.stem}_{row.model}_b{row.batch_size}_layers{plot.suffix}"))
+
+
+@analyze_app.command("systems")
+@handles_errors
+def systems_cmd(
+    models: ModelsArg = None,
+    system: Annotated[
+        list[str] | None, typer.Option("--system", help="system names (repeatable or comma-separated) or 'all'")
+    ] = None,
+    db: DbOpt = None,
+    batch: Annotated[int, typer.Option("--batch", "-b", help="batch size of the corpus coverage", min=1)] = 1,
+    shape: ShapeOpt = None,
+    top: Annotated[int, typer.Option("--top", help="slowest layers to list per system", min=0)] = 10,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Per system: hardware, stacks over time, records by kind and outcome, slowest layers, corpus coverage.
+
+    The corpus (for coverage) is MODELS, or the zoo when none are given.
+    """
+    from benanza.local import system_reports
+    from benanza.model.shapes import parse_shape_overrides
+    from benanza.report.compare import systems_tables
+    from benanza.store import open_store
+
+    paths = model_paths(models)
+    with open_store(db, create=False) as store:
+        reports = system_reports(
+            store, system or ["all"], paths, batch=batch, overrides=parse_shape_overrides(shape), top=top
+        )
+    if format is OutputFormat.json:
+        emit_json([r.to_dict() for r in reports])
+    else:
+        console().print(systems_tables(reports))
 
 
 def run_command(

@@ -10,12 +10,15 @@ from benanza.analysis.lower_bound import LowerBound
 from benanza.report.output import table
 
 
-def lower_bound_table(rows: Sequence[LowerBound]) -> Table:
+def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Table:
+    """One line per row; ``by_system`` adds the system, stack and variant columns."""
     grans = sorted({g for r in rows for g in r.composed_ms})
+    where = ["system", "stack", "variant"] if by_system else []
     return table(
         "lower bounds (ms): kernel-time sums vs DLBricks composition (call latency) vs end to end",
         [
             "model",
+            *where,
             ("batch", "right"),
             ("sequential", "right"),
             ("unfused", "right"),
@@ -27,6 +30,7 @@ def lower_bound_table(rows: Sequence[LowerBound]) -> Table:
         (
             (
                 r.model,
+                *((r.system, r.stack_id, r.variant) if by_system else ()),
                 r.batch_size,
                 r.sequential_ms,
                 r.sequential_unfused_ms,
