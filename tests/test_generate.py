@@ -213,3 +213,19 @@ def test_specs_of_two_models_share_their_common_layers(chain, conv_chain, proces
     # Conv, BN, Relu, the second Conv, the fused group, and Conv+BN+Relu->Conv as a G=2 sequence
     assert len(shared) == 6
     assert len(unique_specs([*specs_a, *specs_b])) == len(ids_a | ids_b)
+
+
+@pytest.mark.parametrize(
+    ("key", "batch", "dtype", "runtime", "variant"),
+    [
+        ("0123456789abcdef", 1, "float32", "onnxruntime", "ep=cpu,opt=extended,threads=2"),
+        ("k", 64, "float16", "cudnn", 'algo="é\\u00e9",math=tensor\\n'),
+        ("", 0, "", "", ""),
+    ],
+)
+def test_spec_id_of_equals_the_canonical_json_hash(key, batch, dtype, runtime, variant):
+    from benanza.bench.spec import SPEC_VERSION, spec_id_of
+    from benanza.model.keys import stable_id
+
+    fields = {"key": key, "batch_size": batch, "dtype": dtype, "runtime": runtime, "variant": variant}
+    assert spec_id_of(key, batch, dtype, runtime, variant) == stable_id(fields, version=SPEC_VERSION)

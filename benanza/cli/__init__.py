@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from benanza import __version__
-from benanza.cli import bench, db, models
+from benanza.cli import bench, db, fleet, models
 
 app = typer.Typer(
     help="benanza: how fast your models could run on each of your machines, and why they don't.",
@@ -16,6 +16,7 @@ app.add_typer(models.app, name="models")
 app.add_typer(bench.bench_app, name="bench")
 app.add_typer(bench.analyze_app, name="analyze")
 app.add_typer(db.app, name="db")
+app.add_typer(fleet.app, name="fleet")
 app.command("run")(bench.handles_errors(bench.run_command))
 
 

@@ -1,0 +1,95 @@
+"""`benanza fleet run|status`: the distributed benchmark fleet."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from benanza.cli.common import FormatOpt, ShapeOpt, handles_errors, parse_int_list
+from benanza.report.output import OutputFormat, console, emit_json
+
+app = typer.Typer(help="Benchmark a corpus on every system of a fleet (Ray + a shared database).", no_args_is_help=True)
+
+ConfigArg = Annotated[
+    Path | None,
+    typer.Argument(help="fleet config (TOML, e.g. configs/local-fleet.toml); default: this machine alone"),
+]
+DbOpt = Annotated[
+    str | None, typer.Option("--db", help="store URI (sqlite:///x.db, mongodb://...); overrides the config")
+]
+
+
+def _config(config: Path | None, db: str | None, address: str | None = None, models=None, batch=None, shape=None):
+    from benanza.config import default_fleet_config, load_fleet_config
+
+    cfg = load_fleet_config(config) if config is not None else default_fleet_config()
+    batches = parse_int_list(batch, "--batch") if batch else None
+    return cfg.with_overrides(db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None)
+
+
+@app.command("run")
+@handles_errors
+def run(
+    config: ConfigArg = None,
+    models: Annotated[
+        list[Path] | None,
+        typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the config's"),
+    ] = None,
+    batch: Annotated[str | None, typer.Option("--batch", "-b", help="batch sizes, e.g. 1,8")] = None,
+    shape: ShapeOpt = None,
+    db: DbOpt = None,
+    address: Annotated[
+        str | None, typer.Option("--address", help="an existing Ray cluster: auto, HOST:6379 or ray://HOST:10001")
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Benchmark what every system lacks for its current software stack; print a summary."""
+    from benanza.fleet.driver import run_fleet
+    from benanza.report.fleet import FleetProgress, summary_table
+
+    cfg = _config(config, db, address, models, batch, shape)
+    if quiet:
+        summary = run_fleet(cfg)
+    else:
+        with FleetProgress(console(sys.stderr)) as progress:
+            summary = run_fleet(cfg, progress=progress)
+    data = summary.to_dict()
+    if format is OutputFormat.json:
+        emit_json(data)
+    else:
+        console().print(summary_table(data))
+    for problem in data["model_errors"]:
+        print(f"warning: {problem['model']}: {problem['error']}", file=sys.stderr)
+
+
+@app.command("status")
+@handles_errors
+def status(
+    config: ConfigArg = None,
+    models: Annotated[
+        list[Path] | None, typer.Option("--models", "-m", help="ONNX file or folder (repeatable)")
+    ] = None,
+    batch: Annotated[str | None, typer.Option("--batch", "-b", help="batch sizes, e.g. 1,8")] = None,
+    shape: ShapeOpt = None,
+    db: DbOpt = None,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Systems, their stacks, and what each still lacks (no Ray needed)."""
+    from benanza.fleet.driver import plan_corpus
+    from benanza.fleet.status import fleet_status
+    from benanza.report.fleet import status_table
+    from benanza.store.base import open_store
+
+    cfg = _config(config, db, None, models, batch, shape)
+    works, _, _, _ = plan_corpus(cfg)
+    by_runtime = {key[0]: work for key, work in works.items()}
+    with open_store(cfg.db, create=False) as store:
+        rows = [s.to_dict() for s in fleet_status(store, cfg, by_runtime)]
+    if format is OutputFormat.json:
+        emit_json(rows)
+    else:
+        console().print(status_table(rows))

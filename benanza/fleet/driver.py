@@ -1,0 +1,497 @@
+"""The fleet driver: plan the corpus for every system, lease the work, run it on pinned actors.
+
+``run_fleet`` does, in order:
+
+1. plan the corpus once per runtime (``CorpusWork``: unique layers, execution groups,
+   DLBricks sequences and whole models, per batch size) with the local runtime's view of
+   execution groups; a model that cannot be processed is reported and the rest goes on;
+2. connect to Ray (``fleet.systems.connect``), find each system's nodes, report systems with
+   none, and start one actor per device pinned to them (``SystemWorker``);
+3. ask the store what each system's current stack already holds, and plan only the rest;
+4. hand out work in chunks: each chunk is first *claimed* in the store (a lease that expires,
+   renewed while the chunk runs), so two drivers on the same plan never measure the same
+   spec; what another driver holds is retried once its lease ends or its result is stored;
+5. actors write their own results (idempotent bulk upserts, spilled locally when the store
+   is unreachable); the driver shows progress per system and exports Ray metrics.
+
+Faults: an actor process that dies is restarted by Ray and its call retried once; a chunk
+that still fails is split and each spec retried alone, up to ``max_attempts`` times, then
+stored as failed with the error. A driver that dies leaves leases that expire; the next run
+plans only what is missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from benanza.bench.generate import specs_for_plan, unique_specs
+from benanza.bench.spec import BenchmarkSpec
+from benanza.config import FleetConfig, SystemConfig
+from benanza.errors import BenanzaError, StoreError, UsageError, one_line
+from benanza.fleet.plan import CorpusWork, SystemPlan, Target, plan_target
+from benanza.fleet.systems import actor_options, connect, devices_of, missing_node_reason, system_nodes
+from benanza.fleet.worker import SystemWorker
+from benanza.local import plan_models
+from benanza.runtimes.base import get_runtime
+from benanza.store.base import Store, open_store
+from benanza.store.records import SCHEMA_VERSION, BenchmarkRecord, Outcome, utc_now
+
+log = logging.getLogger(__name__)
+
+ProgressHook = Callable[[str, str, int], None]  # (system, event, count): event in total/ok/failed/skipped/reused
+
+
+@dataclass
+class SystemResult:
+    """What one system did in this run."""
+
+    name: str
+    stack_id: str | None = None
+    new_stack: bool | None = None
+    measured: int = 0
+    reused: int = 0
+    failed: int = 0
+    skipped: int = 0
+    spilled: int = 0
+    drained: int = 0
+    total: int = 0
+    nodes: list[str] = field(default_factory=list)
+    actors: int = 0
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stack_id": self.stack_id,
+            "new_stack": self.new_stack,
+            "measured": self.measured,
+            "reused": self.reused,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "spilled": self.spilled,
+            "drained": self.drained,
+            "total": self.total,
+            "nodes": self.nodes,
+            "actors": self.actors,
+            "error": self.error,
+        }
+
+
+@dataclass
+class FleetSummary:
+    systems: dict[str, SystemResult]
+    models: int
+    model_errors: list[dict[str, str]]
+    duration_s: float = 0.0
+
+    def count(self, what: str) -> int:
+        return sum(getattr(s, what) for s in self.systems.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "systems": {name: s.to_dict() for name, s in self.systems.items()},
+            "measured": self.count("measured"),
+            "reused": self.count("reused"),
+            "failed": self.count("failed"),
+            "skipped": self.count("skipped"),
+            "spilled": self.count("spilled"),
+            "models": self.models,
+            "model_errors": self.model_errors,
+            "duration_s": round(self.duration_s, 3),
+        }
+
+
+# -- planning ----------------------------------------------------------------------------------
+
+
+def _planning_key(system: SystemConfig, runtime: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """Runtime options that change how the corpus is planned (threads do not; opt level does)."""
+    options = system.runtime_options(runtime)
+    options.pop("threads", None)
+    return runtime, tuple(sorted(options.items()))
+
+
+def plan_corpus(config: FleetConfig) -> tuple[dict[tuple, CorpusWork], int, list[dict[str, str]], dict[tuple, str]]:
+    """Corpus work per planning runtime; also the model count, model errors and runtime errors."""
+    paths = config.model_paths()
+    overrides = config.shape_overrides() or None
+    works: dict[tuple, CorpusWork] = {}
+    model_errors: dict[str, str] = {}
+    runtime_errors: dict[tuple, str] = {}
+    keys = {_planning_key(s, rt) for s in config.systems for rt in s.runtimes}
+    for key in sorted(keys, key=repr):
+        name, options = key
+        try:
+            runtime = get_runtime(name, **dict(options))
+        except (BenanzaError, ImportError) as exc:
+            runtime_errors[key] = one_line(exc)
+            continue
+        specs: list[BenchmarkSpec] = []
+        for path in paths:
+            if str(path) in model_errors:
+                continue
+            try:
+                plans = plan_models([path], runtime, tuple(config.batch_sizes), overrides, config.granularities)
+            except BenanzaError as exc:
+                model_errors[str(path)] = one_line(exc)
+                continue
+            for plan in plans:
+                specs.extend(specs_for_plan(plan, runtime.name, {}, e2e=config.e2e))
+        works[key] = CorpusWork(runtime.name, tuple(unique_specs(specs)))
+    errors = [{"model": p, "error": e} for p, e in model_errors.items()]
+    return works, len(paths) - len(model_errors), errors, runtime_errors
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Actor:
+    system: str
+    handle: Any
+    inflight: int = 0
+
+
+@dataclass
+class _Chunk:
+    plan: SystemPlan
+    indices: list[int]
+    ids: list[str]
+    attempt: int = 1
+
+
+class _SystemRun:
+    """The queue, leases and counts of one (system, runtime) target."""
+
+    def __init__(self, plan: SystemPlan, result: SystemResult) -> None:
+        self.plan = plan
+        self.result = result
+        self.queue: deque[int] = deque(plan.todo)
+        self.waiting: set[int] = set()  # leased by another driver
+        self.attempts: dict[int, int] = {}
+        self.singles: deque[int] = deque()  # specs retried alone after a worker death
+        self.open = len(plan.todo)
+
+    @property
+    def target(self) -> Target:
+        return self.plan.target
+
+
+def _failure_record(spec: BenchmarkSpec, target: Target, reason: str) -> BenchmarkRecord:
+    return BenchmarkRecord(
+        schema_version=SCHEMA_VERSION,
+        system=target.system,
+        stack_id=target.stack_id,
+        runtime=spec.runtime,
+        kind=str(spec.kind),
+        key=spec.key,
+        batch_size=spec.batch_size,
+        dtype=spec.dtype,
+        variant=spec.variant_id,
+        spec_id=spec.spec_id,
+        label=spec.label,
+        outcome=Outcome.FAILED,
+        reason=reason,
+        spec=spec.to_dict(),
+        measured_at=utc_now(),
+    )
+
+
+class FleetDriver:
+    """One run of the fleet (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: FleetConfig,
+        *,
+        progress: ProgressHook | None = None,
+        owner: str | None = None,
+        actor_start_timeout_s: float = 120.0,
+        spill_dir: str | None = None,
+        inflight_per_actor: int = 2,
+    ) -> None:
+        self.config = config
+        self.progress = progress or (lambda system, event, n: None)
+        self.owner = owner or f"driver-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.actor_start_timeout_s = actor_start_timeout_s
+        self.spill_dir = spill_dir
+        self.inflight_per_actor = inflight_per_actor
+        self.results: dict[str, SystemResult] = {s.name: SystemResult(s.name) for s in config.systems}
+        self._queued_gauge: Any = None
+
+    def run(self) -> FleetSummary:
+        started = time.perf_counter()
+        works, n_models, model_errors, runtime_errors = plan_corpus(self.config)
+        store = open_store(self.config.db)
+        try:
+            with connect(self.config.ray, self.config.systems):
+                self._setup_metrics()
+                runs, actors = self._start(store, works, runtime_errors)
+                if runs:
+                    self._dispatch(store, runs, actors)
+                for actor in actors:
+                    self._kill(actor.handle)
+        finally:
+            store.close()
+        return FleetSummary(self.results, n_models, model_errors, time.perf_counter() - started)
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def _start(
+        self, store: Store, works: dict[tuple, CorpusWork], runtime_errors: dict[tuple, str]
+    ) -> tuple[list[_SystemRun], list[_Actor]]:
+        import ray
+
+        nodes = system_nodes(self.config.systems)
+        remote = ray.remote(SystemWorker)
+        harness = self.config.harness_settings().model_dump()
+        pending: dict[Any, tuple[SystemConfig, Any]] = {}
+        for system in self.config.systems:
+            result = self.results[system.name]
+            result.nodes = [n["node_id"] for n in nodes[system.name]]
+            if not result.nodes:
+                result.error = missing_node_reason(system)
+                continue
+            for _ in range(devices_of(system, nodes[system.name])):
+                handle = remote.options(**actor_options(system)).remote(
+                    system.model_dump(mode="json"), self.config.db, harness, self.spill_dir
+                )
+                pending[handle.identity.remote()] = (system, handle)
+        ready, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=self.actor_start_timeout_s)
+        actors: list[_Actor] = []
+        identities: dict[str, dict[str, Any]] = {}
+        for ref in not_ready:
+            system, handle = pending[ref]
+            self.results[system.name].error = (
+                f"its worker did not start within {self.actor_start_timeout_s:.0f} s "
+                f"(do its nodes have {system.num_cpus} free CPU{'s' if system.kind == 'cpu' else ' and a GPU'}?)"
+            )
+            self._kill(handle)
+        for ref in ready:
+            system, handle = pending[ref]
+            try:
+                identity = ray.get(ref)
+            except Exception as exc:  # the worker could not start on its node
+                self.results[system.name].error = f"its worker failed to start: {one_line(exc)}"
+                continue
+            actors.append(_Actor(system.name, handle))
+            identities.setdefault(system.name, identity)
+            self.results[system.name].drained += identity.get("drained", 0)
+        runs = []
+        for system in self.config.systems:
+            identity = identities.get(system.name)
+            if identity is None:
+                continue
+            result = self.results[system.name]
+            result.actors = sum(a.system == system.name for a in actors)
+            errors = dict(identity.get("errors", {}))
+            for runtime in system.runtimes:
+                key = _planning_key(system, runtime)
+                target_info = identity["targets"].get(runtime)
+                problem = errors.get(runtime) or runtime_errors.get(key)
+                if target_info is None or key not in works:
+                    result.error = f"runtime {runtime}: {problem or 'not available'}"
+                    continue
+                target = Target(system.name, runtime, target_info["stack_id"], target_info["variant"])
+                result.stack_id = result.stack_id or target.stack_id
+                result.new_stack = bool(result.new_stack) or bool(target_info.get("new_stack"))
+                try:
+                    present = store.present_spec_ids(system.name, target.stack_id)
+                except StoreError as exc:
+                    raise StoreError(f"cannot plan {system.name}: {one_line(exc)}") from None
+                plan = plan_target(works[key], target, present)
+                result.reused += plan.reused
+                result.total += plan.total
+                self.progress(system.name, "total", plan.total)
+                self.progress(system.name, "reused", plan.reused)
+                runs.append(_SystemRun(plan, result))
+            if "store" in errors:
+                result.error = (
+                    result.error or f"its worker cannot reach the store (results are spilled): {errors['store']}"
+                )
+        return runs, actors
+
+    # -- dispatch ------------------------------------------------------------------------------
+
+    def _claim(self, store: Store, run: _SystemRun, indices: list[int]) -> tuple[list[int], list[str]]:
+        """Lease ``indices``; returns those leased to this driver (and their ids)."""
+        ids = {run.plan.spec_id(i): i for i in indices}
+        try:
+            granted = store.claim(run.target.system, run.target.stack_id, ids, self.owner, self.config.lease_s)
+        except StoreError as exc:  # leases are a guard against duplicate work, not a condition of it
+            log.warning("leases unavailable, running without one: %s", one_line(exc))
+            granted = set(ids)
+        mine = [i for sid, i in ids.items() if sid in granted]
+        run.waiting.update(i for sid, i in ids.items() if sid not in granted)
+        return mine, [run.plan.spec_id(i) for i in mine]
+
+    def _next_chunk(self, store: Store, run: _SystemRun) -> _Chunk | None:
+        size = self.config.chunk_size
+        while run.singles:
+            i = run.singles.popleft()
+            mine, ids = self._claim(store, run, [i])
+            if mine:
+                return _Chunk(run.plan, mine, ids, attempt=run.attempts.get(i, 1))
+        while run.queue:
+            take = [run.queue.popleft() for _ in range(min(size, len(run.queue)))]
+            mine, ids = self._claim(store, run, take)
+            if mine:
+                return _Chunk(run.plan, mine, ids)
+        return None
+
+    def _recheck_waiting(self, store: Store, run: _SystemRun) -> None:
+        """Specs another driver held: count those it stored, queue the rest again."""
+        if not run.waiting:
+            return
+        try:
+            present = store.present_spec_ids(run.target.system, run.target.stack_id)
+        except StoreError:
+            return
+        for i in sorted(run.waiting):
+            if run.plan.spec_id(i) in present:
+                run.result.reused += 1
+                run.open -= 1
+                self.progress(run.target.system, "reused", 1)
+            else:
+                run.queue.append(i)
+        run.waiting.clear()
+
+    def _dispatch(self, store: Store, runs: list[_SystemRun], actors: list[_Actor]) -> None:
+        import ray
+
+        by_system: dict[str, list[_SystemRun]] = {}
+        for run in runs:
+            by_system.setdefault(run.target.system, []).append(run)
+        inflight: dict[Any, tuple[_Actor, _SystemRun, _Chunk]] = {}
+        last_renew = last_recheck = time.monotonic()
+        renew_every = self.config.lease_s / 3
+        while True:
+            for actor in actors:
+                for run in by_system.get(actor.system, []):
+                    while actor.inflight < self.inflight_per_actor:
+                        chunk = self._next_chunk(store, run)
+                        if chunk is None:
+                            break
+                        specs = [run.plan.spec(i).to_dict() for i in chunk.indices]
+                        ref = actor.handle.run.remote(specs)
+                        inflight[ref] = (actor, run, chunk)
+                        actor.inflight += 1
+            self._export_queued(runs)
+            if not inflight and not any(r.waiting for r in runs):
+                break
+            if not inflight:  # only work other drivers hold: wait for their results or their leases to end
+                time.sleep(min(2.0, self.config.lease_s / 4))
+                for run in runs:
+                    self._recheck_waiting(store, run)
+                continue
+            done, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in done:
+                actor, run, chunk = inflight.pop(ref)
+                actor.inflight -= 1
+                self._finish(store, ref, run, chunk)
+            now = time.monotonic()
+            if now - last_renew > renew_every:
+                self._renew(store, inflight.values())
+                last_renew = now
+            if now - last_recheck > max(2.0, self.config.lease_s / 4):
+                for run in runs:
+                    if not run.queue:
+                        self._recheck_waiting(store, run)
+                last_recheck = now
+
+    def _finish(self, store: Store, ref: Any, run: _SystemRun, chunk: _Chunk) -> None:
+        import ray
+
+        system = run.target.system
+        try:
+            out = ray.get(ref)
+        except Exception as exc:  # the worker died (twice) or raised: retry the specs one by one
+            self._worker_failed(store, run, chunk, one_line(exc))
+            return
+        outcomes = out["outcomes"]
+        for sid in chunk.ids:
+            outcome = outcomes.get(sid)
+            event = {"ok": "measured", "failed": "failed", "skipped": "skipped"}.get(outcome or "", "failed")
+            setattr(run.result, event, getattr(run.result, event) + 1)
+            self.progress(system, "ok" if event == "measured" else event, 1)
+        run.result.spilled += out.get("spilled", 0)
+        run.open -= len(chunk.ids)
+        self._release(store, run, chunk.ids)
+
+    def _worker_failed(self, store: Store, run: _SystemRun, chunk: _Chunk, error: str) -> None:
+        if len(chunk.indices) > 1:
+            for i in chunk.indices:
+                run.attempts[i] = run.attempts.get(i, 0) + 1
+                run.singles.append(i)
+            return
+        i = chunk.indices[0]
+        attempts = run.attempts.get(i, 0) + 1
+        run.attempts[i] = attempts
+        if attempts < self.config.max_attempts:
+            run.singles.append(i)
+            return
+        spec = run.plan.spec(i)
+        record = _failure_record(spec, run.target, f"the worker died or failed {attempts} times running it: {error}")
+        try:
+            store.upsert([record])
+        except StoreError as exc:
+            log.error("cannot store the failure of %s: %s", spec.label, one_line(exc))
+        run.result.failed += 1
+        run.open -= 1
+        self.progress(run.target.system, "failed", 1)
+        self._release(store, run, chunk.ids)
+
+    def _release(self, store: Store, run: _SystemRun, ids: Sequence[str]) -> None:
+        try:
+            store.release(run.target.system, run.target.stack_id, ids, self.owner)
+        except StoreError as exc:
+            log.warning("cannot release leases: %s", one_line(exc))
+
+    def _renew(self, store: Store, inflight: Any) -> None:
+        for _, run, chunk in inflight:
+            try:
+                store.claim(run.target.system, run.target.stack_id, chunk.ids, self.owner, self.config.lease_s)
+            except StoreError:
+                return
+
+    # -- metrics -------------------------------------------------------------------------------
+
+    def _setup_metrics(self) -> None:
+        try:
+            from ray.util.metrics import Gauge
+
+            self._queued_gauge = Gauge("benanza_benchmarks_queued", "benchmarks not yet done", tag_keys=("system",))
+        except Exception:  # metrics are optional
+            self._queued_gauge = None
+
+    def _export_queued(self, runs: list[_SystemRun]) -> None:
+        if self._queued_gauge is None:
+            return
+        per_system: dict[str, int] = {}
+        for run in runs:
+            per_system[run.target.system] = per_system.get(run.target.system, 0) + run.open
+        for system, n in per_system.items():
+            self._queued_gauge.set(n, tags={"system": system})
+
+    @staticmethod
+    def _kill(handle: Any) -> None:
+        import ray
+
+        try:
+            ray.kill(handle)
+        except Exception:  # already gone
+            log.debug("actor already gone", exc_info=True)
+
+
+def run_fleet(config: FleetConfig, **kwargs: Any) -> FleetSummary:
+    """Run the fleet on ``config`` (see ``FleetDriver``); raises ``BenanzaError`` on bad input."""
+    if config.dtypes != ["float32"]:
+        raise UsageError("dtypes other than the models' own are not benchmarked yet: leave `dtypes` at its default")
+    return FleetDriver(config, **kwargs).run()

@@ -1,0 +1,169 @@
+"""The worker of one system: fingerprints it, runs benchmark specs, writes the results.
+
+``SystemWorker`` is a plain class; the driver runs it as a Ray actor pinned to a node of its
+system (``fleet.systems.actor_options``), and tests can also call it directly. At start it
+fingerprints the system and every runtime's software stack, registers them in the store
+(a stack never seen on that system is new work), and imports results that an earlier
+worker on this host spilled while the database was unreachable. ``run`` measures a chunk
+of specs and writes the records itself through a ``ResilientWriter``: upserts with retries,
+then a local spill file, so nothing measured is lost; retries of a chunk are harmless
+because every write is an idempotent upsert.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import replace
+from typing import Any
+
+from benanza.bench.execute import run_spec
+from benanza.bench.harness import HarnessSettings
+from benanza.bench.spec import BenchmarkSpec
+from benanza.config import SystemConfig
+from benanza.errors import BenanzaError, StoreError, one_line
+from benanza.fingerprint import stack_fingerprint, stack_id, system_fingerprint
+from benanza.runtimes.base import get_runtime
+from benanza.store.base import Store, open_store
+from benanza.store.records import BenchmarkRecord, Outcome
+from benanza.store.spill import ResilientWriter, SpillFile, default_spill_dir, drain
+
+log = logging.getLogger(__name__)
+
+
+def _ray_context() -> dict[str, Any]:
+    """Where this worker runs in Ray (empty outside Ray)."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return {}
+        ctx = ray.get_runtime_context()
+        return {"node_id": ctx.get_node_id(), "actor_id": ctx.get_actor_id()}
+    except Exception:  # Ray absent or not in a worker: no placement to report
+        return {}
+
+
+class _Metrics:
+    """Ray metrics of one worker (benchmarks done and failed per system), when Ray is there."""
+
+    def __init__(self, system: str) -> None:
+        self._done = self._failed = None
+        self._tags = {"system": system}
+        try:
+            from ray.util.metrics import Counter
+
+            self._done = Counter("benanza_benchmarks_done", "benchmarks measured", tag_keys=("system",))
+            self._failed = Counter("benanza_benchmarks_failed", "benchmarks stored as failed", tag_keys=("system",))
+        except Exception:  # metrics are optional: no Ray, or no metrics agent
+            log.debug("Ray metrics unavailable", exc_info=True)
+
+    def count(self, done: int, failed: int) -> None:
+        if self._done is not None and done:
+            self._done.inc(done, tags=self._tags)
+        if self._failed is not None and failed:
+            self._failed.inc(failed, tags=self._tags)
+
+
+class SystemWorker:
+    """Runs benchmarks for one system (see the module docstring)."""
+
+    def __init__(
+        self,
+        system: dict[str, Any],
+        db: str | None,
+        harness: dict[str, Any] | None = None,
+        spill_dir: str | None = None,
+        write_retries: int = 2,
+    ) -> None:
+        self.config = SystemConfig.model_validate(system)
+        self.name = self.config.name
+        self.settings = HarnessSettings.model_validate(harness or {})
+        self.host = socket.gethostname()
+        self.placement = {**_ray_context(), "host": self.host, "pid": os.getpid()}
+        self.runtimes: dict[str, Any] = {}
+        self.targets: dict[str, dict[str, Any]] = {}
+        self.errors: dict[str, str] = {}
+        for name in self.config.runtimes:
+            try:
+                rt = get_runtime(name, **self.config.runtime_options(name))
+                stack = stack_fingerprint({"runtime": rt.name, **rt.stack()})
+            except (BenanzaError, ImportError, OSError) as exc:
+                self.errors[name] = one_line(exc)
+                continue
+            self.runtimes[name] = rt
+            self.targets[name] = {"stack_id": stack_id(stack), "stack": stack, "variant": rt.variant()}
+        self.spill_dir = spill_dir or str(default_spill_dir())
+        owner = f"{self.name}-{self.host}-{os.getpid()}"
+        self.store: Store | None = None
+        self.writer: ResilientWriter | None = None
+        self.spill = SpillFile(os.path.join(self.spill_dir, f"{owner}.jsonl"))
+        self.drained = 0
+        self._connect(db, owner, write_retries)
+        self.metrics = _Metrics(self.name)
+
+    def _connect(self, db: str | None, owner: str, retries: int) -> None:
+        """Open the store and register this system; an unreachable store means spilling."""
+        try:
+            self.store = open_store(db)
+            fingerprint = {**system_fingerprint(), "config": self.config.model_dump(mode="json")}
+            self.store.register_system(self.name, fingerprint)
+            for target in self.targets.values():
+                target["new_stack"] = self.store.register_stack(self.name, target["stack_id"], target["stack"])
+            self.drained = drain(self.store, self.spill_dir)
+            self.writer = ResilientWriter(self.store, self.spill_dir, owner, retries=retries, backoff_s=0.5)
+        except StoreError as exc:
+            log.warning("%s: results will be spilled to %s: %s", self.name, self.spill_dir, one_line(exc))
+            self.errors.setdefault("store", one_line(exc))
+
+    def identity(self) -> dict[str, Any]:
+        """The system, where this worker runs, and each runtime's stack and variant."""
+        return {
+            "system": self.name,
+            "placement": self.placement,
+            "targets": {
+                k: {kk: v[kk] for kk in ("stack_id", "variant", "new_stack") if kk in v}
+                for k, v in self.targets.items()
+            },
+            "errors": dict(self.errors),
+            "drained": self.drained,
+        }
+
+    def run(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
+        """Measure ``specs`` (``BenchmarkSpec.to_dict()`` form) and write their records."""
+        records: list[BenchmarkRecord] = []
+        for data in specs:
+            spec = BenchmarkSpec.from_dict(data)
+            target = self.targets.get(spec.runtime)
+            if target is None:
+                raise BenanzaError(f"{self.name}: runtime {spec.runtime!r} is not available here")
+            record = run_spec(
+                spec, self.runtimes[spec.runtime], self.settings, system=self.name, stack_id=target["stack_id"]
+            )
+            records.append(replace(record, settings={**record.settings, "placement": self.placement}))
+        stored = spilled = 0
+        if self.writer is not None:
+            result = self.writer.write(records)
+            stored, spilled = result.stored, result.spilled
+        else:
+            spilled = self.spill.append(records)
+        outcomes = {r.spec_id: str(r.outcome) for r in records}
+        ok = sum(r.outcome == Outcome.OK for r in records)
+        failed = sum(r.outcome == Outcome.FAILED for r in records)
+        self.metrics.count(ok, failed)
+        return {
+            "system": self.name,
+            "node_id": self.placement.get("node_id"),
+            "outcomes": outcomes,
+            "stored": stored,
+            "spilled": spilled,
+        }
+
+    def close(self) -> None:
+        for rt in self.runtimes.values():
+            close = getattr(rt, "close", None)
+            if close is not None:
+                close()
+        if self.store is not None:
+            self.store.close()
