@@ -46,6 +46,9 @@ from benanza.store.records import SCHEMA_VERSION, BenchmarkRecord, Outcome, utc_
 
 log = logging.getLogger(__name__)
 
+# Settings of the driver's environment that its workers follow too (wherever they run).
+PROPAGATED_ENV = ("BENANZA_DB_RETRY_WINDOW_S", "BENANZA_SPILL_DIR")
+
 ProgressHook = Callable[[str, str, int], None]  # (system, event, count): event in total/ok/failed/skipped/reused
 
 
@@ -90,6 +93,7 @@ class FleetSummary:
     models: int
     model_errors: list[dict[str, str]]
     duration_s: float = 0.0
+    dispatch_s: float = 0.0  # from the first lease to the last result
 
     def count(self, what: str) -> int:
         return sum(getattr(s, what) for s in self.systems.values())
@@ -105,6 +109,7 @@ class FleetSummary:
             "models": self.models,
             "model_errors": self.model_errors,
             "duration_s": round(self.duration_s, 3),
+            "dispatch_s": round(self.dispatch_s, 3),
         }
 
 
@@ -234,13 +239,15 @@ class FleetDriver:
             with connect(self.config.ray, self.config.systems):
                 self._setup_metrics()
                 runs, actors = self._start(store, works, runtime_errors)
+                dispatch_started = time.perf_counter()
                 if runs:
                     self._dispatch(store, runs, actors)
+                dispatch_s = time.perf_counter() - dispatch_started
                 for actor in actors:
                     self._kill(actor.handle)
         finally:
             store.close()
-        return FleetSummary(self.results, n_models, model_errors, time.perf_counter() - started)
+        return FleetSummary(self.results, n_models, model_errors, time.perf_counter() - started, dispatch_s)
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -253,6 +260,7 @@ class FleetDriver:
         remote = ray.remote(SystemWorker)
         harness = self.config.harness_settings().model_dump()
         pending: dict[Any, tuple[SystemConfig, Any]] = {}
+        env = {k: v for k, v in os.environ.items() if k in PROPAGATED_ENV}
         for system in self.config.systems:
             result = self.results[system.name]
             result.nodes = [n["node_id"] for n in nodes[system.name]]
@@ -260,7 +268,10 @@ class FleetDriver:
                 result.error = missing_node_reason(system)
                 continue
             for _ in range(devices_of(system, nodes[system.name])):
-                handle = remote.options(**actor_options(system)).remote(
+                options = actor_options(system)
+                if env:
+                    options["runtime_env"] = {"env_vars": env}
+                handle = remote.options(**options).remote(
                     system.model_dump(mode="json"), self.config.db, harness, self.spill_dir
                 )
                 pending[handle.identity.remote()] = (system, handle)

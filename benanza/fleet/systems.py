@@ -127,6 +127,7 @@ def connect(cfg: RayConfig, systems: Sequence[SystemConfig]) -> Iterator[RaySess
             os.environ.setdefault("RAY_TMPDIR", private_tmpdir())
             first = systems[0]
             ray.init(
+                address="local",  # a new in-process instance, even where `ray start` runs one
                 namespace=cfg.namespace,
                 resources={first.resource_name(): 1},
                 labels=first.label_selector(),

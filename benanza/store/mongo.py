@@ -37,6 +37,7 @@ a result written (and its lease released) meanwhile by another driver is not mea
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -55,13 +56,15 @@ from pymongo.errors import (
 )
 from pymongo.uri_parser import parse_uri
 
-from benanza.errors import StoreError, one_line
+from benanza.errors import StoreError, UsageError, one_line
 from benanza.store.base import StoreBase, register_store
 from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
 
 DB_SCHEMA_VERSION = 1  # the collection layout; bump (and migrate) when collections or indexes change
 DEFAULT_DATABASE = "benanza"
 SERVER_SELECTION_TIMEOUT_MS = 5_000
+RETRY_WINDOW_ENV = "BENANZA_DB_RETRY_WINDOW_S"
+DEFAULT_RETRY_WINDOW_S = 20.0
 META_ID = "benanza"
 COLLECTIONS = ("results", "systems", "stacks", "leases", "meta")
 INDEXES: dict[str, list[tuple[str, list[str], bool]]] = {
@@ -148,7 +151,7 @@ class MongoStore(StoreBase):
         retries: int = 5,
         backoff_s: float = 0.1,
         max_backoff_s: float = 2.0,
-        retry_window_s: float = 20.0,
+        retry_window_s: float | None = None,
     ) -> None:
         """Connect, check (or create) the benanza database and its indexes.
 
@@ -163,12 +166,13 @@ class MongoStore(StoreBase):
             backoff_s: the first wait between retries; it doubles up to ``max_backoff_s``.
             max_backoff_s: the longest wait between two retries.
             retry_window_s: no retry starts later than this after the first attempt (an
-                unreachable server costs ``serverSelectionTimeoutMS`` per attempt).
+                unreachable server costs ``serverSelectionTimeoutMS`` per attempt); default
+                ``$BENANZA_DB_RETRY_WINDOW_S`` or 20 s.
         """
         self.uri = uri
         self.shown_uri = mask_uri(uri)
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
-        self.retry_window_s = retry_window_s
+        self.retry_window_s = retry_window_s if retry_window_s is not None else _retry_window_from_env()
         self._owns_client = client is None
         if client is None:
             options: dict[str, Any] = {"appname": "benanza"}
@@ -454,3 +458,16 @@ class MongoStore(StoreBase):
     def close(self) -> None:
         if self._owns_client and getattr(self, "client", None) is not None:
             self.client.close()
+
+
+def _retry_window_from_env() -> float:
+    text = os.environ.get(RETRY_WINDOW_ENV, "")
+    if not text:
+        return DEFAULT_RETRY_WINDOW_S
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{RETRY_WINDOW_ENV} must be a number of seconds, got {text!r}") from None
+    if value < 0:
+        raise UsageError(f"{RETRY_WINDOW_ENV} must not be negative, got {text!r}")
+    return value

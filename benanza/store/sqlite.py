@@ -30,7 +30,6 @@ DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or col
 # (a new table that older versions ignore, such as ``leases``, is created on open without a bump)
 APPLICATION_ID = 0x626E7A61  # "bnza" in the SQLite header: marks a benanza database
 BUSY_TIMEOUT_S = 30.0
-_HEADER = b"SQLite format 3\x00"
 _KEYS_PER_QUERY = 500  # stays far below SQLite's limit on bound parameters
 
 _IDENTITY = ", ".join(IDENTITY_FIELDS)
@@ -175,20 +174,19 @@ class SqliteStore(StoreBase):
         self._initialise()
 
     def _check_existing(self) -> None:
-        """Refuse, without writing anything, a file that is not a current benanza database."""
+        """Refuse, without writing anything, a file that is not a current benanza database.
+
+        The file is only ever read through SQLite: opening and closing it with other APIs
+        would drop the POSIX locks that this process's open connections hold on it (a
+        documented way to corrupt a SQLite database).
+        """
+        if not os.access(self.path, os.R_OK):
+            raise self._fail("cannot be read: permission denied")
         try:
-            with self.path.open("rb") as f:
-                header = f.read(len(_HEADER))
-        except OSError as exc:
-            raise self._fail(f"cannot be read: {exc.strerror or exc}") from None
-        if not header:
-            return  # an empty file is an empty SQLite database: ours to initialise
-        if header != _HEADER:
-            raise self._fail("not a SQLite database (the file was left unchanged)")
-        try:
-            # A rollback-journal database is not changed by reads; a WAL one is already ours.
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None)
+            # Read-only: a WAL database is already ours; nothing else is changed by reads.
+            conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s)
             try:
+                conn.isolation_level = None
                 app_id = conn.execute("PRAGMA application_id").fetchone()[0]
                 tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
                 version = None
@@ -197,6 +195,10 @@ class SqliteStore(StoreBase):
                     version = int(row[0]) if row else None
             finally:
                 conn.close()
+        except sqlite3.DatabaseError as exc:
+            if "not a database" in str(exc) or "encrypted" in str(exc):
+                raise self._fail("not a SQLite database (the file was left unchanged)") from None
+            raise self._fail(f"cannot be read as a SQLite database: {exc} (the file was left unchanged)") from None
         except (sqlite3.Error, ValueError) as exc:
             raise self._fail(f"cannot be read as a SQLite database: {exc} (the file was left unchanged)") from None
         if app_id != APPLICATION_ID and (app_id != 0 or tables):

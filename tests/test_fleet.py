@@ -1,0 +1,352 @@
+"""The fleet on a real local Ray cluster: three simulated systems, real stores, real faults.
+
+One cluster (``ray.cluster_utils.Cluster``: a head without CPUs and one node per system,
+each with the label ``system=NAME`` and the resource ``system:NAME``) serves the module.
+Benchmarks use the null runtime (and ONNX Runtime once) with a fast harness, so the tests
+check the plumbing (placement, incremental runs, leases, faults), not timings.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray")
+
+from benanza.config import FleetConfig, SystemConfig  # noqa: E402
+from benanza.fleet.driver import FleetDriver, SystemResult, _SystemRun, run_fleet  # noqa: E402
+from benanza.fleet.plan import CorpusWork, Target, chunks, plan_target  # noqa: E402
+from benanza.store.base import open_store  # noqa: E402
+
+SYSTEMS = ("sys-a", "sys-b", "sys-c")
+FAST = {
+    "warmup_runs": 1,
+    "min_samples": 3,
+    "max_samples": 50,
+    "min_time_s": 0.001,
+    "max_time_s": 0.05,
+    "kernel_runs": 0,
+}
+SLOW = {**FAST, "min_samples": 10, "min_time_s": 0.04, "max_time_s": 0.2}  # about 40 ms a benchmark
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    """A local Ray cluster with one node per system; the test process is connected to it."""
+    from benanza.fleet.systems import LOCAL_ENV, _stay_on_loopback, private_tmpdir
+
+    for k, v in LOCAL_ENV.items():
+        os.environ.setdefault(k, v)
+    os.environ.setdefault("RAY_TMPDIR", private_tmpdir())
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1"})
+    for name in SYSTEMS:
+        c.add_node(num_cpus=1, resources={f"system:{name}": 1}, labels={"system": name}, node_ip_address="127.0.0.1")
+    _stay_on_loopback(ray)
+    ray.init(address=c.address, log_to_driver=False)
+    try:
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+def nodes_of() -> dict[str, str]:
+    """node id -> system, from the labels Ray reports."""
+    return {n["NodeID"]: (n.get("Labels") or {}).get("system") for n in ray.nodes() if n["Alive"]}
+
+
+def fleet_config(models: list[Path], db: str, *, systems=SYSTEMS, harness=FAST, cpus=1.0, **extra) -> FleetConfig:
+    return FleetConfig(
+        systems=[SystemConfig(name=s, runtimes=["null"], num_cpus=cpus) for s in systems],
+        models=models,
+        db=db,
+        harness=harness,
+        chunk_size=extra.pop("chunk_size", 8),
+        **extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def two_models(zoo_path) -> list[Path]:
+    return [zoo_path("squeezenet"), zoo_path("shufflenet")]
+
+
+# -- the pure plan -------------------------------------------------------------------------------
+
+
+def test_plan_keeps_what_the_stack_lacks_and_specs_carry_the_system_variant(two_models) -> None:
+    from benanza.bench.generate import specs_for_plan, unique_specs
+    from benanza.local import plan_models
+    from benanza.runtimes.null import NullRuntime
+
+    plans = plan_models(two_models, NullRuntime(), (1,), None, (2,))
+    work = CorpusWork("null", tuple(unique_specs(s for p in plans for s in specs_for_plan(p, "null", {}, e2e=True))))
+    target = Target("sys-a", "null", "stack1", {"threads": 3})
+    full = plan_target(work, target, set())
+    assert full.todo == list(range(len(work.templates))) and full.reused == 0
+    ids = [full.spec_id(i) for i in full.todo]
+    assert ids == [full.spec(i).spec_id for i in full.todo]  # the fast id is the spec's own
+    assert all(full.spec(i).variant_id == "threads=3" for i in full.todo[:5])
+    present = set(ids[::3])
+    part = plan_target(work, target, present)
+    assert part.reused == len(present) and len(part.todo) == len(ids) - len(present)
+    assert not present & {part.spec_id(i) for i in part.todo}
+    assert chunks(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_a_worker_that_keeps_dying_is_stored_as_failed(tmp_path: Path, two_models) -> None:
+    """The driver's retry rule (no Ray needed): alone, up to max_attempts, then a failed record."""
+    from benanza.bench.generate import specs_for_plan, unique_specs
+    from benanza.fleet.driver import _Chunk
+    from benanza.local import plan_models
+    from benanza.runtimes.null import NullRuntime
+
+    plans = plan_models(two_models[:1], NullRuntime(), (1,), None, ())
+    work = CorpusWork("null", tuple(unique_specs(specs_for_plan(plans[0], "null", {}, e2e=False))))
+    db = f"sqlite:///{tmp_path / 'f.db'}"
+    cfg = fleet_config(two_models[:1], db, systems=("sys-a",), max_attempts=3)
+    driver = FleetDriver(cfg)
+    run = _SystemRun(plan_target(work, Target("sys-a", "null", "s1", {}), set()), SystemResult("sys-a"))
+    with open_store(db) as store:
+        chunk = _Chunk(run.plan, [0, 1, 2], [run.plan.spec_id(i) for i in (0, 1, 2)])
+        driver._worker_failed(store, run, chunk, "ActorDiedError: boom")
+        assert list(run.singles) == [0, 1, 2] and run.result.failed == 0  # split, retried alone
+        run.singles.clear()
+        single = _Chunk(run.plan, [1], [run.plan.spec_id(1)])
+        driver._worker_failed(store, run, single, "ActorDiedError: boom")  # attempt 2
+        assert list(run.singles) == [1]
+        driver._worker_failed(store, run, single, "ActorDiedError: boom")  # attempt 3 = max
+        assert run.result.failed == 1
+        (record,) = store.records(system="sys-a", outcome="failed")
+        assert record.spec_id == run.plan.spec_id(1)
+        assert "died or failed 3 times" in record.reason and "boom" in record.reason
+
+
+# -- on the cluster ------------------------------------------------------------------------------
+
+
+def test_every_record_is_measured_on_its_systems_node_and_a_second_run_measures_nothing(
+    cluster, tmp_path: Path, two_models
+) -> None:
+    db = f"sqlite:///{tmp_path / 'fleet.db'}"
+    cfg = fleet_config(two_models, db)
+    first = run_fleet(cfg).to_dict()
+    assert first["failed"] == 0 and first["reused"] == 0 and first["measured"] > 0
+    per_system = {s: first["systems"][s] for s in SYSTEMS}
+    assert len({s["total"] for s in per_system.values()}) == 1  # same corpus everywhere
+    assert all(s["measured"] == s["total"] and s["error"] is None for s in per_system.values())
+    owner = nodes_of()
+    with open_store(db) as store:
+        records = store.records()
+        assert len(records) == first["measured"]
+        for r in records:
+            assert owner[r.settings["placement"]["node_id"]] == r.system
+        assert {s["name"] for s in store.systems()} == set(SYSTEMS)
+    second = run_fleet(cfg).to_dict()
+    assert second["measured"] == 0 and second["failed"] == 0
+    assert second["reused"] == first["measured"]
+
+
+def test_a_system_without_a_node_is_reported_at_once(cluster, tmp_path: Path, two_models) -> None:
+    cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'g.db'}", systems=("sys-a", "ghost"))
+    started = time.monotonic()
+    out = run_fleet(cfg).to_dict()
+    assert time.monotonic() - started < 60
+    assert "no alive Ray node carries" in out["systems"]["ghost"]["error"]
+    assert out["systems"]["ghost"]["measured"] == 0
+    assert out["systems"]["sys-a"]["measured"] == out["systems"]["sys-a"]["total"] > 0
+
+
+def test_an_actor_killed_mid_run_loses_and_duplicates_nothing(cluster, tmp_path: Path, two_models) -> None:
+    db = f"sqlite:///{tmp_path / 'k.db'}"
+    cfg = fleet_config(two_models[:1], db, systems=("sys-b",), harness=SLOW, chunk_size=4)
+    killed: list[int] = []
+
+    def kill_when_started() -> None:
+        deadline = time.monotonic() + 60
+        with open_store(db) as store:
+            while time.monotonic() < deadline:
+                records = store.records(system="sys-b") if Path(db[10:]).exists() else []
+                if len(records) >= 4:
+                    pid = records[0].settings["placement"]["pid"]
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+                time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_when_started)
+    killer.start()
+    out = run_fleet(cfg).to_dict()
+    killer.join()
+    assert killed, "the worker was never killed"
+    s = out["systems"]["sys-b"]
+    assert s["failed"] == 0 and s["measured"] == s["total"]  # every spec once: retried, not lost, not doubled
+    with open_store(db) as store:
+        records = store.records(system="sys-b")
+    assert len(records) == s["total"] == len({r.spec_id for r in records})
+    pids = Counter(r.settings["placement"]["pid"] for r in records)
+    assert killed[0] in pids and len(pids) >= 2  # a fresh worker process finished the work
+
+
+def test_two_drivers_on_the_same_plan_measure_each_spec_once(cluster, tmp_path: Path, two_models) -> None:
+    db = f"sqlite:///{tmp_path / 'two.db'}"
+    open_store(db).close()
+    cfg = fleet_config(two_models[:1], db, systems=("sys-a", "sys-c"), harness=SLOW, chunk_size=2, cpus=0.5)
+    outs: list[dict] = []
+    threads = [threading.Thread(target=lambda: outs.append(FleetDriver(cfg).run().to_dict())) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(outs) == 2
+    for system in ("sys-a", "sys-c"):
+        total = outs[0]["systems"][system]["total"]
+        measured = [o["systems"][system]["measured"] for o in outs]
+        assert sum(measured) == total, measured  # no spec measured by both drivers
+        assert all(o["systems"][system]["failed"] == 0 for o in outs)
+    with open_store(db) as store:
+        assert not store.leases()  # every lease released
+
+
+def test_a_killed_driver_restarted_finishes_only_the_rest(cluster, tmp_path: Path, two_models) -> None:
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    config = tmp_path / "fleet.toml"
+    config.write_text(
+        "\n".join(
+            [
+                f'models = ["{two_models[0]}"]',
+                f'db = "{db}"',
+                "chunk_size = 4",
+                "lease_s = 3",
+                "[harness]",
+                *(f"{k} = {json.dumps(v)}" for k, v in SLOW.items()),
+                "[[systems]]",
+                'name = "sys-a"',
+                'runtimes = ["null"]',
+            ]
+        )
+    )
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", str(config), "--address", cluster.address, "-q"]
+    cmd += ["--format", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    deadline = time.monotonic() + 90
+    stored = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (tmp_path / "d.db").exists():
+            with open_store(db) as store:
+                stored = len(store.records(system="sys-a"))
+            if stored >= 8:
+                break
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(1.0)  # its actors die with it
+    with open_store(db) as store:
+        before = {r.spec_id for r in store.records(system="sys-a")}
+    cfg = fleet_config([two_models[0]], db, systems=("sys-a",), harness=SLOW, chunk_size=4, lease_s=3)
+    out = run_fleet(cfg).to_dict()["systems"]["sys-a"]
+    assert 0 < len(before) < out["total"]
+    assert out["reused"] == len(before)
+    assert out["measured"] == out["total"] - len(before)
+    with open_store(db) as store:
+        assert len(store.records(system="sys-a")) == out["total"]
+
+
+def test_results_reach_mongodb_over_the_wire_and_survive_an_outage(
+    cluster, tmp_path: Path, two_models, nx_27017_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store outage mid-run: workers spill, the next run imports the spill and measures nothing."""
+    monkeypatch.setenv("BENANZA_DB_RETRY_WINDOW_S", "0.5")
+    data = tmp_path / "mongo"
+    proc, base = nx_27017_factory(data)
+    port = int(base.rsplit(":", 1)[1])
+    db = f"{base}/fleet?serverSelectionTimeoutMS=300"
+    spill = tmp_path / "spill"
+    cfg = fleet_config([two_models[0]], db, systems=("sys-c",), harness=SLOW, chunk_size=4)
+    stopped = threading.Event()
+
+    def stop_when_started() -> None:
+        import pymongo
+
+        client = pymongo.MongoClient(base, serverSelectionTimeoutMS=2000)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if client.fleet.results.count_documents({}) >= 4:
+                proc.kill()
+                proc.wait()
+                stopped.set()
+                return
+            time.sleep(0.05)
+
+    stopper = threading.Thread(target=stop_when_started)
+    stopper.start()
+    first = FleetDriver(cfg, spill_dir=str(spill)).run().to_dict()["systems"]["sys-c"]
+    stopper.join()
+    assert stopped.is_set()
+    assert first["spilled"] > 0 and first["failed"] == 0
+    assert first["measured"] == first["total"]
+    nx_27017_factory(data, port)  # the database is back, on its data
+    second = FleetDriver(cfg, spill_dir=str(spill)).run().to_dict()["systems"]["sys-c"]
+    assert second["drained"] == first["spilled"]
+    assert second["measured"] == 0 and second["reused"] == second["total"]
+    with open_store(db) as store:
+        assert len(store.records(system="sys-c")) == second["total"]
+
+
+def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: Path, conv_chain) -> None:
+    """`benanza fleet run` with no config: in-process Ray, this machine, ONNX Runtime, SQLite."""
+    import onnx
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(conv_chain(), model)
+    env = {
+        **os.environ,
+        "BENANZA_SYSTEM": "laptop",
+        "BENANZA_HARNESS_MIN_TIME_S": "0.001",
+        "BENANZA_HARNESS_MAX_TIME_S": "0.05",
+        "BENANZA_HARNESS_KERNEL_RUNS": "2",
+    }
+    env.pop("BENANZA_DB", None)
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout)
+    assert set(out) >= {"systems", "measured", "reused", "failed"}
+    laptop = out["systems"]["laptop"]
+    assert laptop["measured"] == laptop["total"] == out["measured"] > 0 and laptop["stack_id"]
+    assert (tmp_path / "benanza.db").exists()  # the default store, in the working directory
+    status = subprocess.run(
+        [sys.executable, "-m", "benanza", "fleet", "status", "--models", str(model), "--format", "json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
+    )
+    assert status.returncode == 0, status.stderr[-3000:]
+    (row,) = json.loads(status.stdout)
+    assert row["name"] == "laptop" and row["lacks"] == 0 and row["total"] == laptop["total"]
+    assert row["current_stack"] == laptop["stack_id"] and not row["changed"]
+
+
+def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[systems]]\nname = 'x'\nthreads = 0\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "benanza", "fleet", "run", str(bad)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "bad.toml" in lines[0] and "threads" in lines[0]
