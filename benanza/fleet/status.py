@@ -16,6 +16,7 @@ from typing import Any
 from benanza.analysis.compare import latest_stack
 from benanza.config import FleetConfig
 from benanza.fleet.plan import CorpusWork, Target, plan_target
+from benanza.local import parse_variant
 from benanza.store.base import Store
 
 
@@ -87,7 +88,7 @@ def fleet_status(store: Store, config: FleetConfig, works: Mapping[str, CorpusWo
                     lacks = None
                     break
                 variants.append(variant)
-                target = Target(name, rt, sid, dict(_parse(variant)))
+                target = Target(name, rt, sid, parse_variant(variant))
                 lacks += len(plan_target(works[rt], target, present).todo)
             status.stacks.append(
                 StackStatus(
@@ -104,8 +105,3 @@ def fleet_status(store: Store, config: FleetConfig, works: Mapping[str, CorpusWo
         out.append(status)
     return out
 
-
-def _parse(variant: str) -> list[tuple[str, Any]]:
-    """A variant id back into items (values stay strings: ``variant_id`` prints them alike)."""
-    items = [tuple(part.split("=", 1)) for part in variant.split(",") if part]
-    return items
