@@ -202,7 +202,7 @@ def planning_runtime(runtime: str, variant: str | None, opt_level: str = "extend
         return get_runtime("onnxruntime", threads=1, opt_level=parse_variant(variant).get("opt", opt_level))
     try:
         return get_runtime(runtime)
-    except (BenanzaError, ImportError, TypeError):
+    except (BenanzaError, ImportError):  # not installed here: plan as ONNX Runtime would (stated above)
         return get_runtime("onnxruntime", threads=1, opt_level=opt_level)
 
 

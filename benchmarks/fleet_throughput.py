@@ -95,25 +95,6 @@ def planning(templates: int = 200_000, systems: int = 5) -> dict[str, Any]:
     return {"combinations": templates * systems, "todo": todo, "planning_s": round(elapsed, 3)}
 
 
-def start_cluster() -> Any:
-    from benanza.fleet.systems import LOCAL_ENV, _stay_on_loopback, private_tmpdir
-
-    for k, v in LOCAL_ENV.items():
-        os.environ.setdefault(k, v)
-    os.environ.setdefault("RAY_TMPDIR", private_tmpdir())
-    import ray
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1"})
-    for name in SYSTEMS:
-        cluster.add_node(
-            num_cpus=1, resources={f"system:{name}": 1}, labels={"system": name}, node_ip_address="127.0.0.1"
-        )
-    _stay_on_loopback(ray)
-    ray.init(address=cluster.address, log_to_driver=False)
-    return cluster
-
-
 def start_nx_27017(folder: Path) -> tuple[subprocess.Popen, str]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from conftest import start_nx_27017 as start
@@ -135,13 +116,14 @@ def main() -> None:
     plan = planning()
     print(f"planning {plan['combinations']:,} combinations: {plan['planning_s']:.2f} s ({plan['todo']:,} to do)")
 
-    import ray
+    from benanza.config import RayConfig, SystemConfig
+    from benanza.fleet.systems import connect
 
-    cluster = start_cluster()
     out: dict[str, Any] = {}
     proc = None
-    try:
-        with tempfile.TemporaryDirectory(prefix="benanza-fleet-bench-") as tmp:
+    simulated = [SystemConfig(name=s) for s in SYSTEMS]
+    with connect(RayConfig(local_cluster=True), simulated), tempfile.TemporaryDirectory(prefix="benanza-fb-") as tmp:
+        try:
             out["sqlite"] = timed_fleet(f"sqlite:///{tmp}/fleet.db", batches, grans, args.chunk)
             s = out["sqlite"]
             print(
@@ -160,11 +142,9 @@ def main() -> None:
                 f"mongodb [{server}]: {m['results']:,} results, {m['results_per_s_dispatch']:,} results/s over "
                 f"dispatch ({m['dispatch_s']} s), {m['results_per_s_wall']:,}/s whole run ({m['wall_s']} s)"
             )
-    finally:
-        if proc is not None:
-            proc.kill()
-        ray.shutdown()
-        cluster.shutdown()
+        finally:
+            if proc is not None:
+                proc.kill()
 
     payload = {
         "benchmark": "fleet_throughput",

@@ -40,25 +40,13 @@ SLOW = {**FAST, "min_samples": 10, "min_time_s": 0.04, "max_time_s": 0.2}  # abo
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    """A local Ray cluster with one node per system; the test process is connected to it."""
-    from benanza.fleet.systems import LOCAL_ENV, _stay_on_loopback, private_tmpdir
+def cluster():
+    """A local Ray cluster with one node per system (``fleet.systems.connect``); the test process is connected."""
+    from benanza.config import RayConfig
+    from benanza.fleet.systems import connect
 
-    for k, v in LOCAL_ENV.items():
-        os.environ.setdefault(k, v)
-    os.environ.setdefault("RAY_TMPDIR", private_tmpdir())
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "node_ip_address": "127.0.0.1"})
-    for name in SYSTEMS:
-        c.add_node(num_cpus=1, resources={f"system:{name}": 1}, labels={"system": name}, node_ip_address="127.0.0.1")
-    _stay_on_loopback(ray)
-    ray.init(address=c.address, log_to_driver=False)
-    try:
-        yield c
-    finally:
-        ray.shutdown()
-        c.shutdown()
+    with connect(RayConfig(local_cluster=True), [SystemConfig(name=s) for s in SYSTEMS]) as session:
+        yield session
 
 
 def nodes_of() -> dict[str, str]:
@@ -350,3 +338,17 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "bad.toml" in lines[0] and "threads" in lines[0]
+
+
+def test_a_model_that_cannot_be_processed_is_reported_and_the_corpus_goes_on(tmp_path: Path, two_models) -> None:
+    from benanza.fleet.driver import plan_corpus
+
+    bad = tmp_path / "broken.onnx"
+    bad.write_bytes(b"not a model")
+    cfg = fleet_config([bad, two_models[0]], f"sqlite:///{tmp_path / 'c.db'}", systems=("sys-a",))
+    corpus = plan_corpus(cfg)
+    assert corpus.models == 1
+    ((error),) = corpus.model_errors
+    assert error["model"] == str(bad) and "broken.onnx" in error["error"]
+    (work,) = corpus.by_runtime().values()
+    assert work.runtime == "null" and len(work.templates) > 0

@@ -251,8 +251,8 @@ def test_transient_errors_are_retried_until_the_write_succeeds(mock_server: Any)
         assert update["q"] == dict(zip(IDENTITY_FIELDS, record.identity(), strict=True))
 
 
-def test_a_persistent_outage_is_one_store_error_naming_the_uri(mock_server: Any) -> None:
-    attempts = []
+def _updates_answered_not_primary(attempts: list[float]) -> Any:
+    """A mockupdb responder: every update fails as a step-down would; the times are kept in ``attempts``."""
 
     def not_primary(request: Any) -> bool | None:
         if request.command_name != "update":
@@ -260,7 +260,12 @@ def test_a_persistent_outage_is_one_store_error_naming_the_uri(mock_server: Any)
         attempts.append(time.monotonic())
         return request.replies({"ok": 0, "errmsg": "not primary", "code": 10107})
 
-    mock_server.autoresponds(not_primary)
+    return not_primary
+
+
+def test_a_persistent_outage_is_one_store_error_naming_the_uri(mock_server: Any) -> None:
+    attempts: list[float] = []
+    mock_server.autoresponds(_updates_answered_not_primary(attempts))
     uri = f"{mock_server.uri}/benanza"
     with MongoStore(uri, retries=3, backoff_s=0.05) as store:
         with pytest.raises(StoreError) as info:
@@ -309,15 +314,8 @@ def test_a_lease_held_elsewhere_is_a_lost_claim_not_an_error(mock_server: Any) -
 
 
 def test_retries_stop_at_the_retry_window(mock_server: Any) -> None:
-    attempts = []
-
-    def not_primary(request: Any) -> bool | None:
-        if request.command_name != "update":
-            return None
-        attempts.append(time.monotonic())
-        return request.replies({"ok": 0, "errmsg": "not primary", "code": 10107})
-
-    mock_server.autoresponds(not_primary)
+    attempts: list[float] = []
+    mock_server.autoresponds(_updates_answered_not_primary(attempts))
     with MongoStore(f"{mock_server.uri}/benanza", retries=50, backoff_s=0.05, retry_window_s=0.3) as store:
         start = time.monotonic()
         with pytest.raises(StoreError, match="not primary"):

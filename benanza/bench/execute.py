@@ -8,7 +8,6 @@ store lacks for this system and stack and writes results in batches.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from benanza.bench.harness import HarnessSettings, measure
 from benanza.bench.spec import BenchmarkSpec
 from benanza.bench.stats import describe
 from benanza.errors import one_line
-from benanza.store.records import SCHEMA_VERSION, BenchmarkRecord, Outcome
+from benanza.store.records import BenchmarkRecord, Outcome, make_record
 
 
 def _now() -> str:
@@ -37,22 +36,7 @@ def run_spec(
 ) -> BenchmarkRecord:
     """Measure one spec; every outcome is a record."""
     started = time.perf_counter()
-    base: dict[str, Any] = {
-        "schema_version": SCHEMA_VERSION,
-        "system": system,
-        "stack_id": stack_id,
-        "runtime": spec.runtime,
-        "kind": str(spec.kind),
-        "key": spec.key,
-        "batch_size": spec.batch_size,
-        "dtype": spec.dtype,
-        "variant": spec.variant_id,
-        "spec_id": spec.spec_id,
-        "label": spec.label,
-        "spec": spec.to_dict(),
-        "host": host or socket.gethostname(),
-        "settings": {"runtime": runtime.variant(), "harness": settings.model_dump()},
-    }
+    settings_doc = {"runtime": runtime.variant(), "harness": settings.model_dump()}
     samples: tuple[float, ...] = ()
     kernel: tuple[float, ...] = ()
     stats = kernel_stats = None
@@ -81,15 +65,19 @@ def run_spec(
         finally:
             if prepared is not None:
                 prepared.close()
-    return BenchmarkRecord(
-        **base,
+    return make_record(
+        spec,
+        system=system,
+        stack_id=stack_id,
         outcome=outcome,
         reason=reason,
         samples=samples,
         stats=stats,
         kernel_samples=kernel,
         kernel_stats=kernel_stats,
+        settings=settings_doc,
         measured_at=_now(),
+        host=host,
         duration_s=time.perf_counter() - started,
     )
 

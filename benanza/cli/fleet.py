@@ -85,8 +85,7 @@ def status(
     from benanza.store.base import open_store
 
     cfg = _config(config, db, None, models, batch, shape)
-    works, _, _, _ = plan_corpus(cfg)
-    by_runtime = {key[0]: work for key, work in works.items()}
+    by_runtime = plan_corpus(cfg).by_runtime()
     with open_store(cfg.db, create=False) as store:
         rows = [s.to_dict() for s in fleet_status(store, cfg, by_runtime)]
     if format is OutputFormat.json:

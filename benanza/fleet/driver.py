@@ -32,17 +32,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benanza.bench.generate import specs_for_plan, unique_specs
+from benanza.bench.generate import plan_model, specs_for_plan, unique_specs
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import FleetConfig, SystemConfig
 from benanza.errors import BenanzaError, StoreError, UsageError, one_line
 from benanza.fleet.plan import CorpusWork, SystemPlan, Target, plan_target
 from benanza.fleet.systems import actor_options, connect, devices_of, missing_node_reason, system_nodes
 from benanza.fleet.worker import SystemWorker
-from benanza.local import plan_models
+from benanza.model.process import process_model
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
-from benanza.store.records import SCHEMA_VERSION, BenchmarkRecord, Outcome, utc_now
+from benanza.store.records import Outcome, make_record
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,7 @@ class SystemResult:
     total: int = 0
     nodes: list[str] = field(default_factory=list)
     actors: int = 0
+    unleased: int = 0  # run without a lease because the store could not grant one
     error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,6 +84,7 @@ class SystemResult:
             "total": self.total,
             "nodes": self.nodes,
             "actors": self.actors,
+            "unleased": self.unleased,
             "error": self.error,
         }
 
@@ -123,35 +125,48 @@ def _planning_key(system: SystemConfig, runtime: str) -> tuple[str, tuple[tuple[
     return runtime, tuple(sorted(options.items()))
 
 
-def plan_corpus(config: FleetConfig) -> tuple[dict[tuple, CorpusWork], int, list[dict[str, str]], dict[tuple, str]]:
-    """Corpus work per planning runtime; also the model count, model errors and runtime errors."""
-    paths = config.model_paths()
-    overrides = config.shape_overrides() or None
-    works: dict[tuple, CorpusWork] = {}
-    model_errors: dict[str, str] = {}
+@dataclass
+class CorpusPlan:
+    """The corpus planned for every runtime the fleet's systems use."""
+
+    works: dict[tuple, CorpusWork]  # by planning key (``_planning_key``)
+    models: int  # models planned
+    model_errors: list[dict[str, str]]  # models that could not be processed, with the reason
+    runtime_errors: dict[tuple, str]  # planning keys whose runtime is not available here
+
+    def by_runtime(self) -> dict[str, CorpusWork]:
+        """Work by runtime name (one planning key per runtime name in the usual configs)."""
+        return {key[0]: work for key, work in self.works.items()}
+
+
+def plan_corpus(config: FleetConfig) -> CorpusPlan:
+    """Process each model once per batch size and plan it for every runtime the systems use."""
+    runtimes: dict[tuple, Any] = {}
     runtime_errors: dict[tuple, str] = {}
-    keys = {_planning_key(s, rt) for s in config.systems for rt in s.runtimes}
-    for key in sorted(keys, key=repr):
-        name, options = key
+    for key in sorted({_planning_key(s, rt) for s in config.systems for rt in s.runtimes}, key=repr):
         try:
-            runtime = get_runtime(name, **dict(options))
+            runtimes[key] = get_runtime(key[0], **dict(key[1]))
         except (BenanzaError, ImportError) as exc:
             runtime_errors[key] = one_line(exc)
+    specs: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
+    overrides = config.shape_overrides() or None
+    paths = config.model_paths()
+    model_errors: list[dict[str, str]] = []
+    for path in paths:
+        mine: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
+        try:
+            processed = [process_model(path, batch, overrides) for batch in config.batch_sizes]
+            for key, runtime in runtimes.items():
+                for batch, model in zip(config.batch_sizes, processed, strict=True):
+                    plan = plan_model(model, runtime, config.granularities, batch=batch, overrides=overrides)
+                    mine[key].extend(specs_for_plan(plan, runtime.name, {}, e2e=config.e2e))
+        except BenanzaError as exc:  # reported; the rest of the corpus goes on
+            model_errors.append({"model": str(path), "error": one_line(exc)})
             continue
-        specs: list[BenchmarkSpec] = []
-        for path in paths:
-            if str(path) in model_errors:
-                continue
-            try:
-                plans = plan_models([path], runtime, tuple(config.batch_sizes), overrides, config.granularities)
-            except BenanzaError as exc:
-                model_errors[str(path)] = one_line(exc)
-                continue
-            for plan in plans:
-                specs.extend(specs_for_plan(plan, runtime.name, {}, e2e=config.e2e))
-        works[key] = CorpusWork(runtime.name, tuple(unique_specs(specs)))
-    errors = [{"model": p, "error": e} for p, e in model_errors.items()]
-    return works, len(paths) - len(model_errors), errors, runtime_errors
+        for key, found in mine.items():
+            specs[key].extend(found)
+    works = {key: CorpusWork(runtimes[key].name, tuple(unique_specs(found))) for key, found in specs.items()}
+    return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors)
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -189,26 +204,6 @@ class _SystemRun:
         return self.plan.target
 
 
-def _failure_record(spec: BenchmarkSpec, target: Target, reason: str) -> BenchmarkRecord:
-    return BenchmarkRecord(
-        schema_version=SCHEMA_VERSION,
-        system=target.system,
-        stack_id=target.stack_id,
-        runtime=spec.runtime,
-        kind=str(spec.kind),
-        key=spec.key,
-        batch_size=spec.batch_size,
-        dtype=spec.dtype,
-        variant=spec.variant_id,
-        spec_id=spec.spec_id,
-        label=spec.label,
-        outcome=Outcome.FAILED,
-        reason=reason,
-        spec=spec.to_dict(),
-        measured_at=utc_now(),
-    )
-
-
 class FleetDriver:
     """One run of the fleet (see the module docstring)."""
 
@@ -233,12 +228,12 @@ class FleetDriver:
 
     def run(self) -> FleetSummary:
         started = time.perf_counter()
-        works, n_models, model_errors, runtime_errors = plan_corpus(self.config)
+        corpus = plan_corpus(self.config)
         store = open_store(self.config.db)
         try:
             with connect(self.config.ray, self.config.systems):
                 self._setup_metrics()
-                runs, actors = self._start(store, works, runtime_errors)
+                runs, actors = self._start(store, corpus.works, corpus.runtime_errors)
                 dispatch_started = time.perf_counter()
                 if runs:
                     self._dispatch(store, runs, actors)
@@ -247,7 +242,8 @@ class FleetDriver:
                     self._kill(actor.handle)
         finally:
             store.close()
-        return FleetSummary(self.results, n_models, model_errors, time.perf_counter() - started, dispatch_s)
+        elapsed = time.perf_counter() - started
+        return FleetSummary(self.results, corpus.models, corpus.model_errors, elapsed, dispatch_s)
 
     # -- start ---------------------------------------------------------------------------------
 
@@ -275,7 +271,9 @@ class FleetDriver:
                     system.model_dump(mode="json"), self.config.db, harness, self.spill_dir
                 )
                 pending[handle.identity.remote()] = (system, handle)
-        ready, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=self.actor_start_timeout_s)
+        ready, not_ready = [], []
+        if pending:
+            ready, not_ready = ray.wait(list(pending), num_returns=len(pending), timeout=self.actor_start_timeout_s)
         actors: list[_Actor] = []
         identities: dict[str, dict[str, Any]] = {}
         for ref in not_ready:
@@ -336,12 +334,13 @@ class FleetDriver:
         ids = {run.plan.spec_id(i): i for i in indices}
         try:
             granted = store.claim(run.target.system, run.target.stack_id, ids, self.owner, self.config.lease_s)
-        except StoreError as exc:  # leases are a guard against duplicate work, not a condition of it
+        except StoreError as exc:  # leases guard against duplicate work; they are not a condition of it
             log.warning("leases unavailable, running without one: %s", one_line(exc))
+            run.result.unleased += len(ids)
             granted = set(ids)
-        mine = [i for sid, i in ids.items() if sid in granted]
+        mine = [(sid, i) for sid, i in ids.items() if sid in granted]
         run.waiting.update(i for sid, i in ids.items() if sid not in granted)
-        return mine, [run.plan.spec_id(i) for i in mine]
+        return [i for _, i in mine], [sid for sid, _ in mine]
 
     def _next_chunk(self, store: Store, run: _SystemRun) -> _Chunk | None:
         size = self.config.chunk_size
@@ -363,8 +362,8 @@ class FleetDriver:
             return
         try:
             present = store.present_spec_ids(run.target.system, run.target.stack_id)
-        except StoreError:
-            return
+        except StoreError:  # the store is down: run them (without leases) rather than wait for it
+            present = set()
         for i in sorted(run.waiting):
             if run.plan.spec_id(i) in present:
                 run.result.reused += 1
@@ -427,14 +426,21 @@ class FleetDriver:
             self._worker_failed(store, run, chunk, one_line(exc))
             return
         outcomes = out["outcomes"]
-        for sid in chunk.ids:
-            outcome = outcomes.get(sid)
-            event = {"ok": "measured", "failed": "failed", "skipped": "skipped"}.get(outcome or "", "failed")
-            setattr(run.result, event, getattr(run.result, event) + 1)
-            self.progress(system, "ok" if event == "measured" else event, 1)
+        counts = {Outcome.OK: "measured", Outcome.FAILED: "failed", Outcome.SKIPPED: "skipped"}
+        unanswered = []
+        for i, sid in zip(chunk.indices, chunk.ids, strict=True):
+            if sid not in outcomes:
+                unanswered.append(i)
+                continue
+            outcome = Outcome(outcomes[sid])
+            setattr(run.result, counts[outcome], getattr(run.result, counts[outcome]) + 1)
+            self.progress(system, str(outcome), 1)
         run.result.spilled += out.get("spilled", 0)
-        run.open -= len(chunk.ids)
+        run.open -= len(chunk.ids) - len(unanswered)
         self._release(store, run, chunk.ids)
+        if unanswered:  # a worker that returns without a result for a spec it was given failed on it
+            rest = _Chunk(chunk.plan, unanswered, [run.plan.spec_id(i) for i in unanswered], chunk.attempt)
+            self._worker_failed(store, run, rest, "the worker returned no result for it")
 
     def _worker_failed(self, store: Store, run: _SystemRun, chunk: _Chunk, error: str) -> None:
         if len(chunk.indices) > 1:
@@ -449,7 +455,10 @@ class FleetDriver:
             run.singles.append(i)
             return
         spec = run.plan.spec(i)
-        record = _failure_record(spec, run.target, f"the worker died or failed {attempts} times running it: {error}")
+        reason = f"the worker died or failed {attempts} times running it: {error}"
+        record = make_record(
+            spec, system=run.target.system, stack_id=run.target.stack_id, outcome=Outcome.FAILED, reason=reason
+        )
         try:
             store.upsert([record])
         except StoreError as exc:

@@ -104,4 +104,3 @@ def fleet_status(store: Store, config: FleetConfig, works: Mapping[str, CorpusWo
             status.lacks = status.total
         out.append(status)
     return out
-

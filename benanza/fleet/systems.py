@@ -19,7 +19,7 @@ import os
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from benanza.config import RayConfig, SystemConfig
@@ -72,12 +72,11 @@ def _stay_on_loopback(ray: Any) -> None:
 
 @dataclass
 class RaySession:
-    """A connection to a Ray cluster, and what to shut down at the end."""
+    """A connection to a Ray cluster (its address when known), and what to shut down at the end."""
 
     address: str | None
     owned_ray: bool = False
     cluster: Any = None
-    started: list[str] = field(default_factory=list)
 
     def close(self) -> None:
         ray = _ray()
@@ -119,7 +118,6 @@ def connect(cfg: RayConfig, systems: Sequence[SystemConfig]) -> Iterator[RaySess
             )
             for system in systems:
                 session.cluster.add_node(**system.simulated_node(), node_ip_address="127.0.0.1")
-                session.started.append(system.name)
             _stay_on_loopback(ray)
             session.address = session.cluster.address
             ray.init(address=session.address, namespace=cfg.namespace, log_to_driver=False)
@@ -135,7 +133,6 @@ def connect(cfg: RayConfig, systems: Sequence[SystemConfig]) -> Iterator[RaySess
                 log_to_driver=False,
                 **dashboard,
             )
-            session.started.append(first.name)
         yield session
     except ConnectionError as exc:
         raise UsageError(f"cannot connect to the Ray cluster at {cfg.address}: {one_line(exc)}") from None
