@@ -79,11 +79,17 @@ def plan_models(
     return plans
 
 
-def specs_for(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[BenchmarkSpec]:
-    specs: list[BenchmarkSpec] = []
+def spec_groups(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[list[BenchmarkSpec]]:
+    """Per plan, every spec it needs with its end-to-end run first: the interleaved schedule's groups."""
+    groups = []
     for plan in plans:
-        specs.extend(specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=e2e))
-    return unique_specs(specs)
+        specs = specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=e2e)
+        groups.append(specs[-1:] + specs[:-1] if e2e else specs)
+    return groups
+
+
+def specs_for(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[BenchmarkSpec]:
+    return unique_specs(s for group in spec_groups(ctx, plans, e2e) for s in group)
 
 
 def bench(
@@ -94,9 +100,9 @@ def bench(
     progress: Callable[..., None] | None = None,
 ) -> RunSummary:
     """Benchmark what the store lacks for this system and stack."""
-    specs = specs_for(ctx, plans, e2e)
+    groups = spec_groups(ctx, plans, e2e)
     return run_specs(
-        specs,
+        unique_specs(s for group in groups for s in group),
         ctx.runtime,
         ctx.store,
         ctx.settings,
@@ -104,6 +110,7 @@ def bench(
         stack_id=ctx.stack_id,
         retry_failed=retry_failed,
         progress=progress,
+        groups=groups,
     )
 
 

@@ -34,9 +34,15 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--min-time", type=float, default=0.05)
     parser.add_argument("--max-time", type=float, default=1.0)
+    parser.add_argument(
+        "--schedule",
+        choices=["sequential", "interleaved"],
+        default="interleaved",
+        help="interleaved: each model's benchmarks sampled together in rounds (drift hits all alike)",
+    )
     args = parser.parse_args()
     grans = [int(g) for g in args.granularity.split(",")]
-    settings = HarnessSettings(min_time_s=args.min_time, max_time_s=args.max_time)
+    settings = HarnessSettings(min_time_s=args.min_time, max_time_s=args.max_time, schedule=args.schedule)
     ctx = open_local(args.db, "onnxruntime", {"threads": args.threads}, settings=settings)
     try:
         plans = plan_models(args.models or zoo_paths(), ctx.runtime, (1,), None, grans)

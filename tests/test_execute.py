@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 
+import numpy as np
 import pytest
 
-from benanza.bench.execute import run_spec, run_specs
+from benanza.bench.execute import group_chunks, run_interleaved, run_spec, run_specs, spec_memory_bytes
 from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import bench, open_local, plan_models, specs_for
@@ -186,6 +187,68 @@ def test_results_are_per_system_and_stack(store, fast_harness):
     run_specs(specs, NullRuntime(), store, fast_harness, system=SYSTEM, stack_id=STACK)
     other = run_specs(specs, NullRuntime(), store, fast_harness, system=SYSTEM, stack_id="new-stack")
     assert other.to_dict() == {"measured": 3, "reused": 0, "failed": 0, "skipped": 0}
+
+
+# -- interleaved groups ----------------------------------------------------------------------------
+
+
+def test_interleaved_group_records_like_one_by_one(chain_specs, runtime, fast_harness):
+    settings = fast_harness.model_copy(update={"schedule": "interleaved"})
+    records = run_interleaved(chain_specs, runtime, settings, system=SYSTEM, stack_id=STACK, host="h")
+    assert [r.spec_id for r in records] == [s.spec_id for s in chain_specs]
+    for record in records:
+        assert record.outcome is Outcome.OK
+        assert record.stats["n"] == len(record.samples) >= settings.min_samples
+        assert settings.kernel_runs <= len(record.kernel_samples) <= 2 * settings.kernel_runs  # spread over the rounds
+        assert record.settings["harness"]["schedule"] == "interleaved"
+        assert record.host == "h" and record.duration_s > 0
+    assert len({r.stats["n"] for r in records}) == 1  # one sample of each per round
+
+
+def test_interleaved_faults_lose_nothing(store, fast_harness):
+    specs = _null_specs(7)
+    faults = {specs[1].key: "prepare", specs[3].key: "call", specs[5].key: "kernel"}
+    settings = fast_harness.model_copy(update={"schedule": "interleaved"})
+    summary = run_specs(
+        specs, _FlakyRuntime(faults), store, settings, system=SYSTEM, stack_id=STACK, groups=[specs[:4], specs[2:]]
+    )
+    assert summary.to_dict() == {"measured": 4, "reused": 0, "failed": 3, "skipped": 0}
+    stored = {r.key: r for r in store.records(system=SYSTEM, stack_id=STACK)}
+    assert stored[specs[1].key].reason == "RuntimeError: cannot prepare"
+    assert stored[specs[3].key].reason == "MemoryError: out of memory"
+    assert stored[specs[5].key].reason == "ValueError: profile unreadable"
+    assert stored[specs[0].key].kernel_samples == (1e-6,) * fast_harness.kernel_runs  # kernel_times fallback
+    again = run_specs(specs, NullRuntime(), store, settings, system=SYSTEM, stack_id=STACK, retry_failed=True)
+    assert again.to_dict() == {"measured": 3, "reused": 4, "failed": 0, "skipped": 0}
+
+
+def test_groups_are_cut_to_the_memory_budget(chain_specs):
+    conv = next(s for s in chain_specs if s.kind is SpecKind.LAYER and s.label.startswith("Conv"))
+    weights = [ref for ref in conv.network["nodes"][0]["inputs"] if ref["kind"] == "weight"]
+    expected = sum(4 * int(np.prod(ref["shape"])) for ref in weights) * 3
+    assert expected > 0 and spec_memory_bytes(conv) == expected
+    sizes = [spec_memory_bytes(s) for s in chain_specs]
+    chunks = list(group_chunks(chain_specs, budget=max(sizes)))
+    assert [s for chunk in chunks for s in chunk] == list(chain_specs)
+    assert all(sum(map(spec_memory_bytes, c)) <= max(sizes) for c in chunks)
+    assert len(chunks) > 1
+    assert [len(c) for c in group_chunks(chain_specs, budget=0)] == [1] * len(chain_specs)
+
+
+def test_interleaved_local_pipeline_is_incremental(tmp_path, conv_chain, fast_harness):
+    path = model_file(tmp_path, conv_chain, "reshape")
+    settings = fast_harness.model_copy(update={"schedule": "interleaved"})
+    ctx = open_local(f"sqlite:///{tmp_path / 'i.db'}", "onnxruntime", {"threads": 1}, system=SYSTEM, settings=settings)
+    try:
+        plans = plan_models([path], ctx.runtime, granularities=(1, 2))
+        model_spec = next(s for s in specs_for(ctx, plans, e2e=True) if s.kind is SpecKind.MODEL)
+        assert model_spec.model["weight_bytes"] > 0
+        first = bench(ctx, plans, e2e=True)
+        assert first.failed == first.skipped == 0 and first.measured == len(specs_for(ctx, plans, e2e=True))
+        assert len({r.stats["n"] for r in first.records}) == 1  # the model and its units in the same rounds
+        assert bench(ctx, plans, e2e=True).to_dict()["measured"] == 0
+    finally:
+        ctx.close()
 
 
 # -- the local pipeline, incrementally -------------------------------------------------------------

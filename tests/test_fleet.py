@@ -352,3 +352,23 @@ def test_a_model_that_cannot_be_processed_is_reported_and_the_corpus_goes_on(tmp
     assert error["model"] == str(bad) and "broken.onnx" in error["error"]
     (work,) = corpus.by_runtime().values()
     assert work.runtime == "null" and len(work.templates) > 0
+
+
+def test_a_worker_measures_its_chunk_interleaved_when_the_harness_says_so(tmp_path: Path) -> None:
+    from benanza.bench.spec import BenchmarkSpec, SpecKind
+    from benanza.fleet.worker import SystemWorker
+
+    db = f"sqlite:///{tmp_path / 'w.db'}"
+    harness = {**FAST, "schedule": "interleaved"}
+    worker = SystemWorker(SystemConfig(name="sys-i", runtimes=["null"]).model_dump(mode="json"), db, harness)
+    variant = tuple(worker.targets["null"]["variant"].items())
+    specs = [
+        BenchmarkSpec(SpecKind.LAYER, f"key{i:013d}", 1, "float32", "null", variant=variant).to_dict() for i in range(5)
+    ]
+    out = worker.run(specs)
+    assert set(out["outcomes"].values()) == {"ok"} and out["stored"] == 5
+    with open_store(db) as store:
+        records = store.records(system="sys-i")
+    assert len(records) == 5
+    assert {r.settings["harness"]["schedule"] for r in records} == {"interleaved"}
+    assert len({r.stats["n"] for r in records}) == 1  # one sample of each per round

@@ -191,7 +191,9 @@ def test_specs_for_plan_kinds_and_payloads(chain, ort_runtime):
     assert [s.key for s in by_kind[SpecKind.SEQUENCE]] == [plan.sequence_keys[2][0]]
     (model,) = by_kind[SpecKind.MODEL]
     assert model.key == plan.model_key
-    assert model.model == {"path": "mem.onnx", "batch": None, "shapes": {}}
+    # constant inputs: w1 4x3x3x3 + b1 4 + BN 4x4 + w2 4x4x1x1 float32, Reshape target 2 int64
+    weights = (108 + 4 + 16 + 16) * 4 + 16
+    assert model.model == {"path": "mem.onnx", "batch": None, "shapes": {}, "weight_bytes": weights}
     assert model.network is None
     for s in specs:
         assert s.runtime == "onnxruntime"

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from pydantic import ValidationError
 
-from benanza.bench.harness import HarnessSettings, Timing, measure
+from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import UsageError
@@ -241,3 +241,137 @@ def test_null_runtime_overhead_is_small(null_runtime: Runtime) -> None:
     t = measure(prepared.call, settings())
     assert t.iterations > 1
     assert t.stats.median < 2e-6  # the goal; typically tens of ns
+
+
+# -- interleaved rounds ---------------------------------------------------------------------------
+
+
+def test_interleaved_rounds_take_one_sample_of_each_call_per_round() -> None:
+    clock = FakeClock()
+    order: list[str] = []
+
+    def call(name: str, ns: int) -> Callable[[], None]:
+        def run() -> None:
+            order.append(name)
+            clock.now += ns
+
+        return run
+
+    fast, slow = call("a", 300_000), call("b", 5_000_000)
+    s = settings(warmup_runs=2, min_samples=7, min_time_s=0.0, target_rel_stderr=10.0)
+    ta, tb = measure_interleaved([fast, slow], s, clock=clock).timings
+    assert isinstance(ta, Timing) and isinstance(tb, Timing)
+    assert (ta.stats.n, tb.stats.n) == (7, 7)  # one sample each per round
+    assert ta.samples == pytest.approx((3e-4,) * 7) and tb.samples == pytest.approx((5e-3,) * 7)
+    rounds = order[-28:]  # each sample is preceded by one untimed call of the same benchmark
+    assert all(sorted(rounds[i : i + 4]) == ["a", "a", "b", "b"] for i in range(0, 28, 4))
+    assert all(rounds[i] == rounds[i + 1] for i in range(0, 28, 2))
+    assert {ta.stopped_by, tb.stopped_by} == {"noise"}
+    order.clear()
+    measure_interleaved([fast, slow], s.model_copy(update={"interleave_precalls": 0}), clock=clock)
+    assert all(sorted(order[-14:][i : i + 2]) == ["a", "b"] for i in range(0, 14, 2))
+
+
+def test_interleaved_noise_rule_weighs_a_tiny_call_by_the_groups_average() -> None:
+    # a 1-3 us call beside a steady 10 ms one: alone it needs ~1000 samples for 1%;
+    # here its error is judged against the average call (5 ms), so the group stops at min_samples
+    clock = FakeClock()
+    tiny, big = clock.call_taking(1_000, 3_000), clock.call_taking(10_000_000)
+    s = settings(
+        warmup_runs=0, min_samples=10, min_time_s=0.0, min_sample_time_s=0.0, max_time_s=100.0, interleave_precalls=0
+    )
+    tt, _ = measure_interleaved([tiny, big], s, clock=clock).timings
+    assert tt.stopped_by == "noise" and tt.stats.n == 10
+    assert tt.stats.rel_stderr > 0.1
+    assert measure(tiny, s, clock=clock).stats.n > 500
+
+
+def test_interleaving_cancels_a_drift_that_biases_one_after_the_other() -> None:
+    # The host slows down linearly with time; call B costs exactly twice call A.
+    # Measured one after the other, B runs later, on a slower host, and looks > 2x A.
+    def drifting_clock() -> tuple[FakeClock, Callable[[int], Callable[[], None]]]:
+        clock = FakeClock()
+        start = clock.now
+
+        def call_of(base_ns: int) -> Callable[[], None]:
+            def run() -> None:
+                clock.now += int(base_ns * (1 + (clock.now - start) / 2e9))  # 50% slower after 1 s
+
+            return run
+
+        return clock, call_of
+
+    s = settings(warmup_runs=0, min_samples=50, min_time_s=0.0, target_rel_stderr=10.0, min_sample_time_s=0.0)
+    clock, call_of = drifting_clock()
+    a = measure(call_of(2_000_000), s, clock=clock)
+    b = measure(call_of(4_000_000), s, clock=clock)
+    sequential = b.stats.mean / a.stats.mean
+    clock, call_of = drifting_clock()
+    ia, ib = measure_interleaved([call_of(2_000_000), call_of(4_000_000)], s, clock=clock).timings
+    interleaved = ib.stats.mean / ia.stats.mean
+    assert sequential > 2.1
+    assert interleaved == pytest.approx(2.0, rel=0.03)
+
+
+def test_interleaved_untimed_companions_run_outside_the_samples() -> None:
+    clock = FakeClock()
+    companion_runs = []
+
+    def companion() -> None:
+        companion_runs.append(clock.now)
+        clock.now += 10_000_000  # 10 ms that no sample may contain
+
+    fn = clock.call_taking(1_000_000)
+    s = settings(warmup_runs=0, min_samples=3, min_time_s=0.0, target_rel_stderr=10.0)
+    rounds = measure_interleaved([fn], s, untimed=[companion], untimed_runs=5, clock=clock)
+    (t,) = rounds.timings
+    assert len(companion_runs) == 5  # the rounds go on until the companion has run 5 times
+    assert rounds.companions_kept == (True,) * 5
+    assert t.stats.n == 5 and t.samples == pytest.approx((1e-3,) * 5)
+
+    # 50 rounds, 5 kept companions wanted: the stride doubles each time 10 are kept
+    companion_runs.clear()
+    s50 = s.model_copy(update={"min_samples": 50})
+    rounds = measure_interleaved([fn], s50, untimed=[companion], untimed_runs=5, clock=clock)
+    assert rounds.timings[0].stats.n == 50
+    ran_in = [*range(10), 10, 12, 14, 16, 18, 20, 24, 28, 32, 36, 40, 48]
+    assert len(companion_runs) == len(rounds.companions_kept) == len(ran_in)
+    kept = [r for r, keep in zip(ran_in, rounds.companions_kept, strict=True) if keep]
+    assert kept == [0, 8, 16, 24, 32, 40, 48]  # evenly over the 50 rounds, like the samples
+    with pytest.raises(ValueError):
+        measure_interleaved([fn, fn], s, untimed=[companion], clock=clock)
+
+
+def test_interleaved_failure_leaves_the_rounds_and_the_others_go_on() -> None:
+    clock = FakeClock()
+    calls = 0
+
+    def breaks_in_round_three() -> None:
+        nonlocal calls
+        calls += 1
+        clock.now += 1_000_000
+        if calls > 3:
+            raise MemoryError("out of memory")
+
+    ok = clock.call_taking(1_000_000)
+    s = settings(warmup_runs=1, min_samples=10, min_time_s=0.0, target_rel_stderr=10.0)
+    broken, fine = measure_interleaved([breaks_in_round_three, ok], s, clock=clock).timings
+    assert isinstance(broken, MemoryError)
+    assert isinstance(fine, Timing) and fine.stats.n == 10
+
+
+def test_interleaved_time_cap_is_the_groups_budget() -> None:
+    # two calls, 200 ms cap each: the group stops after 400 ms of wall time
+    clock = FakeClock()
+    start = clock.now
+    fns = [clock.call_taking(0, 1_000_000), clock.call_taking(1_000_000, 0)]
+    s = settings(warmup_runs=0, min_samples=10_000, target_rel_stderr=1e-6, max_time_s=0.2, min_sample_time_s=0.0)
+    timings = measure_interleaved(fns, s, clock=clock).timings
+    assert {t.stopped_by for t in timings} == {"time_cap"}
+    assert 0.4e9 <= clock.now - start <= 0.4e9 + 3_000_000
+
+
+def test_interleaved_real_calls() -> None:
+    timings = measure_interleaved([trivial, lambda: busy_wait(1e-4)], settings(target_rel_stderr=0.05)).timings
+    assert all(isinstance(t, Timing) and t.stats.n >= 10 for t in timings)
+    assert timings[1].stats.median > timings[0].stats.median

@@ -107,6 +107,22 @@ def test_complete_results(branching, all_results):
     assert [u.kernel_ms for u in lb.units] == pytest.approx([1.0, 3.0, 2.0, 2.0, 0.5])
     assert [u.call_ms for u in lb.units] == pytest.approx([0.1] * 5)
     assert lb.batch_size == 1 and lb.model == "mem"
+    assert lb.checks == ()  # 8.5 and 5.5 ms are below the 50 ms end to end
+
+
+def test_a_bound_above_end_to_end_is_reported_not_clipped(branching, all_results):
+    results = dict(all_results)
+    model = next(s for s in specs_for_plan(branching, "null", {}, e2e=True) if s.kind is SpecKind.MODEL)
+    # e2e of 8.0 ms: the sequential bound (8.5) is above it by 6.25%, the parallel one (5.5) is not
+    results.update(fake_records(branching, lambda s: 0.008 if s.key == model.key else call_seconds(s), kernel_seconds))
+    lb = bound(branching, results)
+    assert lb.sequential_ms == pytest.approx(8.5) and lb.e2e_ms == pytest.approx(8.0)
+    (check,) = lb.checks
+    assert check.startswith("sequential_ms 8.500 ms exceeds e2e 8.000 ms by 6.2%")
+    assert lb.to_dict()["checks"] == [check]
+    # within the slack (1%): no check
+    results.update(fake_records(branching, lambda s: 0.0085 if s.key == model.key else call_seconds(s), kernel_seconds))
+    assert bound(branching, results).checks == ()
 
 
 def test_parallel_bound_follows_the_costs(branching, all_results):

@@ -137,6 +137,21 @@ def test_prepared_layer_runs_and_reports_kernel_times(layer_specs):
         prepared.close()
 
 
+def test_a_profiler_with_precalls_keeps_one_run_in_each_group(layer_specs):
+    runtime, specs = layer_specs
+    group = next(s for s in specs if s.kind is SpecKind.GROUP)
+    prepared = runtime.prepare(group)
+    profiler = prepared.profiler(precalls=2)
+    try:
+        for _ in range(3):
+            profiler.run()  # 3 session runs each: 2 unkept, then the kept one
+        times = profiler.finish()
+        assert len(times) == 3 and all(t > 0 for t in times)
+    finally:
+        profiler.close()
+        prepared.close()
+
+
 def test_a_model_spec_runs_the_model_file(layer_specs, conv_chain, tmp_path):
     runtime, specs = layer_specs
     model = next(s for s in specs if s.kind is SpecKind.MODEL)

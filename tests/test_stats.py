@@ -130,3 +130,18 @@ def test_geomean() -> None:
     for bad in ([], [1.0, 0.0], [2.0, -1.0]):
         with pytest.raises(ValueError):
             geomean(bad)
+
+
+def test_trimmed_stderr_matches_scipy_and_ignores_stalls() -> None:
+    from benanza.bench.stats import trimmed_stderr_sorted
+
+    values = sorted([1.0, 1.1, 0.9, 1.05, 0.95, 1.02, 0.98, 50.0, 1.01, 0.99, 1.03, 0.97])
+    mstats = pytest.importorskip("scipy.stats.mstats")
+    assert trimmed_stderr_sorted(values, 0.2) == pytest.approx(float(mstats.trimmed_stde(values, limits=(0.2, 0.2))))
+    # by hand: n=12, cut 2 each end -> winsorized to [0.97, 1.05]
+    wins = [0.97, 0.97, 0.97, 0.98, 0.99, 1.0, 1.01, 1.02, 1.03, 1.05, 1.05, 1.05]
+    m = sum(wins) / 12
+    sd = (sum((x - m) ** 2 for x in wins) / 11) ** 0.5
+    assert trimmed_stderr_sorted(values, 0.2) == pytest.approx(sd / (0.6 * 12**0.5))
+    assert trimmed_stderr_sorted(values, 0.2) < 0.02 < describe(values).stdev / 12**0.5  # the stall does not count
+    assert trimmed_stderr_sorted([1.0], 0.2) == float("inf")

@@ -14,6 +14,11 @@ Figures and the statistic behind each (also in every JSON row under ``method``):
 A figure with any input missing is ``None`` (never a sum that counts missing as zero); the
 sum over what is present is given separately as ``partial_sequential_ms`` with
 ``coverage`` (share of layers whose unit has data) and the ``missing`` layers.
+
+``checks`` lists what contradicts the method in the figures themselves: a lower bound above
+the measured end-to-end latency (by more than ``LOWER_BOUND_SLACK``) means a kernel time was
+inflated (profiler overhead, a unit run cold) or the host changed speed between
+measurements; such a bound is reported, never silently clipped.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Any
 from benanza.bench.generate import ModelPlan
 
 KERNEL_STATISTIC = "median"
+LOWER_BOUND_SLACK = 0.01  # relative excess of a lower bound over e2e that ``checks`` reports
 CALL_STATISTIC = "trimmed_mean"
 
 METHOD = {
@@ -63,6 +69,7 @@ class LowerBound:
     coverage: float
     missing: tuple[dict[str, Any], ...]
     units: tuple[UnitCost, ...] = field(repr=False, default=())
+    checks: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -81,6 +88,7 @@ class LowerBound:
             "composed_ms": {str(g): v for g, v in sorted(self.composed_ms.items())},
             "coverage": self.coverage,
             "missing": list(self.missing),
+            "checks": list(self.checks),
             "method": METHOD,
         }
 
@@ -131,6 +139,9 @@ def lower_bound(
         for layer, ok in zip(graph.layers, covered, strict=True)
         if not ok
     )
+    sequential = partial if complete else None
+    parallel = graph.critical_path(layer_cost).length if complete else None
+    e2e_ms = _ms(e2e, "call")
     return LowerBound(
         model=plan.model,
         system=system,
@@ -138,14 +149,27 @@ def lower_bound(
         runtime=runtime,
         variant=variant,
         batch_size=plan.batch_size,
-        sequential_ms=partial if complete else None,
+        sequential_ms=sequential,
         sequential_unfused_ms=sum(unfused) if unfused and all(v is not None for v in unfused) else None,  # type: ignore[arg-type]
-        parallel_ms=graph.critical_path(layer_cost).length if complete else None,
+        parallel_ms=parallel,
         partial_sequential_ms=partial,
-        e2e_ms=_ms(e2e, "call"),
+        e2e_ms=e2e_ms,
         e2e_kernel_ms=_ms(e2e, "kernel"),
         composed_ms=composed,
         coverage=(sum(covered) / n) if n else 0.0,
         missing=missing,
         units=tuple(units),
+        checks=bound_checks({"sequential_ms": sequential, "parallel_ms": parallel}, e2e_ms),
+    )
+
+
+def bound_checks(bounds: Mapping[str, float | None], e2e_ms: float | None) -> tuple[str, ...]:
+    """A message for every bound above ``e2e_ms`` by more than ``LOWER_BOUND_SLACK``."""
+    if not e2e_ms:
+        return ()
+    return tuple(
+        f"{name} {value:.3f} ms exceeds e2e {e2e_ms:.3f} ms by {value / e2e_ms - 1:.1%}: "
+        "a kernel time was inflated (profiler, cold cache) or the host's speed changed between measurements"
+        for name, value in bounds.items()
+        if value is not None and value > e2e_ms * (1 + LOWER_BOUND_SLACK)
     )

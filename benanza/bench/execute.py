@@ -2,20 +2,24 @@
 
 ``run_spec`` turns one spec into one ``BenchmarkRecord`` whatever happens: a spec the
 runtime does not support is stored as skipped with the reason, one that raises is stored
-as failed with the error; neither stops the rest. ``run_specs`` measures only what the
-store lacks for this system and stack and writes results in batches.
+as failed with the error; neither stops the rest. ``run_interleaved`` does the same for a
+group of specs measured together in rounds (``HarnessSettings.schedule = "interleaved"``).
+``run_specs`` measures only what the store lacks for this system and stack and writes
+results in batches.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from benanza.bench.harness import HarnessSettings, measure
-from benanza.bench.spec import BenchmarkSpec
+from benanza.bench.generate import itemsize
+from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
+from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import one_line
 from benanza.store.records import BenchmarkRecord, Outcome, make_record
@@ -23,6 +27,17 @@ from benanza.store.records import BenchmarkRecord, Outcome, make_record
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {one_line(exc)}"
+
+
+def _timing_stats(timing: Timing) -> dict[str, Any]:
+    stats = timing.stats.to_dict()
+    stats["stopped_by"] = timing.stopped_by
+    stats["iterations"] = timing.iterations
+    return stats
 
 
 def run_spec(
@@ -36,10 +51,9 @@ def run_spec(
 ) -> BenchmarkRecord:
     """Measure one spec; every outcome is a record."""
     started = time.perf_counter()
-    settings_doc = {"runtime": runtime.variant(), "harness": settings.model_dump()}
     samples: tuple[float, ...] = ()
     kernel: tuple[float, ...] = ()
-    stats = kernel_stats = None
+    stats = None
     reason = runtime.supports(spec)
     if reason is not None:
         outcome = Outcome.SKIPPED
@@ -48,23 +62,32 @@ def run_spec(
         try:
             prepared = runtime.prepare(spec)
             timing = measure(prepared.call, settings)
-            samples, stats = timing.samples, timing.stats.to_dict()
-            stats["stopped_by"] = timing.stopped_by
-            stats["iterations"] = timing.iterations
+            samples, stats = timing.samples, _timing_stats(timing)
             if settings.kernel_runs > 0:
-                per_run = prepared.kernel_times(settings.kernel_runs)
-                if per_run:
-                    kernel = tuple(per_run)
-                    kernel_stats = describe(kernel).to_dict()
+                kernel = tuple(prepared.kernel_times(settings.kernel_runs) or ())
             outcome = Outcome.OK
         except Exception as exc:  # a spec that cannot run is a stored failure, not a crash
-            outcome, reason = (
-                Outcome.FAILED,
-                f"{type(exc).__name__}: {one_line(exc)}",
-            )
+            outcome, reason = Outcome.FAILED, _failure(exc)
         finally:
             if prepared is not None:
                 prepared.close()
+    return _record(spec, runtime, settings, outcome, reason, samples, stats, kernel, system, stack_id, host, started)
+
+
+def _record(
+    spec: BenchmarkSpec,
+    runtime: Any,
+    settings: HarnessSettings,
+    outcome: Outcome,
+    reason: str | None,
+    samples: tuple[float, ...],
+    stats: dict[str, Any] | None,
+    kernel: tuple[float, ...],
+    system: str,
+    stack_id: str,
+    host: str | None,
+    started: float,
+) -> BenchmarkRecord:
     return make_record(
         spec,
         system=system,
@@ -74,12 +97,134 @@ def run_spec(
         samples=samples,
         stats=stats,
         kernel_samples=kernel,
-        kernel_stats=kernel_stats,
-        settings=settings_doc,
+        kernel_stats=describe(kernel).to_dict() if kernel else None,
+        settings={"runtime": runtime.variant(), "harness": settings.model_dump()},
         measured_at=_now(),
         host=host,
         duration_s=time.perf_counter() - started,
     )
+
+
+def run_interleaved(
+    specs: Sequence[BenchmarkSpec],
+    runtime: Any,
+    settings: HarnessSettings,
+    *,
+    system: str,
+    stack_id: str,
+    host: str | None = None,
+) -> list[BenchmarkRecord]:
+    """Measure a group of specs together: all prepared at once, then sampled in rounds.
+
+    Kernel times come from each prepared benchmark's ``profiler()`` when the runtime has
+    one, run beside the timed samples in rounds spread over the whole measurement (at
+    least ``kernel_runs`` kept); otherwise from ``kernel_times`` after the rounds. One
+    record per spec, in order; a spec that cannot be prepared or raises during the rounds
+    is a failure and the others go on. Every prepared benchmark of the group is in memory
+    at once (see ``group_chunks``).
+    """
+    started = time.perf_counter()
+    results: dict[int, BenchmarkRecord] = {}
+    live: list[tuple[int, Any, Any]] = []  # (position, prepared, profiler or None)
+
+    def done(i: int, outcome: Outcome, reason: str | None = None, timing: Timing | None = None, kernel=()) -> None:
+        samples, stats = (timing.samples, _timing_stats(timing)) if timing is not None else ((), None)
+        results[i] = _record(
+            specs[i], runtime, settings, outcome, reason, samples, stats, tuple(kernel), system, stack_id, host, started
+        )
+
+    try:
+        for i, spec in enumerate(specs):
+            reason = runtime.supports(spec)
+            if reason is not None:
+                done(i, Outcome.SKIPPED, reason)
+                continue
+            prepared = profiler = None
+            try:
+                prepared = runtime.prepare(spec)
+                if settings.kernel_runs > 0 and hasattr(prepared, "profiler"):
+                    profiler = prepared.profiler(precalls=settings.interleave_precalls)
+            except Exception as exc:
+                if prepared is not None:
+                    prepared.close()
+                done(i, Outcome.FAILED, _failure(exc))
+                continue
+            live.append((i, prepared, profiler))
+        rounds = measure_interleaved(
+            [p.call for _, p, _ in live],
+            settings,
+            untimed=[prof.run if prof is not None else None for _, _, prof in live],
+            untimed_runs=settings.kernel_runs,
+        )
+        for (i, prepared, profiler), timing in zip(live, rounds.timings, strict=True):
+            if isinstance(timing, Exception):
+                done(i, Outcome.FAILED, _failure(timing))
+                continue
+            try:
+                if profiler is not None:
+                    kernel = [k for k, keep in zip(profiler.finish(), rounds.companions_kept, strict=True) if keep]
+                elif settings.kernel_runs > 0:
+                    kernel = prepared.kernel_times(settings.kernel_runs) or ()
+                else:
+                    kernel = ()
+            except Exception as exc:
+                done(i, Outcome.FAILED, _failure(exc))
+                continue
+            done(i, Outcome.OK, timing=timing, kernel=kernel)
+    finally:
+        for _, prepared, profiler in live:
+            if profiler is not None:
+                profiler.close()
+            prepared.close()
+    return [results[i] for i in range(len(specs))]
+
+
+WEIGHT_MEMORY_FACTOR = 3  # a spec's weights live in its built model, its session and its profiler's session
+
+
+def spec_memory_bytes(spec: BenchmarkSpec) -> int:
+    """Estimated memory of one prepared benchmark: its constant inputs, times the copies kept.
+
+    Networks count their weight and value inputs; a whole model counts the
+    ``weight_bytes`` its plan recorded (0 when unknown).
+    """
+    if spec.kind is SpecKind.MODEL:
+        weights = int((spec.model or {}).get("weight_bytes") or 0)
+    else:
+        weights = 0
+        for node in (spec.network or {}).get("nodes", ()):
+            for ref in node["inputs"]:
+                if ref["kind"] not in ("absent", "input", "node"):
+                    count = 1
+                    for d in ref["shape"]:
+                        count *= int(d)
+                    weights += count * itemsize(ref["dtype"])
+    return weights * WEIGHT_MEMORY_FACTOR
+
+
+def interleave_budget(settings: HarnessSettings) -> int:
+    """Bytes one interleaved group may hold: the setting, else a quarter of physical memory."""
+    if settings.interleave_max_bytes is not None:
+        return settings.interleave_max_bytes
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
+    except (ValueError, OSError, AttributeError):
+        return 2 << 30
+
+
+def group_chunks(specs: Sequence[BenchmarkSpec], budget: int) -> Iterator[list[BenchmarkSpec]]:
+    """Consecutive chunks of a group whose estimated memory fits ``budget`` (at least one spec each)."""
+    chunk: list[BenchmarkSpec] = []
+    used = 0
+    for spec in specs:
+        size = spec_memory_bytes(spec)
+        if chunk and used + size > budget:
+            yield chunk
+            chunk, used = [], 0
+        chunk.append(spec)
+        used += size
+    if chunk:
+        yield chunk
 
 
 @dataclass
@@ -105,8 +250,15 @@ def run_specs(
     retry_failed: bool = False,
     batch: int = 16,
     progress: Callable[[BenchmarkSpec, BenchmarkRecord], None] | None = None,
+    groups: Sequence[Sequence[BenchmarkSpec]] = (),
 ) -> RunSummary:
-    """Measure the specs the store lacks for (system, stack); upsert results in batches."""
+    """Measure the specs the store lacks for (system, stack); upsert results in batches.
+
+    With ``settings.schedule == "interleaved"`` the missing specs are measured together
+    by ``groups`` (a model's specs, say; specs in no group form one last group), each
+    group cut into chunks that fit ``interleave_budget``. A spec in several groups is
+    measured with the first.
+    """
     present = store.present_spec_ids(system, stack_id)
     if retry_failed:
         failed = {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
@@ -114,8 +266,9 @@ def run_specs(
     todo = missing(specs, present)
     summary = RunSummary(reused=len(specs) - len(todo))
     pending: list[BenchmarkRecord] = []
-    for spec in todo:
-        record = run_spec(spec, runtime, settings, system=system, stack_id=stack_id)
+
+    def take(spec: BenchmarkSpec, record: BenchmarkRecord) -> None:
+        nonlocal pending
         pending.append(record)
         summary.records.append(record)
         if record.outcome == Outcome.OK:
@@ -129,9 +282,33 @@ def run_specs(
         if len(pending) >= batch:
             store.upsert(pending)
             pending = []
+
+    if settings.schedule == "interleaved":
+        budget = interleave_budget(settings)
+        for group in _partition(todo, groups):
+            for chunk in group_chunks(group, budget):
+                records = run_interleaved(chunk, runtime, settings, system=system, stack_id=stack_id)
+                for spec, record in zip(chunk, records, strict=True):
+                    take(spec, record)
+    else:
+        for spec in todo:
+            take(spec, run_spec(spec, runtime, settings, system=system, stack_id=stack_id))
     if pending:
         store.upsert(pending)
     return summary
+
+
+def _partition(
+    todo: Sequence[BenchmarkSpec], groups: Sequence[Sequence[BenchmarkSpec]]
+) -> Iterator[list[BenchmarkSpec]]:
+    """``todo`` split by ``groups`` (first group wins), then the specs no group names."""
+    wanted = {s.spec_id: s for s in todo}
+    for group in groups:
+        members = [wanted.pop(s.spec_id) for s in group if s.spec_id in wanted]
+        if members:
+            yield members
+    if wanted:
+        yield list(wanted.values())
 
 
 def missing(specs: Iterable[BenchmarkSpec], present: set[str]) -> list[BenchmarkSpec]:

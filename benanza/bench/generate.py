@@ -9,9 +9,12 @@ the runtime's grouping.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
@@ -209,10 +212,28 @@ def specs_for_plan(
                 runtime=runtime_name,
                 variant=var,
                 label=plan.model,
-                model={"path": plan.path, **plan.requested},
+                model={"path": plan.path, **plan.requested, "weight_bytes": weight_bytes(plan.graph)},
             )
         )
     return specs
+
+
+def weight_bytes(graph: ModelGraph) -> int:
+    """Bytes of the model's constant layer inputs (weights and values), for memory estimates."""
+    total = 0
+    for layer in graph.layers:
+        for inp in layer.inputs:
+            if inp.kind in (InputKind.WEIGHT, InputKind.VALUE):
+                total += math.prod(inp.tensor.shape) * itemsize(inp.tensor.dtype)
+    return total
+
+
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a dtype name (4 for names numpy does not know)."""
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # bfloat16, float8 and others numpy does not name
+        return 4
 
 
 def unique_specs(specs: Iterable[BenchmarkSpec]) -> list[BenchmarkSpec]:

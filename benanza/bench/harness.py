@@ -18,23 +18,38 @@ Stopping rules, checked after every sample in this order:
   sample always run, so a call longer than the cap overruns it by about two calls.
 
 Samples are stored per call (sample duration / ``k``), in seconds.
+
+``measure_interleaved`` times several prepared calls together, in rounds: after warm-up
+and calibration of each call, every round takes one sample of every call in a shuffled
+order, so each call's samples spread over the same period. A slow drift of the host's
+speed (frequency, neighbours on a shared machine) then shifts every call alike instead of
+whichever happened to run during it; the DLBricks composition compares sums of one set of
+calls with another call, which is where drift hurt. ``schedule = "interleaved"`` selects it.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from benanza.bench.stats import SampleStats, describe
+from benanza.bench.stats import (
+    TRIM_PROPORTION,
+    SampleStats,
+    describe,
+    trimmed_mean_sorted,
+    trimmed_stderr_sorted,
+)
 from benanza.errors import UsageError
 
 StopReason = Literal["noise", "time_cap", "max_samples"]
+Schedule = Literal["sequential", "interleaved"]
 ENV_PREFIX = "BENANZA_HARNESS_"
 
 
@@ -51,6 +66,16 @@ class HarnessSettings(BaseModel):
     target_rel_stderr: float = Field(0.01, ge=0, description="stop once the mean is known to this fraction")
     min_sample_time_s: float = Field(2e-4, ge=0, description="batch calls until one sample lasts this long")
     kernel_runs: int = Field(20, ge=0, description="profiled runs for the library's kernel time")
+    schedule: Schedule = Field(
+        "sequential",
+        description="sequential: one benchmark after another; interleaved: a model's benchmarks sampled in rounds",
+    )
+    interleave_precalls: int = Field(
+        1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
+    )
+    interleave_max_bytes: int | None = Field(
+        None, ge=0, description="memory for one interleaved group (weights, estimated); None: a quarter of RAM"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -191,3 +216,197 @@ def measure(
     scale = 1.0 / (k * 1e9)
     samples = tuple(d * scale for d in durations)
     return Timing(samples=samples, iterations=k, stats=describe(samples), stopped_by=stopped_by, total_s=total_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Rounds:
+    """What ``measure_interleaved`` returns.
+
+    ``timings``: per call its ``Timing`` or the exception it raised. ``companions_kept``:
+    per companion run, in order, whether to keep its result: companions ran in rounds
+    0, s', 2s', ... for a stride s' doubled whenever twice ``untimed_runs`` were kept; the
+    kept ones are the rounds 0, s, 2s, ... of the final stride s, spread evenly over all
+    rounds like the timed samples.
+    """
+
+    timings: list[Timing | Exception]
+    companions_kept: tuple[bool, ...]
+
+
+@dataclass(slots=True)
+class _Track:
+    """One call of an interleaved measurement: its calibration and running statistics."""
+
+    fn: Callable[[], object]
+    untimed: Callable[[], object] | None
+    k: int = 1
+    durations: list[int] | None = None
+    n: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    spent_ns: int = 0  # warm-up, calibration and samples of this call
+    error: Exception | None = None
+
+    def add(self, duration: int) -> None:
+        assert self.durations is not None
+        self.durations.append(duration)
+        self.n += 1
+        delta = duration - self.mean
+        self.mean += delta / self.n
+        self.m2 += delta * (duration - self.mean)
+
+    def per_call(self) -> float:
+        return self.mean / self.k
+
+    def settled(self, min_samples: int, target: float, floor: float) -> bool:
+        """``min_samples`` taken, and the mean or the trimmed mean known to ``target`` of max(itself, ``floor``)."""
+        n = self.n
+        if n < min_samples:
+            return False
+        if n < 2:
+            return True
+        scale = max(self.per_call(), floor) * self.k
+        if self.m2 / (n - 1) / n <= (target * scale) ** 2:
+            return True
+        ordered = sorted(self.durations or ())
+        trimmed = max(trimmed_mean_sorted(ordered, TRIM_PROPORTION), floor * self.k)
+        return trimmed_stderr_sorted(ordered, TRIM_PROPORTION) <= target * trimmed
+
+
+def measure_interleaved(
+    fns: Sequence[Callable[[], object]],
+    settings: HarnessSettings = DEFAULT_SETTINGS,
+    *,
+    untimed: Sequence[Callable[[], object] | None] | None = None,
+    untimed_runs: int = 0,
+    clock: Callable[[], int] = time.perf_counter_ns,
+    seed: int = 0,
+) -> Rounds:
+    """Time several calls in shuffled rounds, one sample of each call per round.
+
+    Each call is warmed up and calibrated (``k`` calls per sample) as in ``measure``; the
+    calibration sample is not kept, so every kept sample comes from the rounds. Each
+    sample is preceded by ``interleave_precalls`` untimed calls of the same call: the
+    previous call in the round left other data in the caches, and a sample timed cold
+    would be slower than the same work inside a model, where a layer reads what the layer
+    before it has just written (on a 2-core VM, timed cold, the zoo's layers summed to
+    1.15-1.25x the whole model; preceded by one call, 0.97-1.05x). Stopping rules, checked
+    after every round:
+
+    - ``noise``: every call has ``min_samples`` samples and its per-call mean, or its 20%
+      trimmed mean (standard error from the winsorized samples, robust to a shared
+      machine's rare stalls), known to ``target_rel_stderr`` of the larger of itself and the
+      group's average call (a call far shorter than the rest weighs little in any sum, so
+      its relative error may be larger),
+      the rounds have lasted ``min_time_s`` and ``untimed_runs`` companion runs are kept;
+    - ``max_samples``: ``max_samples`` rounds;
+    - ``time_cap``: ``max_time_s`` per call of wall time since the start (the group has the
+      budget its calls would have one after another). At least one round always runs.
+
+    Args:
+        fns: the prepared calls.
+        untimed: per call, an optional companion run right after that call's sample,
+            outside the timed region (a profiled run for kernel times), in rounds spread over
+            the whole measurement (see ``Rounds``) until ``untimed_runs`` of them are kept,
+            so that kernel times cover the same period as the samples.
+        seed: the shuffle's seed; rounds are reproducible in order.
+
+    Returns:
+        ``Rounds``: per call its ``Timing`` or the exception it (or its companion) raised (a
+        call that raises leaves the rounds, the others go on), and which companion runs to keep.
+    """
+    if untimed is not None and len(untimed) != len(fns):
+        raise ValueError("untimed needs one entry per call")
+    tracks = [_Track(fn, untimed[i] if untimed else None) for i, fn in enumerate(fns)]
+    repeat = itertools.repeat
+    start = clock()
+    deadline = start + round(settings.max_time_s * 1e9) * max(len(fns), 1)
+    min_sample_ns = settings.min_sample_time_s * 1e9
+
+    for t in tracks:
+        t0 = clock()
+        try:
+            for _ in repeat(None, settings.warmup_runs):
+                t.fn()
+            while True:
+                c0 = clock()
+                for _ in repeat(None, t.k):
+                    t.fn()
+                if clock() - c0 >= min_sample_ns or t.k >= 1 << 30:
+                    break
+                t.k *= 2
+        except Exception as exc:  # the caller stores it as this call's failure
+            t.error = exc
+        t.durations = []
+        t.spent_ns += clock() - t0
+
+    rng = random.Random(seed)
+    order = list(range(len(tracks)))
+    min_time_ns = settings.min_time_s * 1e9
+    precalls = settings.interleave_precalls
+    sampling_start = clock()
+    rounds = 0
+    stride = 1  # companions run every ``stride`` rounds; doubled to spread them over all rounds
+    companion_rounds: list[int] = []
+    stopped_by: StopReason
+    while True:
+        rng.shuffle(order)
+        companions = untimed_runs > 0 and rounds % stride == 0
+        for i in order:
+            t = tracks[i]
+            if t.error is not None:
+                continue
+            try:
+                start_i = clock()
+                for _ in repeat(None, precalls):
+                    t.fn()
+                t0 = clock()
+                for _ in repeat(None, t.k):
+                    t.fn()
+                t1 = clock()
+                t.add(t1 - t0)
+                if companions and t.untimed is not None:
+                    t.untimed()
+                t.spent_ns += clock() - start_i
+            except Exception as exc:
+                t.error = exc
+        if companions:
+            companion_rounds.append(rounds)
+            if sum(r % stride == 0 for r in companion_rounds) >= 2 * untimed_runs:
+                stride *= 2
+        rounds += 1
+        now = clock()
+        live = [t for t in tracks if t.error is None]
+        floor = sum(t.per_call() for t in live) / max(len(live), 1)
+        if (
+            now - sampling_start >= min_time_ns
+            and sum(r % stride == 0 for r in companion_rounds) >= untimed_runs
+            and all(t.settled(settings.min_samples, settings.target_rel_stderr, floor) for t in live)
+        ):
+            stopped_by = "noise"
+            break
+        if rounds >= settings.max_samples:
+            stopped_by = "max_samples"
+            break
+        if now >= deadline or not live:
+            stopped_by = "time_cap"
+            break
+
+    kept = tuple(r % stride == 0 for r in companion_rounds)
+    results: list[Timing | Exception] = []
+    for t in tracks:
+        if t.error is not None:
+            results.append(t.error)
+            continue
+        scale = 1.0 / (t.k * 1e9)
+        samples = tuple(d * scale for d in t.durations or ())
+        results.append(
+            Timing(
+                samples=samples,
+                iterations=t.k,
+                stats=describe(samples),
+                stopped_by=stopped_by,
+                total_s=t.spent_ns / 1e9,
+            )
+        )
+    return Rounds(results, kept)

@@ -32,13 +32,22 @@ SystemsOpt = Annotated[
 StackOpt = Annotated[str, typer.Option("--stack", help="with --system: 'latest' stack of each system, 'all', or an id")]
 MinTimeOpt = Annotated[float | None, typer.Option("--min-time", help="minimum seconds of samples per benchmark")]
 MaxTimeOpt = Annotated[float | None, typer.Option("--max-time", help="time cap in seconds per benchmark")]
+ScheduleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--schedule",
+        help="sequential (one benchmark after another) or interleaved (each model's benchmarks sampled together "
+        "in rounds, so host drift hits the parts and the whole alike; holds a model's benchmarks in memory at once)",
+    ),
+]
 
 
-def _context(db, threads, opt_level, system, min_time=None, max_time=None):
+def _context(db, threads, opt_level, system, min_time=None, max_time=None, schedule=None):
     from benanza.bench.harness import HarnessSettings
     from benanza.local import open_local
 
-    overrides = {k: v for k, v in {"min_time_s": min_time, "max_time_s": max_time}.items() if v is not None}
+    flags = {"min_time_s": min_time, "max_time_s": max_time, "schedule": schedule}
+    overrides = {k: v for k, v in flags.items() if v is not None}
     settings = HarnessSettings.from_env(**overrides)  # flags over BENANZA_HARNESS_*; invalid -> UsageError
     return open_local(db, "onnxruntime", {"threads": threads, "opt_level": opt_level}, system, settings)
 
@@ -92,10 +101,11 @@ def bench_run(
     system: SystemOpt = None,
     min_time: MinTimeOpt = None,
     max_time: MaxTimeOpt = None,
+    schedule: ScheduleOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Benchmark what the database lacks for this system and software stack."""
-    ctx = _context(db, threads, opt_level, system, min_time, max_time)
+    ctx = _context(db, threads, opt_level, system, min_time, max_time, schedule)
     try:
         plans = _plans(ctx, models, batch, shape, granularity)
         summary = _bench(ctx, plans, e2e, retry_failed, quiet=format is OutputFormat.json)
@@ -209,6 +219,9 @@ def _report_lower_bounds(store, rows, format, plot, *, compare=False, config=Non
         emit_json([r.to_dict() for r in rows])
     else:
         console().print(lower_bound_table(rows, by_system=by_system))
+        for r in rows:
+            for check in r.checks:
+                console().print(f"check: {r.model} (batch {r.batch_size}): {check}")
 
 
 def _plot(rows, plot, several_systems):
@@ -267,11 +280,12 @@ def run_command(
     system: SystemOpt = None,
     min_time: MinTimeOpt = 0.02,
     max_time: MaxTimeOpt = 0.5,
+    schedule: ScheduleOpt = None,
     plot: Annotated[Path | None, typer.Option(help="save bars and per-layer breakdowns as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """The main job: benchmark the models (layers, groups, sequences, end to end), then analyze."""
-    ctx = _context(db, threads, opt_level, system, min_time, max_time)
+    ctx = _context(db, threads, opt_level, system, min_time, max_time, schedule)
     try:
         plans = _plans(ctx, models, batch, shape, granularity)
         summary = _bench(ctx, plans, e2e=True, retry_failed=False, quiet=format is OutputFormat.json)

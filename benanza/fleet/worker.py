@@ -18,7 +18,7 @@ import socket
 from dataclasses import replace
 from typing import Any
 
-from benanza.bench.execute import run_spec
+from benanza.bench.execute import group_chunks, interleave_budget, run_interleaved, run_spec
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import SystemConfig
@@ -132,16 +132,21 @@ class SystemWorker:
 
     def run(self, specs: list[dict[str, Any]]) -> dict[str, Any]:
         """Measure ``specs`` (``BenchmarkSpec.to_dict()`` form) and write their records."""
-        records: list[BenchmarkRecord] = []
+        measured: list[BenchmarkRecord] = []
+        by_runtime: dict[str, list[BenchmarkSpec]] = {}
         for data in specs:
             spec = BenchmarkSpec.from_dict(data)
-            target = self.targets.get(spec.runtime)
-            if target is None:
+            if spec.runtime not in self.targets:
                 raise BenanzaError(f"{self.name}: runtime {spec.runtime!r} is not available here")
-            record = run_spec(
-                spec, self.runtimes[spec.runtime], self.settings, system=self.name, stack_id=target["stack_id"]
-            )
-            records.append(replace(record, settings={**record.settings, "placement": self.placement}))
+            by_runtime.setdefault(spec.runtime, []).append(spec)
+        for name, todo in by_runtime.items():
+            runtime, stack = self.runtimes[name], self.targets[name]["stack_id"]
+            if self.settings.schedule == "interleaved":  # the chunk's specs sampled together in rounds
+                for group in group_chunks(todo, interleave_budget(self.settings)):
+                    measured += run_interleaved(group, runtime, self.settings, system=self.name, stack_id=stack)
+            else:
+                measured += [run_spec(s, runtime, self.settings, system=self.name, stack_id=stack) for s in todo]
+        records = [replace(r, settings={**r.settings, "placement": self.placement}) for r in measured]
         stored = spilled = 0
         if self.writer is not None:
             result = self.writer.write(records)

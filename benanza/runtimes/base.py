@@ -28,6 +28,25 @@ class Prepared(Protocol):
 
 
 @runtime_checkable
+class KernelProfiler(Protocol):
+    """Optional (``Prepared.profiler()``): a profiled twin of a prepared benchmark.
+
+    The interleaved schedule runs it once per round beside the timed call, outside the
+    timed region, so kernel times cover the same period as the call latencies.
+    ``Prepared.profiler(precalls=n)`` makes ``run`` do ``n`` unkept runs before each kept
+    one, as the timed samples are preceded by untimed calls.
+    """
+
+    def run(self) -> None: ...
+
+    def finish(self) -> list[float]:
+        """Kernel time in seconds of every run so far, in order."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
 class Runtime(Protocol):
     name: str
 

@@ -40,6 +40,7 @@ from benanza.model.graph import InputKind, ModelGraph
 from benanza.runtimes.base import register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
+PROFILE_WARMUP = 2  # profiled runs left out of kernel times: first-run allocations
 
 
 def _ort():
@@ -98,21 +99,69 @@ class _OrtPrepared:
 
     def kernel_times(self, runs: int) -> list[float] | None:
         """Sum of ORT's per-node kernel durations for each of ``runs`` profiled runs."""
-        ort = _ort()
-        with tempfile.TemporaryDirectory(prefix="benanza-prof-") as tmp:
-            so = session_options(self._opt, self._threads, profile=True)
-            so.profile_file_prefix = str(Path(tmp) / "ort")
-            session = ort.InferenceSession(self._bytes, so, providers=["CPUExecutionProvider"])
-            for _ in range(2):  # warm-up runs, excluded below
-                session.run(None, self._feeds)
+        profiler = self.profiler()
+        try:
             for _ in range(runs):
-                session.run(None, self._feeds)
-            events = json.loads(Path(session.end_profiling()).read_text())
-        return kernel_times_from_profile(events)[2:]
+                profiler.run()
+            return profiler.finish()
+        finally:
+            profiler.close()
+
+    def profiler(self, precalls: int = 0) -> _OrtProfiler:
+        """A second session of the same model with ORT's profiler on, for kernel times.
+
+        Args:
+            precalls: unkept profiled runs before each kept one. The profiling session holds
+                its own copy of the weights: run right after another benchmark (the
+                interleaved schedule), its first run finds them out of cache and is slower than
+                the same kernels inside a model (shufflenet's units summed to 1.4x the whole
+                model that way; with one precall, 0.97x).
+        """
+        return _OrtProfiler(self._bytes, self._feeds, self._opt, self._threads, precalls)
 
     def close(self) -> None:
         self._session = None
         self._run = None
+
+
+class _OrtProfiler:
+    """A profiling session: ``run`` once per wanted run, then ``finish`` for per-run kernel times.
+
+    Kept apart from the timed session because profiling slows every call down. Its first
+    ``PROFILE_WARMUP`` runs happen here and are left out of ``finish``, and so are the
+    ``precalls`` runs that ``run`` makes before each kept one.
+    """
+
+    def __init__(
+        self, model_bytes: bytes, feeds: dict[str, np.ndarray], opt_level: str, threads: int, precalls: int = 0
+    ) -> None:
+        ort = _ort()
+        self._tmp = tempfile.TemporaryDirectory(prefix="benanza-prof-")
+        so = session_options(opt_level, threads, profile=True)
+        so.profile_file_prefix = str(Path(self._tmp.name) / "ort")
+        self._feeds = feeds
+        self._every = precalls + 1
+        try:
+            self._session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+            for _ in range(PROFILE_WARMUP):
+                self._session.run(None, self._feeds)
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+
+    def run(self) -> None:
+        for _ in range(self._every):
+            self._session.run(None, self._feeds)
+
+    def finish(self) -> list[float]:
+        """Kernel time (seconds) of every kept run, in order; ends profiling."""
+        events = json.loads(Path(self._session.end_profiling()).read_text())
+        runs = kernel_times_from_profile(events)[PROFILE_WARMUP:]
+        return runs[self._every - 1 :: self._every]
+
+    def close(self) -> None:
+        self._session = None
+        self._tmp.cleanup()
 
 
 def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:

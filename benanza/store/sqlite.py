@@ -187,6 +187,9 @@ class SqliteStore(StoreBase):
             conn = sqlite3.connect(f"{self.path.as_uri()}?mode=ro", uri=True, timeout=self.busy_timeout_s)
             try:
                 conn.isolation_level = None
+                # one read transaction: another process creating the database meanwhile must not
+                # be seen half-way (its tables already committed but not yet the header read before)
+                conn.execute("BEGIN")
                 app_id = conn.execute("PRAGMA application_id").fetchone()[0]
                 tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
                 version = None
