@@ -29,7 +29,12 @@ from typing import Any
 
 from benanza.bench.generate import ModelPlan
 
-KERNEL_STATISTIC = "median"
+# A lower bound takes a low quantile of each unit's kernel samples: interference, cache
+# misses and clock dips only ever add time, and the 10th percentile is what the kernel
+# achieves repeatedly on this system while one stray sample (the minimum) cannot set it. On a
+# shared 2-core machine the zoo's medians summed above end to end for DenseNet (1.06x);
+# 10th percentiles did not (0.99x), with every other model at 0.88-0.95x.
+KERNEL_STATISTIC = "p10"
 LOWER_BOUND_SLACK = 0.01  # relative excess of a lower bound over e2e that ``checks`` reports
 CALL_STATISTIC = "trimmed_mean"
 
