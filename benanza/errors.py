@@ -11,6 +11,9 @@ Every failure a user can cause (a bad file, a bad flag, an unreachable database)
     +-- SplitError            a layer range cannot be written as a runnable model
     +-- StoreError            the performance database cannot be opened, read or written
     +-- ConfigError           a fleet config file cannot be read or does not validate
+    +-- GpuError              the GPU runtime cannot run here (no device, no driver, no cuDNN)
+        +-- UnsupportedLayer  a layer the GPU libraries cannot run as asked (stored as skipped)
+        +-- LibraryCallError  a CUDA, cuDNN or cuBLAS call returned an error status
 """
 
 from __future__ import annotations
@@ -80,3 +83,22 @@ class ConfigError(BenanzaError):
         self.path = str(path)
         self.reason = reason
         super().__init__(f"{self.path}: {reason}")
+
+
+class GpuError(BenanzaError):
+    """The GPU runtime cannot run here: no CUDA device, no driver, a library missing.
+
+    The message says what is missing and how to install it, in one line.
+    """
+
+
+class UnsupportedLayer(GpuError):
+    """A layer the GPU libraries cannot run as asked; the runtime stores it as skipped with the reason."""
+
+
+class LibraryCallError(GpuError):
+    """A CUDA, cuDNN or cuBLAS call returned an error status; the message names the call and the status."""
+
+    def __init__(self, call: str, status: int | str, detail: str = "") -> None:
+        self.call, self.status = call, status
+        super().__init__(f"{call} failed: {status}{f' ({detail})' if detail else ''}")

@@ -14,6 +14,40 @@ from onnx import helper, numpy_helper
 
 from benanza.model.process import ProcessedModel, process_model
 
+
+@functools.cache
+def cuda_device_reason() -> str | None:
+    """None when a CUDA device is usable here, else why the ``gpu`` tests are skipped."""
+    try:
+        import cupy
+    except ImportError:
+        return "CuPy is not installed (pip install 'benanza[gpu]')"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() > 0:
+            return None
+    except Exception as exc:  # no driver, no device: CuPy raises its own runtime errors
+        return f"no CUDA device: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    return "no CUDA device"
+
+
+@pytest.fixture(scope="session")
+def no_gpu_reason() -> str | None:
+    """Why no CUDA device can be used here, or None where one can."""
+    return cuda_device_reason()
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip ``gpu``-marked tests where no CUDA device can be used (CI, laptops)."""
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    reason = cuda_device_reason()
+    if reason is None:
+        return
+    for item in gpu_items:
+        item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
+
+
 ZOO_MODELS = (
     "bvlc_alexnet",
     "densenet121",

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pytest
 from pydantic import ValidationError
 
-from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
+from benanza.bench.harness import HarnessSettings, Timing, measure, measure_device, measure_interleaved
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import UsageError
@@ -375,3 +375,41 @@ def test_interleaved_real_calls() -> None:
     timings = measure_interleaved([trivial, lambda: busy_wait(1e-4)], settings(target_rel_stderr=0.05)).timings
     assert all(isinstance(t, Timing) and t.stats.n >= 10 for t in timings)
     assert timings[1].stats.median > timings[0].stats.median
+
+
+# -- device-timed samples ---------------------------------------------------------------------
+
+
+class FakeDevice:
+    """``sample(k)``: the device reports ``per_run_s`` per run; the wall clock moves 10 us per run."""
+
+    def __init__(self, clock: FakeClock, per_run_s: Callable[[int], float]) -> None:
+        self.clock, self.per_run_s = clock, per_run_s
+        self.ks: list[int] = []
+
+    def sample(self, k: int) -> float:
+        self.ks.append(k)
+        self.clock.now += 10_000 * k
+        return self.per_run_s(len(self.ks))
+
+
+def test_device_samples_calibrate_k_and_keep_the_device_figure() -> None:
+    # 30 us per run as the device times it: k doubles until one sample lasts >= 200 us (k = 8)
+    clock = FakeClock()
+    device = FakeDevice(clock, lambda i: 30e-6)
+    t = measure_device(device.sample, settings(warmup_runs=2, min_samples=5, min_time_s=0.0), clock=clock)
+    assert device.ks == [1, 1] + [1, 2, 4, 8] + [8] * 4  # warm-up, calibration (its last is kept), sampling
+    assert t.iterations == 8 and t.stats.n == 5 and t.stopped_by == "noise"
+    assert all(s == pytest.approx(30e-6) for s in t.samples)
+
+
+def test_device_samples_stop_at_the_wall_clock_cap() -> None:
+    # the device reports alternating 1 and 3 ms runs: never within 1e-6; the wall cap (50 ms) stops it
+    clock = FakeClock()
+    device = FakeDevice(clock, lambda i: 1e-3 if i % 2 else 3e-3)
+    cap = settings(min_samples=1000, target_rel_stderr=1e-6, max_time_s=0.05, warmup_runs=0)
+    t = measure_device(device.sample, cap, clock=clock)
+    assert t.stopped_by == "time_cap"
+    assert t.iterations == 1  # a 1 ms run already lasts 200 us
+    assert len(t.samples) == 5000  # 10 us of wall time per run, 50 ms cap
+    assert sorted({round(x, 9) for x in t.samples}) == [1e-3, 3e-3]

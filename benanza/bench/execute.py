@@ -19,9 +19,10 @@ from typing import Any
 
 from benanza.bench.generate import itemsize
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
+from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
-from benanza.errors import one_line
+from benanza.errors import UnsupportedLayer, one_line
 from benanza.store.records import BenchmarkRecord, Outcome, make_record
 
 
@@ -54,6 +55,7 @@ def run_spec(
     samples: tuple[float, ...] = ()
     kernel: tuple[float, ...] = ()
     stats = None
+    extra: dict[str, Any] = {}
     reason = runtime.supports(spec)
     if reason is not None:
         outcome = Outcome.SKIPPED
@@ -61,17 +63,26 @@ def run_spec(
         prepared = None
         try:
             prepared = runtime.prepare(spec)
-            timing = measure(prepared.call, settings)
-            samples, stats = timing.samples, _timing_stats(timing)
-            if settings.kernel_runs > 0:
-                kernel = tuple(prepared.kernel_times(settings.kernel_runs) or ())
+            if hasattr(prepared, "measure"):  # measures itself: several candidates, device timers
+                measured = prepared.measure(settings)
+                samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
+                extra = measured.settings
+            else:
+                timing = measure(prepared.call, settings)
+                samples, stats = timing.samples, _timing_stats(timing)
+                if settings.kernel_runs > 0:
+                    kernel = tuple(prepared.kernel_times(settings.kernel_runs) or ())
             outcome = Outcome.OK
+        except UnsupportedLayer as exc:  # found only once the libraries were asked: a skip, with why
+            outcome, reason = Outcome.SKIPPED, one_line(exc)
         except Exception as exc:  # a spec that cannot run is a stored failure, not a crash
             outcome, reason = Outcome.FAILED, _failure(exc)
         finally:
             if prepared is not None:
                 prepared.close()
-    return _record(spec, runtime, settings, outcome, reason, samples, stats, kernel, system, stack_id, host, started)
+    return _record(
+        spec, runtime, settings, outcome, reason, samples, stats, kernel, system, stack_id, host, started, extra
+    )
 
 
 def _record(
@@ -87,6 +98,7 @@ def _record(
     stack_id: str,
     host: str | None,
     started: float,
+    extra: dict[str, Any] | None = None,
 ) -> BenchmarkRecord:
     return make_record(
         spec,
@@ -98,7 +110,7 @@ def _record(
         stats=stats,
         kernel_samples=kernel,
         kernel_stats=describe(kernel).to_dict() if kernel else None,
-        settings={"runtime": runtime.variant(), "harness": settings.model_dump()},
+        settings={"runtime": runtime.variant(), "harness": settings.model_dump(), **(extra or {})},
         measured_at=_now(),
         host=host,
         duration_s=time.perf_counter() - started,
@@ -283,7 +295,7 @@ def run_specs(
             store.upsert(pending)
             pending = []
 
-    if settings.schedule == "interleaved":
+    if interleaving(runtime, settings):
         budget = interleave_budget(settings)
         for group in _partition(todo, groups):
             for chunk in group_chunks(group, budget):
@@ -291,11 +303,35 @@ def run_specs(
                 for spec, record in zip(chunk, records, strict=True):
                     take(spec, record)
     else:
-        for spec in todo:
-            take(spec, run_spec(spec, runtime, settings, system=system, stack_id=stack_id))
+        runner = isolated_runner(runtime, settings, system=system, stack_id=stack_id)
+        try:
+            for spec in todo:
+                if runner is not None:
+                    take(spec, runner.run(spec, runtime))
+                else:
+                    take(spec, run_spec(spec, runtime, settings, system=system, stack_id=stack_id))
+        finally:
+            if runner is not None:
+                runner.close()
     if pending:
         store.upsert(pending)
     return summary
+
+
+def isolated_runner(runtime: Any, settings: HarnessSettings, *, system: str, stack_id: str) -> IsolatedRunner | None:
+    """A worker process for a runtime that asks for one (``isolated = True``: the GPU runtime), else None."""
+    if not getattr(runtime, "isolated", False):
+        return None
+    return IsolatedRunner(runtime.factory(), settings, system=system, stack_id=stack_id)
+
+
+def interleaving(runtime: Any, settings: HarnessSettings) -> bool:
+    """Whether ``run_specs`` samples groups in rounds: asked for, and the runtime times by calls.
+
+    A runtime whose prepared benchmarks measure themselves on a device (``interleaves =
+    False``: the GPU runtime, timed by CUDA events with its own L2 flush) runs one after another.
+    """
+    return settings.schedule == "interleaved" and getattr(runtime, "interleaves", True)
 
 
 def _partition(

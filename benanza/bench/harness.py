@@ -156,24 +156,57 @@ def measure(
         clock: a monotonic nanosecond clock; tests inject a fake one to make stopping exact.
     """
     repeat = itertools.repeat
+
+    def timed_ns(k: int) -> int:
+        t0 = clock()
+        for _ in repeat(None, k):
+            fn()
+        return clock() - t0
+
+    return _sampled(timed_ns, fn, settings, clock)
+
+
+def measure_device(
+    sample: Callable[[int], float],
+    settings: HarnessSettings = DEFAULT_SETTINGS,
+    *,
+    clock: Callable[[], int] = time.perf_counter_ns,
+) -> Timing:
+    """The same rules as ``measure`` over samples that a device times itself.
+
+    Args:
+        sample: ``sample(k)`` runs ``k`` times and returns the seconds per run that the
+            device measured (CUDA events around one L2-flushed launch each, or around one
+            replay of a graph of ``k`` launches). Calibration doubles ``k`` until a sample
+            lasts ``min_sample_time_s``; the wall clock only enforces ``max_time_s``.
+        settings: warm-up, calibration and stopping rules.
+        clock: the wall clock for the time cap.
+    """
+    return _sampled(lambda k: round(sample(k) * k * 1e9), lambda: sample(1), settings, clock)
+
+
+def _sampled(
+    timed_ns: Callable[[int], int],
+    warm: Callable[[], object],
+    settings: HarnessSettings,
+    clock: Callable[[], int],
+) -> Timing:
+    """Warm-up, calibration and adaptive sampling; ``timed_ns(k)`` is one sample of ``k`` calls."""
     start = clock()
     deadline = start + round(settings.max_time_s * 1e9)
 
     for i in range(settings.warmup_runs):
         if i and clock() >= deadline:
             break
-        fn()
+        warm()
 
     # Calibration: the sample that first reaches min_sample_time_s is already a valid sample.
     min_sample_ns = settings.min_sample_time_s * 1e9
     k = 1
     while True:
-        t0 = clock()
-        for _ in repeat(None, k):
-            fn()
-        t1 = clock()
-        duration = t1 - t0
-        if duration >= min_sample_ns or t1 >= deadline:
+        duration = timed_ns(k)
+        now = clock()
+        if duration >= min_sample_ns or now >= deadline:
             break
         k *= 2
 
@@ -197,14 +230,11 @@ def measure(
         if n >= max_samples:
             stopped_by = "max_samples"
             break
-        if t1 >= deadline:
+        if now >= deadline:
             stopped_by = "time_cap"
             break
-        t0 = clock()
-        for _ in repeat(None, k):
-            fn()
-        t1 = clock()
-        duration = t1 - t0
+        duration = timed_ns(k)
+        now = clock()
         durations.append(duration)
         n += 1
         delta = duration - mean

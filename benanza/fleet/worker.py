@@ -18,7 +18,14 @@ import socket
 from dataclasses import replace
 from typing import Any
 
-from benanza.bench.execute import group_chunks, interleave_budget, run_interleaved, run_spec
+from benanza.bench.execute import (
+    group_chunks,
+    interleave_budget,
+    interleaving,
+    isolated_runner,
+    run_interleaved,
+    run_spec,
+)
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import SystemConfig
@@ -100,6 +107,7 @@ class SystemWorker:
         self.writer: ResilientWriter | None = None
         self.spill = SpillFile(os.path.join(self.spill_dir, f"{owner}.jsonl"))
         self.drained = 0
+        self._runners: dict[str, Any] = {}  # runtime name -> IsolatedRunner (GPU: one process per device)
         self._connect(db, owner, write_retries)
         self.metrics = _Metrics(self.name)
 
@@ -141,9 +149,15 @@ class SystemWorker:
             by_runtime.setdefault(spec.runtime, []).append(spec)
         for name, todo in by_runtime.items():
             runtime, stack = self.runtimes[name], self.targets[name]["stack_id"]
-            if self.settings.schedule == "interleaved":  # the chunk's specs sampled together in rounds
+            if interleaving(runtime, self.settings):  # the chunk's specs sampled together in rounds
                 for group in group_chunks(todo, interleave_budget(self.settings)):
                     measured += run_interleaved(group, runtime, self.settings, system=self.name, stack_id=stack)
+            elif getattr(runtime, "isolated", False):  # one worker process per device, kept for the actor's life
+                runner = self._runners.get(name)
+                if runner is None:
+                    runner = isolated_runner(runtime, self.settings, system=self.name, stack_id=stack)
+                    self._runners[name] = runner
+                measured += [runner.run(s, runtime) for s in todo]
             else:
                 measured += [run_spec(s, runtime, self.settings, system=self.name, stack_id=stack) for s in todo]
         records = [replace(r, settings={**r.settings, "placement": self.placement}) for r in measured]
@@ -166,6 +180,9 @@ class SystemWorker:
         }
 
     def close(self) -> None:
+        for runner in self._runners.values():
+            runner.close()
+        self._runners.clear()
         for rt in self.runtimes.values():
             close = getattr(rt, "close", None)
             if close is not None:
