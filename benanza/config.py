@@ -180,6 +180,8 @@ def register_runtime_options(runtime: str) -> Callable[[SystemOptions], SystemOp
 @register_runtime_options("onnxruntime")
 def _onnxruntime_options(system: SystemConfig) -> dict[str, Any]:
     options: dict[str, Any] = {}
+    if system.kind == "gpu":  # ONNX Runtime on a GPU system is the framework on that GPU
+        options["ep"] = "cuda"
     if system.threads is not None:
         options["threads"] = system.threads
     if system.opt_level is not None:

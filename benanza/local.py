@@ -15,6 +15,7 @@ from typing import Any
 
 from benanza.analysis.compare import SystemReport, latest_stack, system_prices, system_report
 from benanza.analysis.lower_bound import LowerBound, lower_bound
+from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.bench.execute import RunSummary, run_specs
 from benanza.bench.generate import ModelPlan, batch_size_of, model_key, plan_model, specs_for_plan, unique_specs
 from benanza.bench.harness import HarnessSettings
@@ -42,6 +43,9 @@ class LocalContext:
 
     def close(self) -> None:
         self.store.close()
+        close_runtime = getattr(self.runtime, "close", None)
+        if close_runtime is not None:
+            close_runtime()
 
 
 def open_local(
@@ -57,7 +61,11 @@ def open_local(
     sid = stack_id(stack)
     name = system or default_system_name()
     store = open_store(db)
-    store.register_system(name, system_fingerprint())
+    fingerprint = system_fingerprint()
+    devices = getattr(rt, "system", None)  # a GPU runtime adds its device (name, UUID, memory)
+    if devices is not None:
+        fingerprint["gpu"] = devices()
+    store.register_system(name, fingerprint)
     store.register_stack(name, sid, stack)
     return LocalContext(store, rt, name, sid, stack, settings or HarnessSettings())
 
@@ -125,6 +133,32 @@ def analyze(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[LowerBound]:
         rows.append(
             lower_bound(
                 plan, results, system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, variant=variant
+            )
+        )
+    return rows
+
+
+def optimize(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[Optimizations]:
+    """Benanza's optimization analyses of every plan from this system's and stack's records.
+
+    The tensor-core figure needs the same stack's variant with tensor cores forbidden
+    (``--no-tensor-cores``); without it that figure is ``None``.
+    """
+    own = ctx.runtime.variant()
+    other = variant_id({**own, "tensor_cores": False}) if own.get("tensor_cores") is True else None
+    rows = []
+    for plan in plans:
+        keys = set(plan.networks) | {plan.model_key}
+        records = ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
+        rows.append(
+            optimizations(
+                plan,
+                _results_by_key(records, ctx.variant, plan.batch_size),
+                system=ctx.system,
+                stack_id=ctx.stack_id,
+                runtime=ctx.runtime.name,
+                variant=ctx.variant,
+                without_tensor_cores=_results_by_key(records, other, plan.batch_size) if other else None,
             )
         )
     return rows

@@ -32,6 +32,17 @@ SystemsOpt = Annotated[
 StackOpt = Annotated[str, typer.Option("--stack", help="with --system: 'latest' stack of each system, 'all', or an id")]
 MinTimeOpt = Annotated[float | None, typer.Option("--min-time", help="minimum seconds of samples per benchmark")]
 MaxTimeOpt = Annotated[float | None, typer.Option("--max-time", help="time cap in seconds per benchmark")]
+RuntimeOpt = Annotated[
+    str, typer.Option("--runtime", help="onnxruntime (CPU, or --ep cuda) or cudnn (the GPU runtime)")
+]
+EpOpt = Annotated[str | None, typer.Option("--ep", help="onnxruntime: execution provider, cpu or cuda")]
+PrecisionOpt = Annotated[
+    str | None, typer.Option("--precision", help="cudnn: float32, float16 or bfloat16 (default float32)")
+]
+TensorCoresOpt = Annotated[
+    bool | None,
+    typer.Option("--tensor-cores/--no-tensor-cores", help="cudnn: allow tensor cores (float32: TF32); default on"),
+]
 ScheduleOpt = Annotated[
     str | None,
     typer.Option(
@@ -42,14 +53,30 @@ ScheduleOpt = Annotated[
 ]
 
 
-def _context(db, threads, opt_level, system, min_time=None, max_time=None, schedule=None):
+# Which command-line flags each runtime takes; a flag given to a runtime that has none is an error.
+RUNTIME_FLAGS = {
+    "onnxruntime": ("threads", "opt_level", "ep"),
+    "cudnn": ("precision", "tensor_cores"),
+    "null": (),
+}
+
+
+def _context(db, threads, opt_level, system, min_time=None, max_time=None, schedule=None, runtime=None, **gpu):
     from benanza.bench.harness import HarnessSettings
+    from benanza.errors import UsageError
     from benanza.local import open_local
 
     flags = {"min_time_s": min_time, "max_time_s": max_time, "schedule": schedule}
     overrides = {k: v for k, v in flags.items() if v is not None}
     settings = HarnessSettings.from_env(**overrides)  # flags over BENANZA_HARNESS_*; invalid -> UsageError
-    return open_local(db, "onnxruntime", {"threads": threads, "opt_level": opt_level}, system, settings)
+    runtime = runtime or "onnxruntime"
+    given = {"threads": threads, "opt_level": opt_level, **gpu}
+    takes = RUNTIME_FLAGS.get(runtime, tuple(given))
+    stray = [k for k, v in gpu.items() if v is not None and k not in takes]
+    if stray:
+        raise UsageError(f"--{stray[0].replace('_', '-')} is not an option of runtime {runtime!r}")
+    options = {k: v for k, v in given.items() if k in takes and v is not None}
+    return open_local(db, runtime, options, system, settings)
 
 
 def _plans(ctx, models, batch, shape, granularity):
@@ -102,10 +129,26 @@ def bench_run(
     min_time: MinTimeOpt = None,
     max_time: MaxTimeOpt = None,
     schedule: ScheduleOpt = None,
+    runtime: RuntimeOpt = "onnxruntime",
+    ep: EpOpt = None,
+    precision: PrecisionOpt = None,
+    tensor_cores: TensorCoresOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Benchmark what the database lacks for this system and software stack."""
-    ctx = _context(db, threads, opt_level, system, min_time, max_time, schedule)
+    ctx = _context(
+        db,
+        threads,
+        opt_level,
+        system,
+        min_time,
+        max_time,
+        schedule,
+        runtime,
+        ep=ep,
+        precision=precision,
+        tensor_cores=tensor_cores,
+    )
     try:
         plans = _plans(ctx, models, batch, shape, granularity)
         summary = _bench(ctx, plans, e2e, retry_failed, quiet=format is OutputFormat.json)
@@ -151,6 +194,10 @@ def lower_bound_cmd(
         typer.Option("--config", help="fleet config TOML whose systems' price_per_hour replace stored ones"),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="save bars (and per-layer breakdowns beside it) as PNG")] = None,
+    runtime: RuntimeOpt = "onnxruntime",
+    ep: EpOpt = None,
+    precision: PrecisionOpt = None,
+    tensor_cores: TensorCoresOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Sequential and parallel lower bounds, DLBricks composition and end-to-end latency.
@@ -164,7 +211,9 @@ def lower_bound_cmd(
             from benanza.errors import UsageError
 
             raise UsageError("--stack selects stored stacks and needs --system")
-        ctx = _context(db, threads, opt_level, None)
+        ctx = _context(
+            db, threads, opt_level, None, runtime=runtime, ep=ep, precision=precision, tensor_cores=tensor_cores
+        )
         try:
             _analyze(ctx, _plans(ctx, models, batch, shape, granularity), format, plot, compare, config)
         finally:
@@ -236,6 +285,39 @@ def _plot(rows, plot, several_systems):
         unit_breakdown(row, plot.with_name(f"{plot.stem}_{row.model}_b{row.batch_size}_layers{plot.suffix}"))
 
 
+@analyze_app.command("optimizations")
+@handles_errors
+def optimizations_cmd(
+    models: ModelsArg = None,
+    batch: BatchesOpt = "",
+    shape: ShapeOpt = None,
+    db: DbOpt = None,
+    runtime: RuntimeOpt = "cudnn",
+    precision: PrecisionOpt = None,
+    tensor_cores: TensorCoresOpt = None,
+    by_op: Annotated[bool, typer.Option("--by-op", help="also the default-vs-best table per op type")] = False,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Benanza's analyses on this GPU: algorithm choice, tensor cores, fusion, parallelism, framework gap."""
+    from benanza.local import optimize
+    from benanza.report.optimize import op_type_table, optimizations_table
+
+    ctx = _context(db, None, None, None, runtime=runtime, precision=precision, tensor_cores=tensor_cores)
+    try:
+        rows = optimize(ctx, _plans(ctx, models, batch, shape, ""))
+    finally:
+        ctx.close()
+    if format is OutputFormat.json:
+        emit_json([r.to_dict() for r in rows])
+        return
+    console().print(optimizations_table(rows))
+    for r in rows:
+        if by_op:
+            console().print(op_type_table(r))
+        for check in r.bound.checks:
+            console().print(f"check: {r.model} (batch {r.batch_size}): {check}")
+
+
 @analyze_app.command("systems")
 @handles_errors
 def systems_cmd(
@@ -281,11 +363,27 @@ def run_command(
     min_time: MinTimeOpt = 0.02,
     max_time: MaxTimeOpt = 0.5,
     schedule: ScheduleOpt = None,
+    runtime: RuntimeOpt = "onnxruntime",
+    ep: EpOpt = None,
+    precision: PrecisionOpt = None,
+    tensor_cores: TensorCoresOpt = None,
     plot: Annotated[Path | None, typer.Option(help="save bars and per-layer breakdowns as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """The main job: benchmark the models (layers, groups, sequences, end to end), then analyze."""
-    ctx = _context(db, threads, opt_level, system, min_time, max_time, schedule)
+    ctx = _context(
+        db,
+        threads,
+        opt_level,
+        system,
+        min_time,
+        max_time,
+        schedule,
+        runtime,
+        ep=ep,
+        precision=precision,
+        tensor_cores=tensor_cores,
+    )
     try:
         plans = _plans(ctx, models, batch, shape, granularity)
         summary = _bench(ctx, plans, e2e=True, retry_failed=False, quiet=format is OutputFormat.json)

@@ -93,3 +93,4 @@ def get_runtime(name: str, **options: Any) -> Runtime:
 def _load_builtin() -> None:
     # Importing registers; heavy backends (cuda) register lazily-importing factories.
     from benanza.runtimes import null, onnxruntime  # noqa: F401
+    from benanza.runtimes.cuda import runtime as cuda_runtime  # noqa: F401  (imports no GPU library)

@@ -40,6 +40,7 @@ from benanza.model.graph import InputKind, ModelGraph
 from benanza.runtimes.base import register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
+EXECUTION_PROVIDERS = ("cpu", "cuda")
 PROFILE_WARMUP = 2  # profiled runs left out of kernel times: first-run allocations
 
 
@@ -164,6 +165,68 @@ class _OrtProfiler:
         self._tmp.cleanup()
 
 
+CUDA_PROVIDER = "CUDAExecutionProvider"
+
+
+def cuda_provider_missing() -> str | None:
+    """None when ONNX Runtime's CUDA execution provider is installed, else why not (one line)."""
+    try:
+        providers = _ort().get_available_providers()
+    except ImportError:
+        return "onnxruntime is not installed"
+    if CUDA_PROVIDER not in providers:
+        return (
+            f"ONNX Runtime's CUDA execution provider is not available (providers: {', '.join(providers)}); "
+            "install onnxruntime-gpu for the framework's end-to-end latency on the GPU"
+        )
+    return None
+
+
+class OrtCudaModel:
+    """A model in ONNX Runtime's CUDA execution provider, inputs and outputs bound on the device.
+
+    The call is ``run_with_iobinding``: ONNX Runtime launches every kernel and synchronises its
+    stream before returning, so the call latency is what a framework user waits for, with no
+    host-device copies. The session uses ORT's defaults for the GPU (optimisation level
+    ``all``, exhaustive cuDNN convolution search), as a user of the framework gets them.
+    """
+
+    def __init__(self, model: onnx.ModelProto, device: int = 0, precision: str = "float32") -> None:
+        from benanza.errors import GpuError
+
+        ort = _ort()
+        missing = cuda_provider_missing()
+        if missing:
+            raise GpuError(missing)
+        if precision != "float32":
+            raise GpuError(f"the end-to-end model runs in its own float32, not {precision}")
+        so = session_options("all", 1)
+        options = {"device_id": device, "cudnn_conv_algo_search": "EXHAUSTIVE"}
+        self._session = ort.InferenceSession(model.SerializeToString(), so, providers=[(CUDA_PROVIDER, options)])
+        if CUDA_PROVIDER not in self._session.get_providers():
+            raise GpuError("ONNX Runtime did not start its CUDA execution provider for this model")
+        self._binding = self._session.io_binding()
+        self._inputs = []  # the device copies of the inputs live as long as the binding
+        for name, array in feeds_for(model).items():
+            value = ort.OrtValue.ortvalue_from_numpy(array, "cuda", device)
+            self._inputs.append(value)
+            self._binding.bind_ortvalue_input(name, value)
+        for out in self._session.get_outputs():
+            self._binding.bind_output(out.name, "cuda", device)
+
+    def call(self) -> object:
+        self._session.run_with_iobinding(self._binding)
+        return None
+
+    def kernel_times(self, runs: int) -> list[float] | None:
+        return None  # ORT's profiler times CUDA kernels on the host side: not a kernel time
+
+    def close(self) -> None:
+        self._binding = None
+        self._inputs = []
+        self._session = None
+
+
 def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
     """Per-run kernel time (seconds) from ORT profiler events.
 
@@ -190,14 +253,17 @@ class OnnxRuntimeCPU:
 
     name = "onnxruntime"
 
-    def __init__(self, threads: int | None = None, opt_level: str = "extended") -> None:
+    def __init__(self, threads: int | None = None, opt_level: str = "extended", ep: str = "cpu") -> None:
         if opt_level not in OPT_LEVELS:
             raise UsageError(f"unknown ONNX Runtime optimisation level {opt_level!r}; known: {', '.join(OPT_LEVELS)}")
+        if ep not in EXECUTION_PROVIDERS:
+            raise UsageError(f"unknown ONNX Runtime execution provider {ep!r}; known: {', '.join(EXECUTION_PROVIDERS)}")
         self.threads = threads or max(os.cpu_count() or 1, 1)
         self.opt_level = opt_level
+        self.ep = ep
 
     def variant(self) -> dict[str, Any]:
-        return {"ep": "cpu", "opt": self.opt_level, "threads": self.threads}
+        return {"ep": self.ep, "opt": self.opt_level, "threads": self.threads}
 
     def stack(self) -> dict[str, Any]:
         ort = _ort()
@@ -210,9 +276,11 @@ class OnnxRuntimeCPU:
                 return f"model file not available on this system: {path}"
         elif not spec.network:
             return "spec carries no network to build"
+        if self.ep == "cuda":
+            return cuda_provider_missing()
         return None
 
-    def prepare(self, spec: BenchmarkSpec) -> _OrtPrepared:
+    def prepare(self, spec: BenchmarkSpec) -> _OrtPrepared | OrtCudaModel:
         if spec.kind is SpecKind.MODEL:
             from benanza.model.process import process_model
 
@@ -221,6 +289,8 @@ class OnnxRuntimeCPU:
             model = process_model(info["path"], info.get("batch"), shapes).proto
         else:
             model = build_onnx(spec.network or {})
+        if self.ep == "cuda":
+            return OrtCudaModel(model)
         return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads)
 
     def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]]:
@@ -229,7 +299,8 @@ class OnnxRuntimeCPU:
         with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
             path = str(Path(tmp) / "optimized.onnx")
             so = session_options(self.opt_level, 1, optimized_path=path)
-            ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            providers = [CUDA_PROVIDER] if self.ep == "cuda" else ["CPUExecutionProvider"]
+            ort.InferenceSession(proto.SerializeToString(), so, providers=providers)
             optimized = onnx.load(path, load_external_data=False)
         return groups_from_optimized(graph, optimized)
 

@@ -1,0 +1,54 @@
+"""Tables for Benanza's optimization analyses."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from benanza.analysis.optimize import Optimizations
+from benanza.report.output import table
+
+SPEEDUPS = ("algorithm_selection", "tensor_cores", "fusion", "parallel", "framework_gap", "combined")
+
+
+def optimizations_table(rows: Sequence[Optimizations]) -> Table:
+    """One line per model: the bounds (ms) and what each optimization is worth (x)."""
+    return table(
+        "GPU lower bounds (ms, best candidates, hot) and what each optimization is worth (x)",
+        [
+            "model",
+            ("batch", "right"),
+            ("sequential", "right"),
+            ("heuristic", "right"),
+            ("parallel", "right"),
+            ("e2e (ORT CUDA)", "right"),
+            *[(name.replace("_", " "), "right") for name in SPEEDUPS],
+            ("coverage", "right"),
+        ],
+        (
+            (
+                r.model,
+                r.batch_size,
+                r.bound.sequential_ms,
+                r.heuristic_ms,
+                r.bound.parallel_ms,
+                r.bound.e2e_ms,
+                *[getattr(r, name) for name in SPEEDUPS],
+                f"{r.bound.coverage:.0%}",
+            )
+            for r in rows
+        ),
+    )
+
+
+def op_type_table(row: Optimizations) -> Table:
+    """Per op type of one model: the framework's default pick vs the best candidate."""
+    return table(
+        f"{row.model} (batch {row.batch_size}): default pick vs best candidate by op type (ms)",
+        ["op type", ("count", "right"), ("best", "right"), ("default", "right"), ("default/best", "right")],
+        (
+            (op, int(v["count"]), v["best_ms"], v["default_ms"], v["default_over_best"])
+            for op, v in sorted(row.by_op_type.items(), key=lambda kv: -kv[1]["default_ms"])
+        ),
+    )

@@ -1,0 +1,823 @@
+"""Element-wise and data-movement layers as a framework's kernels run them, through CuPy.
+
+cuDNN and cuBLAS do not run Add, Gelu, Concat, Transpose and the like: a framework launches
+its own kernels for them. Benanza measures those layers with CuPy's: one element-wise kernel
+per ONNX op with NumPy broadcasting, writing into a preallocated output on the context's
+stream. Each layer has exactly one candidate (source ``cupy``), the default.
+
+A layer becomes a ``LayerCall`` first, a pure description: the arrays it reads
+(``InputSpec``), the arrays it writes, and ``run(ops, inputs, outputs)``, written against an
+array module (``ArrayOps.xp``), so the same code runs on NumPy arrays in the CPU tests and
+on CuPy arrays on the device. Ops that are one NumPy ufunc (Add, Exp, Equal, Clip, ...) run
+as that ufunc with ``out=``. Ops that NumPy spells as several ufuncs (LeakyRelu, PRelu,
+HardSigmoid, HardSwish, Gelu, Where) carry a ``FusedKernel`` as well: on the device they run
+as one ``cupy.ElementwiseKernel``, one kernel per op as frameworks launch them, and ``run``
+is the reference the GPU tests compare it with.
+
+Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout at inference) change only
+metadata: they launch nothing, cost nothing on the GPU, and get no candidate at all.
+
+What the parameters do not carry is chosen, and noted on the candidate: a constant operand
+the model stores as a small value (``x * 0.5``) is a scalar; Slice and Pad bounds given as
+inputs (opset >= 10 / 11) are inferred from the shapes (a prefix slice, padding at the end),
+which moves the same bytes; Gather's indices are random in range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from benanza.errors import GpuError, UnsupportedLayer
+from benanza.runtimes.cuda.candidate import Candidate
+from benanza.runtimes.cuda.params import DataMovementParams, ElementwiseParams, Shape
+
+SOURCE = "cupy"
+INSTALL_HINT = "pip install 'benanza[gpu]' (cupy)"
+
+# ONNX TensorProto.DataType -> NumPy dtype name (Cast's ``to``).
+ONNX_DTYPES: dict[int, str] = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+    16: "bfloat16",
+}
+
+Run = Callable[["ArrayOps", Sequence[Any], Sequence[Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayOps:
+    """An array module and the special functions NumPy itself lacks.
+
+    ``erf(x, out)`` writes erf(x) into ``out``: ``cupyx.scipy.special.erf`` on the device,
+    SciPy's or a ``math.erf`` loop on the CPU.
+    """
+
+    xp: Any
+    erf: Callable[[Any, Any], Any]
+
+
+def numpy_ops() -> ArrayOps:
+    """NumPy, for the CPU tests and for references."""
+    try:
+        from scipy.special import erf as scipy_erf
+    except ImportError:
+        scipy_erf = None
+
+    def erf(x: Any, out: Any) -> Any:
+        if scipy_erf is not None:
+            return scipy_erf(x, out=out)
+        out[...] = np.vectorize(math.erf, otypes=[np.float64])(x)
+        return out
+
+    return ArrayOps(np, erf)
+
+
+def cupy_ops() -> ArrayOps:
+    """CuPy, on the device."""
+    cupy = _import_cupy()
+    from cupyx.scipy.special import erf
+
+    return ArrayOps(cupy, lambda x, out: erf(x, out=out))
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """One array a layer reads or writes; ``index_bound``: integer indices drawn from [0, bound)."""
+
+    shape: Shape
+    dtype: str
+    index_bound: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FusedKernel:
+    """A ``cupy.ElementwiseKernel``: its parameter lists, body, name and the scalars passed after the arrays."""
+
+    in_params: str
+    out_params: str
+    operation: str
+    name: str
+    preamble: str = ""
+    scalars: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LayerCall:
+    """What one layer runs: the arrays it reads and writes and how, on any array module."""
+
+    op: str
+    kernel: str  # what runs, for the candidate's name: "add", "concatenate", "benanza_gelu", ...
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[InputSpec, ...]
+    run: Run = field(compare=False, repr=False)
+    fused: FusedKernel | None = None
+    notes: tuple[str, ...] = ()
+
+
+# ------------------------------------------------------------------------ registry
+
+CallBuilder = Callable[[Any, dict[str, Any]], LayerCall]
+ELEMENTWISE: dict[str, CallBuilder] = {}
+MOVEMENT: dict[str, CallBuilder] = {}
+
+
+def register_elementwise(*ops: str) -> Callable[[CallBuilder], CallBuilder]:
+    """Register the builder of one or more element-wise ops' ``LayerCall``."""
+
+    def decorate(fn: CallBuilder) -> CallBuilder:
+        for op in ops:
+            ELEMENTWISE[op] = fn
+        return fn
+
+    return decorate
+
+
+def register_movement(*ops: str) -> Callable[[CallBuilder], CallBuilder]:
+    """Register the builder of one or more data-movement ops' ``LayerCall``."""
+
+    def decorate(fn: CallBuilder) -> CallBuilder:
+        for op in ops:
+            MOVEMENT[op] = fn
+        return fn
+
+    return decorate
+
+
+def layer_call(p: ElementwiseParams | DataMovementParams) -> LayerCall | None:
+    """The call of one layer, or None for a view (no kernel at all).
+
+    Raises:
+        UnsupportedLayer: an op with no CuPy mapping here (the message names it), or one whose
+            parameters do not describe a call this module can reproduce exactly.
+    """
+    if isinstance(p, DataMovementParams) and p.view:
+        return None
+    table = MOVEMENT if isinstance(p, DataMovementParams) else ELEMENTWISE
+    build = table.get(p.op)
+    if build is None:
+        kind = "data-movement" if table is MOVEMENT else "element-wise"
+        raise UnsupportedLayer(f"{p.op} has no CuPy {kind} kernel in benanza (known: {', '.join(sorted(table))})")
+    if p.dtype == "bfloat16":
+        raise UnsupportedLayer(f"{p.op} in bfloat16: CuPy has no bfloat16 arithmetic")
+    return build(p, dict(p.attributes))
+
+
+# ------------------------------------------------------------------------ element-wise
+
+_UNARY = {
+    "Abs": "absolute",
+    "Neg": "negative",
+    "Exp": "exp",
+    "Log": "log",
+    "Sqrt": "sqrt",
+    "Reciprocal": "reciprocal",
+    "Ceil": "ceil",
+    "Floor": "floor",
+    "Sin": "sin",
+    "Cos": "cos",
+    "Sign": "sign",
+    "Not": "logical_not",
+}
+_BINARY = {
+    "Add": "add",
+    "Sub": "subtract",
+    "Mul": "multiply",
+    "Div": "true_divide",
+    "Pow": "power",
+    "Equal": "equal",
+    "Less": "less",
+    "Greater": "greater",
+    "LessOrEqual": "less_equal",
+    "GreaterOrEqual": "greater_equal",
+    "And": "logical_and",
+    "Or": "logical_or",
+    "Xor": "logical_xor",
+}
+_COMPARISONS = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+# The constant a binary op gets when the model stores its second operand as a small value
+# (absent from the parameters): any value costs the same, these keep results finite.
+_SCALAR_OPERAND = {"Add": 1.0, "Sub": 1.0, "Mul": 0.5, "Div": 2.0, "Pow": 2.0, "And": True, "Or": True, "Xor": True}
+_VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}
+
+
+def _accumulator(dtype: str) -> tuple[str, str, str]:
+    """(C type, erf, tanh) a fused kernel computes in: double for float64, float otherwise."""
+    return ("double", "erf", "tanh") if dtype == "float64" else ("float", "erff", "tanhf")
+
+
+def _fused(name: str, dtype: str, in_params: str, operation: str, scalars: tuple[float, ...] = ()) -> FusedKernel:
+    acc, _, _ = _accumulator(dtype)
+    return FusedKernel(in_params, "T y", operation, f"benanza_{name}", f"typedef {acc} A;", scalars)
+
+
+@register_elementwise(*_UNARY)
+def _unary(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    name = _UNARY[p.op]
+    (x,) = _exact_inputs(p, 1)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        getattr(ops.xp, name)(inputs[0], out=outputs[0])
+
+    return LayerCall(p.op, name, (x,), (InputSpec(p.y, p.dtype),), run)
+
+
+@register_elementwise(*_BINARY)
+def _binary(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    name = _BINARY[p.op]
+    out_dtype = "bool" if p.op in _COMPARISONS else p.dtype
+    notes: tuple[str, ...] = ()
+    if len(p.inputs) == 1:
+        scalar = _SCALAR_OPERAND.get(p.op, 0.0)
+        notes = (f"constant operand as the scalar {scalar}",)
+        specs = (InputSpec(p.inputs[0], p.dtype),)
+
+        def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+            getattr(ops.xp, name)(inputs[0], scalar, out=outputs[0])
+
+    else:
+        specs = _exact_inputs(p, 2)
+
+        def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+            getattr(ops.xp, name)(inputs[0], inputs[1], out=outputs[0])
+
+    return LayerCall(p.op, name, specs, (InputSpec(p.y, out_dtype),), run, notes=notes)
+
+
+@register_elementwise(*_VARIADIC)
+def _variadic(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    name = _VARIADIC[p.op]
+    specs = tuple(InputSpec(s, p.dtype) for s in p.inputs)
+    if not specs:
+        raise UnsupportedLayer(f"{p.op} without known input shapes")
+    mean = p.op == "Mean"
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, out = ops.xp, outputs[0]
+        if len(inputs) == 1:
+            xp.copyto(out, inputs[0])
+            return
+        fn = getattr(xp, name)
+        fn(inputs[0], inputs[1], out=out)
+        for x in inputs[2:]:
+            fn(out, x, out=out)
+        if mean:
+            xp.multiply(out, 1.0 / len(inputs), out=out)
+
+    return LayerCall(
+        p.op, name + ("+multiply" if mean and len(specs) > 1 else ""), specs, (InputSpec(p.y, p.dtype),), run
+    )
+
+
+@register_elementwise("Erf")
+def _erf(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.erf(inputs[0], outputs[0])
+
+    return LayerCall(p.op, "erf", specs, (InputSpec(p.y, p.dtype),), run)
+
+
+@register_elementwise("Softplus")
+def _softplus(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.logaddexp(inputs[0], 0.0, out=outputs[0])  # log(exp(x) + 1), one overflow-safe ufunc
+
+    return LayerCall(p.op, "logaddexp", specs, (InputSpec(p.y, p.dtype),), run)
+
+
+@register_elementwise("Cast")
+def _cast(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+    to = ONNX_DTYPES.get(int(attrs.get("to", 1)))
+    if to is None or to == "bfloat16":
+        raise UnsupportedLayer(f"Cast to ONNX type {attrs.get('to')}: no CuPy dtype for it")
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], inputs[0], casting="unsafe")
+
+    return LayerCall(p.op, f"copy-to-{to}", specs, (InputSpec(p.y, to),), run)
+
+
+@register_elementwise("Clip")
+def _clip(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+    low, high = attrs.get("min"), attrs.get("max")
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, x, out = ops.xp, inputs[0], outputs[0]
+        if low is not None and high is not None:
+            xp.clip(x, low, high, out=out)
+        elif low is not None:
+            xp.maximum(x, low, out=out)
+        elif high is not None:
+            xp.minimum(x, high, out=out)
+        else:
+            xp.copyto(out, x)
+
+    kernel = {(True, True): "clip", (True, False): "maximum", (False, True): "minimum"}.get(
+        (low is not None, high is not None), "copy"
+    )
+    return LayerCall(p.op, kernel, specs, (InputSpec(p.y, p.dtype),), run)
+
+
+@register_elementwise("LeakyRelu")
+def _leaky_relu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+    alpha = float(attrs.get("alpha", 0.01))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, x, out = ops.xp, inputs[0], outputs[0]
+        xp.multiply(x, alpha, out=out)
+        (xp.maximum if alpha <= 1.0 else xp.minimum)(out, x, out=out)  # x for x >= 0, alpha * x below
+
+    fused = _fused(
+        "leaky_relu", p.dtype, "T x, float64 alpha", "A v = (A)x; y = (T)(v >= (A)0 ? v : v * (A)alpha);", (alpha,)
+    )
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
+
+
+@register_elementwise("PRelu")
+def _prelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 2)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, (x, slope), out = ops.xp, inputs, outputs[0]
+        xp.multiply(x, slope, out=out)
+        xp.copyto(out, x, where=xp.greater_equal(x, 0))
+
+    fused = _fused("prelu", p.dtype, "T x, T s", "A v = (A)x; y = (T)(v < (A)0 ? v * (A)s : v);")
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
+
+
+@register_elementwise("HardSigmoid")
+def _hard_sigmoid(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+    alpha, beta = float(attrs.get("alpha", 0.2)), float(attrs.get("beta", 0.5))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, out = ops.xp, outputs[0]
+        xp.multiply(inputs[0], alpha, out=out)
+        xp.add(out, beta, out=out)
+        xp.clip(out, 0.0, 1.0, out=out)
+
+    fused = _fused(
+        "hard_sigmoid",
+        p.dtype,
+        "T x, float64 alpha, float64 beta",
+        "A v = (A)alpha * (A)x + (A)beta; y = (T)(v < (A)0 ? (A)0 : (v > (A)1 ? (A)1 : v));",
+        (alpha, beta),
+    )
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
+
+
+@register_elementwise("HardSwish")
+def _hard_swish(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, x, out = ops.xp, inputs[0], outputs[0]
+        xp.multiply(x, 1.0 / 6.0, out=out)
+        xp.add(out, 0.5, out=out)
+        xp.clip(out, 0.0, 1.0, out=out)
+        xp.multiply(out, x, out=out)
+
+    fused = _fused(
+        "hard_swish",
+        p.dtype,
+        "T x",
+        "A v = (A)x; A h = v / (A)6 + (A)0.5; h = h < (A)0 ? (A)0 : (h > (A)1 ? (A)1 : h); y = (T)(v * h);",
+    )
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
+
+
+@register_elementwise("Gelu")
+def _gelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+    approximate = str(attrs.get("approximate", "none"))
+    if approximate not in ("none", "tanh"):
+        raise UnsupportedLayer(f"Gelu with approximate={approximate!r}")
+    _, erf, tanh = _accumulator(p.dtype)
+    rsqrt2, k = 1.0 / math.sqrt(2.0), math.sqrt(2.0 / math.pi)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, x, out = ops.xp, inputs[0], outputs[0]
+        if approximate == "tanh":  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            xp.multiply(x, x, out=out)
+            xp.multiply(out, x, out=out)
+            xp.multiply(out, 0.044715, out=out)
+            xp.add(out, x, out=out)
+            xp.multiply(out, k, out=out)
+            xp.tanh(out, out=out)
+        else:  # 0.5 x (1 + erf(x / sqrt(2)))
+            xp.multiply(x, rsqrt2, out=out)
+            ops.erf(out, out)
+        xp.add(out, 1.0, out=out)
+        xp.multiply(out, x, out=out)
+        xp.multiply(out, 0.5, out=out)
+
+    if approximate == "tanh":
+        body = f"A v = (A)x; y = (T)((A)0.5 * v * ((A)1 + {tanh}((A){k!r} * (v + (A)0.044715 * v * v * v))));"
+    else:
+        body = f"A v = (A)x; y = (T)((A)0.5 * v * ((A)1 + {erf}(v * (A){rsqrt2!r})));"
+    fused = _fused(f"gelu_{approximate}", p.dtype, "T x", body)
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
+
+
+@register_elementwise("Where")
+def _where(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    if len(p.inputs) != 3:
+        raise UnsupportedLayer(f"Where with {len(p.inputs)} known inputs: which one is the condition is unknown")
+    # The parameters' dtype is the first input's, the condition's; the data is then taken as float32.
+    data = p.dtype if p.dtype != "bool" else "float32"
+    notes = () if p.dtype != "bool" else ("data dtype not in the parameters: float32",)
+    specs = (InputSpec(p.inputs[0], "bool"), InputSpec(p.inputs[1], data), InputSpec(p.inputs[2], data))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, (condition, x, y), out = ops.xp, inputs, outputs[0]
+        xp.copyto(out, y)
+        xp.copyto(out, x, where=condition)
+
+    fused = FusedKernel("bool c, T x, T z", "T y", "y = c ? x : z;", "benanza_where")
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, data),), run, fused, notes)
+
+
+def _exact_inputs(p: ElementwiseParams | DataMovementParams, n: int) -> tuple[InputSpec, ...]:
+    if len(p.inputs) != n:
+        raise UnsupportedLayer(f"{p.op} with {len(p.inputs)} known input shapes, expected {n}")
+    return tuple(InputSpec(s, p.dtype) for s in p.inputs)
+
+
+# ------------------------------------------------------------------------ data movement
+
+
+def _axis(value: Any, ndim: int, op: str) -> int:
+    axis = int(value)
+    axis = axis + ndim if axis < 0 else axis
+    if not 0 <= axis < max(ndim, 1):
+        raise UnsupportedLayer(f"{op} axis {value} out of range for rank {ndim}")
+    return axis
+
+
+@register_movement("Concat")
+def _concat(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    if not p.inputs:
+        raise UnsupportedLayer("Concat without known input shapes")
+    axis = _axis(attrs.get("axis", 0), len(p.y), p.op)
+    if sum(s[axis] for s in p.inputs) != p.y[axis]:
+        raise UnsupportedLayer(f"Concat of {list(p.inputs)} does not make {p.y}: a constant input is not in the params")
+    specs = tuple(InputSpec(s, p.dtype) for s in p.inputs)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.concatenate(list(inputs), axis=axis, out=outputs[0])
+
+    return LayerCall(p.op, "concatenate", specs, (InputSpec(p.y, p.dtype),), run)
+
+
+@register_movement("Transpose")
+def _transpose(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    (x,) = _exact_inputs(p, 1)
+    perm = tuple(int(a) for a in (attrs.get("perm") or reversed(range(len(x.shape)))))
+    if sorted(perm) != list(range(len(x.shape))) or tuple(x.shape[a] for a in perm) != tuple(p.y):
+        raise UnsupportedLayer(f"Transpose perm {list(perm)} of {x.shape} does not give {p.y}")
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], inputs[0].transpose(perm))  # transpose is a view: the copy is the kernel
+
+    return LayerCall(p.op, "copy-transposed", (x,), (InputSpec(p.y, p.dtype),), run)
+
+
+@register_movement("Slice")
+def _slice(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    (x,) = _exact_inputs(p, 1)
+    notes: tuple[str, ...] = ()
+    if "starts" in attrs and "ends" in attrs:  # opset < 10: bounds are attributes
+        index = [slice(None)] * len(x.shape)
+        axes = attrs.get("axes") or range(len(attrs["starts"]))
+        steps = attrs.get("steps") or [1] * len(attrs["starts"])
+        for axis, start, end, step in zip(axes, attrs["starts"], attrs["ends"], steps, strict=True):
+            index[_axis(axis, len(x.shape), p.op)] = slice(int(start), int(end), int(step))
+    else:
+        if any(o > i for o, i in zip(p.y, x.shape, strict=True)) or len(p.y) != len(x.shape):
+            raise UnsupportedLayer(f"Slice of {x.shape} giving {p.y}")
+        index = [slice(0, o) for o in p.y]
+        notes = ("bounds are inputs: a prefix slice of the output's extent",)
+    key = tuple(index)
+    if np.empty(x.shape, dtype=np.bool_)[key].shape != tuple(p.y):
+        raise UnsupportedLayer(f"Slice {attrs} of {x.shape} does not give {p.y}")
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], inputs[0][key])
+
+    return LayerCall(p.op, "copy-sliced", (x,), (InputSpec(p.y, p.dtype),), run, notes=notes)
+
+
+_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "edge", "wrap": "wrap"}
+
+
+@register_movement("Pad")
+def _pad(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    (x,) = _exact_inputs(p, 1)
+    n = len(x.shape)
+    mode = str(attrs.get("mode", "constant"))
+    if mode not in _PAD_MODES or len(p.y) != n:
+        raise UnsupportedLayer(f"Pad mode {mode!r} of {x.shape} to {p.y}")
+    notes: tuple[str, ...] = ()
+    if attrs.get("pads"):  # opset < 11
+        pads = [int(v) for v in attrs["pads"]]
+        begin, end = pads[:n], pads[n:]
+    else:
+        begin, end = [0] * n, [o - i for o, i in zip(p.y, x.shape, strict=True)]
+        notes = ("pads are inputs: all padding at the end of each axis",)
+    if any(v < 0 for v in begin + end) or [i + b + e for i, b, e in zip(x.shape, begin, end, strict=True)] != list(p.y):
+        raise UnsupportedLayer(f"Pad of {x.shape} by {begin}/{end} does not give {p.y} (cropping is not supported)")
+    value = float(attrs.get("value", 0.0) or 0.0)
+    inner = tuple(slice(b, b + i) for b, i in zip(begin, x.shape, strict=True))
+    width = tuple(zip(begin, end, strict=True))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, out = ops.xp, outputs[0]
+        if mode == "constant":
+            out.fill(value)
+            xp.copyto(out[inner], inputs[0])
+        else:
+            xp.copyto(out, xp.pad(inputs[0], width, mode=_PAD_MODES[mode]))
+
+    return LayerCall(p.op, f"pad-{mode}", (x,), (InputSpec(p.y, p.dtype),), run, notes=notes)
+
+
+@register_movement("Gather")
+def _gather(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    if not p.inputs:
+        raise UnsupportedLayer("Gather without a known data shape")
+    x = p.inputs[0]
+    axis = _axis(attrs.get("axis", 0), len(x), p.op)
+    rank = len(p.y) - len(x) + 1
+    indices = tuple(p.inputs[1]) if len(p.inputs) > 1 else tuple(p.y[axis : axis + rank])
+    if rank < 0 or (*x[:axis], *indices, *x[axis + 1 :]) != tuple(p.y):
+        raise UnsupportedLayer(f"Gather of {x} along {axis} does not give {p.y}")
+    specs = (InputSpec(x, p.dtype), InputSpec(indices, "int64", index_bound=x[axis]))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.take(inputs[0], inputs[1], axis=axis, out=outputs[0])
+
+    return LayerCall(p.op, "take", specs, (InputSpec(p.y, p.dtype),), run, notes=("random indices in range",))
+
+
+@register_movement("Expand")
+def _expand(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    (x,) = _exact_inputs(p, 1)
+    if np.broadcast_shapes(x.shape, p.y) != tuple(p.y):
+        raise UnsupportedLayer(f"Expand of {x.shape} to {p.y}")
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], inputs[0])  # copyto broadcasts
+
+    return LayerCall(p.op, "copy-broadcast", (x,), (InputSpec(p.y, p.dtype),), run)
+
+
+def _repeat_copy(xp: Any, x: Any, out: Any, factors: Sequence[int], inner: bool) -> None:
+    """Copy ``x`` into ``out`` with each axis repeated ``factors[d]`` times, as one broadcast copy.
+
+    ``inner``: every element repeated in place (nearest upsampling, ``np.repeat``); else the
+    whole axis repeated (``np.tile``). ``out`` is contiguous, so the split view is a view.
+    """
+    split, source = [], []
+    for extent, factor in zip(x.shape, factors, strict=True):
+        split += [extent, factor] if inner else [factor, extent]
+        source += [extent, 1] if inner else [1, extent]
+    xp.copyto(out.reshape(split), x.reshape(source))
+
+
+@register_movement("Tile")
+def _tile(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    (x,) = _exact_inputs(p, 1)
+    if len(p.y) != len(x.shape) or any(o % i for o, i in zip(p.y, x.shape, strict=True)):
+        raise UnsupportedLayer(f"Tile of {x.shape} to {p.y}")
+    reps = tuple(o // i for o, i in zip(p.y, x.shape, strict=True))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        _repeat_copy(ops.xp, inputs[0], outputs[0], reps, inner=False)
+
+    return LayerCall(p.op, "copy-tiled", (x,), (InputSpec(p.y, p.dtype),), run)
+
+
+_EXACT_UPSAMPLING = {
+    ("asymmetric", "floor"),
+    ("half_pixel", "round_prefer_floor"),
+    ("half_pixel", "round_prefer_ceil"),
+    ("pytorch_half_pixel", "round_prefer_floor"),
+    ("pytorch_half_pixel", "round_prefer_ceil"),
+}
+
+
+@register_movement("Resize", "Upsample")
+def _resize(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """Nearest-neighbour resizing by integer factors, where index rounding makes it a plain repeat or stride."""
+    if not p.inputs:
+        raise UnsupportedLayer(f"{p.op} without a known input shape")
+    x = p.inputs[0]
+    mode = str(attrs.get("mode", "nearest"))
+    if mode != "nearest":
+        raise UnsupportedLayer(f"{p.op} mode {mode!r}: the CuPy path runs nearest-neighbour only")
+    if p.op == "Upsample":  # Upsample's nearest is floor(out / scale)
+        transform, rounding = "asymmetric", "floor"
+    else:
+        transform = str(attrs.get("coordinate_transformation_mode", "half_pixel"))
+        rounding = str(attrs.get("nearest_mode", "round_prefer_floor"))
+    if len(p.y) != len(x):
+        raise UnsupportedLayer(f"{p.op} of {x} to {p.y}")
+    up, down = [1] * len(x), [1] * len(x)
+    for d, (i, o) in enumerate(zip(x, p.y, strict=True)):
+        if o >= i and o % i == 0:
+            up[d] = o // i
+        elif o < i and i % o == 0:
+            down[d] = i // o
+        else:
+            raise UnsupportedLayer(f"{p.op} of {x} to {p.y}: not an integer scale on axis {d}")
+    if any(f > 1 for f in up) and (transform, rounding) not in _EXACT_UPSAMPLING:
+        raise UnsupportedLayer(f"{p.op} nearest {transform}/{rounding}: not a plain repeat")
+    if any(f > 1 for f in down) and transform != "asymmetric":
+        raise UnsupportedLayer(f"{p.op} nearest downscaling with {transform}: not a plain stride")
+    stride = tuple(slice(None, None, f) for f in down)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        _repeat_copy(ops.xp, inputs[0][stride], outputs[0], up, inner=True)
+
+    return LayerCall(p.op, "copy-nearest", (InputSpec(x, p.dtype),), (InputSpec(p.y, p.dtype),), run)
+
+
+@register_movement("Split")
+def _split(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """Split into copies; the parameters carry the first output only, so parts are its size unless ``split`` says."""
+    if not p.inputs:
+        raise UnsupportedLayer("Split without a known input shape")
+    x = p.inputs[0]
+    axis = _axis(attrs.get("axis", 0), len(x), p.op)
+    sizes = [int(s) for s in attrs.get("split") or ()]
+    if not sizes:
+        if p.y[axis] <= 0 or x[axis] % p.y[axis]:
+            raise UnsupportedLayer(f"Split of {x} into parts like {p.y}: the other parts' sizes are unknown")
+        sizes = [p.y[axis]] * (x[axis] // p.y[axis])
+    if sum(sizes) != x[axis] or sizes[0] != p.y[axis]:
+        raise UnsupportedLayer(f"Split of {x} into {sizes} along {axis} does not give {p.y} first")
+    offsets = np.cumsum([0, *sizes]).tolist()
+    parts = [
+        tuple(slice(o, o + s) if d == axis else slice(None) for d in range(len(x)))
+        for o, s in zip(offsets[:-1], sizes, strict=True)
+    ]
+    outputs = tuple(InputSpec(tuple(s if d == axis else e for d, e in enumerate(x)), p.dtype) for s in sizes)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outs: Sequence[Any]) -> None:
+        for part, out in zip(parts, outs, strict=True):
+            ops.xp.copyto(out, inputs[0][part])
+
+    return LayerCall(p.op, f"copy-{len(sizes)}-parts", (InputSpec(x, p.dtype),), outputs, run)
+
+
+# ------------------------------------------------------------------------ host arrays (tests, references)
+
+
+def host_arrays(specs: Sequence[InputSpec], seed: int = 0) -> list[np.ndarray]:
+    """NumPy arrays for ``specs``: floats in [-1, 1), booleans, integers (indices in range)."""
+    rng = np.random.default_rng(seed)
+    return [_host_array(spec, rng) for spec in specs]
+
+
+def _host_array(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
+    dtype = np.dtype(spec.dtype)
+    if spec.index_bound is not None:
+        return rng.integers(0, spec.index_bound, size=spec.shape, dtype=dtype)
+    if dtype == np.bool_:
+        return rng.random(spec.shape) < 0.5
+    if dtype.kind in "iu":
+        return rng.integers(0, 8, size=spec.shape, dtype=dtype)
+    return (rng.random(spec.shape) * 2.0 - 1.0).astype(dtype)
+
+
+def empty_outputs(specs: Sequence[InputSpec], xp: Any = np) -> list[Any]:
+    """Zeroed output arrays for ``specs`` on ``xp`` (NumPy by default): where a call writes."""
+    return [xp.zeros(spec.shape, dtype=spec.dtype) for spec in specs]
+
+
+# ------------------------------------------------------------------------ GPU
+
+
+@dataclass(eq=False)
+class FrameworkPlan:
+    """One layer on the device: its call, its arrays (kept alive here) and its one candidate."""
+
+    call: LayerCall
+    inputs: list[Any]
+    outputs: list[Any]
+    candidates: list[Candidate]
+
+
+def framework_plan(ctx: Any, p: ElementwiseParams | DataMovementParams, seed: int = 0) -> FrameworkPlan | None:
+    """Allocate the layer's arrays on the device and make its candidate; None for a view.
+
+    Raises:
+        UnsupportedLayer: no CuPy mapping for the op (see ``layer_call``).
+        GpuError: CuPy is missing.
+    """
+    call = layer_call(p)
+    if call is None:
+        return None
+    cupy = _import_cupy()
+    ops = cupy_ops()
+    rng = np.random.default_rng(seed)
+    with cupy.cuda.Device(int(getattr(ctx, "ordinal", 0))), ctx.stream:
+        inputs = [_device_array(ctx, cupy, spec, rng) for spec in call.inputs]
+        outputs = [
+            ctx.array(spec.shape, spec.dtype, "zeros") if _is_float(spec.dtype) else cupy.zeros(spec.shape, spec.dtype)
+            for spec in call.outputs
+        ]
+    if call.fused is not None:
+        kernel = _elementwise_kernel(cupy, call.fused)
+        scalars = call.fused.scalars
+
+        def run() -> None:
+            kernel(*inputs, *scalars, outputs[0])
+
+    else:
+
+        def run() -> None:
+            call.run(ops, inputs, outputs)
+
+    candidate = Candidate(
+        source=SOURCE,
+        name=f"{p.op.lower()}:{call.kernel}",
+        launch=_StreamLaunch(ctx.stream, run),
+        default=True,
+        notes=call.notes,
+    )
+    return FrameworkPlan(call, inputs, outputs, [candidate])
+
+
+def framework_candidates(ctx: Any, p: ElementwiseParams | DataMovementParams) -> list[Candidate]:
+    """The one CuPy candidate of an element-wise or data-movement layer; [] for a view (nothing runs)."""
+    plan = framework_plan(ctx, p)
+    return [] if plan is None else plan.candidates
+
+
+class _StreamLaunch:
+    """Run ``fn`` with the context's stream current: CuPy enqueues there and returns at once."""
+
+    __slots__ = ("_fn", "_stream")
+
+    def __init__(self, stream: Any, fn: Callable[[], None]) -> None:
+        self._stream, self._fn = stream, fn
+
+    def __call__(self) -> None:
+        with self._stream:
+            self._fn()
+
+
+def _is_float(dtype: str) -> bool:
+    return dtype in ("float16", "float32", "float64")
+
+
+def _device_array(ctx: Any, cupy: Any, spec: InputSpec, rng: np.random.Generator) -> Any:
+    if _is_float(spec.dtype) and spec.index_bound is None:
+        return ctx.array(spec.shape, spec.dtype, "random")
+    return cupy.asarray(_host_array(spec, rng))
+
+
+_KERNELS: dict[FusedKernel, Any] = {}
+
+
+def _elementwise_kernel(cupy: Any, fused: FusedKernel) -> Any:
+    """The compiled-on-first-call kernel; one object per distinct kernel (CuPy also caches the binary)."""
+    key = FusedKernel(fused.in_params, fused.out_params, fused.operation, fused.name, fused.preamble)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        kernel = cupy.ElementwiseKernel(
+            fused.in_params, fused.out_params, fused.operation, fused.name, preamble=fused.preamble
+        )
+        _KERNELS[key] = kernel
+    return kernel
+
+
+def _import_cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise GpuError(f"the cupy source needs CuPy: {INSTALL_HINT}") from exc
+    return cupy

@@ -1,0 +1,618 @@
+"""What a layer asks of the GPU libraries: call parameters derived from its network node.
+
+Pure and importable without any GPU library. A node of a ``Network`` (op type, attributes
+normalised by the model processor, input and output shapes) becomes one frozen parameter
+value per library call, or ``Unsupported`` with the reason, which the runtime stores as a
+skipped outcome. One derivation per op type, registered in ``PARAMS``; ``fused_conv`` reads
+the conv+bias+activation pattern of an execution group.
+
+Layouts are NCHW (ONNX's); every shape is the full tensor shape. ``dtype`` is the data
+type of the benchmark (the spec's, or the precision the runtime variant asks for).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Unsupported:
+    """A layer the GPU runtime cannot run as asked; ``reason`` is stored with the skip."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ConvParams:
+    """Convolution forward (or ConvTranspose as cuDNN's backward-data), optionally fused."""
+
+    x: Shape  # N, C, *spatial
+    w: Shape  # K, C/groups, *kernel (ConvTranspose: C, K/groups, *kernel)
+    y: Shape
+    pads_begin: tuple[int, ...]
+    pads_end: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    groups: int
+    dtype: str
+    # a per-channel bias (the Conv's own, or a folded BatchNormalization); the runtime adds it
+    # in the fused kernel of a group only: a Conv layer alone is measured as the convolution
+    bias: bool = False
+    activation: str | None = None  # fused activation: relu, sigmoid, tanh, clipped_relu, elu, identity
+    activation_coef: float = 0.0  # clipped_relu's ceiling, elu's alpha
+    transpose: bool = False
+
+    @property
+    def symmetric(self) -> bool:
+        return self.pads_begin == self.pads_end
+
+    @property
+    def fused(self) -> bool:
+        return self.bias or self.activation is not None
+
+    @property
+    def flops(self) -> int:
+        """Multiply-adds as 2 FLOPs: 2 * output (input for transpose) elements * C/groups * kernel."""
+        kernel = math.prod(self.w[2:])
+        per_out = self.w[1] * kernel
+        return 2 * math.prod(self.x if self.transpose else self.y) * per_out
+
+
+@dataclass(frozen=True, slots=True)
+class GemmParams:
+    """``batch`` products of (m x k) and (k x n) matrices, row-major as ONNX stores them."""
+
+    batch: int
+    m: int
+    n: int
+    k: int
+    trans_a: bool
+    trans_b: bool
+    dtype: str
+    alpha: float = 1.0
+    beta: float = 0.0  # Gemm's C (broadcast bias) when non-zero
+    bias: bool = False
+    a_batched: bool = True  # False: one A shared by every product (a weight in MatMul)
+    b_batched: bool = True
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True, slots=True)
+class PoolParams:
+    mode: str  # max, avg_include_pad, avg_exclude_pad
+    x: Shape
+    y: Shape
+    window: tuple[int, ...]
+    pads: tuple[int, ...]
+    strides: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class LrnParams:
+    x: Shape
+    size: int
+    alpha: float
+    beta: float
+    k: float
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class SoftmaxParams:
+    """Softmax over ``dim`` of an (outer, dim, inner) view: cuDNN's channel mode on (outer, dim, inner, 1)."""
+
+    outer: int
+    dim: int
+    inner: int
+    log: bool
+    dtype: str
+
+    @property
+    def x(self) -> Shape:
+        return (self.outer, self.dim, self.inner, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchNormParams:
+    """Inference batch normalisation, one scale/shift/mean/variance per channel (spatial mode)."""
+
+    x: Shape
+    epsilon: float
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class ActivationParams:
+    kind: str  # relu, sigmoid, tanh, clipped_relu, elu, swish, identity
+    x: Shape
+    dtype: str
+    coef: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ElementwiseParams:
+    """An element-wise op with broadcasting, run as the kernel frameworks use (CuPy's)."""
+
+    op: str  # the ONNX op type
+    inputs: tuple[Shape, ...]
+    y: Shape
+    dtype: str
+    attributes: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DataMovementParams:
+    """Concat, Transpose, Slice, Pad, Gather, ... as CuPy kernels; views need no kernel at all."""
+
+    op: str
+    inputs: tuple[Shape, ...]
+    y: Shape
+    dtype: str
+    attributes: tuple[tuple[str, Any], ...] = ()
+    view: bool = False  # Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout: metadata only
+
+    @property
+    def bytes_moved(self) -> int:
+        if self.view:
+            return 0
+        return (sum(math.prod(s) for s in self.inputs) + math.prod(self.y)) * itemsize(self.dtype)
+
+
+LayerParams = (
+    ConvParams
+    | GemmParams
+    | PoolParams
+    | LrnParams
+    | SoftmaxParams
+    | BatchNormParams
+    | ActivationParams
+    | ElementwiseParams
+    | DataMovementParams
+)
+
+ParamsFn = Callable[[Mapping[str, Any], str], "LayerParams | Unsupported"]
+PARAMS: dict[str, ParamsFn] = {}
+
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def register_params(*op_types: str) -> Callable[[ParamsFn], ParamsFn]:
+    def decorate(fn: ParamsFn) -> ParamsFn:
+        for op in op_types:
+            PARAMS[op] = fn
+        return fn
+
+    return decorate
+
+
+def itemsize(dtype: str) -> int:
+    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}.get(dtype, 1)
+
+
+def layer_params(network: Mapping[str, Any], pos: int = 0, dtype: str | None = None) -> LayerParams | Unsupported:
+    """The library call of node ``pos`` of ``network``, at ``dtype`` (default: the node's own).
+
+    Args:
+        network: a ``Network`` (``benanza.model.network``).
+        pos: the node's position in ``network["nodes"]``.
+        dtype: the floating-point type to run it in (a precision variant); integer data keeps its type.
+    """
+    node = resolved_node(network, pos)
+    op = node["op_type"]
+    if node.get("domain") not in ("", "ai.onnx", None):
+        return Unsupported(f"{node['domain']}::{op} is not an ONNX-domain op; no cuDNN/cuBLAS mapping")
+    derive = PARAMS.get(op)
+    if derive is None:
+        return Unsupported(f"{op} has no GPU kernel mapping in benanza ({len(PARAMS)} op types have one)")
+    own = _dtype_of(node)
+    if own not in FLOAT_DTYPES and op not in _ANY_DTYPE:
+        return Unsupported(f"{op} on {own} data: the GPU runtime measures floating-point layers")
+    run_dtype = dtype if (dtype and own in FLOAT_DTYPES) else own
+    return derive(node, run_dtype)
+
+
+def network_params(network: Mapping[str, Any], dtype: str | None = None) -> list[LayerParams | Unsupported]:
+    """One parameter value per node, in order (a multi-node network runs node after node)."""
+    return [layer_params(network, pos, dtype) for pos in range(len(network["nodes"]))]
+
+
+def resolved_node(network: Mapping[str, Any], pos: int) -> dict[str, Any]:
+    """Node ``pos`` with every input reference carrying its ``shape`` and ``dtype``.
+
+    A network records shapes on weights and values; an input reference points into
+    ``network["inputs"]`` and a node reference at another node's output.
+    """
+    node = network["nodes"][pos]
+    refs = []
+    for ref in node["inputs"]:
+        kind = ref.get("kind")
+        if kind == "input":
+            t = network["inputs"][ref["input"]]
+            ref = {**ref, "shape": t["shape"], "dtype": t["dtype"]}
+        elif kind == "node":
+            t = network["nodes"][ref["node"]]["outputs"][ref.get("output", 0)]
+            ref = {**ref, "shape": t["shape"], "dtype": t["dtype"]}
+        refs.append(ref)
+    return {**node, "inputs": refs}
+
+
+# ------------------------------------------------------------------------ helpers
+
+
+def _dtype_of(node: Mapping[str, Any]) -> str:
+    for ref in node["inputs"]:
+        if ref.get("kind") in ("input", "node") and ref.get("dtype"):
+            return ref["dtype"]
+    return node["outputs"][0]["dtype"]
+
+
+def _shape(ref: Mapping[str, Any] | None) -> Shape:
+    return tuple(int(d) for d in (ref or {}).get("shape", ()))
+
+
+def _inputs(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return list(node["inputs"])
+
+
+def _in_shape(node: Mapping[str, Any], i: int) -> Shape | None:
+    """Shape of input ``i``: recorded for weights and values; activations carry theirs too."""
+    refs = _inputs(node)
+    if i >= len(refs) or refs[i].get("kind") == "absent":
+        return None
+    return _shape(refs[i]) if "shape" in refs[i] else None
+
+
+def _attrs(node: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(node.get("attributes") or {})
+
+
+def _out(node: Mapping[str, Any], i: int = 0) -> Shape:
+    return _shape(node["outputs"][i])
+
+
+def _activation_shapes(node: Mapping[str, Any]) -> list[Shape]:
+    """Shapes of the data inputs (activations), leaving out weights and small constant values."""
+    return [_shape(r) for r in _inputs(node) if r.get("kind") in ("input", "node", "weight")]
+
+
+# ------------------------------------------------------------------------ derivations
+
+
+@register_params("Conv", "ConvTranspose")
+def _conv(node: Mapping[str, Any], dtype: str) -> ConvParams | Unsupported:
+    a = _attrs(node)
+    w = _in_shape(node, 1)
+    y = _out(node)
+    x = _in_shape(node, 0)
+    if w is None or x is None:
+        return Unsupported(f"{node['op_type']} without a known weight or input shape")
+    n = len(w) - 2
+    if n < 1 or n > 3:
+        return Unsupported(f"{node['op_type']} with {n} spatial dimensions (cuDNN runs 1 to 3)")
+    pads = tuple(a.get("pads") or (0,) * (2 * n))
+    transpose = node["op_type"] == "ConvTranspose"
+    if transpose and any(a.get("output_padding") or ()):
+        return Unsupported("ConvTranspose with output_padding: the output is not cuDNN's backward-data shape")
+    return ConvParams(
+        x=x,
+        w=w,
+        y=y,
+        pads_begin=pads[:n],
+        pads_end=pads[n:],
+        strides=tuple(a.get("strides") or (1,) * n),
+        dilations=tuple(a.get("dilations") or (1,) * n),
+        groups=int(a.get("group", 1)),
+        dtype=dtype,
+        bias=_in_shape(node, 2) is not None,
+        transpose=transpose,
+    )
+
+
+@register_params("Gemm")
+def _gemm(node: Mapping[str, Any], dtype: str) -> GemmParams | Unsupported:
+    a = _attrs(node)
+    sa, sb = _in_shape(node, 0), _in_shape(node, 1)
+    if sa is None or sb is None or len(sa) != 2 or len(sb) != 2:
+        return Unsupported("Gemm without two 2-D operands")
+    ta, tb = bool(a.get("transA", 0)), bool(a.get("transB", 0))
+    m, k = (sa[1], sa[0]) if ta else sa
+    n = sb[0] if tb else sb[1]
+    has_c = _in_shape(node, 2) is not None
+    beta = float(a.get("beta", 1.0)) if has_c else 0.0
+    return GemmParams(
+        batch=1,
+        m=m,
+        n=n,
+        k=k,
+        trans_a=ta,
+        trans_b=tb,
+        dtype=dtype,
+        alpha=float(a.get("alpha", 1.0)),
+        beta=beta,
+        bias=has_c and beta != 0.0,
+        a_batched=False,
+        b_batched=False,
+    )
+
+
+@register_params("MatMul")
+def _matmul(node: Mapping[str, Any], dtype: str) -> GemmParams | Unsupported:
+    sa, sb = _in_shape(node, 0), _in_shape(node, 1)
+    if sa is None or sb is None or not sa or not sb:
+        return Unsupported("MatMul without known operand shapes")
+    a2 = sa if len(sa) >= 2 else (1, *sa)
+    b2 = sb if len(sb) >= 2 else (*sb, 1)
+    m, k = a2[-2], a2[-1]
+    n = b2[-1]
+    batch_a, batch_b = math.prod(a2[:-2]), math.prod(b2[:-2])
+    if batch_a != batch_b and 1 not in (batch_a, batch_b):
+        return Unsupported(f"MatMul broadcasting {sa} x {sb} is not one strided batch")
+    if batch_b == 1 and batch_a > 1:  # a shared weight: one (batch*m x k) x (k x n) product
+        return GemmParams(1, batch_a * m, n, k, False, False, dtype, a_batched=False, b_batched=False)
+    return GemmParams(
+        batch=max(batch_a, batch_b),
+        m=m,
+        n=n,
+        k=k,
+        trans_a=False,
+        trans_b=False,
+        dtype=dtype,
+        a_batched=batch_a > 1,
+        b_batched=batch_b > 1,
+    )
+
+
+@register_params("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
+def _pool(node: Mapping[str, Any], dtype: str) -> PoolParams | Unsupported:
+    a = _attrs(node)
+    op = node["op_type"]
+    x = _in_shape(node, 0)
+    if x is None or len(x) < 3:
+        return Unsupported(f"{op} without a known N x C x spatial input")
+    n = len(x) - 2
+    if op.startswith("Global"):
+        window, pads, strides = tuple(x[2:]), (0,) * n, (1,) * n
+    else:
+        if any(d != 1 for d in a.get("dilations") or ()):
+            return Unsupported(f"{op} with dilations: cuDNN pooling has none")
+        if a.get("ceil_mode"):
+            return Unsupported(f"{op} with ceil_mode: cuDNN pooling rounds down")
+        if op == "MaxPool" and len(node["outputs"]) > 1:
+            return Unsupported("MaxPool with an Indices output: cuDNN pooling returns values only")
+        window = tuple(a["kernel_shape"])
+        pads_all = tuple(a.get("pads") or (0,) * (2 * n))
+        strides = tuple(a.get("strides") or (1,) * n)
+        fitted = _symmetric_window(x[2:], window, strides, pads_all, _out(node)[2:])
+        if fitted is None:
+            return Unsupported(f"{op} with pads {list(pads_all)}: no symmetric padding gives its output")
+        window, pads = fitted
+    if "Max" in op:
+        mode = "max"
+    else:
+        mode = "avg_include_pad" if a.get("count_include_pad") else "avg_exclude_pad"
+    return PoolParams(mode, x, _out(node), window, pads, strides, dtype)
+
+
+def _symmetric_window(
+    size: Shape, window: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...], out: Shape
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """A window and per-dimension symmetric pads for cuDNN pooling with ONNX's output size.
+
+    cuDNN pools with one pad per dimension on both sides. Asymmetric ONNX pads (an extra
+    row at the end, as TensorFlow's SAME exports do) are run with the larger or the smaller
+    pad on both sides, whichever yields the model's output size: the same windows' work,
+    shifted by one position, which is what the kernel's cost depends on. A window that
+    covers a whole padded dimension with one output (Inception's 7x7 average over 6x6 plus
+    one padded row) becomes a window of the dimension itself, unpadded: the elements read
+    are the same.
+    """
+    n = len(window)
+    new_window, chosen = list(window), []
+    for i in range(n):
+        begin, end = pads[i], pads[n + i]
+        for p in dict.fromkeys((begin, max(begin, end), min(begin, end))):
+            if (size[i] + 2 * p - window[i]) // strides[i] + 1 == out[i]:
+                chosen.append(p)
+                break
+        else:
+            if out[i] == 1 and window[i] >= size[i]:
+                new_window[i] = size[i]
+                chosen.append(0)
+            else:
+                return None
+    return tuple(new_window), tuple(chosen)
+
+
+@register_params("LRN")
+def _lrn(node: Mapping[str, Any], dtype: str) -> LrnParams | Unsupported:
+    a = _attrs(node)
+    x = _in_shape(node, 0)
+    if x is None:
+        return Unsupported("LRN without a known input shape")
+    return LrnParams(
+        x, int(a["size"]), float(a.get("alpha", 1e-4)), float(a.get("beta", 0.75)), float(a.get("bias", 1.0)), dtype
+    )
+
+
+@register_params("Softmax", "LogSoftmax")
+def _softmax(node: Mapping[str, Any], dtype: str) -> SoftmaxParams | Unsupported:
+    a = _attrs(node)
+    x = _in_shape(node, 0)
+    if x is None or not x:
+        return Unsupported(f"{node['op_type']} without a known input shape")
+    axis = int(a.get("axis", len(x) - 1))
+    outer = math.prod(x[:axis])
+    if a.get("coerce_2d"):  # opset < 13: flattened at axis, softmax over the whole trailing block
+        dim, inner = math.prod(x[axis:]), 1
+    else:
+        dim, inner = x[axis], math.prod(x[axis + 1 :])
+    return SoftmaxParams(outer, dim, inner, node["op_type"] == "LogSoftmax", dtype)
+
+
+@register_params("BatchNormalization")
+def _batch_norm(node: Mapping[str, Any], dtype: str) -> BatchNormParams | Unsupported:
+    a = _attrs(node)
+    x = _in_shape(node, 0)
+    if x is None or len(x) < 2:
+        return Unsupported("BatchNormalization without a known N x C input")
+    if a.get("training_mode"):
+        return Unsupported("BatchNormalization in training mode (the runtime measures inference)")
+    return BatchNormParams(x, float(a.get("epsilon", 1e-5)), dtype)
+
+
+_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "elu", "Clip": "clipped_relu"}
+
+
+@register_params(*_ACTIVATIONS)
+def _activation(node: Mapping[str, Any], dtype: str) -> ActivationParams | ElementwiseParams | Unsupported:
+    op = node["op_type"]
+    x = _in_shape(node, 0)
+    if x is None:
+        return Unsupported(f"{op} without a known input shape")
+    a = _attrs(node)
+    if op == "Elu":
+        return ActivationParams("elu", x, dtype, float(a.get("alpha", 1.0)))
+    if op == "Clip":
+        low, high = _clip_bounds(node)
+        if low == 0.0 and high is not None:  # Relu6 and friends: cuDNN's clipped ReLU
+            return ActivationParams("clipped_relu", x, dtype, high)
+        return ElementwiseParams("Clip", (x,), _out(node), dtype, (("min", low), ("max", high)))
+    return ActivationParams(_ACTIVATIONS[op], x, dtype)
+
+
+def _clip_bounds(node: Mapping[str, Any]) -> tuple[float | None, float | None]:
+    a = _attrs(node)
+    if "min" in a or "max" in a:  # opset < 11
+        return a.get("min"), a.get("max")
+    bounds: list[float | None] = []
+    for ref in _inputs(node)[1:3]:
+        value = ref.get("value") if ref.get("kind") == "value" else None
+        bounds.append(float(value[0]) if value else None)
+    bounds += [None] * (2 - len(bounds))
+    return bounds[0], bounds[1]
+
+
+_ELEMENTWISE = (
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Max",
+    "Min",
+    "Sum",
+    "Mean",
+    "Abs",
+    "Neg",
+    "Exp",
+    "Log",
+    "Sqrt",
+    "Reciprocal",
+    "Erf",
+    "LeakyRelu",
+    "PRelu",
+    "HardSigmoid",
+    "HardSwish",
+    "Softplus",
+    "Gelu",
+    "Where",
+    "Equal",
+    "Less",
+    "Greater",
+    "Not",
+    "And",
+    "Or",
+    "Cast",
+)
+
+_ANY_DTYPE = frozenset(
+    {"Cast", "Where", "Equal", "Less", "Greater", "Not", "And", "Or", "Gather", "Reshape", "Flatten", "Squeeze"}
+    | {"Unsqueeze", "Identity", "Concat", "Transpose", "Slice", "Expand", "Shape"}
+)
+
+
+@register_params(*_ELEMENTWISE)
+def _elementwise(node: Mapping[str, Any], dtype: str) -> ElementwiseParams | Unsupported:
+    shapes = tuple(_activation_shapes(node))
+    if not shapes:
+        return Unsupported(f"{node['op_type']} without known input shapes")
+    return ElementwiseParams(node["op_type"], shapes, _out(node), dtype, tuple(sorted(_attrs(node).items())))
+
+
+_VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
+_MOVES = ("Concat", "Transpose", "Slice", "Pad", "Gather", "Expand", "Tile", "Split", "Resize", "Upsample")
+
+
+@register_params(*_VIEWS, *_MOVES)
+def _data_movement(node: Mapping[str, Any], dtype: str) -> DataMovementParams | Unsupported:
+    op = node["op_type"]
+    shapes = tuple(_activation_shapes(node))
+    attrs = tuple(sorted(_attrs(node).items()))
+    if op == "Dropout" and (len(node["outputs"]) > 1 or _attrs(node).get("training_mode")):
+        return Unsupported("Dropout with a mask output or in training mode")
+    return DataMovementParams(op, shapes, _out(node), dtype, attrs, view=op in _VIEWS)
+
+
+# ------------------------------------------------------------------------ fusion
+
+
+_FUSABLE_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "elu"}
+
+
+def fused_conv(network: Mapping[str, Any], dtype: str | None = None) -> ConvParams | Unsupported:
+    """The fused call of a Conv [+ BatchNormalization] [+ Add(bias)] [+ activation] chain.
+
+    The pattern Benanza measures with ``cudnnConvolutionBiasActivationForward`` and cuDNN's
+    graph API: inference frameworks fold a BatchNormalization into the convolution's weights
+    and bias, so it costs nothing at run time; a per-channel Add is the bias; the activation
+    is applied in the same kernel. Anything else in the chain, or a chain that branches, is
+    not this pattern.
+    """
+    nodes = list(network["nodes"])
+    if not nodes or nodes[0]["op_type"] != "Conv":
+        return Unsupported("not a convolution chain")
+    conv = layer_params(network, 0, dtype)
+    if isinstance(conv, Unsupported):
+        return conv
+    assert isinstance(conv, ConvParams)
+    bias, activation, coef = conv.bias, None, 0.0
+    for pos in range(1, len(nodes)):
+        node = resolved_node(network, pos)
+        refs = [r for r in node["inputs"] if r.get("kind") in ("node", "input")]
+        if len(refs) != 1 or refs[0].get("kind") != "node" or refs[0].get("node") != pos - 1:
+            return Unsupported(f"{node['op_type']} does not read only the previous node: not a fusable chain")
+        op = node["op_type"]
+        if activation is not None:
+            return Unsupported(f"{op} after the activation: not a conv+bias+activation chain")
+        if op == "BatchNormalization":
+            bias = True
+        elif op == "Add" and _per_channel(node, conv.y):
+            bias = True
+        elif op in _FUSABLE_ACTIVATIONS:
+            activation = _FUSABLE_ACTIVATIONS[op]
+            coef = float(_attrs(node).get("alpha", 1.0)) if op == "Elu" else 0.0
+        elif op == "Clip" and _clip_bounds(node)[0] == 0.0 and _clip_bounds(node)[1] is not None:
+            activation, coef = "clipped_relu", float(_clip_bounds(node)[1] or 0.0)
+        else:
+            return Unsupported(f"{op} in a convolution chain: cuDNN fuses bias and activation only")
+    return replace(conv, bias=bias, activation=activation, activation_coef=coef)
+
+
+def _per_channel(node: Mapping[str, Any], y: Shape) -> bool:
+    """An Add of a constant shaped like a per-channel bias of ``y`` (C, C x 1 x 1, 1 x C x 1 x 1)."""
+    consts = [r for r in node["inputs"] if r.get("kind") in ("weight", "value")]
+    if len(consts) != 1:
+        return False
+    shape = list(_shape(consts[0]))
+    while shape and shape[0] == 1 and len(shape) > len(y) - 1:
+        shape.pop(0)
+    return len(y) > 1 and math.prod(shape) == y[1] and (not shape or shape[0] == y[1])

@@ -1,0 +1,378 @@
+"""The ``cudnn`` runtime: every layer through cuDNN, cuBLAS(Lt) and CuPy, every algorithm.
+
+What one record holds (the method, stated once):
+
+- A layer (or a fused conv+bias+activation group) is run by every *candidate* the libraries
+  offer: each legacy cuDNN algorithm, each cuDNN graph-API engine configuration from the
+  heuristics, each cublasLt algorithm, or the CuPy kernel frameworks use for element-wise
+  and data-movement ops. Plans are built before any timing.
+- Each candidate is timed *hot*: CUDA events around one replay of a CUDA graph of ``k``
+  back-to-back launches on a private stream, divided by ``k`` (no launch overhead, data in
+  L2 as inside a model), with the harness's warm-up, calibration and adaptive stopping.
+  The default and the best candidates are also timed *cold* (L2 flushed before each
+  launch); both figures are stored.
+- ``kernel_samples``: the fastest candidate, hot (Benanza's lower bound: the best the
+  libraries can do). ``samples``: the candidate a framework picks without benchmarking, hot:
+  for convolutions the first choice of the legacy ``cudnnGetConvolutionForwardAlgorithm_v7``
+  heuristic (PyTorch with ``cudnn.benchmark`` off; ONNX Runtime with cuDNN 9 goes through the
+  graph API, whose heuristic's first plan is the graph candidates' default), for GEMMs
+  cublasLt's first heuristic algorithm. ``stats["algorithms"]`` lists every candidate with its statistics.
+- A whole model (``MODEL`` spec) runs in ONNX Runtime's CUDA execution provider with inputs
+  and outputs bound on the device (IOBinding): the framework end to end the lower bound is
+  compared with.
+- NVML clocks and throttle reasons are read before and after every record's measurement
+  and stored with it; GPU settings are never changed.
+
+Variants: ``precision`` (float32, float16, bfloat16: the data type every layer runs in) and
+``tensor_cores`` (allowed or forbidden; float32 with tensor cores allowed means TF32).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benanza.bench.harness import HarnessSettings, Timing, measure_device
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.errors import GpuError, UnsupportedLayer, UsageError, one_line
+from benanza.model.graph import ModelGraph
+from benanza.runtimes.base import register_runtime
+from benanza.runtimes.cuda.candidate import Candidate, CandidateResult, dedupe, mark_default, summarise
+from benanza.runtimes.cuda.fusion import fused_groups
+from benanza.runtimes.cuda.params import (
+    ActivationParams,
+    BatchNormParams,
+    ConvParams,
+    DataMovementParams,
+    ElementwiseParams,
+    GemmParams,
+    LayerParams,
+    LrnParams,
+    PoolParams,
+    SoftmaxParams,
+    Unsupported,
+    fused_conv,
+    layer_params,
+)
+
+PRECISIONS = ("float32", "float16", "bfloat16")
+SOURCES = ("cudnn-legacy", "cudnn-graph", "cublaslt", "cupy")
+PRIMARY_SOURCE = {  # whose default pick is "the framework's": what ONNX Runtime and PyTorch call
+    ConvParams: "cudnn-legacy",
+    GemmParams: "cublaslt",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """What a self-measuring prepared benchmark returns to ``bench.execute``."""
+
+    samples: tuple[float, ...]
+    stats: dict[str, Any]
+    kernel_samples: tuple[float, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+Builder = Callable[[Any, Any, LayerParams, bool], list[Candidate]]
+
+
+def _builders(params: LayerParams, fused: bool) -> list[tuple[str, Builder]]:
+    """(source, builder) pairs for one kind of call; each imports its library lazily."""
+    from benanza.runtimes.cuda import cublaslt, cudnn_graph, cudnn_legacy, framework
+
+    if isinstance(params, ConvParams):
+        legacy = cudnn_legacy.conv_bias_activation_candidates if fused else cudnn_legacy.conv_candidates
+        out: list[tuple[str, Builder]] = [("cudnn-legacy", lambda ctx, h, p, tc: legacy(ctx, h, p, tc))]
+        if not params.transpose:
+            out.append(("cudnn-graph", lambda ctx, h, p, tc: cudnn_graph.graph_conv_candidates(ctx, p, tc)))
+        return out
+    if isinstance(params, GemmParams):
+        return [
+            ("cublaslt", lambda ctx, h, p, tc: cublaslt.gemm_candidates(ctx, p, tc)),
+            ("cudnn-graph", lambda ctx, h, p, tc: cudnn_graph.graph_matmul_candidates(ctx, p, tc)),
+        ]
+    legacy_ops: dict[type, Callable[..., list[Candidate]]] = {
+        PoolParams: cudnn_legacy.pooling_candidates,
+        LrnParams: cudnn_legacy.lrn_candidates,
+        SoftmaxParams: cudnn_legacy.softmax_candidates,
+        ActivationParams: cudnn_legacy.activation_candidates,
+        BatchNormParams: cudnn_legacy.batchnorm_candidates,
+    }
+    build = legacy_ops.get(type(params))
+    if build is not None:
+        out = [("cudnn-legacy", lambda ctx, h, p, tc, build=build: build(ctx, h, p))]
+        if isinstance(params, BatchNormParams):
+            out.append(("cudnn-graph", lambda ctx, h, p, tc: cudnn_graph.graph_batchnorm_candidates(ctx, p, tc)))
+        return out
+    if isinstance(params, ElementwiseParams | DataMovementParams):
+        return [("cupy", lambda ctx, h, p, tc: framework.framework_candidates(ctx, p))]
+    raise UnsupportedLayer(f"no GPU library call for {type(params).__name__}")
+
+
+def spec_params(spec: BenchmarkSpec, precision: str) -> LayerParams | Unsupported:
+    """The one library call a layer or group spec needs, at ``precision``."""
+    network = spec.network or {}
+    nodes = network.get("nodes") or []
+    if not nodes:
+        return Unsupported("spec carries no network")
+    if spec.kind is SpecKind.GROUP or len(nodes) > 1:
+        return fused_conv(network, precision)
+    return layer_params(network, 0, precision)
+
+
+def build_candidates(
+    ctx: Any, handle: Any, params: LayerParams, fused: bool, tensor_cores: bool, sources: Sequence[str]
+) -> tuple[list[Candidate], dict[str, str]]:
+    """Every candidate the chosen libraries build for one call, and each library's build error.
+
+    Raises:
+        UnsupportedLayer: no library can run the call (each one's reason, joined).
+        GpuError: no library built a candidate and at least one failed for another reason.
+    """
+    candidates: list[Candidate] = []
+    errors: dict[str, str] = {}
+    unsupported: list[str] = []
+    for source, build in _builders(params, fused):
+        if source not in sources:
+            continue
+        try:
+            candidates.extend(build(ctx, handle, params, tensor_cores))
+        except UnsupportedLayer as exc:
+            unsupported.append(f"{source}: {one_line(exc)}")
+        except Exception as exc:  # one library failing to build leaves the others
+            errors[source] = f"{type(exc).__name__}: {one_line(exc)}"
+    if not candidates and (unsupported or errors):
+        reasons = "; ".join(unsupported + [f"{s}: {e}" for s, e in errors.items()])
+        raise (GpuError if errors else UnsupportedLayer)(reasons)
+    return mark_default(dedupe(candidates)), errors
+
+
+class GpuPrepared:
+    """A layer's candidates, built; ``measure`` times each of them with the harness.
+
+    No candidate at all (and no error) means a view: Reshape, Flatten and the like change
+    only metadata and launch nothing.
+    """
+
+    def __init__(
+        self,
+        ctx: Any,
+        params: LayerParams,
+        candidates: Sequence[Candidate],
+        build_errors: dict[str, str] | None = None,
+        seed: int = 0,
+    ) -> None:
+        self._ctx = ctx
+        self.params = params
+        self.candidates = mark_default(dedupe(candidates))
+        self.build_errors = dict(build_errors or {})
+        self.view = not self.candidates
+        self._rng = random.Random(seed)
+
+    @property
+    def device(self) -> Any:
+        """The ``DeviceContext`` the candidates launch on."""
+        return self._ctx
+
+    @property
+    def default(self) -> Candidate | None:
+        primary = PRIMARY_SOURCE.get(type(self.params))
+        defaults = [c for c in self.candidates if c.default]
+        return next((c for c in defaults if c.source == primary), defaults[0] if defaults else None)
+
+    def call(self) -> object:
+        """One launch of the default candidate, synchronised (for a quick check, not timing)."""
+        if self.default is not None:
+            self.default.launch()
+        self._ctx.synchronize()
+        return None
+
+    def kernel_times(self, runs: int) -> list[float] | None:
+        return None
+
+    def measure(self, settings: HarnessSettings) -> Measured:
+        """Every candidate hot in a shuffled order, then the default and the best cold."""
+        ctx = self._ctx
+        before = ctx.clocks()
+        if self.view:  # a view (Reshape, Squeeze, ...): metadata only, no kernel runs on the GPU
+            return Measured((0.0,), {**_zero_stats(), "algorithms": summarise([]), "view": True}, (0.0,))
+        order = list(self.candidates)
+        self._rng.shuffle(order)
+        results: dict[str, CandidateResult] = {}
+        timings: dict[str, Timing] = {}
+        for c in order:
+            sampler = None
+            try:
+                sampler = ctx.hot_sampler(c.launch)
+                timing = measure_device(sampler, settings)
+            except Exception as exc:  # a candidate that fails at run time is a result, not a crash
+                results[c.label] = CandidateResult.of(c, error=f"{type(exc).__name__}: {one_line(exc)}")
+                continue
+            timings[c.label] = timing
+            mode = getattr(sampler, "mode", None)
+            results[c.label] = CandidateResult.of(
+                c, samples=timing.samples, stats=timing.stats.to_dict(), hot_mode=mode
+            )
+        ordered = [results[c.label] for c in self.candidates]
+        summary = summarise(ordered, PRIMARY_SOURCE.get(type(self.params)))
+        if summary["best"] is None:
+            errors = "; ".join(f"{r.label}: {r.error}" for r in ordered if r.error)
+            raise GpuError(f"no candidate ran: {errors}")
+        best = timings[summary["best"]]
+        default_label = summary["default"] or (self.default.label if self.default else None)
+        default = timings.get(default_label or "", best)
+        cold: dict[str, Any] = {}
+        by_label = {c.label: c for c in self.candidates}
+        for role, label in (("best", summary["best"]), ("default", default_label)):
+            if label in timings:
+                cold[role] = measure_device(ctx.cold_sampler(by_label[label].launch), settings).stats.to_dict()
+        after = ctx.clocks()
+        stats = {
+            **default.stats.to_dict(),
+            "stopped_by": default.stopped_by,
+            "iterations": default.iterations,
+            "algorithms": summary,
+            "cold": cold,
+            "hot_modes": sorted({str(r.hot_mode) for r in ordered if r.hot_mode}),
+        }
+        if self.build_errors:
+            stats["build_errors"] = dict(self.build_errors)
+        return Measured(default.samples, stats, best.samples, {"gpu_clocks": {"before": before, "after": after}})
+
+    def close(self) -> None:
+        self.candidates = []
+
+
+def _zero_stats() -> dict[str, Any]:
+    from benanza.bench.stats import describe
+
+    return describe((0.0,)).to_dict()
+
+
+@register_runtime("cudnn")
+class CudnnRuntime:
+    """cuDNN (legacy and graph API), cublasLt and CuPy kernels on one GPU; see the module docstring."""
+
+    name = "cudnn"
+    interleaves = False  # each candidate is timed by CUDA events with its own warm-up and L2 flush
+    isolated = True  # a bad plan can leave a sticky CUDA error: benchmarks run in a replaceable process
+
+    def __init__(
+        self,
+        device: int = 0,
+        precision: str = "float32",
+        tensor_cores: bool = True,
+        sources: Sequence[str] | None = None,
+        threads: int | None = None,  # accepted for symmetry with CPU runtimes; a GPU runtime has none
+    ) -> None:
+        if precision not in PRECISIONS:
+            raise UsageError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+        chosen = tuple(sources) if sources is not None else SOURCES
+        unknown = [s for s in chosen if s not in SOURCES]
+        if unknown or not chosen:
+            raise UsageError(f"unknown GPU sources {unknown or chosen}; known: {', '.join(SOURCES)}")
+        self.device = device
+        self.precision = precision
+        self.tensor_cores = bool(tensor_cores)
+        self.sources = chosen
+        self._ctx: Any = None
+        self._handle: Any = None
+
+    def variant(self) -> dict[str, Any]:
+        variant: dict[str, Any] = {"precision": self.precision, "tensor_cores": self.tensor_cores, "timing": "hot"}
+        if self.sources != SOURCES:
+            variant["sources"] = "+".join(self.sources)
+        return variant
+
+    def stack(self) -> dict[str, Any]:
+        from benanza.runtimes.cuda.stack import gpu_stack
+
+        return {"gpu": gpu_stack(self.device)}
+
+    def factory(self) -> Callable[[], CudnnRuntime]:
+        """A picklable recipe for this runtime in the benchmark worker process."""
+        return functools.partial(
+            CudnnRuntime,
+            device=self.device,
+            precision=self.precision,
+            tensor_cores=self.tensor_cores,
+            sources=self.sources,
+        )
+
+    def healthy(self) -> bool:
+        """Whether the device still works after a failure (a sticky CUDA error breaks every later call)."""
+        if self._ctx is None:
+            return True
+        try:
+            probe = self._ctx.array((16,), "float32", "ones")
+            self._ctx.synchronize()
+            return float(probe.sum()) == 16.0
+        except Exception:
+            return False
+
+    def system(self) -> dict[str, Any]:
+        """What the system fingerprint adds: the GPU's name, UUID, memory, compute capability."""
+        from benanza.runtimes.cuda.stack import gpu_system
+
+        return gpu_system(self.device)
+
+    def _device(self) -> tuple[Any, Any]:
+        if self._ctx is None:
+            from benanza.runtimes.cuda.cudnn_legacy import CudnnHandle
+            from benanza.runtimes.cuda.device import DeviceContext
+
+            self._ctx = DeviceContext(self.device)
+            self._handle = CudnnHandle(self._ctx)
+        return self._ctx, self._handle
+
+    def supports(self, spec: BenchmarkSpec) -> str | None:
+        if spec.kind is SpecKind.MODEL:
+            path = (spec.model or {}).get("path")
+            if not path or not Path(path).exists():
+                return f"model file not available on this system: {path}"
+            from benanza.runtimes.onnxruntime import cuda_provider_missing
+
+            return cuda_provider_missing()
+        if spec.kind is SpecKind.SEQUENCE:
+            return (
+                "DLBricks sequences compose CPU call latencies; on the GPU benanza measures layers, "
+                "fused groups and whole models"
+            )
+        params = spec_params(spec, self.precision)
+        if isinstance(params, Unsupported):
+            return params.reason
+        if isinstance(params, ConvParams) and params.transpose and "cudnn-legacy" not in self.sources:
+            return "ConvTranspose runs through the legacy cuDNN API only, which this variant leaves out"
+        return None
+
+    def prepare(self, spec: BenchmarkSpec) -> Any:
+        if spec.kind is SpecKind.MODEL:
+            from benanza.model.process import process_model
+            from benanza.runtimes.onnxruntime import OrtCudaModel
+
+            info = dict(spec.model or {})
+            shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
+            model = process_model(info["path"], info.get("batch"), shapes).proto
+            return OrtCudaModel(model, self.device, self.precision)
+        params = spec_params(spec, self.precision)
+        if isinstance(params, Unsupported):
+            raise UnsupportedLayer(params.reason)
+        ctx, handle = self._device()
+        fused = isinstance(params, ConvParams) and params.fused and spec.kind is SpecKind.GROUP
+        candidates, errors = build_candidates(ctx, handle, params, fused, self.tensor_cores, self.sources)
+        return GpuPrepared(ctx, params, candidates, errors)
+
+    def execution_groups(self, graph: ModelGraph, proto: Any = None) -> list[list[int]]:
+        """Conv [+ BatchNormalization] [+ bias Add] [+ activation] chains, as cuDNN fuses them."""
+        return fused_groups(graph)
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+        if self._ctx is not None:
+            self._ctx.close()
+        self._ctx = self._handle = None

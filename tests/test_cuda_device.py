@@ -1,0 +1,344 @@
+"""DeviceContext: buffers, the L2-flushed cold sampler and the CUDA-graph hot sampler.
+
+Three kinds of tests:
+
+- on any machine, the samplers' bookkeeping against a scripted stand-in for CuPy (a clock
+  that launches advance; graph replays cost half a launch, so the tests can tell which way
+  a sample was taken; an L2 flush costs 100 launches, so a flush inside the timed events
+  would show);
+- without a GPU, ``DeviceContext()`` is a one-line ``GpuError``;
+- on a GPU (``gpu`` marker), real launches through both samplers and real arrays.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import sys
+import types
+from typing import Any
+
+import pytest
+
+from benanza.errors import GpuError, UsageError
+from benanza.runtimes.cuda.device import DeviceContext
+
+LAUNCH_MS = 1.0
+REPLAY_FACTOR = 0.5  # a graph replay runs its launches at half the cost of plain launches
+FLUSH_MS = 100.0
+
+
+def cuda_usable() -> bool:
+    try:
+        import cupy
+    except ImportError:
+        return False
+    try:
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except RuntimeError:
+        return False
+
+
+# -- a scripted CuPy ------------------------------------------------------------------------------
+
+
+class FakeGpu:
+    """The device's clock (ms) and counts of what was asked of it."""
+
+    def __init__(self) -> None:
+        self.clock_ms = 0.0
+        self.plain_launches = 0
+        self.captures = 0
+        self.replays = 0
+        self.flushes = 0
+        self.pointers = itertools.count(0x1000, 0x1000)
+
+
+class FakeGraph:
+    def __init__(self, gpu: FakeGpu, captured_ms: list[float]) -> None:
+        self.gpu, self.captured_ms = gpu, captured_ms
+
+    def launch(self, stream: FakeStream) -> None:
+        self.gpu.replays += 1
+        self.gpu.clock_ms += REPLAY_FACTOR * sum(self.captured_ms)
+
+
+class FakeStream:
+    def __init__(self, gpu: FakeGpu) -> None:
+        self.gpu = gpu
+        self.ptr = next(gpu.pointers)
+        self.capturing = False
+        self.invalidated = False
+        self.captured_ms: list[float] = []
+
+    def __enter__(self) -> FakeStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        if self.capturing:
+            self.invalidated = True
+            raise RuntimeError("cudaErrorStreamCaptureUnsupported: operation not permitted when stream is capturing")
+
+    def begin_capture(self) -> None:
+        assert not self.capturing
+        self.capturing, self.invalidated, self.captured_ms = True, False, []
+
+    def end_capture(self) -> FakeGraph:
+        if not self.capturing:
+            raise RuntimeError("cudaErrorIllegalState")
+        self.capturing = False
+        if self.invalidated:
+            raise RuntimeError("cudaErrorStreamCaptureInvalidated")
+        self.gpu.captures += 1
+        return FakeGraph(self.gpu, self.captured_ms)
+
+    def enqueue(self, ms: float) -> None:
+        if self.capturing:
+            self.captured_ms.append(ms)
+        else:
+            self.gpu.plain_launches += 1
+            self.gpu.clock_ms += ms
+
+
+class FakeEvent:
+    def __init__(self, gpu: FakeGpu) -> None:
+        self.gpu, self.at_ms = gpu, None
+
+    def record(self, stream: FakeStream) -> None:
+        self.at_ms = self.gpu.clock_ms
+
+    def synchronize(self) -> None:
+        pass
+
+
+def fake_cupy(gpu: FakeGpu) -> types.ModuleType:
+    def memset_async(ptr: int, value: int, size: int, stream: int) -> None:
+        gpu.flushes += 1
+        gpu.clock_ms += FLUSH_MS
+
+    runtime = types.SimpleNamespace(
+        getDeviceCount=lambda: 1,
+        getDeviceProperties=lambda ordinal: {"l2CacheSize": 4 << 20},
+        memsetAsync=memset_async,
+        deviceGetPCIBusId=lambda ordinal: "0000:00:00.0",
+    )
+
+    class Device:
+        def __init__(self, ordinal: int) -> None:
+            self.ordinal = ordinal
+
+        def use(self) -> None:
+            pass
+
+        def __enter__(self) -> Device:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    module = types.ModuleType("cupy")
+    module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        runtime=runtime,
+        Device=Device,
+        Stream=lambda non_blocking=False: FakeStream(gpu),
+        Event=lambda: FakeEvent(gpu),
+        get_elapsed_time=lambda start, stop: stop.at_ms - start.at_ms,
+        alloc=lambda nbytes: types.SimpleNamespace(ptr=next(gpu.pointers), size=nbytes),
+    )
+    module.random = types.SimpleNamespace(default_rng=lambda seed: object())  # type: ignore[attr-defined]
+    return module
+
+
+@pytest.fixture
+def fake() -> Any:
+    """A DeviceContext over the scripted CuPy, with NVML absent; yields (context, gpu)."""
+    gpu = FakeGpu()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "cupy", fake_cupy(gpu))
+        patch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
+        context = DeviceContext(0)
+        yield context, gpu
+        context.close()
+
+
+def plain_launch(context: DeviceContext):
+    return lambda: context.stream.enqueue(LAUNCH_MS)
+
+
+# -- the samplers' bookkeeping, on any machine ---------------------------------------------------
+
+
+def test_cold_sampler_flushes_before_each_launch_outside_the_events(fake: Any) -> None:
+    context, gpu = fake
+    sample = context.cold_sampler(plain_launch(context))
+    assert sample(5) == pytest.approx(LAUNCH_MS / 1e3)  # a flush inside the events would add 100 ms
+    assert gpu.flushes == 5 and gpu.plain_launches == 5
+    assert sample(3) == pytest.approx(LAUNCH_MS / 1e3)
+    assert len(context._cold_events) == 5  # reused, not made per sample
+
+
+def test_hot_sampler_replays_one_graph_per_k(fake: Any) -> None:
+    context, gpu = fake
+    sample = context.hot_sampler(plain_launch(context))
+    assert sample(4) == pytest.approx(REPLAY_FACTOR * LAUNCH_MS / 1e3)
+    assert gpu.plain_launches == 1  # the one uncaptured launch before the first capture
+    assert (gpu.captures, gpu.replays) == (1, 2)  # the warm replay, then the timed one
+    assert sample(4) == pytest.approx(REPLAY_FACTOR * LAUNCH_MS / 1e3)
+    assert (gpu.captures, gpu.replays) == (1, 3)  # the graph of 4 is kept
+    assert sample(8) == pytest.approx(REPLAY_FACTOR * LAUNCH_MS / 1e3)
+    assert (gpu.captures, gpu.replays, gpu.plain_launches) == (2, 5, 1)
+    assert sample.mode == "graph" and sample.capture_error is None  # type: ignore[attr-defined]
+    assert context.hot_mode == "graph"
+
+
+def test_hot_sampler_times_plain_launches_when_capture_fails(fake: Any) -> None:
+    context, gpu = fake
+
+    def launch_that_synchronizes() -> None:  # a call capture forbids, as some library calls are
+        context.stream.enqueue(LAUNCH_MS)
+        context.stream.synchronize()
+
+    sample = context.hot_sampler(launch_that_synchronizes)
+    assert sample(4) == pytest.approx(LAUNCH_MS / 1e3)
+    assert sample.mode == "stream" and context.hot_mode == "stream"  # type: ignore[attr-defined]
+    assert "not permitted" in sample.capture_error  # type: ignore[attr-defined]
+    assert not context.stream.capturing  # the failed capture was ended
+    assert gpu.captures == 0 and gpu.plain_launches == 1 + 4
+    assert sample(2) == pytest.approx(LAUNCH_MS / 1e3)  # no second capture attempt
+    assert gpu.plain_launches == 1 + 4 + 2
+
+
+def test_a_launch_that_fails_on_its_own_raises_instead_of_falling_back(fake: Any) -> None:
+    context, _ = fake
+
+    def broken() -> None:
+        raise RuntimeError("CUDNN_STATUS_BAD_PARAM")
+
+    sample = context.hot_sampler(broken)
+    with pytest.raises(RuntimeError, match="BAD_PARAM"):
+        sample(4)
+    assert sample.mode == "graph"  # type: ignore[attr-defined]
+    assert not context.stream.capturing
+
+
+def test_a_sample_needs_a_launch(fake: Any) -> None:
+    context, _ = fake
+    for sampler in (context.cold_sampler, context.hot_sampler):
+        with pytest.raises(UsageError):
+            sampler(plain_launch(context))(0)
+
+
+def test_workspace_grows_and_keeps_earlier_pointers_valid(fake: Any) -> None:
+    context, _ = fake
+    assert context.workspace(0) == 0
+    first = context.workspace(100)
+    assert first and context.workspace(60) == first
+    second = context.workspace(1000)
+    assert second != first and context._workspace_bytes >= 1000
+    assert context.workspace(150) == second  # at least doubled: no new buffer for a bit more
+    assert len(context._retired_workspaces) == 1  # the first buffer lives until close()
+    with pytest.raises(UsageError):
+        context.workspace(-1)
+
+
+def test_clocks_are_empty_without_nvml_and_a_closed_context_refuses_work(fake: Any) -> None:
+    context, _ = fake
+    assert context.clocks() == {}
+    context.close()
+    context.close()  # idempotent
+    with pytest.raises(GpuError, match="closed"):
+        context.workspace(10)
+
+
+# -- without a GPU -------------------------------------------------------------------------------
+
+
+def test_without_a_gpu_a_context_says_what_is_missing() -> None:
+    if cuda_usable():
+        pytest.skip("a CUDA device is usable here")
+    with pytest.raises(GpuError) as raised:
+        DeviceContext()
+    message = str(raised.value)
+    assert "\n" not in message and ("CuPy" in message or "CUDA device" in message), message
+
+
+# -- on a GPU ------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+def test_samplers_time_a_cupy_kernel_on_the_private_stream() -> None:
+    import cupy
+
+    with DeviceContext() as context:
+        n = 1 << 20
+        a, b = context.array((n,), "float32"), context.array((n,), "float32")
+        out = context.array((n,), "float32", "zeros")
+
+        def launch() -> None:
+            cupy.add(a, b, out=out)
+
+        cold = context.cold_sampler(launch)(5)
+        hot = context.hot_sampler(launch)
+        times = [cold, hot(8), hot(8), hot(1)]
+        assert all(math.isfinite(t) and 0 < t < 0.1 for t in times), times
+        assert hot.mode == "graph" and context.hot_mode == "graph", hot.capture_error  # type: ignore[attr-defined]
+
+        # The replays really ran the kernel on these buffers (an empty graph would time nothing).
+        with context.stream:
+            out.fill(0)
+        hot(8)
+        context.synchronize()
+        assert cupy.allclose(out, a + b)
+
+
+@pytest.mark.gpu
+def test_hot_sampler_falls_back_on_the_gpu_when_a_launch_cannot_be_captured() -> None:
+    import cupy
+
+    with DeviceContext() as context:
+        x = context.array((1024,), "float32")
+        y = context.array((1024,), "float32", "zeros")
+
+        def launch() -> None:
+            cupy.multiply(x, 2, out=y)
+            context.stream.synchronize()  # cudaStreamSynchronize is illegal while capturing
+
+        sample = context.hot_sampler(launch)
+        seconds = sample(4)
+        assert math.isfinite(seconds) and seconds > 0
+        assert sample.mode == "stream" and context.hot_mode == "stream"  # type: ignore[attr-defined]
+        context.synchronize()  # the stream works after the abandoned capture
+
+
+@pytest.mark.gpu
+def test_arrays_hold_what_their_dtype_and_fill_say() -> None:
+    import cupy
+
+    with DeviceContext() as context:
+        arrays = {dtype: context.array((64, 1000), dtype) for dtype in ("float32", "float16", "float64")}
+        bf16 = context.array((64, 1000), "bfloat16")
+        ones_bf16 = context.array((3,), "bfloat16", "ones")
+        ints = context.array((5,), "int64")
+        int_ones = context.array((5,), "int32", "ones")
+        empty = context.array((0, 4), "float16")
+        context.synchronize()  # filled on the private stream; read back on the default one
+
+        for dtype, values in arrays.items():
+            assert values.dtype == cupy.dtype(dtype)
+            assert float(values.min()) >= -1.0 and float(values.max()) < 1.0
+            assert float(values.std()) > 0.3  # uniform on [-1, 1): std 0.577
+        assert bf16.dtype == cupy.uint16
+        as_float = (bf16.astype(cupy.uint32) << 16).view(cupy.float32)
+        assert float(as_float.min()) >= -1.0 and float(as_float.max()) < 1.0 and float(as_float.std()) > 0.3
+        assert ((ones_bf16.astype(cupy.uint32) << 16).view(cupy.float32) == 1.0).all()
+        assert ints.dtype == cupy.int64 and not ints.any()
+        assert (int_ones == 1).all()
+        assert empty.shape == (0, 4)
+
+        assert context.workspace(0) == 0 and context.workspace(1 << 20) != 0
+        clocks = context.clocks()
+        assert clocks["sm_clock_mhz"] > 0 and isinstance(clocks["throttled"], bool)
+        assert isinstance(clocks["clocks_event_reason_names"], list)

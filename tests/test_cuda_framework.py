@@ -1,0 +1,336 @@
+"""Element-wise and data-movement layers as CuPy kernels: the calls checked on NumPy, then on the device.
+
+Every ``LayerCall`` is written against an array module, so the CPU tests run it with NumPy
+on hand-made inputs and compare with values worked out by hand. The ``gpu`` tests build the
+CuPy candidate (fused ``ElementwiseKernel`` where there is one), launch it on the context's
+stream and compare its output with the NumPy run of the same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from benanza.errors import UnsupportedLayer
+from benanza.runtimes.cuda.framework import (
+    ELEMENTWISE,
+    MOVEMENT,
+    empty_outputs,
+    framework_candidates,
+    host_arrays,
+    layer_call,
+    numpy_ops,
+)
+from benanza.runtimes.cuda.params import DataMovementParams, ElementwiseParams
+
+OPS = numpy_ops()
+
+
+def run(p, *inputs):
+    """Run ``p``'s call with NumPy on the given inputs; the outputs (one array, or a list for Split)."""
+    call = layer_call(p)
+    arrays = [np.asarray(x, dtype=spec.dtype) for x, spec in zip(inputs, call.inputs, strict=True)]
+    outputs = empty_outputs(call.outputs)
+    call.run(OPS, arrays, outputs)
+    return outputs[0] if len(outputs) == 1 else outputs
+
+
+def ew(op, shapes, y, dtype="float32", **attrs):
+    return ElementwiseParams(op, tuple(shapes), y, dtype, tuple(sorted(attrs.items())))
+
+
+def mv(op, shapes, y, dtype="float32", view=False, **attrs):
+    return DataMovementParams(op, tuple(shapes), y, dtype, tuple(sorted(attrs.items())), view=view)
+
+
+# ------------------------------------------------------------------------ element-wise, by hand
+
+
+def test_binary_ops_broadcast_into_the_output():
+    a = [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]
+    b = [10.0, 20.0, 30.0]
+    assert run(ew("Add", [(2, 3), (3,)], (2, 3)), a, b).tolist() == [[11, 22, 33], [14, 25, 36]]
+    assert run(ew("Sub", [(2, 3), (3,)], (2, 3)), a, b).tolist() == [[-9, -18, -27], [-6, -15, -24]]
+    assert run(ew("Mul", [(2, 3), (3,)], (2, 3)), a, b).tolist() == [[10, 40, 90], [40, 100, 180]]
+    np.testing.assert_allclose(run(ew("Div", [(2, 3), (3,)], (2, 3)), a, b), [[0.1, 0.1, 0.1], [0.4, 0.25, 0.2]])
+    assert run(ew("Pow", [(3,), (3,)], (3,)), [2.0, 3.0, 4.0], [3.0, 2.0, 0.5]).tolist() == [8, 9, 2]
+
+
+def test_a_constant_operand_missing_from_the_params_is_a_scalar():
+    call = layer_call(ew("Mul", [(3,)], (3,)))
+    assert call.notes == ("constant operand as the scalar 0.5",)
+    assert run(ew("Mul", [(3,)], (3,)), [2.0, -4.0, 1.0]).tolist() == [1.0, -2.0, 0.5]
+    assert run(ew("Pow", [(2,)], (2,)), [3.0, -2.0]).tolist() == [9.0, 4.0]
+
+
+def test_variadic_ops_fold_every_input():
+    a, b, c = [[1.0, 5.0, 3.0], [7.0, 2.0, 9.0]], [4.0, 4.0, 4.0], [[0.0], [8.0]]
+    shapes = [(2, 3), (3,), (2, 1)]
+    assert run(ew("Max", shapes, (2, 3)), a, b, c).tolist() == [[4, 5, 4], [8, 8, 9]]
+    assert run(ew("Min", shapes, (2, 3)), a, b, c).tolist() == [[0, 0, 0], [4, 2, 4]]
+    assert run(ew("Sum", shapes, (2, 3)), a, b, c).tolist() == [[5, 9, 7], [19, 14, 21]]
+    np.testing.assert_allclose(run(ew("Mean", shapes, (2, 3)), a, b, c), [[5 / 3, 3, 7 / 3], [19 / 3, 14 / 3, 7]])
+    assert run(ew("Sum", [(2,)], (2,)), [1.0, 2.0]).tolist() == [1.0, 2.0]  # one input: a copy
+
+
+def test_unary_math():
+    np.testing.assert_allclose(run(ew("Abs", [(3,)], (3,)), [-1.5, 0.0, 2.0]), [1.5, 0.0, 2.0])
+    np.testing.assert_allclose(run(ew("Neg", [(2,)], (2,)), [-1.5, 2.0]), [1.5, -2.0])
+    np.testing.assert_allclose(run(ew("Exp", [(2,)], (2,)), [0.0, 1.0]), [1.0, math.e], rtol=1e-6)
+    np.testing.assert_allclose(run(ew("Log", [(2,)], (2,)), [1.0, math.e]), [0.0, 1.0], atol=1e-6)
+    np.testing.assert_allclose(run(ew("Sqrt", [(2,)], (2,)), [4.0, 9.0]), [2.0, 3.0])
+    np.testing.assert_allclose(run(ew("Reciprocal", [(2,)], (2,)), [4.0, -0.5]), [0.25, -2.0])
+    np.testing.assert_allclose(
+        run(ew("Erf", [(3,)], (3,), "float64"), [0.0, 1.0, -1.0]), [0, 0.8427007929, -0.8427007929]
+    )
+    np.testing.assert_allclose(
+        run(ew("Softplus", [(2,)], (2,), "float64"), [0.0, 1.0]), [math.log(2), math.log1p(math.e)]
+    )
+
+
+def test_activations_worked_out_by_hand():
+    x = [-2.0, 0.0, 3.0]
+    np.testing.assert_allclose(run(ew("LeakyRelu", [(3,)], (3,), alpha=0.1), x), [-0.2, 0.0, 3.0], rtol=1e-6)
+    np.testing.assert_allclose(run(ew("LeakyRelu", [(3,)], (3,), alpha=2.0), x), [-4.0, 0.0, 3.0])
+    np.testing.assert_allclose(run(ew("LeakyRelu", [(3,)], (3,)), x), [-0.02, 0.0, 3.0], rtol=1e-6)  # ONNX default 0.01
+    prelu = run(ew("PRelu", [(2, 3), (3,)], (2, 3)), [[-1.0, -1.0, 2.0], [1.0, -4.0, -2.0]], [0.5, 0.25, 0.1])
+    np.testing.assert_allclose(prelu, [[-0.5, -0.25, 2.0], [1.0, -1.0, -0.2]], rtol=1e-6)
+    hard_sigmoid = run(ew("HardSigmoid", [(4,)], (4,)), [-5.0, 0.0, 1.0, 5.0])
+    np.testing.assert_allclose(hard_sigmoid, [0.0, 0.5, 0.7, 1.0], rtol=1e-6)
+    hard_swish = run(ew("HardSwish", [(5,)], (5,), "float64"), [-4.0, -1.0, 0.0, 1.0, 4.0])
+    np.testing.assert_allclose(hard_swish, [0.0, -1 / 3, 0.0, 2 / 3, 4.0], atol=1e-12)
+    gelu = run(ew("Gelu", [(3,)], (3,), "float64"), [1.0, -1.0, 0.0])
+    np.testing.assert_allclose(gelu, [0.8413447461, -0.1586552539, 0.0], atol=1e-9)
+    gelu_tanh = run(ew("Gelu", [(2,)], (2,), "float64", approximate="tanh"), [1.0, 0.0])
+    np.testing.assert_allclose(gelu_tanh, [0.8411919906, 0.0], atol=1e-9)
+
+
+def test_where_comparisons_and_logic():
+    where = run(
+        ew("Where", [(2, 1), (3,), (2, 3)], (2, 3), "float32"), [[True], [False]], [1.0, 2.0, 3.0], np.zeros((2, 3))
+    )
+    assert where.tolist() == [[1, 2, 3], [0, 0, 0]]
+    a, b = [1.0, 2.0, 3.0], [2.0, 2.0, 2.0]
+    assert run(ew("Equal", [(3,), (3,)], (3,)), a, b).tolist() == [False, True, False]
+    assert run(ew("Less", [(3,), (3,)], (3,)), a, b).tolist() == [True, False, False]
+    assert run(ew("Greater", [(3,), (3,)], (3,)), a, b).tolist() == [False, False, True]
+    assert layer_call(ew("Less", [(3,), (3,)], (3,))).outputs[0].dtype == "bool"
+    t, f = [True, True, False, False], [True, False, True, False]
+    assert run(ew("And", [(4,), (4,)], (4,), "bool"), t, f).tolist() == [True, False, False, False]
+    assert run(ew("Or", [(4,), (4,)], (4,), "bool"), t, f).tolist() == [True, True, True, False]
+    assert run(ew("Not", [(2,)], (2,), "bool"), [True, False]).tolist() == [False, True]
+
+
+def test_where_takes_float32_data_when_the_params_carry_the_conditions_dtype():
+    call = layer_call(ew("Where", [(2,), (2,), (2,)], (2,), "bool"))
+    assert [s.dtype for s in call.inputs] == ["bool", "float32", "float32"]
+    assert call.notes
+
+
+def test_cast_and_clip():
+    cast = run(ew("Cast", [(3,)], (3,), to=6), [1.7, -1.2, 3.0])
+    assert cast.dtype == np.int32 and cast.tolist() == [1, -1, 3]
+    assert run(ew("Cast", [(2,)], (2,), "int64", to=10), [3, -2]).dtype == np.float16
+    x = [-2.0, 0.5, 3.0]
+    assert run(ew("Clip", [(3,)], (3,), min=0.0, max=1.0), x).tolist() == [0.0, 0.5, 1.0]
+    assert run(ew("Clip", [(3,)], (3,), min=0.0, max=None), x).tolist() == [0.0, 0.5, 3.0]
+    assert run(ew("Clip", [(3,)], (3,), min=None, max=1.0), x).tolist() == [-2.0, 0.5, 1.0]
+    assert run(ew("Clip", [(3,)], (3,), min=None, max=None), x).tolist() == x
+
+
+def test_composite_ops_carry_one_fused_kernel_each():
+    leaky = layer_call(ew("LeakyRelu", [(3,)], (3,), alpha=0.2)).fused
+    assert leaky.scalars == (0.2,) and leaky.in_params == "T x, float64 alpha" and leaky.out_params == "T y"
+    assert "typedef float A;" in leaky.preamble
+    assert "erff(" in layer_call(ew("Gelu", [(3,)], (3,), "float32")).fused.operation
+    assert "erf(" in layer_call(ew("Gelu", [(3,)], (3,), "float64")).fused.operation
+    assert "typedef double A;" in layer_call(ew("Gelu", [(3,)], (3,), "float64")).fused.preamble
+    assert "tanhf(" in layer_call(ew("Gelu", [(3,)], (3,), approximate="tanh")).fused.operation
+    assert layer_call(ew("Add", [(3,), (3,)], (3,))).fused is None  # one ufunc is one kernel already
+
+
+# ------------------------------------------------------------------------ data movement, by hand
+
+
+def test_concat_and_transpose():
+    out = run(mv("Concat", [(2, 1), (2, 2)], (2, 3), axis=-1), [[1.0], [2.0]], [[3.0, 4.0], [5.0, 6.0]])
+    assert out.tolist() == [[1, 3, 4], [2, 5, 6]]
+    x = np.arange(6.0).reshape(1, 2, 3)
+    out = run(mv("Transpose", [(1, 2, 3)], (3, 1, 2), perm=(2, 0, 1)), x)
+    assert out.flags.c_contiguous and out.tolist() == x.transpose(2, 0, 1).tolist()
+    assert run(mv("Transpose", [(2, 3)], (3, 2)), [[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]).tolist() == [
+        [1, 4],
+        [2, 5],
+        [3, 6],
+    ]
+    with pytest.raises(UnsupportedLayer, match="constant input"):
+        layer_call(mv("Concat", [(2, 1)], (2, 3), axis=1))
+
+
+def test_slice_from_attributes_and_from_shapes():
+    x = np.arange(12.0).reshape(3, 4)
+    assert run(mv("Slice", [(3, 4)], (2, 2), starts=(1, 1), ends=(3, 3)), x).tolist() == [[5, 6], [9, 10]]
+    assert run(mv("Slice", [(3, 4)], (3, 2), starts=(-2,), ends=(9999,), axes=(1,)), x).tolist() == x[:, 2:].tolist()
+    call = layer_call(mv("Slice", [(3, 4)], (2, 4)))
+    assert call.notes and run(mv("Slice", [(3, 4)], (2, 4)), x).tolist() == x[:2].tolist()
+    with pytest.raises(UnsupportedLayer):
+        layer_call(mv("Slice", [(3, 4)], (3, 2), starts=(0,), ends=(1,), axes=(1,)))
+
+
+def test_pad_modes():
+    x = [[1.0, 2.0], [3.0, 4.0]]
+    constant = run(mv("Pad", [(2, 2)], (3, 4), mode="constant", pads=(1, 0, 0, 2), value=9.0), x)
+    assert constant.tolist() == [[9, 9, 9, 9], [1, 2, 9, 9], [3, 4, 9, 9]]
+    assert run(mv("Pad", [(2, 2)], (2, 4), mode="edge", pads=(0, 1, 0, 1)), x).tolist() == [[1, 1, 2, 2], [3, 3, 4, 4]]
+    assert run(mv("Pad", [(2, 2)], (2, 3), mode="reflect", pads=(0, 0, 0, 1)), x).tolist() == [[1, 2, 1], [3, 4, 3]]
+    inferred = run(mv("Pad", [(2, 2)], (3, 3)), x)  # pads as inputs: padding at the end
+    assert inferred.tolist() == [[1, 2, 0], [3, 4, 0], [0, 0, 0]]
+    with pytest.raises(UnsupportedLayer, match="cropping"):
+        layer_call(mv("Pad", [(2, 2)], (1, 2)))
+
+
+def test_gather_takes_along_the_axis():
+    data = [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]]
+    out = run(mv("Gather", [(3, 2), (2, 2)], (2, 2, 2)), data, [[0, 2], [1, 1]])
+    assert out.tolist() == [[[1, 2], [5, 6]], [[3, 4], [3, 4]]]
+    assert run(mv("Gather", [(3, 2), (1,)], (3, 1), axis=1), data, [1]).tolist() == [[2], [4], [6]]
+    call = layer_call(mv("Gather", [(3, 2)], (2,)))  # scalar index held as a value: rank 0
+    assert call.inputs[1].shape == () and call.inputs[1].index_bound == 3
+
+
+def test_expand_tile_and_nearest_resize():
+    assert run(mv("Expand", [(2, 1)], (2, 2, 3)), [[1.0], [2.0]]).tolist() == [[[1, 1, 1], [2, 2, 2]]] * 2
+    assert run(mv("Tile", [(1, 2)], (2, 4)), [[1.0, 2.0]]).tolist() == [[1, 2, 1, 2], [1, 2, 1, 2]]
+    up = mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4), coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    x = [[[[1.0, 2.0], [3.0, 4.0]]]]
+    expected = [[[[1, 1, 2, 2], [1, 1, 2, 2], [3, 3, 4, 4], [3, 3, 4, 4]]]]
+    assert run(up, x).tolist() == expected
+    assert run(mv("Upsample", [(1, 1, 2, 2)], (1, 1, 4, 4)), x).tolist() == expected
+    assert run(mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4)), x).tolist() == expected  # half_pixel + round_prefer_floor
+    down = mv("Resize", [(1, 1, 4, 4)], (1, 1, 2, 2), coordinate_transformation_mode="asymmetric")
+    assert run(down, np.arange(16.0).reshape(1, 1, 4, 4)).tolist() == [[[[0, 2], [8, 10]]]]
+    with pytest.raises(UnsupportedLayer, match="nearest-neighbour only"):
+        layer_call(mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4), mode="linear"))
+    with pytest.raises(UnsupportedLayer, match="integer scale"):
+        layer_call(mv("Resize", [(1, 1, 2, 2)], (1, 1, 3, 3)))
+
+
+def test_split_into_equal_parts():
+    outs = run(mv("Split", [(2, 6)], (2, 2), axis=1), np.arange(12.0).reshape(2, 6))
+    assert [o.tolist() for o in outs] == [[[0, 1], [6, 7]], [[2, 3], [8, 9]], [[4, 5], [10, 11]]]
+    outs = run(mv("Split", [(5,)], (2,), split=(2, 3)), np.arange(5.0))
+    assert [o.tolist() for o in outs] == [[0, 1], [2, 3, 4]]
+
+
+# ------------------------------------------------------------------------ what is not run
+
+
+def test_views_launch_nothing():
+    for op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"):
+        p = mv(op, [(2, 3)], (6,), view=True)
+        assert layer_call(p) is None
+        assert framework_candidates(None, p) == []  # no device, no CuPy needed: nothing runs
+
+
+def test_unknown_ops_and_bfloat16_are_unsupported_by_name():
+    with pytest.raises(UnsupportedLayer, match="NonZero has no CuPy data-movement kernel"):
+        layer_call(mv("NonZero", [(3,)], (1, 3)))
+    with pytest.raises(UnsupportedLayer, match="Mod has no CuPy element-wise kernel"):
+        layer_call(ew("Mod", [(3,), (3,)], (3,)))
+    with pytest.raises(UnsupportedLayer, match="bfloat16"):
+        layer_call(ew("Add", [(3,), (3,)], (3,), "bfloat16"))
+    with pytest.raises(UnsupportedLayer, match="approximate"):
+        layer_call(ew("Gelu", [(3,)], (3,), approximate="fast"))
+
+
+def test_every_params_op_type_has_a_call_or_is_a_view():
+    from benanza.runtimes.cuda import params
+
+    assert set(params._ELEMENTWISE) <= set(ELEMENTWISE)
+    assert set(params._MOVES) <= set(MOVEMENT)
+
+
+def test_erf_without_scipy_falls_back_to_math_erf(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # import fails as if SciPy were absent
+    out = np.zeros(3)
+    numpy_ops().erf(np.array([0.0, 1.0, -2.0]), out)
+    np.testing.assert_allclose(out, [0.0, math.erf(1.0), math.erf(-2.0)])
+
+
+def test_host_arrays_follow_their_specs():
+    call = layer_call(mv("Gather", [(5, 2), (7,)], (7, 2)))
+    data, indices = host_arrays(call.inputs)
+    assert data.dtype == np.float32 and data.min() >= -1 and data.max() < 1
+    assert indices.dtype == np.int64 and indices.min() >= 0 and indices.max() < 5
+
+
+# ------------------------------------------------------------------------ on the device
+
+GPU_CASES = [
+    ew("Add", [(2, 3, 8), (8,)], (2, 3, 8)),
+    ew("Mul", [(4, 5)], (4, 5), "float16"),
+    ew("Max", [(3, 4), (4,), (3, 1)], (3, 4)),
+    ew("Erf", [(64,)], (64,)),
+    ew("Softplus", [(64,)], (64,)),
+    ew("LeakyRelu", [(2, 33)], (2, 33), alpha=0.1),
+    ew("LeakyRelu", [(2, 33)], (2, 33), "float16", alpha=0.1),
+    ew("PRelu", [(2, 4, 3), (4, 1)], (2, 4, 3)),
+    ew("HardSigmoid", [(50,)], (50,)),
+    ew("HardSwish", [(50,)], (50,), "float64"),
+    ew("Gelu", [(100,)], (100,)),
+    ew("Gelu", [(100,)], (100,), "float16", approximate="tanh"),
+    ew("Where", [(4, 1), (4, 5), (5,)], (4, 5), "float32"),
+    ew("Less", [(6,), (6,)], (6,)),
+    ew("Cast", [(6,)], (6,), to=10),
+    ew("Clip", [(9,)], (9,), min=-0.5, max=0.5),
+    mv("Concat", [(2, 3), (2, 5)], (2, 8), axis=1),
+    mv("Transpose", [(2, 3, 4)], (4, 2, 3), perm=(2, 0, 1)),
+    mv("Slice", [(6, 6)], (3, 6)),
+    mv("Pad", [(3, 3)], (5, 5), mode="constant", pads=(1, 1, 1, 1), value=0.0),
+    mv("Gather", [(10, 4), (3,)], (3, 4)),
+    mv("Expand", [(3, 1)], (2, 3, 5)),
+    mv("Tile", [(2, 3)], (4, 6)),
+    mv("Resize", [(1, 2, 3, 3)], (1, 2, 6, 6), coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+    mv("Split", [(4, 6)], (4, 3), axis=1),
+]
+
+
+@pytest.fixture(scope="module")
+def ctx():
+    from benanza.runtimes.cuda.device import DeviceContext
+
+    context = DeviceContext(0)
+    yield context
+    context.close()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("p", GPU_CASES, ids=lambda p: f"{p.op}-{p.dtype}")
+def test_cupy_candidate_matches_numpy(ctx, p):
+    import cupy
+
+    from benanza.runtimes.cuda.framework import framework_plan
+
+    plan = framework_plan(ctx, p)
+    (candidate,) = plan.candidates
+    assert candidate.source == "cupy" and candidate.default
+    candidate.launch()
+    ctx.synchronize()
+    host_inputs = [cupy.asnumpy(x) for x in plan.inputs]
+    expected = empty_outputs(plan.call.outputs)
+    if p.dtype == "float16":  # the reference in float64: the fused kernels accumulate in float, NumPy in half
+        host_inputs = [x.astype(np.float64) if x.dtype == np.float16 else x for x in host_inputs]
+        expected = [np.zeros(o.shape, np.float64) if o.dtype == np.float16 else o for o in expected]
+    plan.call.run(OPS, host_inputs, expected)
+    tol = 4e-3 if p.dtype == "float16" else 1e-5
+    for got, want in zip(plan.outputs, expected, strict=True):
+        got = cupy.asnumpy(got)
+        assert got.shape == want.shape
+        if want.dtype == np.bool_ or want.dtype.kind in "iu":
+            assert np.array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)

@@ -1,0 +1,177 @@
+"""Library call parameters of layers and the fused chains of the GPU runtime (pure: no GPU needed)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from benanza.model.network import network_of
+from benanza.runtimes.cuda.fusion import fused_groups
+from benanza.runtimes.cuda.params import (
+    ConvParams,
+    DataMovementParams,
+    ElementwiseParams,
+    GemmParams,
+    PoolParams,
+    SoftmaxParams,
+    Unsupported,
+    fused_conv,
+    layer_params,
+)
+
+F = TensorProto.FLOAT
+
+
+@pytest.fixture
+def one_node(build_model, process_proto):
+    """``one_node(node, inputs, initializers, opset)`` -> the network of the model's only layer."""
+
+    def make(node, inputs, initializers=None, opset=17):
+        proto = build_model([node], inputs, [(node.output[0], F, None)], initializers or {}, opset=opset)
+        graph = process_proto(proto).graph
+        return network_of(graph, [0])[1]
+
+    return make
+
+
+def test_conv_geometry_from_the_normalised_attributes(conv_chain, process_proto):
+    graph = process_proto(conv_chain("reshape", batch=2)).graph
+    p = layer_params(network_of(graph, [0])[1])
+    assert p == ConvParams(
+        x=(2, 3, 8, 8),
+        w=(4, 3, 3, 3),
+        y=(2, 4, 8, 8),
+        pads_begin=(1, 1),
+        pads_end=(1, 1),
+        strides=(1, 1),
+        dilations=(1, 1),
+        groups=1,
+        dtype="float32",
+        bias=True,
+    )
+    assert p.symmetric and p.fused  # its own bias: fusable (the runtime fuses groups only)
+    assert p.flops == 2 * (2 * 4 * 8 * 8) * 3 * 9  # every output: C x R x S multiply-adds
+    assert layer_params(network_of(graph, [0])[1], 0, "float16").dtype == "float16"
+
+
+def test_same_upper_conv_becomes_asymmetric_explicit_pads(one_node):
+    node = helper.make_node("Conv", ["x", "w"], ["y"], auto_pad="SAME_UPPER", strides=[2, 2])
+    w = np.zeros((8, 3, 3, 3), np.float32)
+    p = layer_params(one_node(node, [("x", F, [1, 3, 224, 224])], {"w": w}))
+    # out 112: total pad (111 * 2 + 3 - 224) = 1, the odd one at the end
+    assert (p.pads_begin, p.pads_end, p.y) == ((0, 0), (1, 1), (1, 8, 112, 112))
+    assert not p.symmetric
+
+
+def test_gemm_with_transposed_weight_as_in_alexnet(one_node):
+    node = helper.make_node("Gemm", ["x", "w", "b"], ["y"], transB=1)
+    inits = {"w": np.zeros((1000, 4096), np.float32), "b": np.zeros(1000, np.float32)}
+    p = layer_params(one_node(node, [("x", F, [8, 4096])], inits))
+    assert p == GemmParams(1, 8, 1000, 4096, False, True, "float32", 1.0, 1.0, True, False, False)
+    assert p.flops == 2 * 8 * 1000 * 4096
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        ((2, 3, 4, 5), (5, 6), (1, 24, 6, 5, False, False)),  # a weight shared by every row
+        ((2, 4, 5), (2, 5, 6), (2, 4, 6, 5, True, True)),  # one strided batch
+        ((4, 5), (3, 5, 6), (3, 4, 6, 5, False, True)),  # A broadcast over B's batch
+    ],
+)
+def test_matmul_batches(one_node, a, b, expected):
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    p = layer_params(one_node(node, [("a", F, list(a)), ("b", F, list(b))]))
+    assert (p.batch, p.m, p.n, p.k, p.a_batched, p.b_batched) == expected
+
+
+def test_matmul_broadcast_that_is_not_one_batch_is_unsupported(one_node):
+    node = helper.make_node("MatMul", ["a", "b"], ["y"])
+    p = layer_params(one_node(node, [("a", F, [2, 1, 4, 5]), ("b", F, [1, 3, 5, 6])]))
+    assert isinstance(p, Unsupported) and "not one strided batch" in p.reason
+
+
+def test_max_pool_with_an_extra_end_row_runs_with_the_symmetric_pad_that_keeps_its_output(one_node):
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1])
+    p = layer_params(one_node(node, [("x", F, [1, 64, 112, 112])]))
+    assert p == PoolParams("max", (1, 64, 112, 112), (1, 64, 56, 56), (3, 3), (1, 1), (2, 2), "float32")
+
+
+def test_average_pool_window_over_the_whole_padded_input_becomes_a_window_of_the_input(one_node):
+    # Inception v1's last pool: 7x7 over 6x6 with one padded row and column, one output
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[7, 7], pads=[0, 0, 1, 1])
+    p = layer_params(one_node(node, [("x", F, [1, 1024, 6, 6])]))
+    assert (p.mode, p.window, p.pads, p.y) == ("avg_exclude_pad", (6, 6), (0, 0), (1, 1024, 1, 1))
+
+
+def test_pooling_that_cudnn_cannot_express_is_unsupported_with_the_reason(one_node):
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    p = layer_params(one_node(node, [("x", F, [1, 8, 7, 7])]))
+    assert isinstance(p, Unsupported) and "ceil_mode" in p.reason
+
+
+def test_global_pool_window_is_the_spatial_size(one_node):
+    node = helper.make_node("GlobalAveragePool", ["x"], ["y"])
+    p = layer_params(one_node(node, [("x", F, [2, 2048, 7, 7])]))
+    assert (p.window, p.pads, p.strides, p.y) == ((7, 7), (0, 0), (1, 1), (2, 2048, 1, 1))
+
+
+def test_softmax_over_an_inner_axis_and_the_old_two_dimensional_semantics(one_node):
+    node = helper.make_node("Softmax", ["x"], ["y"], axis=1)
+    assert layer_params(one_node(node, [("x", F, [2, 10, 3, 4])])) == SoftmaxParams(2, 10, 12, False, "float32")
+    old = helper.make_node("Softmax", ["x"], ["y"], axis=1)  # opset 11: flattened at axis 1
+    assert layer_params(one_node(old, [("x", F, [2, 10, 3, 4])], opset=11)) == SoftmaxParams(
+        2, 120, 1, False, "float32"
+    )
+
+
+def test_elementwise_and_views(one_node):
+    add = helper.make_node("Add", ["a", "b"], ["y"])
+    p = layer_params(one_node(add, [("a", F, [2, 3, 4]), ("b", F, [1, 3, 1])]))
+    assert p == ElementwiseParams("Add", ((2, 3, 4), (1, 3, 1)), (2, 3, 4), "float32")
+    flatten = helper.make_node("Flatten", ["x"], ["y"])
+    v = layer_params(one_node(flatten, [("x", F, [2, 3, 4])]))
+    assert isinstance(v, DataMovementParams) and v.view and v.bytes_moved == 0
+
+
+def test_unknown_ops_and_integer_data_are_unsupported_with_reasons(one_node):
+    topk_input = [("x", F, [1, 10])]
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"])
+    net = one_node(node, topk_input, {"k": np.array([3], np.int64)})
+    p = layer_params(net)
+    assert isinstance(p, Unsupported) and p.reason.startswith("TopK has no GPU kernel mapping")
+    neg = helper.make_node("Neg", ["x"], ["y"])
+    net = one_node(neg, [("x", TensorProto.INT32, [4])])
+    net["nodes"][0]["outputs"][0]["dtype"] = "int32"
+    assert "floating-point" in layer_params(net).reason
+
+
+def test_fused_conv_bn_relu_chain(conv_chain, process_proto):
+    graph = process_proto(conv_chain("reshape")).graph
+    p = fused_conv(network_of(graph, [0, 1, 2])[1])
+    assert isinstance(p, ConvParams) and p.bias and p.activation == "relu" and p.fused
+    assert fused_conv(network_of(graph, [0, 1, 2, 3])[1]).reason.startswith("Conv after the activation")
+
+
+def test_a_residual_add_is_not_a_bias(build_model, process_proto):
+    w = np.zeros((4, 4, 3, 3), np.float32)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Add", ["c", "x"], ["y"]),
+    ]
+    graph = process_proto(build_model(nodes, [("x", F, [1, 4, 8, 8])], [("y", F, None)], {"w": w})).graph
+    assert isinstance(fused_conv(network_of(graph, [0, 1])[1]), Unsupported)
+    assert fused_groups(graph) == [[0], [1]]
+
+
+def test_fused_groups_of_resnet50(zoo_model):
+    graph = zoo_model("resnet50").graph
+    groups = fused_groups(graph)
+    assert sorted(i for g in groups for i in g) == list(range(len(graph.layers)))
+    fused = Counter("+".join(graph.layers[i].op_type for i in g) for g in groups if len(g) > 1)
+    # 53 convolutions: 33 followed by BN and Relu, 20 (block ends and projections) by BN alone
+    assert fused == {"Conv+BatchNormalization+Relu": 33, "Conv+BatchNormalization": 20}
+    assert [g[-1] for g in groups] == sorted(g[-1] for g in groups)

@@ -1,0 +1,245 @@
+"""The ``cudnn`` runtime's logic on the CPU: options, what it supports, and how it measures candidates.
+
+The device is replaced by ``FakeDevice``, whose samplers report fixed times per candidate: no
+GPU exists here, and what is tested is the runtime's own logic (every candidate timed, the
+best and the framework's pick chosen, cold figures for both, failures kept). The real
+device path is in the ``gpu``-marked tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from benanza.bench.execute import interleaving, run_spec
+from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.harness import HarnessSettings
+from benanza.bench.spec import SpecKind
+from benanza.errors import GpuError, UnsupportedLayer, UsageError
+from benanza.runtimes.base import get_runtime, runtime_names
+from benanza.runtimes.cuda.candidate import Candidate
+from benanza.runtimes.cuda.params import ConvParams, PoolParams
+from benanza.runtimes.cuda.runtime import CudnnRuntime, GpuPrepared
+from benanza.store import Outcome
+
+QUICK = HarnessSettings(warmup_runs=1, min_samples=5, min_time_s=0.0, max_time_s=0.2, min_sample_time_s=0.0)
+CONV = ConvParams((1, 3, 8, 8), (4, 3, 3, 3), (1, 4, 8, 8), (1, 1), (1, 1), (1, 1), (1, 1), 1, "float32")
+
+
+class HotSampler:
+    mode = "graph"
+
+    def __init__(self, sample) -> None:
+        self._sample = sample
+
+    def __call__(self, k: int) -> float:
+        return self._sample(k)
+
+
+class FakeDevice:
+    """Samplers that report ``hot[name]`` / ``cold[name]`` seconds for a candidate's launch."""
+
+    def __init__(self, hot: dict[str, float], cold: dict[str, float] | None = None) -> None:
+        self.hot, self.cold = hot, cold or {k: 2 * v for k, v in hot.items()}
+        self.order: list[str] = []
+        self.synced = 0
+
+    def hot_sampler(self, launch):
+        name = launch()
+        self.order.append(name)
+        return HotSampler(lambda k: self.hot[name])
+
+    def cold_sampler(self, launch):
+        name = launch()
+        return lambda k: self.cold[name]
+
+    def synchronize(self) -> None:
+        self.synced += 1
+
+    def clocks(self):
+        return {"sm_clock_mhz": 1980, "throttle_reasons": []}
+
+
+def candidate(name: str, source: str = "cudnn-legacy", **kw) -> Candidate:
+    def launch() -> str:
+        if name == "broken":
+            raise RuntimeError("CUDNN_STATUS_EXECUTION_FAILED")
+        return name
+
+    return Candidate(source, name, launch, **kw)
+
+
+def prepared_with(candidates, device, params=CONV) -> GpuPrepared:
+    return GpuPrepared(device, params, candidates)
+
+
+def test_registered_without_any_gpu_library():
+    assert "cudnn" in runtime_names()
+    rt = get_runtime("cudnn", precision="float16", tensor_cores=False)
+    assert rt.variant() == {"precision": "float16", "tensor_cores": False, "timing": "hot"}
+    assert rt.interleaves is False and not interleaving(rt, HarnessSettings(schedule="interleaved"))
+    assert get_runtime("cudnn", sources=["cublaslt"]).variant()["sources"] == "cublaslt"
+    with pytest.raises(UsageError, match="unknown precision 'int8'"):
+        CudnnRuntime(precision="int8")
+    with pytest.raises(UsageError, match="unknown GPU sources"):
+        CudnnRuntime(sources=["tensorrt"])
+
+
+@pytest.fixture(scope="module")
+def chain_specs(conv_chain, process_proto):
+    rt = CudnnRuntime()
+    plan = plan_model(process_proto(conv_chain("maxpool")), rt, (1, 2))
+    return rt, plan, specs_for_plan(plan, rt.name, rt.variant(), e2e=True)
+
+
+def test_the_runtime_plans_fused_conv_bn_relu_groups(chain_specs):
+    rt, plan, specs = chain_specs
+    assert plan.units == ((0, 1, 2), (3,), (4,))
+    group = next(s for s in specs if s.kind is SpecKind.GROUP)
+    assert rt.supports(group) is None
+    assert group.label.startswith("Conv+BatchNormalization+Relu")
+
+
+def test_what_the_runtime_skips_says_why(chain_specs, monkeypatch):
+    rt, _, specs = chain_specs
+    sequence = next(s for s in specs if s.kind is SpecKind.SEQUENCE)
+    assert "DLBricks sequences" in rt.supports(sequence)
+    model = next(s for s in specs if s.kind is SpecKind.MODEL)
+    assert "not available on this system" in rt.supports(model)  # mem.onnx is not a file
+    layer = next(s for s in specs if s.kind is SpecKind.LAYER)
+    no_net = dataclasses.replace(layer, network={"nodes": []})
+    assert rt.supports(no_net) == "spec carries no network"
+
+
+def test_model_specs_need_onnxruntime_cuda(chain_specs, tmp_path, conv_chain):
+    rt, _, specs = chain_specs
+    model = next(s for s in specs if s.kind is SpecKind.MODEL)
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(conv_chain("maxpool").SerializeToString())
+    on_disk = dataclasses.replace(model, model={**model.model, "path": str(path)})
+    import onnxruntime
+
+    if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+        assert rt.supports(on_disk) is None
+    else:
+        assert "install onnxruntime-gpu" in rt.supports(on_disk)
+
+
+def test_every_candidate_is_timed_and_the_best_and_the_default_are_kept():
+    device = FakeDevice({"IMPLICIT_GEMM": 3e-5, "WINOGRAD": 1e-5, "FFT": 2e-5, "nhwc:eng0": 1.5e-5})
+    prepared = prepared_with(
+        [
+            candidate("IMPLICIT_GEMM", heuristic_rank=0),
+            candidate("FFT", heuristic_rank=1),
+            candidate("WINOGRAD", heuristic_rank=2, workspace_bytes=1 << 20),
+            candidate("FFT", heuristic_rank=3),  # listed twice by two heuristic modes: kept once
+            candidate("nhwc:eng0", "cudnn-graph", heuristic_rank=0),
+        ],
+        device,
+    )
+    m = prepared.measure(QUICK)
+    assert sorted(device.order) == ["FFT", "IMPLICIT_GEMM", "WINOGRAD", "nhwc:eng0"]
+    algos = m.stats["algorithms"]
+    assert algos["best"] == "cudnn-legacy:WINOGRAD" and algos["best_s"] == pytest.approx(1e-5)
+    # the framework's pick is the legacy API's first heuristic choice, not the graph API's
+    assert algos["default"] == "cudnn-legacy:IMPLICIT_GEMM" and algos["default_over_best"] == pytest.approx(3.0)
+    assert [c["name"] for c in algos["candidates"]] == ["WINOGRAD", "nhwc:eng0", "FFT", "IMPLICIT_GEMM"]
+    assert all(s == pytest.approx(3e-5) for s in m.samples)  # call figure: the default pick
+    assert all(s == pytest.approx(1e-5) for s in m.kernel_samples)  # kernel figure: the best
+    assert m.stats["cold"]["best"]["median"] == pytest.approx(2e-5)
+    assert m.stats["cold"]["default"]["median"] == pytest.approx(6e-5)
+    assert m.stats["hot_modes"] == ["graph"]
+    assert {c["hot_mode"] for c in algos["candidates"]} == {"graph"}
+    assert m.settings["gpu_clocks"]["before"]["sm_clock_mhz"] == 1980
+
+
+def test_a_candidate_that_fails_at_run_time_is_kept_with_its_error():
+    device = FakeDevice({"IMPLICIT_GEMM": 3e-5})
+    candidates = [candidate("broken", heuristic_rank=0), candidate("IMPLICIT_GEMM", heuristic_rank=1)]
+    prepared = prepared_with(candidates, device)
+    m = prepared.measure(QUICK)
+    algos = m.stats["algorithms"]
+    assert algos["measured"] == 1 and algos["failed"] == 1
+    assert algos["candidates"][-1]["error"] == "RuntimeError: CUDNN_STATUS_EXECUTION_FAILED"
+    assert algos["best"] == "cudnn-legacy:IMPLICIT_GEMM"
+    assert algos["default"] is None  # the heuristic's pick failed: no framework figure to compare
+
+
+def test_no_candidate_running_is_a_failure_not_a_zero():
+    prepared = prepared_with([candidate("broken", heuristic_rank=0)], FakeDevice({}))
+    with pytest.raises(GpuError, match="no candidate ran"):
+        prepared.measure(QUICK)
+
+
+def test_a_view_costs_nothing_on_the_gpu():
+    pool = PoolParams("max", (1, 1, 2, 2), (1, 1, 1, 1), (2, 2), (0, 0), (1, 1), "float32")
+    m = prepared_with([], FakeDevice({}), params=pool).measure(QUICK)
+    assert m.samples == (0.0,) and m.kernel_samples == (0.0,) and m.stats["view"] is True
+
+
+class SelfMeasuringRuntime:
+    """A runtime whose prepared benchmarks measure themselves, as the GPU runtime's do."""
+
+    name = "null"
+    interleaves = False
+
+    def __init__(self, prepared=None, error: Exception | None = None) -> None:
+        self._prepared, self._error = prepared, error
+
+    def supports(self, spec):
+        return None
+
+    def prepare(self, spec):
+        if self._error is not None:
+            raise self._error
+        return self._prepared
+
+    def variant(self):
+        return {}
+
+    def stack(self):
+        return {}
+
+
+def test_run_spec_stores_what_a_self_measuring_benchmark_reports(chain_specs):
+    _, _, specs = chain_specs
+    layer = next(s for s in specs if s.kind is SpecKind.LAYER)
+    device = FakeDevice({"IMPLICIT_GEMM": 3e-5, "WINOGRAD": 1e-5})
+    prepared = prepared_with([candidate("IMPLICIT_GEMM", heuristic_rank=0), candidate("WINOGRAD")], device)
+    record = run_spec(layer, SelfMeasuringRuntime(prepared), QUICK, system="gpu", stack_id="s")
+    assert record.outcome is Outcome.OK
+    assert record.stats["median"] == pytest.approx(3e-5)
+    assert record.kernel_stats["median"] == pytest.approx(1e-5)
+    assert record.stats["algorithms"]["best"] == "cudnn-legacy:WINOGRAD"
+    assert record.settings["gpu_clocks"]["after"]["sm_clock_mhz"] == 1980
+
+
+def test_run_spec_stores_an_unsupported_layer_as_skipped_and_a_gpu_error_as_failed(chain_specs):
+    _, _, specs = chain_specs
+    layer = next(s for s in specs if s.kind is SpecKind.LAYER)
+    unsupported = SelfMeasuringRuntime(error=UnsupportedLayer("cudnn-legacy: LRN size 17 > 16"))
+    record = run_spec(layer, unsupported, QUICK, system="gpu", stack_id="s")
+    assert (record.outcome, record.reason) == (Outcome.SKIPPED, "cudnn-legacy: LRN size 17 > 16")
+    broken = SelfMeasuringRuntime(error=GpuError("no CUDA device: cudaErrorNoDevice"))
+    record = run_spec(layer, broken, QUICK, system="gpu", stack_id="s")
+    assert (record.outcome, record.reason) == (Outcome.FAILED, "GpuError: no CUDA device: cudaErrorNoDevice")
+
+
+def test_the_cli_says_in_one_line_that_there_is_no_gpu_and_stores_nothing(tmp_path, zoo_path, no_gpu_reason):
+    from typer.testing import CliRunner
+
+    from benanza.cli import app
+
+    if no_gpu_reason is None:
+        pytest.skip("a CUDA device is usable here")
+    db = tmp_path / "perf.db"
+    model = str(zoo_path("squeezenet"))
+    for args in (["bench", "run", model, "--runtime", "cudnn"], ["analyze", "optimizations", model]):
+        result = CliRunner().invoke(app, [*args, "--db", f"sqlite:///{db}"])
+        assert result.exit_code == 2, result.output
+        (line,) = [x for x in result.output.splitlines() if x.strip()]
+        assert line.startswith("error: ") and "benanza[gpu]" in line
+    assert not db.exists()
+    wrong = CliRunner().invoke(app, ["bench", "run", model, "--precision", "float16", "--db", f"sqlite:///{db}"])
+    assert wrong.exit_code == 2 and "--precision is not an option of runtime 'onnxruntime'" in wrong.output

@@ -1,0 +1,98 @@
+"""Benanza's optimization analyses from GPU-runtime records (built by hand: the arithmetic is the test)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benanza.analysis.optimize import METHOD, optimizations
+from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.spec import SpecKind
+from benanza.bench.stats import describe
+from benanza.runtimes.cuda.runtime import CudnnRuntime
+from benanza.store import make_record
+
+SYSTEM, STACK = "h100", "gpu-stack"
+
+# per unit of Conv -> BN -> Relu -> Conv -> MaxPool on the GPU runtime: (best, default) in ms
+UNIT_MS = {"Conv+BatchNormalization+Relu": (2.0, 3.0), "Conv": (1.0, 1.0), "MaxPool": (0.5, 0.5)}
+# every layer alone (unfused): best in ms
+LAYER_MS = {"Conv": 1.8, "BatchNormalization": 0.4, "Relu": 0.3, "MaxPool": 0.5}
+
+
+@pytest.fixture(scope="module")
+def plan(conv_chain, process_proto):
+    # channels=4 everywhere makes both Convs' keys differ (3->4 and 4->4 channels)
+    return plan_model(process_proto(conv_chain("maxpool")), CudnnRuntime(), ())
+
+
+def records(plan, *, scale: float = 1.0, e2e_ms: float = 10.0):
+    out = {}
+    runtime = CudnnRuntime()
+    for spec in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True):
+        if spec.kind is SpecKind.MODEL:
+            best = default = e2e_ms
+        else:
+            ops = "+".join(n["op_type"] for n in spec.network["nodes"])
+            if spec.kind is SpecKind.GROUP:
+                best, default = UNIT_MS[ops]
+            elif spec.key in plan.unit_keys:  # a single-layer unit: the second Conv, the MaxPool
+                best, default = UNIT_MS[ops]
+            else:
+                best = default = LAYER_MS[ops]
+            best, default = best * scale, default * scale
+        calls, kernels = [default / 1e3] * 3, [best / 1e3] * 3
+        out[spec.key] = make_record(
+            spec,
+            system=SYSTEM,
+            stack_id=STACK,
+            outcome="ok",
+            samples=calls,
+            stats=describe(calls).to_dict(),
+            kernel_samples=kernels,
+            kernel_stats=describe(kernels).to_dict(),
+        )
+    return out
+
+
+def test_each_optimization_is_a_ratio_of_two_bounds(plan):
+    assert plan.units == ((0, 1, 2), (3,), (4,))
+    row = optimizations(
+        plan,
+        records(plan),
+        system=SYSTEM,
+        stack_id=STACK,
+        runtime="cudnn",
+        variant="v",
+        without_tensor_cores=records(plan, scale=2.5),
+    )
+    b = row.bound
+    assert b.sequential_ms == pytest.approx(2.0 + 1.0 + 0.5)
+    assert row.heuristic_ms == pytest.approx(3.0 + 1.0 + 0.5)
+    assert row.algorithm_selection == pytest.approx(4.5 / 3.5)
+    # the first Conv alone (1.8), BN, Relu; the second Conv and the MaxPool are units of their own
+    assert b.sequential_unfused_ms == pytest.approx(1.8 + 0.4 + 0.3 + 1.0 + 0.5)
+    assert row.fusion == pytest.approx(4.0 / 3.5)
+    assert row.parallel == pytest.approx(1.0)  # a chain: the critical path is everything
+    assert row.tensor_cores == pytest.approx(2.5)
+    assert row.framework_gap == pytest.approx(10.0 / 3.5)
+    assert row.combined == pytest.approx(10.0 / 3.5)
+    ops = row.by_op_type
+    assert ops["Conv+BatchNormalization+Relu"] == {
+        "count": 1,
+        "best_ms": 2.0,
+        "default_ms": 3.0,
+        "default_over_best": 1.5,
+    }
+    d = row.to_dict()
+    assert d["speedups"]["algorithm_selection"] == pytest.approx(4.5 / 3.5) and d["method"] == METHOD
+
+
+def test_a_missing_variant_or_record_leaves_its_figure_empty(plan):
+    results = records(plan)
+    row = optimizations(plan, results, system=SYSTEM, stack_id=STACK, runtime="cudnn", variant="v")
+    assert row.tensor_cores is None and row.no_tensor_cores_ms is None
+    del results[plan.unit_keys[1]]
+    row = optimizations(plan, results, system=SYSTEM, stack_id=STACK, runtime="cudnn", variant="v")
+    assert row.bound.sequential_ms is None and row.heuristic_ms is None
+    assert row.algorithm_selection is None and row.framework_gap is None
+    assert row.bound.coverage == pytest.approx(4 / 5)
