@@ -33,7 +33,9 @@ def main() -> None:
     parser.add_argument("models", nargs="*", type=Path)
     parser.add_argument("--db", default=f"sqlite:///{RESULTS / 'composition.db'}")
     parser.add_argument("--granularity", default="1,2,3,4,5")
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--threads", type=int, default=1, help="intra-op threads (the interleaved schedule needs 1; default 1)"
+    )
     parser.add_argument("--min-time", type=float, default=0.05)
     parser.add_argument("--max-time", type=float, default=1.0)
     parser.add_argument(

@@ -280,3 +280,20 @@ def test_incremental_runs_measure_only_what_is_new(tmp_path, conv_chain, fast_ha
         assert ctx.store.present_spec_ids(ctx.system, ctx.stack_id) == ids_a | ids_b
     finally:
         ctx.close()
+
+
+def test_multithreaded_onnxruntime_runs_one_after_another_and_says_so(tmp_path, conv_chain, fast_harness, caplog):
+    # hundreds of sessions with spinning intra-op thread pools cannot share the cores in rounds
+    path = model_file(tmp_path, conv_chain, "reshape")
+    settings = fast_harness.model_copy(update={"schedule": "interleaved"})
+    ctx = open_local(f"sqlite:///{tmp_path / 't.db'}", "onnxruntime", {"threads": 2}, system=SYSTEM, settings=settings)
+    try:
+        assert ctx.runtime.interleaves is False
+        with caplog.at_level("WARNING"):
+            plans = plan_models([path], ctx.runtime, granularities=(1,))
+            summary = bench(ctx, plans, e2e=True)
+        assert summary.failed == 0 and summary.measured == len(specs_for(ctx, plans, e2e=True))
+        assert {r.settings["harness"]["schedule"] for r in summary.records} == {"sequential"}
+        assert "cannot be measured interleaved" in caplog.text
+    finally:
+        ctx.close()

@@ -10,6 +10,7 @@ results in batches.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,6 +25,8 @@ from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import UnsupportedLayer, one_line
 from benanza.store.records import BenchmarkRecord, Outcome, make_record
+
+log = logging.getLogger(__name__)
 
 
 def _now() -> str:
@@ -271,6 +274,7 @@ def run_specs(
     group cut into chunks that fit ``interleave_budget``. A spec in several groups is
     measured with the first.
     """
+    settings = effective_settings(runtime, settings)
     present = store.present_spec_ids(system, stack_id)
     if retry_failed:
         failed = {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
@@ -326,12 +330,28 @@ def isolated_runner(runtime: Any, settings: HarnessSettings, *, system: str, sta
 
 
 def interleaving(runtime: Any, settings: HarnessSettings) -> bool:
-    """Whether ``run_specs`` samples groups in rounds: asked for, and the runtime times by calls.
+    """Whether ``run_specs`` samples groups in rounds: asked for, and the runtime can be.
 
-    A runtime whose prepared benchmarks measure themselves on a device (``interleaves =
-    False``: the GPU runtime, timed by CUDA events with its own L2 flush) runs one after another.
+    A runtime says ``interleaves = False`` when its benchmarks cannot share the machine in
+    rounds: the GPU runtime (timed by CUDA events with its own L2 flush), ONNX Runtime with
+    intra-op thread pools (see ``OnnxRuntimeCPU.interleaves``). Those run one after another.
     """
     return settings.schedule == "interleaved" and getattr(runtime, "interleaves", True)
+
+
+def effective_settings(runtime: Any, settings: HarnessSettings) -> HarnessSettings:
+    """``settings`` as they will be applied: an interleaved schedule the runtime cannot take is sequential.
+
+    Records store the schedule that was used, and the change is logged once.
+    """
+    if settings.schedule == "interleaved" and not interleaving(runtime, settings):
+        log.warning(
+            "%s (%s) cannot be measured interleaved; measuring one benchmark after another",
+            runtime.name,
+            ", ".join(f"{k}={v}" for k, v in runtime.variant().items()),
+        )
+        return settings.model_copy(update={"schedule": "sequential"})
+    return settings
 
 
 def _partition(

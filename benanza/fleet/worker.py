@@ -19,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from benanza.bench.execute import (
+    effective_settings,
     group_chunks,
     interleave_budget,
     interleaving,
@@ -108,6 +109,7 @@ class SystemWorker:
         self.spill = SpillFile(os.path.join(self.spill_dir, f"{owner}.jsonl"))
         self.drained = 0
         self._runners: dict[str, Any] = {}  # runtime name -> IsolatedRunner (GPU: one process per device)
+        self._settings: dict[str, HarnessSettings] = {}  # runtime name -> the harness settings it takes
         self._connect(db, owner, write_retries)
         self.metrics = _Metrics(self.name)
 
@@ -149,17 +151,20 @@ class SystemWorker:
             by_runtime.setdefault(spec.runtime, []).append(spec)
         for name, todo in by_runtime.items():
             runtime, stack = self.runtimes[name], self.targets[name]["stack_id"]
-            if interleaving(runtime, self.settings):  # the chunk's specs sampled together in rounds
-                for group in group_chunks(todo, interleave_budget(self.settings)):
-                    measured += run_interleaved(group, runtime, self.settings, system=self.name, stack_id=stack)
+            if name not in self._settings:  # the schedule this runtime takes, decided (and logged) once
+                self._settings[name] = effective_settings(runtime, self.settings)
+            settings = self._settings[name]
+            if interleaving(runtime, settings):  # the chunk's specs sampled together in rounds
+                for group in group_chunks(todo, interleave_budget(settings)):
+                    measured += run_interleaved(group, runtime, settings, system=self.name, stack_id=stack)
             elif getattr(runtime, "isolated", False):  # one worker process per device, kept for the actor's life
                 runner = self._runners.get(name)
                 if runner is None:
-                    runner = isolated_runner(runtime, self.settings, system=self.name, stack_id=stack)
+                    runner = isolated_runner(runtime, settings, system=self.name, stack_id=stack)
                     self._runners[name] = runner
                 measured += [runner.run(s, runtime) for s in todo]
             else:
-                measured += [run_spec(s, runtime, self.settings, system=self.name, stack_id=stack) for s in todo]
+                measured += [run_spec(s, runtime, settings, system=self.name, stack_id=stack) for s in todo]
         records = [replace(r, settings={**r.settings, "placement": self.placement}) for r in measured]
         stored = spilled = 0
         if self.writer is not None:
