@@ -29,6 +29,7 @@ Variants: ``precision`` (float32, float16, bfloat16: the data type every layer r
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import random
 from collections.abc import Callable, Sequence
@@ -363,6 +364,8 @@ class CudnnRuntime:
             raise UnsupportedLayer(params.reason)
         ctx, handle = self._device()
         fused = isinstance(params, ConvParams) and params.fused and spec.kind is SpecKind.GROUP
+        if isinstance(params, ConvParams) and not fused:  # a layer alone: the convolution, every source alike
+            params = dataclasses.replace(params, bias=False, activation=None)
         candidates, errors = build_candidates(ctx, handle, params, fused, self.tensor_cores, self.sources)
         return GpuPrepared(ctx, params, candidates, errors)
 
