@@ -243,3 +243,34 @@ def test_the_cli_says_in_one_line_that_there_is_no_gpu_and_stores_nothing(tmp_pa
     assert not db.exists()
     wrong = CliRunner().invoke(app, ["bench", "run", model, "--precision", "float16", "--db", f"sqlite:///{db}"])
     assert wrong.exit_code == 2 and "--precision is not an option of runtime 'onnxruntime'" in wrong.output
+
+
+def test_without_a_gpu_framework_a_model_spec_says_what_is_missing(chain_specs, tmp_path, conv_chain, no_gpu_reason):
+    from benanza.runtimes.cuda.torch_model import torch_missing
+
+    if no_gpu_reason is None:
+        pytest.skip("a CUDA device is usable here")
+    rt, _, specs = chain_specs
+    model = next(s for s in specs if s.kind is SpecKind.MODEL)
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(conv_chain("maxpool").SerializeToString())
+    reason = rt.supports(dataclasses.replace(model, model={**model.model, "path": str(path)}))
+    assert torch_missing() is not None and reason.endswith(f"and PyTorch: {torch_missing()}")
+
+
+@pytest.mark.gpu
+def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path):
+    from benanza.bench.generate import specs_for_plan
+    from benanza.local import plan_models
+
+    rt = CudnnRuntime()
+    (plan,) = plan_models([zoo_path("squeezenet")], rt, (1,), None, ())
+    model = next(s for s in specs_for_plan(plan, rt.name, rt.variant(), e2e=True) if s.kind is SpecKind.MODEL)
+    reason = rt.supports(model)
+    if reason is not None:
+        pytest.skip(reason)
+    record = run_spec(model, rt, QUICK, system="gpu", stack_id="s")
+    assert record.outcome is Outcome.OK, record.reason
+    assert record.settings["framework"] in ("onnxruntime-cuda", "pytorch")
+    assert 0 < record.stats["median"] < 1.0
+    rt.close()

@@ -66,10 +66,11 @@ def run_spec(
         prepared = None
         try:
             prepared = runtime.prepare(spec)
+            extra = dict(getattr(prepared, "provenance", None) or {})  # which framework ran a model, say
             if hasattr(prepared, "measure"):  # measures itself: several candidates, device timers
                 measured = prepared.measure(settings)
                 samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
-                extra = measured.settings
+                extra.update(measured.settings)
             else:
                 timing = measure(prepared.call, settings)
                 samples, stats = timing.samples, _timing_stats(timing)

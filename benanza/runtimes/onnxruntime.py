@@ -205,6 +205,7 @@ class OrtCudaModel:
         self._session = ort.InferenceSession(model.SerializeToString(), so, providers=[(CUDA_PROVIDER, options)])
         if CUDA_PROVIDER not in self._session.get_providers():
             raise GpuError("ONNX Runtime did not start its CUDA execution provider for this model")
+        self.provenance = {"framework": "onnxruntime-cuda", "onnxruntime": ort.__version__, "opt": "all"}
         self._binding = self._session.io_binding()
         self._inputs = []  # the device copies of the inputs live as long as the binding
         for name, array in feeds_for(model).items():

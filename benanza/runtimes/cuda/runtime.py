@@ -18,8 +18,9 @@ What one record holds (the method, stated once):
   graph API, whose heuristic's first plan is the graph candidates' default), for GEMMs
   cublasLt's first heuristic algorithm. ``stats["algorithms"]`` lists every candidate with its statistics.
 - A whole model (``MODEL`` spec) runs in ONNX Runtime's CUDA execution provider with inputs
-  and outputs bound on the device (IOBinding): the framework end to end the lower bound is
-  compared with.
+  and outputs bound on the device (IOBinding), or, where ONNX Runtime has no CUDA EP, in
+  PyTorch (converted by onnx2torch, ``cudnn.benchmark`` off): the framework end to end the
+  lower bound is compared with. ``settings.framework`` of the record says which.
 - NVML clocks and throttle reasons are read before and after every record's measurement
   and stored with it; GPU settings are never changed.
 
@@ -335,9 +336,7 @@ class CudnnRuntime:
             path = (spec.model or {}).get("path")
             if not path or not Path(path).exists():
                 return f"model file not available on this system: {path}"
-            from benanza.runtimes.onnxruntime import cuda_provider_missing
-
-            return cuda_provider_missing()
+            return self._e2e_missing()
         if spec.kind is SpecKind.SEQUENCE:
             return (
                 "DLBricks sequences compose CPU call latencies; on the GPU benanza measures layers, "
@@ -353,12 +352,16 @@ class CudnnRuntime:
     def prepare(self, spec: BenchmarkSpec) -> Any:
         if spec.kind is SpecKind.MODEL:
             from benanza.model.process import process_model
-            from benanza.runtimes.onnxruntime import OrtCudaModel
+            from benanza.runtimes.onnxruntime import OrtCudaModel, cuda_provider_missing
 
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
             model = process_model(info["path"], info.get("batch"), shapes).proto
-            return OrtCudaModel(model, self.device, self.precision)
+            if cuda_provider_missing() is None:
+                return OrtCudaModel(model, self.device, self.precision)
+            from benanza.runtimes.cuda.torch_model import TorchModel
+
+            return TorchModel(model, self.device, self.precision, self.tensor_cores)
         params = spec_params(spec, self.precision)
         if isinstance(params, Unsupported):
             raise UnsupportedLayer(params.reason)
@@ -368,6 +371,18 @@ class CudnnRuntime:
             params = dataclasses.replace(params, bias=False, activation=None)
         candidates, errors = build_candidates(ctx, handle, params, fused, self.tensor_cores, self.sources)
         return GpuPrepared(ctx, params, candidates, errors)
+
+    @staticmethod
+    def _e2e_missing() -> str | None:
+        """Why no framework can run a whole model here: ONNX Runtime's CUDA EP first, else PyTorch."""
+        from benanza.runtimes.cuda.torch_model import torch_missing
+        from benanza.runtimes.onnxruntime import cuda_provider_missing
+
+        ort = cuda_provider_missing()
+        if ort is None:
+            return None
+        torch = torch_missing()
+        return None if torch is None else f"{ort}; and PyTorch: {torch}"
 
     def execution_groups(self, graph: ModelGraph, proto: Any = None) -> list[list[int]]:
         """Conv [+ BatchNormalization] [+ bias Add] [+ activation] chains, as cuDNN fuses them."""
