@@ -36,6 +36,13 @@ def no_gpu_reason() -> str | None:
     return cuda_device_reason()
 
 
+@pytest.fixture
+def no_gpu(no_gpu_reason: str | None) -> None:
+    """Skip where a CUDA device is usable: the test checks what happens without one."""
+    if no_gpu_reason is None:
+        pytest.skip("a CUDA device is usable here")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip ``gpu``-marked tests where no CUDA device can be used (CI, laptops)."""
     gpu_items = [item for item in items if "gpu" in item.keywords]

@@ -28,17 +28,6 @@ REPLAY_FACTOR = 0.5  # a graph replay runs its launches at half the cost of plai
 FLUSH_MS = 100.0
 
 
-def cuda_usable() -> bool:
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except RuntimeError:
-        return False
-
-
 # -- a scripted CuPy ------------------------------------------------------------------------------
 
 
@@ -256,9 +245,7 @@ def test_clocks_are_empty_without_nvml_and_a_closed_context_refuses_work(fake: A
 # -- without a GPU -------------------------------------------------------------------------------
 
 
-def test_without_a_gpu_a_context_says_what_is_missing() -> None:
-    if cuda_usable():
-        pytest.skip("a CUDA device is usable here")
+def test_without_a_gpu_a_context_says_what_is_missing(no_gpu: None) -> None:
     with pytest.raises(GpuError) as raised:
         DeviceContext()
     message = str(raised.value)

@@ -226,13 +226,11 @@ def test_run_spec_stores_an_unsupported_layer_as_skipped_and_a_gpu_error_as_fail
     assert (record.outcome, record.reason) == (Outcome.FAILED, "GpuError: no CUDA device: cudaErrorNoDevice")
 
 
-def test_the_cli_says_in_one_line_that_there_is_no_gpu_and_stores_nothing(tmp_path, zoo_path, no_gpu_reason):
+def test_the_cli_says_in_one_line_that_there_is_no_gpu_and_stores_nothing(tmp_path, zoo_path, no_gpu):
     from typer.testing import CliRunner
 
     from benanza.cli import app
 
-    if no_gpu_reason is None:
-        pytest.skip("a CUDA device is usable here")
     db = tmp_path / "perf.db"
     model = str(zoo_path("squeezenet"))
     for args in (["bench", "run", model, "--runtime", "cudnn"], ["analyze", "optimizations", model]):
@@ -245,11 +243,9 @@ def test_the_cli_says_in_one_line_that_there_is_no_gpu_and_stores_nothing(tmp_pa
     assert wrong.exit_code == 2 and "--precision is not an option of runtime 'onnxruntime'" in wrong.output
 
 
-def test_without_a_gpu_framework_a_model_spec_says_what_is_missing(chain_specs, tmp_path, conv_chain, no_gpu_reason):
+def test_without_a_gpu_framework_a_model_spec_says_what_is_missing(chain_specs, tmp_path, conv_chain, no_gpu):
     from benanza.runtimes.cuda.torch_model import torch_missing
 
-    if no_gpu_reason is None:
-        pytest.skip("a CUDA device is usable here")
     rt, _, specs = chain_specs
     model = next(s for s in specs if s.kind is SpecKind.MODEL)
     path = tmp_path / "chain.onnx"

@@ -30,26 +30,6 @@ from benanza.runtimes.cuda.stack import (
     throttled,
 )
 
-
-def cuda_usable() -> bool:
-    """Whether this machine has a CUDA device CuPy can reach (the no-GPU tests skip there)."""
-    try:
-        import cupy
-    except ImportError:
-        return False
-    try:
-        return cupy.cuda.runtime.getDeviceCount() > 0
-    except RuntimeError:
-        return False
-
-
-@pytest.fixture
-def no_gpu() -> None:
-    """Skip where a CUDA device is usable: the test checks what happens without one."""
-    if cuda_usable():
-        pytest.skip("a CUDA device is usable here")
-
-
 # -- version encodings ---------------------------------------------------------------------------
 
 

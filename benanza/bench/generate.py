@@ -228,12 +228,18 @@ def weight_bytes(graph: ModelGraph) -> int:
     return total
 
 
+# ONNX element types numpy does not name, by their size in bytes (int4/uint4 round up to 1)
+_ITEMSIZE = {"bfloat16": 2, "float8e4m3fn": 1, "float8e4m3fnuz": 1, "float8e5m2": 1, "float8e5m2fnuz": 1}
+
+
 def itemsize(dtype: str) -> int:
-    """Bytes per element of a dtype name (4 for names numpy does not know)."""
+    """Bytes per element of a dtype name; 1 for the sub-byte and 8-bit types numpy does not name."""
+    if dtype in _ITEMSIZE:
+        return _ITEMSIZE[dtype]
     try:
         return np.dtype(dtype).itemsize
-    except TypeError:  # bfloat16, float8 and others numpy does not name
-        return 4
+    except TypeError:  # float8/int4 variants and other ONNX types numpy does not name
+        return 1
 
 
 def unique_specs(specs: Iterable[BenchmarkSpec]) -> list[BenchmarkSpec]:

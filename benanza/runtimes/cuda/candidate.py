@@ -14,7 +14,7 @@ the ratio between them. Pure: no GPU library is imported here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -105,12 +105,8 @@ def mark_default(candidates: Sequence[Candidate]) -> list[Candidate]:
         chosen.add(pick.label)
     for c in candidates:
         want = c.label in chosen
-        out.append(c if c.default == want else _with_default(c, want))
+        out.append(c if c.default == want else replace(c, default=want))
     return out
-
-
-def _with_default(c: Candidate, default: bool) -> Candidate:
-    return Candidate(c.source, c.name, c.launch, c.workspace_bytes, c.tensor_cores, c.heuristic_rank, default, c.notes)
 
 
 def summarise(results: Sequence[CandidateResult], primary_source: str | None = None) -> dict[str, Any]:

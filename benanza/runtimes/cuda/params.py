@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from benanza.bench.generate import itemsize
+
 Shape = tuple[int, ...]
 
 
@@ -192,10 +194,6 @@ def register_params(*op_types: str) -> Callable[[ParamsFn], ParamsFn]:
         return fn
 
     return decorate
-
-
-def itemsize(dtype: str) -> int:
-    return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}.get(dtype, 1)
 
 
 def layer_params(network: Mapping[str, Any], pos: int = 0, dtype: str | None = None) -> LayerParams | Unsupported:
