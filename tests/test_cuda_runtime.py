@@ -163,7 +163,8 @@ def test_a_candidate_that_fails_at_run_time_is_kept_with_its_error():
     assert algos["measured"] == 1 and algos["failed"] == 1
     assert algos["candidates"][-1]["error"] == "RuntimeError: CUDNN_STATUS_EXECUTION_FAILED"
     assert algos["best"] == "cudnn-legacy:IMPLICIT_GEMM"
-    assert algos["default"] is None  # the heuristic's pick failed: no framework figure to compare
+    # the heuristic's pick failed: a framework falls back to the next ranked candidate that runs
+    assert algos["default"] == "cudnn-legacy:IMPLICIT_GEMM" and algos["default_fallback"] is True
 
 
 def test_no_candidate_running_is_a_failure_not_a_zero():
@@ -270,3 +271,13 @@ def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path):
     assert record.settings["framework"] in ("onnxruntime-cuda", "pytorch")
     assert 0 < record.stats["median"] < 1.0
     rt.close()
+
+
+def test_when_the_framework_library_runs_nothing_its_pick_stays_empty():
+    device = FakeDevice({"nhwc:eng0": 2e-5})
+    prepared = prepared_with([candidate("broken", heuristic_rank=0), candidate("nhwc:eng0", "cudnn-graph")], device)
+    m = prepared.measure(QUICK)
+    algos = m.stats["algorithms"]
+    assert algos["best"] == "cudnn-graph:nhwc:eng0"
+    assert algos["default"] is None and algos["default_fallback"] is True  # never read as the framework's pick
+    assert all(s == pytest.approx(2e-5) for s in m.kernel_samples)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from benanza.analysis.optimize import METHOD, optimizations
@@ -96,3 +98,13 @@ def test_a_missing_variant_or_record_leaves_its_figure_empty(plan):
     assert row.bound.sequential_ms is None and row.heuristic_ms is None
     assert row.algorithm_selection is None and row.framework_gap is None
     assert row.bound.coverage == pytest.approx(4 / 5)
+
+
+def test_a_layer_whose_framework_library_ran_nothing_has_no_default_figure(plan):
+    results = records(plan)
+    unit = results[plan.unit_keys[1]]
+    stats = {**unit.stats, "algorithms": {"default": None, "best": "cudnn-graph:nhwc:eng0"}}
+    results[plan.unit_keys[1]] = dataclasses.replace(unit, stats=stats)
+    row = optimizations(plan, results, system=SYSTEM, stack_id=STACK, runtime="cudnn", variant="v")
+    assert row.bound.sequential_ms == pytest.approx(3.5)  # the best figures are all there
+    assert row.heuristic_ms is None and row.algorithm_selection is None

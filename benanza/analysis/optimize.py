@@ -38,6 +38,9 @@ def _kernel_ms(record: Any, which: str) -> float | None:
     """
     if record is None or record.outcome != "ok":
         return None
+    algorithms = (record.stats or {}).get("algorithms")
+    if which == "default" and algorithms is not None and not algorithms.get("default"):
+        return None  # the framework's library ran no candidate: there is no default pick to compare
     stats = record.kernel_stats if which == "best" else record.stats
     if not stats or stats.get(KERNEL_STATISTIC) is None:
         return None

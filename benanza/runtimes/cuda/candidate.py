@@ -109,6 +109,10 @@ def mark_default(candidates: Sequence[Candidate]) -> list[Candidate]:
     return out
 
 
+def _rank(r: CandidateResult) -> int:
+    return r.heuristic_rank if r.heuristic_rank is not None else 1 << 30
+
+
 def summarise(results: Sequence[CandidateResult], primary_source: str | None = None) -> dict[str, Any]:
     """What a layer's record stores about its candidates.
 
@@ -120,13 +124,19 @@ def summarise(results: Sequence[CandidateResult], primary_source: str | None = N
     Returns:
         ``candidates`` (all, as dicts, fastest first, failures last), ``best`` and ``default``
         labels with their medians (seconds), ``default_over_best`` (>= 1: what the heuristic
-        leaves on the table), and counts.
+        leaves on the table), and counts. When the heuristic's pick failed, ``default`` is the
+        next ranked candidate that ran, as a framework would fall back, and
+        ``default_fallback`` is true.
     """
     ok = [r for r in results if r.median is not None]
     ordered = sorted(ok, key=lambda r: r.median or 0.0) + [r for r in results if r.median is None]
     sources = [r.source for r in results]
     primary = primary_source if primary_source in sources else (sources[0] if sources else None)
     default = next((r for r in ok if r.default and r.source == primary), None)
+    fallback = default is None and any(r.default and r.source == primary for r in results)
+    if fallback:  # the pick failed: a framework goes down the heuristic's list to the next that runs
+        ranked = sorted((r for r in ok if r.source == primary and r.heuristic_rank is not None), key=_rank)
+        default = ranked[0] if ranked else None
     best = ordered[0] if ok else None
     tc = [r for r in ok if r.tensor_cores]
     no_tc = [r for r in ok if r.tensor_cores is False]
@@ -139,6 +149,7 @@ def summarise(results: Sequence[CandidateResult], primary_source: str | None = N
         "default": default.label if default else None,
         "default_s": default.median if default else None,
         "default_over_best": (default.median / best.median) if default and best and best.median else None,
+        "default_fallback": fallback,
         "best_tensor_core_s": min((r.median or 0.0) for r in tc) if tc else None,
         "best_without_tensor_cores_s": min((r.median or 0.0) for r in no_tc) if no_tc else None,
     }

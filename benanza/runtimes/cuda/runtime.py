@@ -225,8 +225,10 @@ class GpuPrepared:
             errors = "; ".join(f"{r.label}: {r.error}" for r in ordered if r.error)
             raise GpuError(f"no candidate ran: {errors}")
         best = timings[summary["best"]]
-        default_label = summary["default"] or (self.default.label if self.default else None)
-        default = timings.get(default_label or "", best)
+        default_label = summary["default"]
+        # no candidate of the framework's library ran: the call figure is the best's, and
+        # ``algorithms.default`` stays None so that no analysis reads it as the framework's pick
+        default = timings[default_label] if default_label is not None else best
         cold: dict[str, Any] = {}
         by_label = {c.label: c for c in self.candidates}
         for role, label in (("best", summary["best"]), ("default", default_label)):
