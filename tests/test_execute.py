@@ -8,7 +8,14 @@ import dataclasses
 import numpy as np
 import pytest
 
-from benanza.bench.execute import group_chunks, run_interleaved, run_spec, run_specs, spec_memory_bytes
+from benanza.bench.execute import (
+    group_chunks,
+    run_interleaved,
+    run_spec,
+    run_specs,
+    spec_memory_bytes,
+    without_profiler_overhead,
+)
 from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import bench, open_local, plan_models, specs_for
@@ -58,9 +65,25 @@ def test_run_spec_records_samples_kernel_times_and_provenance(chain_specs, runti
     assert record.stats["stopped_by"] in ("noise", "time_cap", "max_samples")
     assert len(record.kernel_samples) == fast_harness.kernel_runs
     assert record.kernel_stats["n"] == fast_harness.kernel_runs
+    kernel_time = record.settings.pop("kernel_time")
     assert record.settings == {"runtime": runtime.variant(), "harness": fast_harness.model_dump()}
+    # the profiler's cost taken out: every kernel time at most the unprofiled call latency
+    assert 0 < kernel_time["scale_median"] <= 1 and kernel_time["raw_median_s"] > 0
+    assert max(record.kernel_samples) <= record.stats["median"]
     assert BenchmarkSpec.from_dict(record.spec).spec_id == group.spec_id
     assert record.duration_s > 0
+
+
+def test_profiler_overhead_is_taken_out_run_by_run_and_never_added():
+    # runs profiled at 10 and 20 us, the unprofiled call takes 8 us: scales 0.8 and 0.4
+    kernel, how = without_profiler_overhead([6e-6, 6e-6], [10e-6, 20e-6], 8e-6)
+    assert kernel == pytest.approx((4.8e-6, 2.4e-6))
+    assert how["raw_median_s"] == pytest.approx(6e-6) and how["scale_median"] == pytest.approx(0.6)
+    # a profiled run faster than the call (noise) scales by 1, not more
+    assert without_profiler_overhead([5e-6], [4e-6], 8e-6)[0] == (5e-6,)
+    # a runtime that reports no run times, or mismatched ones, keeps its kernel times
+    assert without_profiler_overhead([5e-6], None, 8e-6) == ((5e-6,), None)
+    assert without_profiler_overhead([5e-6, 1e-6], [9e-6], 8e-6) == ((5e-6, 1e-6), None)
 
 
 def test_no_kernel_runs_no_kernel_times(chain_specs, runtime, fast_harness):
@@ -201,6 +224,7 @@ def test_interleaved_group_records_like_one_by_one(chain_specs, runtime, fast_ha
         assert record.stats["n"] == len(record.samples) >= settings.min_samples
         assert settings.kernel_runs <= len(record.kernel_samples) <= 2 * settings.kernel_runs  # spread over the rounds
         assert record.settings["harness"]["schedule"] == "interleaved"
+        assert 0 < record.settings["kernel_time"]["scale_median"] <= 1  # profiler cost taken out
         assert record.host == "h" and record.duration_s > 0
     assert len({r.stats["n"] for r in records}) == 1  # one sample of each per round
 

@@ -39,7 +39,7 @@ LOWER_BOUND_SLACK = 0.01  # relative excess of a lower bound over e2e that ``che
 CALL_STATISTIC = "trimmed_mean"
 
 METHOD = {
-    "sequential_ms": f"sum of unit kernel time ({KERNEL_STATISTIC}, runtime profiler), fused units",
+    "sequential_ms": f"sum of unit kernel time ({KERNEL_STATISTIC}, runtime profiler less its overhead), fused units",
     "sequential_unfused_ms": f"sum of single-layer kernel time ({KERNEL_STATISTIC})",
     "parallel_ms": "critical path of the layer DAG with unit kernel times",
     "composed_ms": f"sum of sequence call latency ({CALL_STATISTIC} 20%), sequences of <= G units",

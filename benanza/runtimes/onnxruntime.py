@@ -94,6 +94,7 @@ class _OrtPrepared:
             model_bytes, session_options(opt_level, threads), providers=["CPUExecutionProvider"]
         )
         self._run = self._session.run
+        self.profiled_run_times: list[float] = []  # of the latest ``kernel_times``
 
     def call(self) -> object:
         return self._run(None, self._feeds)
@@ -104,7 +105,9 @@ class _OrtPrepared:
         try:
             for _ in range(runs):
                 profiler.run()
-            return profiler.finish()
+            kernel = profiler.finish()
+            self.profiled_run_times = profiler.run_times
+            return kernel
         finally:
             profiler.close()
 
@@ -142,6 +145,7 @@ class _OrtProfiler:
         so.profile_file_prefix = str(Path(self._tmp.name) / "ort")
         self._feeds = feeds
         self._every = precalls + 1
+        self.run_times: list[float] = []
         try:
             self._session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
             for _ in range(PROFILE_WARMUP):
@@ -155,10 +159,14 @@ class _OrtProfiler:
             self._session.run(None, self._feeds)
 
     def finish(self) -> list[float]:
-        """Kernel time (seconds) of every kept run, in order; ends profiling."""
+        """Kernel time (seconds) of every kept run, in order; ends profiling.
+
+        ``run_times`` then holds the same runs' whole durations in the profiled session.
+        """
         events = json.loads(Path(self._session.end_profiling()).read_text())
-        runs = kernel_times_from_profile(events)[PROFILE_WARMUP:]
-        return runs[self._every - 1 :: self._every]
+        kept = slice(PROFILE_WARMUP + self._every - 1, None, self._every)
+        self.run_times = run_times_from_profile(events)[kept]
+        return kernel_times_from_profile(events)[kept]
 
     def close(self) -> None:
         self._session = None
@@ -226,6 +234,12 @@ class OrtCudaModel:
         self._binding = None
         self._inputs = []
         self._session = None
+
+
+def run_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
+    """Duration (seconds) of every ``model_run`` in a profile, in time order."""
+    runs = sorted((e["ts"], e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
+    return [dur * 1e-6 for _, dur in runs]
 
 
 def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
