@@ -53,7 +53,7 @@ def system_fingerprint() -> dict[str, Any]:
         "cpu_model": _cpu_model(cpuinfo),
         "logical_cores": os.cpu_count(),
         "physical_cores": _physical_cores(cpuinfo),
-        "memory_bytes": _memory_bytes(),
+        "memory_bytes": memory_bytes(),
         "os": platform.platform(),
         "machine": platform.machine(),
         "host": socket.gethostname(),
@@ -152,7 +152,8 @@ def _physical_cores(cpuinfo: list[dict[str, str]]) -> int | None:
     return len(cores) or None
 
 
-def _memory_bytes() -> int | None:
+def memory_bytes() -> int | None:
+    """Physical memory of this machine in bytes, or None where the OS does not say."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):

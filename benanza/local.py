@@ -127,9 +127,7 @@ def analyze(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[LowerBound]:
     rows = []
     variant = ctx.variant
     for plan in plans:
-        keys = set(plan.networks) | {plan.model_key}
-        records = ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
-        results = _results_by_key(records, variant, plan.batch_size)
+        results = _results_by_key(_plan_records(ctx, plan), variant, plan.batch_size)
         rows.append(
             lower_bound(
                 plan, results, system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, variant=variant
@@ -148,8 +146,7 @@ def optimize(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[Optimization
     other = variant_id({**own, "tensor_cores": False}) if own.get("tensor_cores") is True else None
     rows = []
     for plan in plans:
-        keys = set(plan.networks) | {plan.model_key}
-        records = ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
+        records = _plan_records(ctx, plan)
         rows.append(
             optimizations(
                 plan,
@@ -162,6 +159,12 @@ def optimize(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[Optimization
             )
         )
     return rows
+
+
+def _plan_records(ctx: LocalContext, plan: ModelPlan) -> list[BenchmarkRecord]:
+    """Every record of this system, stack and runtime that ``plan`` can use (any variant)."""
+    keys = set(plan.networks) | {plan.model_key}
+    return ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
 
 
 def _results_by_key(

@@ -19,7 +19,7 @@ from benanza.bench.spec import SpecKind
 from benanza.errors import GpuError, UnsupportedLayer, UsageError
 from benanza.runtimes.base import get_runtime, runtime_names
 from benanza.runtimes.cuda.candidate import Candidate
-from benanza.runtimes.cuda.params import ConvParams, PoolParams
+from benanza.runtimes.cuda.params import ConvParams, DataMovementParams, PoolParams
 from benanza.runtimes.cuda.runtime import CudnnRuntime, GpuPrepared
 from benanza.store import Outcome
 
@@ -174,9 +174,15 @@ def test_no_candidate_running_is_a_failure_not_a_zero():
 
 
 def test_a_view_costs_nothing_on_the_gpu():
-    pool = PoolParams("max", (1, 1, 2, 2), (1, 1, 1, 1), (2, 2), (0, 0), (1, 1), "float32")
-    m = prepared_with([], FakeDevice({}), params=pool).measure(QUICK)
+    flatten = DataMovementParams("Flatten", ((2, 3, 4),), (2, 12), "float32", view=True)
+    m = prepared_with([], FakeDevice({}), params=flatten).measure(QUICK)
     assert m.samples == (0.0,) and m.kernel_samples == (0.0,) and m.stats["view"] is True
+
+
+def test_a_layer_that_computes_is_never_free():
+    pool = PoolParams("max", (1, 1, 2, 2), (1, 1, 1, 1), (2, 2), (0, 0), (1, 1), "float32")
+    with pytest.raises(UnsupportedLayer, match="only views launch nothing"):
+        prepared_with([], FakeDevice({}), params=pool)
 
 
 class SelfMeasuringRuntime:

@@ -11,7 +11,7 @@ results in batches.
 from __future__ import annotations
 
 import logging
-import os
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +24,7 @@ from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import UnsupportedLayer, one_line
+from benanza.fingerprint import memory_bytes
 from benanza.store.records import BenchmarkRecord, Outcome, make_record
 
 log = logging.getLogger(__name__)
@@ -74,10 +75,9 @@ def run_spec(
             else:
                 timing = measure(prepared.call, settings)
                 samples, stats = timing.samples, _timing_stats(timing)
-                if settings.kernel_runs > 0:
-                    raw = prepared.kernel_times(settings.kernel_runs) or ()
-                    runs = getattr(prepared, "profiled_run_times", None)
-                    kernel, extra["kernel_time"] = without_profiler_overhead(raw, runs, timing.stats.median)
+                kernel, how = _kernel_figures(prepared, None, (), settings, timing)
+                if how is not None:
+                    extra["kernel_time"] = how
             outcome = Outcome.OK
         except UnsupportedLayer as exc:  # found only once the libraries were asked: a skip, with why
             outcome, reason = Outcome.SKIPPED, one_line(exc)
@@ -192,19 +192,9 @@ def run_interleaved(
             if isinstance(timing, Exception):
                 done(i, Outcome.FAILED, _failure(timing))
                 continue
-            provenance: dict[str, Any] = {}
             try:
-                if profiler is not None:
-                    keep = rounds.companions_kept
-                    raw = [k for k, kept in zip(profiler.finish(), keep, strict=True) if kept]
-                    profiled = getattr(profiler, "run_times", None) or ()
-                    runs = [r for r, kept in zip(profiled, keep, strict=False) if kept]
-                elif settings.kernel_runs > 0:
-                    raw = prepared.kernel_times(settings.kernel_runs) or []
-                    runs = getattr(prepared, "profiled_run_times", None)
-                else:
-                    raw, runs = [], None
-                kernel, provenance["kernel_time"] = without_profiler_overhead(raw, runs, timing.stats.median)
+                kernel, how = _kernel_figures(prepared, profiler, rounds.companions_kept, settings, timing)
+                provenance = {"kernel_time": how} if how is not None else {}
             except Exception as exc:
                 done(i, Outcome.FAILED, _failure(exc))
                 continue
@@ -215,6 +205,25 @@ def run_interleaved(
                 profiler.close()
             prepared.close()
     return [results[i] for i in range(len(specs))]
+
+
+def _kernel_figures(
+    prepared: Any, profiler: Any, keep: Sequence[bool], settings: HarnessSettings, timing: Timing
+) -> tuple[tuple[float, ...], dict[str, Any] | None]:
+    """A benchmark's kernel times, the profiler's cost taken out, and how they were derived.
+
+    From ``profiler`` (the interleaved schedule's companion runs, ``keep`` saying which
+    count) when there is one, else from ``prepared.kernel_times`` (``kernel_runs`` back to back).
+    """
+    if profiler is not None:
+        raw = [k for k, kept in zip(profiler.finish(), keep, strict=True) if kept]
+        runs = [r for r, kept in zip(getattr(profiler, "run_times", None) or (), keep, strict=False) if kept]
+    elif settings.kernel_runs > 0:
+        raw = prepared.kernel_times(settings.kernel_runs) or []
+        runs = getattr(prepared, "profiled_run_times", None)
+    else:
+        return (), None
+    return without_profiler_overhead(raw, runs, timing.stats.median)
 
 
 def without_profiler_overhead(
@@ -266,10 +275,7 @@ def spec_memory_bytes(spec: BenchmarkSpec) -> int:
         for node in (spec.network or {}).get("nodes", ()):
             for ref in node["inputs"]:
                 if ref["kind"] not in ("absent", "input", "node"):
-                    count = 1
-                    for d in ref["shape"]:
-                        count *= int(d)
-                    weights += count * itemsize(ref["dtype"])
+                    weights += math.prod(int(d) for d in ref["shape"]) * itemsize(ref["dtype"])
     return weights * WEIGHT_MEMORY_FACTOR
 
 
@@ -277,10 +283,8 @@ def interleave_budget(settings: HarnessSettings) -> int:
     """Bytes one interleaved group may hold: the setting, else a quarter of physical memory."""
     if settings.interleave_max_bytes is not None:
         return settings.interleave_max_bytes
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
-    except (ValueError, OSError, AttributeError):
-        return 2 << 30
+    physical = memory_bytes()
+    return physical // 4 if physical else 2 << 30
 
 
 def group_chunks(specs: Sequence[BenchmarkSpec], budget: int) -> Iterator[list[BenchmarkSpec]]:

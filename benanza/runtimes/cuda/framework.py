@@ -136,26 +136,20 @@ ELEMENTWISE: dict[str, CallBuilder] = {}
 MOVEMENT: dict[str, CallBuilder] = {}
 
 
-def register_elementwise(*ops: str) -> Callable[[CallBuilder], CallBuilder]:
-    """Register the builder of one or more element-wise ops' ``LayerCall``."""
+def _registrar(table: dict[str, CallBuilder]) -> Callable[..., Callable[[CallBuilder], CallBuilder]]:
+    def register(*ops: str) -> Callable[[CallBuilder], CallBuilder]:
+        def decorate(fn: CallBuilder) -> CallBuilder:
+            for op in ops:
+                table[op] = fn
+            return fn
 
-    def decorate(fn: CallBuilder) -> CallBuilder:
-        for op in ops:
-            ELEMENTWISE[op] = fn
-        return fn
+        return decorate
 
-    return decorate
+    return register
 
 
-def register_movement(*ops: str) -> Callable[[CallBuilder], CallBuilder]:
-    """Register the builder of one or more data-movement ops' ``LayerCall``."""
-
-    def decorate(fn: CallBuilder) -> CallBuilder:
-        for op in ops:
-            MOVEMENT[op] = fn
-        return fn
-
-    return decorate
+register_elementwise = _registrar(ELEMENTWISE)  # the builder of one or more element-wise ops' ``LayerCall``
+register_movement = _registrar(MOVEMENT)  # the builder of one or more data-movement ops' ``LayerCall``
 
 
 def layer_call(p: ElementwiseParams | DataMovementParams) -> LayerCall | None:

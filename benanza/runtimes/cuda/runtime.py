@@ -40,6 +40,7 @@ from typing import Any
 
 from benanza.bench.harness import HarnessSettings, Timing, measure_device
 from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.bench.stats import describe
 from benanza.errors import GpuError, UnsupportedLayer, UsageError, one_line
 from benanza.model.graph import ModelGraph
 from benanza.runtimes.base import register_runtime
@@ -150,14 +151,16 @@ def build_candidates(
     if not candidates and (unsupported or errors):
         reasons = "; ".join(unsupported + [f"{s}: {e}" for s, e in errors.items()])
         raise (GpuError if errors else UnsupportedLayer)(reasons)
+    if not candidates and not _is_view(params):  # never a silent zero for a layer that computes
+        raise UnsupportedLayer(f"no library built a candidate for {type(params).__name__}")
     return mark_default(dedupe(candidates)), errors
 
 
 class GpuPrepared:
     """A layer's candidates, built; ``measure`` times each of them with the harness.
 
-    No candidate at all (and no error) means a view: Reshape, Flatten and the like change
-    only metadata and launch nothing.
+    A view (Reshape, Flatten and the like change only metadata) has no candidate and costs
+    0; any other layer without a candidate is refused, never counted as free.
     """
 
     def __init__(
@@ -172,7 +175,9 @@ class GpuPrepared:
         self.params = params
         self.candidates = mark_default(dedupe(candidates))
         self.build_errors = dict(build_errors or {})
-        self.view = not self.candidates
+        self.view = _is_view(params)
+        if not self.candidates and not self.view:
+            raise UnsupportedLayer(f"no candidate for {type(params).__name__}: only views launch nothing")
         self._rng = random.Random(seed)
 
     @property
@@ -251,9 +256,11 @@ class GpuPrepared:
         self.candidates = []
 
 
-def _zero_stats() -> dict[str, Any]:
-    from benanza.bench.stats import describe
+def _is_view(params: LayerParams) -> bool:
+    return isinstance(params, DataMovementParams) and params.view
 
+
+def _zero_stats() -> dict[str, Any]:
     return describe((0.0,)).to_dict()
 
 
@@ -271,7 +278,6 @@ class CudnnRuntime:
         precision: str = "float32",
         tensor_cores: bool = True,
         sources: Sequence[str] | None = None,
-        threads: int | None = None,  # accepted for symmetry with CPU runtimes; a GPU runtime has none
     ) -> None:
         if precision not in PRECISIONS:
             raise UsageError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
