@@ -222,6 +222,15 @@ class _Operand:
     fill: str = "random"
 
 
+@dataclass(frozen=True, slots=True)
+class OperationGraph:
+    """A frontend graph as built on the host: its operands (inputs, then the output) and what it computes."""
+
+    graph: Any
+    operands: list[_Operand]
+    what: str  # "float32 convolution", for messages
+
+
 def graph_conv_candidates(
     ctx: Any, p: ConvParams, tensor_cores: bool, *, layout: str = "nhwc", modes: Sequence[str] = HEURISTIC_MODES
 ) -> list[Candidate]:
@@ -257,13 +266,30 @@ def conv_graph_plans(
         UnsupportedLayer: the graph API cannot express or run the layer (the reason says which).
         GpuError: the cuDNN frontend or CuPy is missing.
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
-    geo = conv_geometry(p)
-    act = activation_call(p.activation, p.activation_coef)
-    io, intermediate, compute = graph_data_types(p.dtype)
+    _conv_layer(p, layout)  # what the graph API cannot express is refused before any library is loaded
     cudnn = _import_cudnn()
     handle = _handle(ctx, cudnn)
+    g = conv_graph(cudnn, p, layout, handle)
+    return _plan(ctx, cudnn, handle, g, layout, tensor_cores, modes)
+
+
+def _conv_layer(p: ConvParams, layout: str) -> tuple[ConvGeometry, tuple[str, dict[str, float]] | None]:
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
+    return conv_geometry(p), activation_call(p.activation, p.activation_coef)
+
+
+def conv_graph(cudnn: Any, p: ConvParams, layout: str = "nhwc", handle: Any = None) -> OperationGraph:
+    """The operation graph of ``p`` (conv_fprop, then bias and activation when fused), not yet validated.
+
+    Host-only: building needs the frontend and libcudnn, not a GPU (``handle`` may be None).
+
+    Raises:
+        UnsupportedLayer: the graph API cannot express the layer, or the frontend infers
+            another output shape than the layer's.
+    """
+    geo, act = _conv_layer(p, layout)
+    io, intermediate, compute = graph_data_types(p.dtype)
     dt = cudnn.data_type
     graph = cudnn.pygraph(
         name="benanza_conv",
@@ -291,17 +317,17 @@ def conv_graph_plans(
         dilation=list(geo.dilation),
         name="conv",
     )
-    _shape_output(out, geo.y, layout)
+    _shape_output(out, geo.y, layout, "the convolution")
     if p.bias:
         out = graph.bias(input=out, bias=declare("bias", geo.bias), name="bias")
-        _shape_output(out, geo.y, layout)
+        _shape_output(out, geo.y, layout, "the bias addition")
     if act is not None:
         op, kwargs = act
         out = getattr(graph, op)(input=out, name=op, **kwargs)
-        _shape_output(out, geo.y, layout)
+        _shape_output(out, geo.y, layout, f"the {op}")
     out.set_output(True).set_data_type(getattr(dt, io))
     operands.append(_Operand("y", out, geo.y, packed_strides(geo.y, layout), p.dtype, "zeros"))
-    return _plan(ctx, cudnn, handle, graph, operands, layout, tensor_cores, modes, what=f"{p.dtype} convolution")
+    return OperationGraph(graph, operands, f"{p.dtype} convolution")
 
 
 def matmul_graph_plans(
@@ -317,12 +343,23 @@ def matmul_graph_plans(
         UnsupportedLayer: alpha other than 1, or a bias scaled by beta other than 1 (the
             cublasLt source measures those), or no engine for the graph.
     """
-    if float(p.alpha) != 1.0 or (p.bias and float(p.beta) != 1.0):
-        raise UnsupportedLayer(f"Gemm with alpha={p.alpha}, beta={p.beta}: the graph matmul runs alpha = beta = 1")
-    shapes = gemm_shapes(p)
-    io, intermediate, compute = graph_data_types(p.dtype)
+    _matmul_check(p)
     cudnn = _import_cudnn()
     handle = _handle(ctx, cudnn)
+    g = matmul_graph(cudnn, p, handle)
+    return _plan(ctx, cudnn, handle, g, "rowmajor", tensor_cores, modes)
+
+
+def _matmul_check(p: GemmParams) -> None:
+    if float(p.alpha) != 1.0 or (p.bias and float(p.beta) != 1.0):
+        raise UnsupportedLayer(f"Gemm with alpha={p.alpha}, beta={p.beta}: the graph matmul runs alpha = beta = 1")
+
+
+def matmul_graph(cudnn: Any, p: GemmParams, handle: Any = None) -> OperationGraph:
+    """The batched matmul [+ row bias] graph of ``p``, not yet validated (host-only, as ``conv_graph``)."""
+    _matmul_check(p)
+    shapes = gemm_shapes(p)
+    io, intermediate, compute = graph_data_types(p.dtype)
     dt = cudnn.data_type
     graph = cudnn.pygraph(
         name="benanza_matmul",
@@ -345,13 +382,13 @@ def matmul_graph_plans(
         return tensor
 
     out = graph.matmul(declare("a", a_dims, a_strides), declare("b", b_dims, b_strides), name="matmul")
-    out.set_dim(list(c_dims)).set_stride(list(packed_strides(c_dims, "nchw")))
+    _shape_output(out, c_dims, "nchw", "the matmul")
     if p.bias:
         out = graph.bias(input=out, bias=declare("bias", (1, 1, p.n), (p.n, p.n, 1)), name="bias")
-        out.set_dim(list(c_dims)).set_stride(list(packed_strides(c_dims, "nchw")))
+        _shape_output(out, c_dims, "nchw", "the bias addition")
     out.set_output(True).set_data_type(getattr(dt, io))
     operands.append(_Operand("c", out, c_dims, packed_strides(c_dims, "nchw"), p.dtype, "zeros"))
-    return _plan(ctx, cudnn, handle, graph, operands, "rowmajor", tensor_cores, modes, what=f"{p.dtype} matmul")
+    return OperationGraph(graph, operands, f"{p.dtype} matmul")
 
 
 def batchnorm_graph_plans(
@@ -371,14 +408,20 @@ def batchnorm_graph_plans(
     Raises:
         UnsupportedLayer: the graph API has no engine for it in this layout and dtype.
     """
+    cudnn = _import_cudnn()
+    handle = _handle(ctx, cudnn)
+    g = batchnorm_graph(cudnn, p, layout, handle)
+    return _plan(ctx, cudnn, handle, g, layout, tensor_cores, modes)
+
+
+def batchnorm_graph(cudnn: Any, p: BatchNormParams, layout: str = "nhwc", handle: Any = None) -> OperationGraph:
+    """The inference batch normalisation graph of ``p``, not yet validated (host-only, as ``conv_graph``)."""
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; known: {', '.join(LAYOUTS)}")
     x_dims = tuple(p.x) + (1,) * max(0, 4 - len(p.x))
     if len(x_dims) > 5:
         raise UnsupportedLayer(f"batch normalisation of a {len(p.x)}-D tensor: cuDNN normalises 4-D and 5-D ones")
     io, intermediate, compute = graph_data_types(p.dtype)
-    cudnn = _import_cudnn()
-    handle = _handle(ctx, cudnn)
     dt = cudnn.data_type
     graph = cudnn.pygraph(
         name="benanza_batchnorm",
@@ -409,13 +452,17 @@ def batchnorm_graph_plans(
         bias=stats["bias"],
         name="batchnorm",
     )
-    _shape_output(y, x_dims, layout)
+    _shape_output(y, x_dims, layout, "the batch normalisation")
     y.set_output(True).set_data_type(getattr(dt, io))
     operands.append(_Operand("y", y, x_dims, packed_strides(x_dims, layout), p.dtype, "zeros"))
-    return _plan(ctx, cudnn, handle, graph, operands, layout, tensor_cores, modes, what=f"{p.dtype} batchnorm")
+    return OperationGraph(graph, operands, f"{p.dtype} batchnorm")
 
 
-def _shape_output(tensor: Any, dims: Shape, layout: str) -> None:
+def _shape_output(tensor: Any, dims: Shape, layout: str, what: str) -> None:
+    """Give an op's output the layer's dims in ``layout``; the frontend's own inference, where made, must agree."""
+    inferred = tuple(int(d) for d in tensor.get_dim())
+    if inferred and inferred != tuple(dims):
+        raise UnsupportedLayer(f"the cuDNN frontend infers {what} as {list(inferred)}, the layer has {list(dims)}")
     tensor.set_dim(list(dims)).set_stride(list(packed_strides(dims, layout)))
 
 
@@ -423,15 +470,13 @@ def _plan(
     ctx: Any,
     cudnn: Any,
     handle: Any,
-    graph: Any,
-    operands: list[_Operand],
+    g: OperationGraph,
     layout: str,
     tensor_cores: bool,
     modes: Sequence[str],
-    *,
-    what: str,
 ) -> GraphPlans:
-    """Validate, plan and build every plan of ``graph``; allocate its operands; make the candidates."""
+    """Validate, plan and build every plan of ``g``; allocate its operands; make the candidates."""
+    graph, operands, what = g.graph, g.operands, g.what
     try:
         graph.validate()
         graph.build_operation_graph()
@@ -496,6 +541,18 @@ class _GraphLaunch:
 
 
 def _import_cudnn() -> Any:
+    """The cuDNN frontend's module, bound to the libcudnn the legacy source loads.
+
+    The frontend looks for libcudnn itself and misses a wheel reached through PYTHONPATH or
+    ``pip install --target``; loading benanza's copy first (globally) lets it find that one,
+    and keeps one cuDNN in the process.
+    """
+    from benanza.runtimes.cuda import cudnn_legacy
+
+    try:
+        cudnn_legacy.cudnn_library_path()
+    except GpuError:  # the frontend may still find one of its own; its error says so if not
+        pass
     try:
         import cudnn
     except (ImportError, OSError, RuntimeError) as exc:  # the frontend loads libcudnn at import

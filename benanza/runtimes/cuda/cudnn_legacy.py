@@ -17,9 +17,12 @@ Three parts, the first two pure and importable without any GPU library:
 - descriptor arguments computed from a layer's parameters (``params``): shapes promoted to
   the >= 4 dimensions cuDNN wants, packed strides, convolution arrays, compute and math
   types, and the reasons the legacy API cannot run a layer;
-- the GPU part: ``libcudnn.so.9`` loaded once, every function given its C signature before
-  use and every ``cudnnStatus_t`` checked (``LibraryCallError``), a handle on the benchmark's
-  stream, descriptors that free themselves, and the candidate builders.
+- the library part: ``libcudnn.so.9`` loaded once, every function given its C signature
+  before use and every ``cudnnStatus_t`` checked (``LibraryCallError``), and descriptors
+  that free themselves. Building a layer's descriptors (``conv_descriptors``,
+  ``pooling_descriptors``, ...) needs the library but no GPU, and checks cuDNN's own shape
+  rules against the layer's: the tests run it on every zoo layer wherever cuDNN is installed;
+- the GPU part: a handle on the benchmark's stream, and the candidate builders.
 
 A candidate's ``launch`` enqueues one call on the handle's stream and returns; it holds
 every descriptor, buffer and scaling factor its arguments point into. Building probes each
@@ -36,7 +39,7 @@ import site
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,6 +170,7 @@ STATUS_NAMES = {
     3011: "CUDNN_STATUS_NOT_SUPPORTED_PADDING",
     3012: "CUDNN_STATUS_NOT_SUPPORTED_BAD_LAUNCH_PARAM",
     3013: "CUDNN_STATUS_NOT_SUPPORTED_CUDA_GRAPH_NATIVE_API",
+    3014: "CUDNN_STATUS_NOT_SUPPORTED_INVALID_DYNAMIC_SHAPE",  # since cuDNN 9.18
     4000: "CUDNN_STATUS_INTERNAL_ERROR",
     4001: "CUDNN_STATUS_INTERNAL_ERROR_COMPILATION_FAILED",
     4002: "CUDNN_STATUS_INTERNAL_ERROR_UNEXPECTED_VALUE",
@@ -1071,29 +1075,75 @@ def _free_device_bytes() -> int:
 # ------------------------------------------------------------------ convolutions
 
 
-@dataclass(slots=True)
-class _ConvSetup:
-    """The descriptors and buffers one convolution's candidates share."""
+@dataclass(slots=True, kw_only=True)
+class ConvDescriptors:
+    """The descriptors of one convolution, checked against cuDNN's own shape rule: host-only, no GPU needed.
 
-    handle: CudnnHandle
+    For a ConvTranspose (backward-data) ``x_desc`` describes cuDNN's dy and ``y_desc`` its dx.
+    """
+
     p: ConvParams
     args: ConvDescriptorArgs
     requested_math: int
-    x_desc: TensorDescriptor  # dy for backward-data
-    y_desc: TensorDescriptor  # dx for backward-data
+    x_desc: TensorDescriptor
+    y_desc: TensorDescriptor
     w_desc: FilterDescriptor
-    buffers: dict[str, Any]
     convs: dict[int, ConvolutionDescriptor]
-    one: Any
-    zero: Any
-    bias_desc: TensorDescriptor | None = None
-    activation: ActivationDescriptor | None = None
+    bias_desc: TensorDescriptor | None = None  # the fused call's
+    activation: ActivationDescriptor | None = None  # the fused call's
 
     def conv(self, math: int) -> ConvolutionDescriptor:
         """The convolution descriptor with math type ``math`` (the type selects kernels, so one each)."""
         if math not in self.convs:
             self.convs[math] = ConvolutionDescriptor(self.args, compute_type(self.p.dtype), math)
         return self.convs[math]
+
+
+def conv_descriptors(p: ConvParams, tensor_cores: bool, fused: bool = False) -> ConvDescriptors:
+    """The tensor, filter and convolution descriptors of ``p`` (and the fused call's bias and activation).
+
+    cuDNN's shape rule (``cudnnGetConvolutionNdForwardOutputDim``) must give the layer's
+    output (forward: x -> y; backward-data: the forward convolution of dx = y gives dy = x).
+
+    Raises:
+        UnsupportedLayer: ``params_check``'s reason, or cuDNN computes another output shape.
+        LibraryCallError: cuDNN rejects a descriptor.
+    """
+    reason = params_check(p)
+    if reason:
+        raise UnsupportedLayer(reason)
+    args = conv_descriptor_args(p)
+    dt = data_type(p.dtype)
+    d = ConvDescriptors(
+        p=p,
+        args=args,
+        requested_math=math_type(p.dtype, tensor_cores),
+        x_desc=TensorDescriptor(args.x, dt),
+        y_desc=TensorDescriptor(args.y, dt),
+        w_desc=FilterDescriptor(args.w, dt),
+        convs={},
+    )
+    source, target = (d.y_desc, args.x) if p.transpose else (d.x_desc, args.y)
+    dims = _ints([0] * len(target))
+    conv = d.conv(d.requested_math)
+    _check("cudnnGetConvolutionNdForwardOutputDim", conv.ptr, source.ptr, d.w_desc.ptr, len(target), dims)
+    if tuple(dims) != target:
+        raise UnsupportedLayer(f"cuDNN computes the convolution as {tuple(dims)}, the layer has {target}")
+    if fused:
+        d.bias_desc = TensorDescriptor(args.bias, dt)
+        mode = ACTIVATION_MODE[_ACTIVATIONS[p.activation or "identity"]]
+        d.activation = ActivationDescriptor(mode, activation_coef(p.activation or "identity", p.activation_coef))
+    return d
+
+
+@dataclass(slots=True, kw_only=True)
+class _ConvSetup(ConvDescriptors):
+    """The descriptors, handle and buffers one convolution's candidates share."""
+
+    handle: CudnnHandle
+    buffers: dict[str, Any]
+    one: Any
+    zero: Any
 
     def ptr(self, role: str) -> int:
         return _device_ptr(self.buffers[role])
@@ -1106,46 +1156,13 @@ class _ConvSetup:
 def _conv_setup(
     ctx: DeviceContext, handle: CudnnHandle, p: ConvParams, tensor_cores: bool, fused: bool, tensors: Tensors
 ) -> _ConvSetup:
-    reason = params_check(p)
-    if reason:
-        raise UnsupportedLayer(reason)
-    args = conv_descriptor_args(p)
-    dt = data_type(p.dtype)
+    d = conv_descriptors(p, tensor_cores, fused)
     wanted = {"x": (p.x, p.dtype, "random"), "w": (p.w, p.dtype, "random"), "y": (p.y, p.dtype, "zeros")}
     if fused:
         wanted["bias"] = ((p.y[1],), p.dtype, "random")
     one, zero = _scalars(p.dtype)
-    setup = _ConvSetup(
-        handle=handle,
-        p=p,
-        args=args,
-        requested_math=math_type(p.dtype, tensor_cores),
-        x_desc=TensorDescriptor(args.x, dt),
-        y_desc=TensorDescriptor(args.y, dt),
-        w_desc=FilterDescriptor(args.w, dt),
-        buffers=_buffers(ctx, tensors, wanted),
-        convs={},
-        one=one,
-        zero=zero,
-    )
-    # cuDNN's own shape rule must agree with the layer's (forward: x -> y; backward-data: dx=y -> dy=x).
-    source, target = (setup.y_desc, args.x) if p.transpose else (setup.x_desc, args.y)
-    dims = _ints([0] * len(target))
-    _check(
-        "cudnnGetConvolutionNdForwardOutputDim",
-        setup.conv(setup.requested_math).ptr,
-        source.ptr,
-        setup.w_desc.ptr,
-        len(target),
-        dims,
-    )
-    if tuple(dims) != target:
-        raise UnsupportedLayer(f"cuDNN computes the convolution as {tuple(dims)}, the layer has {target}")
-    if fused:
-        setup.bias_desc = TensorDescriptor(args.bias, dt)
-        mode = ACTIVATION_MODE[_ACTIVATIONS[p.activation or "identity"]]
-        setup.activation = ActivationDescriptor(mode, activation_coef(p.activation or "identity", p.activation_coef))
-    return setup
+    shared = {f.name: getattr(d, f.name) for f in fields(ConvDescriptors)}
+    return _ConvSetup(**shared, handle=handle, buffers=_buffers(ctx, tensors, wanted), one=one, zero=zero)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1412,22 +1429,71 @@ def conv_bias_activation_candidates(
 # ------------------------------------------------------------------ single-algorithm layers
 
 
-def pooling_candidates(
-    ctx: DeviceContext, handle: CudnnHandle, p: PoolParams, *, tensors: Tensors = None
-) -> list[Candidate]:
-    """``cudnnPoolingForward`` of a max or average pool (NaN propagated); 1-D pools run as 2-D."""
+def pooling_descriptors(p: PoolParams) -> tuple[PoolingDescriptor, TensorDescriptor, TensorDescriptor]:
+    """(pooling, x, y) descriptors, cuDNN's pooled shape checked against the layer's (host-only).
+
+    Raises:
+        UnsupportedLayer: ``pooling_check``'s reason, or cuDNN pools to another shape.
+    """
     reason = pooling_check(p)
     if reason:
         raise UnsupportedLayer(reason)
     args = pooling_descriptor_args(p)
     dt = data_type(p.dtype)
-    mode = _POOL_MODES[p.mode]
-    pool = PoolingDescriptor(POOLING_MODE[mode], args.window, args.pads, args.strides)
+    pool = PoolingDescriptor(POOLING_MODE[_POOL_MODES[p.mode]], args.window, args.pads, args.strides)
     x_desc, y_desc = TensorDescriptor(args.x, dt), TensorDescriptor(args.y, dt)
     dims = _ints([0] * len(args.y))
     _check("cudnnGetPoolingNdForwardOutputDim", pool.ptr, x_desc.ptr, len(args.y), dims)
     if tuple(dims) != args.y:
         raise UnsupportedLayer(f"cuDNN pools x {args.x} to {tuple(dims)}, the layer has {args.y}")
+    return pool, x_desc, y_desc
+
+
+def lrn_descriptors(p: LrnParams) -> tuple[LrnDescriptor, TensorDescriptor, TensorDescriptor]:
+    """(LRN, x, y) descriptors of a cross-channel LRN (host-only)."""
+    reason = lrn_check(p)
+    if reason:
+        raise UnsupportedLayer(reason)
+    shape, dt = cudnn_shape(p.x), data_type(p.dtype)
+    return LrnDescriptor(p.size, p.alpha, p.beta, p.k), TensorDescriptor(shape, dt), TensorDescriptor(shape, dt)
+
+
+def softmax_descriptor(p: SoftmaxParams) -> TensorDescriptor:
+    """The (outer, axis, inner, 1) tensor descriptor softmax runs on in CHANNEL mode (host-only)."""
+    reason = softmax_check(p)
+    if reason:
+        raise UnsupportedLayer(reason)
+    return TensorDescriptor(p.x, data_type(p.dtype))
+
+
+def activation_descriptors(p: ActivationParams) -> tuple[ActivationDescriptor, TensorDescriptor]:
+    """(activation, 4-d tensor) descriptors (host-only); swish's beta is ``p.coef``, 1 when 0."""
+    reason = activation_check(p)
+    if reason:
+        raise UnsupportedLayer(reason)
+    mode = ACTIVATION_MODE[_ACTIVATIONS[p.kind]]
+    swish_beta = (p.coef or 1.0) if p.kind == "swish" else None
+    activation = ActivationDescriptor(mode, activation_coef(p.kind, p.coef), swish_beta)
+    return activation, TensorDescriptor(four_d(p.x), data_type(p.dtype))
+
+
+def batchnorm_descriptors(p: BatchNormParams) -> tuple[TensorDescriptor, TensorDescriptor, TensorDescriptor]:
+    """(x, y, derived 1 x C x 1 x 1 parameter) descriptors of SPATIAL inference batch normalisation (host-only)."""
+    reason = batchnorm_check(p)
+    if reason:
+        raise UnsupportedLayer(reason)
+    shape, dt = batchnorm_shape(p.x), data_type(p.dtype)
+    x_desc, y_desc, bn_desc = TensorDescriptor(shape, dt), TensorDescriptor(shape, dt), TensorDescriptor()
+    _check("cudnnDeriveBNTensorDescriptor", bn_desc.ptr, x_desc.ptr, BATCHNORM_MODE["SPATIAL"])
+    return x_desc, y_desc, bn_desc
+
+
+def pooling_candidates(
+    ctx: DeviceContext, handle: CudnnHandle, p: PoolParams, *, tensors: Tensors = None
+) -> list[Candidate]:
+    """``cudnnPoolingForward`` of a max or average pool (NaN propagated); 1-D pools run as 2-D."""
+    pool, x_desc, y_desc = pooling_descriptors(p)
+    mode = _POOL_MODES[p.mode]
     buffers = _buffers(ctx, tensors, {"x": (p.x, p.dtype, "random"), "y": (p.y, p.dtype, "zeros")})
     one, zero = _scalars(p.dtype)
     xp, yp = _device_ptr(buffers["x"]), _device_ptr(buffers["y"])
@@ -1443,13 +1509,7 @@ def lrn_candidates(
     ctx: DeviceContext, handle: CudnnHandle, p: LrnParams, *, tensors: Tensors = None
 ) -> list[Candidate]:
     """``cudnnLRNCrossChannelForward`` (CROSS_CHANNEL_DIM1) with ONNX's size, alpha, beta and bias."""
-    reason = lrn_check(p)
-    if reason:
-        raise UnsupportedLayer(reason)
-    shape = cudnn_shape(p.x)
-    dt = data_type(p.dtype)
-    lrn = LrnDescriptor(p.size, p.alpha, p.beta, p.k)
-    x_desc, y_desc = TensorDescriptor(shape, dt), TensorDescriptor(shape, dt)
+    lrn, x_desc, y_desc = lrn_descriptors(p)
     buffers = _buffers(ctx, tensors, {"x": (p.x, p.dtype, "random"), "y": (p.x, p.dtype, "zeros")})
     one, zero = _scalars(p.dtype)
     xp, yp = _device_ptr(buffers["x"]), _device_ptr(buffers["y"])
@@ -1470,11 +1530,7 @@ def softmax_candidates(
     Softmax runs ACCURATE (max-subtracted, what frameworks use; the default) and FAST;
     LogSoftmax runs LOG.
     """
-    reason = softmax_check(p)
-    if reason:
-        raise UnsupportedLayer(reason)
-    dt = data_type(p.dtype)
-    desc = TensorDescriptor(p.x, dt)
+    desc = softmax_descriptor(p)
     buffers = _buffers(ctx, tensors, {"x": (p.x, p.dtype, "random"), "y": (p.x, p.dtype, "zeros")})
     one, zero = _scalars(p.dtype)
     xp, yp = _device_ptr(buffers["x"]), _device_ptr(buffers["y"])
@@ -1498,15 +1554,8 @@ def activation_candidates(
     ctx: DeviceContext, handle: CudnnHandle, p: ActivationParams, *, tensors: Tensors = None
 ) -> list[Candidate]:
     """``cudnnActivationForward``: ``p.coef`` is clipped ReLU's ceiling or ELU's alpha (swish's beta, 1 when 0)."""
-    reason = activation_check(p)
-    if reason:
-        raise UnsupportedLayer(reason)
-    shape = four_d(p.x)
-    dt = data_type(p.dtype)
+    activation, desc = activation_descriptors(p)
     mode = _ACTIVATIONS[p.kind]
-    swish_beta = (p.coef or 1.0) if p.kind == "swish" else None
-    activation = ActivationDescriptor(ACTIVATION_MODE[mode], activation_coef(p.kind, p.coef), swish_beta)
-    desc = TensorDescriptor(shape, dt)
     buffers = _buffers(ctx, tensors, {"x": (p.x, p.dtype, "random"), "y": (p.x, p.dtype, "zeros")})
     one, zero = _scalars(p.dtype)
     xp, yp = _device_ptr(buffers["x"]), _device_ptr(buffers["y"])
@@ -1530,15 +1579,8 @@ def batchnorm_candidates(
     Args:
         tensors: device arrays for ``x``, ``y``, ``scale``, ``bias``, ``mean``, ``var`` instead of new ones.
     """
-    reason = batchnorm_check(p)
-    if reason:
-        raise UnsupportedLayer(reason)
-    shape = batchnorm_shape(p.x)
-    dt = data_type(p.dtype)
-    x_desc, y_desc = TensorDescriptor(shape, dt), TensorDescriptor(shape, dt)
+    x_desc, y_desc, bn_desc = batchnorm_descriptors(p)
     spatial = BATCHNORM_MODE["SPATIAL"]
-    bn_desc = TensorDescriptor()
-    _check("cudnnDeriveBNTensorDescriptor", bn_desc.ptr, x_desc.ptr, spatial)
     param = ((p.x[1],), "float64" if p.dtype == "float64" else "float32")
     wanted = {"x": (p.x, p.dtype, "random"), "y": (p.x, p.dtype, "zeros")}
     wanted |= {"scale": (*param, "random"), "bias": (*param, "random"), "mean": (*param, "random")}
