@@ -59,7 +59,7 @@ from pydantic import (
     model_validator,
 )
 
-from benanza.errors import ConfigError, RegistryError, UsageError
+from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
 
 if TYPE_CHECKING:
     from benanza.bench.harness import HarnessSettings
@@ -189,6 +189,43 @@ def _onnxruntime_options(system: SystemConfig) -> dict[str, Any]:
     return options
 
 
+def _option_value(text: str) -> Any:
+    """An entry option's value: true/false as booleans, whole numbers as ints, else the text."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    try:
+        return int(text)
+    except ValueError:
+        return text.strip()
+
+
+def runtime_entry(entry: str) -> tuple[str, dict[str, Any]]:
+    """A system's runtime entry as (runtime name, options): ``cudnn:precision=float16,tensor_cores=false``.
+
+    An entry is a runtime's registered name, optionally followed by ``:`` and comma-separated
+    ``option=value`` pairs that override the system's settings for that runtime; one runtime
+    may appear with several option sets (each is a variant measured on the same stack).
+
+    Raises:
+        ValueError: a malformed entry (the message says what is wrong).
+    """
+    name, sep, rest = entry.partition(":")
+    name = name.strip()
+    if not name:
+        raise ValueError(f"runtime entry {entry!r} names no runtime")
+    options: dict[str, Any] = {}
+    if sep:
+        for pair in rest.split(","):
+            key, eq, value = pair.partition("=")
+            if not eq or not key.strip() or not value.strip():
+                raise ValueError(f"runtime entry {entry!r}: {pair!r} is not option=value")
+            if key.strip() in options:
+                raise ValueError(f"runtime entry {entry!r} sets {key.strip()} twice")
+            options[key.strip()] = _option_value(value)
+    return name, options
+
+
 # --- models --------------------------------------------------------------------------------
 
 
@@ -204,7 +241,11 @@ class SystemConfig(BaseModel):
 
     name: str = Field(pattern=SYSTEM_NAME_PATTERN, description="results are keyed by it; Ray label value")
     kind: Literal["cpu", "gpu"] = "cpu"
-    runtimes: list[str] = Field(default_factory=lambda: ["onnxruntime"], min_length=1)
+    runtimes: list[str] = Field(
+        default_factory=lambda: ["onnxruntime"],
+        min_length=1,
+        description='runtime entries: "cudnn", or with options "cudnn:precision=float16,tensor_cores=false"',
+    )
     threads: PositiveInt | None = Field(None, description="CPU intra-op threads (default: all cores)")
     opt_level: str | None = Field(None, description="ONNX Runtime graph optimisation level")
     devices: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1, description="GPU ordinals; None=all")
@@ -225,9 +266,25 @@ class SystemConfig(BaseModel):
     @field_validator("runtimes")
     @classmethod
     def _unique_runtimes(cls, runtimes: list[str]) -> list[str]:
-        if len(set(runtimes)) != len(runtimes):
-            raise ValueError(f"runtimes listed twice in {runtimes}")
+        from benanza.runtimes.base import get_runtime  # registers the built-in runtimes (no GPU library)
+
+        seen: set[tuple[str, tuple[tuple[str, Any], ...]]] = set()
+        for entry in runtimes:
+            name, options = runtime_entry(entry)
+            key = (name, tuple(sorted(options.items())))
+            if key in seen:
+                raise ValueError(f"runtimes listed twice in {runtimes}")
+            seen.add(key)
+            if options:  # an option the runtime does not take is refused here, not in a worker
+                try:
+                    get_runtime(name, **options)
+                except BenanzaError as exc:
+                    raise ValueError(str(exc)) from None
         return runtimes
+
+    def runtime_names(self) -> list[str]:
+        """The runtimes this system uses, by registered name (an entry's options left out)."""
+        return list(dict.fromkeys(runtime_entry(entry)[0] for entry in self.runtimes))
 
     @field_validator("devices")
     @classmethod
@@ -243,7 +300,7 @@ class SystemConfig(BaseModel):
                 if getattr(self, field) is not None:
                     raise ValueError(f"{field} is for gpu systems; {self.name!r} is kind cpu")
         if self.opt_level is not None:
-            if "onnxruntime" not in self.runtimes:
+            if "onnxruntime" not in self.runtime_names():
                 raise ValueError("opt_level is an onnxruntime option, but runtimes does not list onnxruntime")
             from benanza.runtimes.onnxruntime import OPT_LEVELS
 
@@ -264,18 +321,17 @@ class SystemConfig(BaseModel):
         """The Ray custom resource that this system's nodes carry."""
         return f"{RESOURCE_PREFIX}{self.name}"
 
-    def runtime_options(self, runtime: str) -> dict[str, Any]:
-        """Keyword options for ``get_runtime(runtime, ...)`` from this system's settings.
+    def runtime_options(self, entry: str) -> dict[str, Any]:
+        """Keyword options for ``get_runtime(name, ...)`` of a runtime entry: the system's settings, then the entry's.
 
         Raises:
-            UsageError: the system does not list ``runtime``.
+            UsageError: the system does not list ``entry``.
         """
-        if runtime not in self.runtimes:
-            raise UsageError(
-                f"system {self.name!r} does not use runtime {runtime!r}; it uses {', '.join(self.runtimes)}"
-            )
-        build = _RUNTIME_OPTIONS.get(runtime)
-        return build(self) if build else {}
+        if entry not in self.runtimes:
+            raise UsageError(f"system {self.name!r} does not use runtime {entry!r}; it uses {', '.join(self.runtimes)}")
+        name, options = runtime_entry(entry)
+        build = _RUNTIME_OPTIONS.get(name)
+        return {**(build(self) if build else {}), **options}
 
     def simulated_node(self) -> dict[str, Any]:
         """Keyword arguments of ``ray.cluster_utils.Cluster.add_node`` for this system's local node."""

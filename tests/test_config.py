@@ -65,7 +65,8 @@ def test_shipped_catalogs_hold_the_papers_gpus_current_gpus_and_cpus() -> None:
     assert set(gpus) == PAPER_GPUS | CURRENT_GPUS
     for system in gpus.values():
         assert system.kind == "gpu"
-        assert system.runtimes == ["cudnn", "onnxruntime"]
+        tensor_cores = system.name not in ("k80", "m60", "p100", "p4")  # compute capability 7.0 on
+        assert system.runtimes == ["cudnn", *(["cudnn:tensor_cores=false"] if tensor_cores else []), "onnxruntime"]
         assert system.gpu and system.price_per_hour is not None and system.price_per_hour > 0
     cpus = load_catalog(CONFIGS / "systems" / "cpus.toml")
     assert {s.kind for s in cpus} == {"cpu"}
@@ -362,3 +363,25 @@ def test_command_line_overrides_revalidate(tmp_path: Path, monkeypatch, zoo_path
     assert config.with_overrides(models=["m.onnx"]).models == [tmp_path / "m.onnx"]
     with pytest.raises(UsageError, match=r"^invalid override: batch_sizes\[0\]: Input should be greater than 0"):
         config.with_overrides(batch_sizes=[0])
+
+
+def test_runtime_entries_carry_options_over_the_systems_settings() -> None:
+    from benanza.config import runtime_entry
+
+    assert runtime_entry("cudnn") == ("cudnn", {})
+    assert runtime_entry("cudnn:precision=float16, tensor_cores=false") == (
+        "cudnn",
+        {"precision": "float16", "tensor_cores": False},
+    )
+    assert runtime_entry("onnxruntime:threads=4") == ("onnxruntime", {"threads": 4})
+    entries = ["onnxruntime", "onnxruntime:threads=1", "cudnn:tensor_cores=false"]
+    system = SystemConfig(name="h100", kind="gpu", threads=8, runtimes=entries)
+    assert system.runtime_names() == ["onnxruntime", "cudnn"]
+    assert system.runtime_options("onnxruntime") == {"ep": "cuda", "threads": 8}
+    assert system.runtime_options("onnxruntime:threads=1") == {"ep": "cuda", "threads": 1}  # the entry wins
+    assert system.runtime_options("cudnn:tensor_cores=false") == {"tensor_cores": False}
+    with pytest.raises(UsageError, match="does not use runtime 'cudnn'"):
+        system.runtime_options("cudnn")
+    for bad in (":x=1", "cudnn:precision=float16,precision=float32", "cudnn:=1"):
+        with pytest.raises(ValueError, match="runtime entry"):
+            runtime_entry(bad)

@@ -372,3 +372,45 @@ def test_a_worker_measures_its_chunk_interleaved_when_the_harness_says_so(tmp_pa
     assert len(records) == 5
     assert {r.settings["harness"]["schedule"] for r in records} == {"interleaved"}
     assert len({r.stats["n"] for r in records}) == 1  # one sample of each per round
+
+
+def test_one_runtime_in_two_variants_on_a_system_stores_both_and_status_sees_both(
+    cluster, tmp_path: Path, conv_chain
+) -> None:
+    """Runtime entries with options ("onnxruntime:threads=1"): each is a variant of the same stack."""
+    import onnx
+
+    from benanza.fleet.driver import plan_corpus
+    from benanza.fleet.status import fleet_status
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(conv_chain(), model)
+    db = f"sqlite:///{tmp_path / 'v.db'}"
+    entries = ["onnxruntime:threads=1", "onnxruntime:threads=2"]
+    cfg = FleetConfig(
+        systems=[SystemConfig(name="sys-a", runtimes=entries)], models=[model], db=db, harness=FAST, chunk_size=4
+    )
+    first = run_fleet(cfg).to_dict()["systems"]["sys-a"]
+    assert first["error"] is None and first["measured"] == first["total"] > 0
+    with open_store(db) as store:
+        records = store.records(system="sys-a")
+        by_variant = Counter(r.variant for r in records)
+        (stack,) = {r.stack_id for r in records}
+    assert len(by_variant) == 2 and len(set(by_variant.values())) == 1  # each variant measured everything
+    assert sorted("threads=1" in v for v in by_variant) == [False, True]
+    assert sum(by_variant.values()) == first["total"]
+    again = run_fleet(cfg).to_dict()["systems"]["sys-a"]
+    assert again["measured"] == 0 and again["reused"] == first["total"]
+    with open_store(db) as store:
+        (row,) = [s.to_dict() for s in fleet_status(store, cfg, plan_corpus(cfg))]
+    assert row["lacks"] == 0 and row["total"] == first["total"] and row["current_stack"] == stack
+    assert sorted(row["stacks"][0]["variant"].split(";")) == sorted(by_variant)
+
+
+def test_a_runtime_entry_with_an_option_the_runtime_does_not_take_is_refused_in_the_config() -> None:
+    with pytest.raises(ValueError, match="runtime 'onnxruntime' takes no option thread; it takes threads"):
+        SystemConfig(name="sys-a", runtimes=["onnxruntime:thread=1"])
+    with pytest.raises(ValueError, match="listed twice"):
+        SystemConfig(name="sys-a", runtimes=["onnxruntime:threads=1", "onnxruntime: threads=1"])
+    with pytest.raises(ValueError, match="'threads' is not option=value"):
+        SystemConfig(name="sys-a", runtimes=["onnxruntime:threads"])

@@ -85,9 +85,9 @@ def status(
     from benanza.store.base import open_store
 
     cfg = _config(config, db, None, models, batch, shape)
-    by_runtime = plan_corpus(cfg).by_runtime()
+    corpus = plan_corpus(cfg)
     with open_store(cfg.db, create=False) as store:
-        rows = [s.to_dict() for s in fleet_status(store, cfg, by_runtime)]
+        rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]
     if format is OutputFormat.json:
         emit_json(rows)
     else:

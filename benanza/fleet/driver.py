@@ -34,7 +34,7 @@ from typing import Any
 
 from benanza.bench.generate import plan_model, specs_for_plan, unique_specs
 from benanza.bench.spec import BenchmarkSpec
-from benanza.config import FleetConfig, SystemConfig
+from benanza.config import FleetConfig, SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, UsageError, one_line
 from benanza.fleet.plan import CorpusWork, SystemPlan, Target, plan_target
 from benanza.fleet.systems import actor_options, connect, devices_of, missing_node_reason, system_nodes
@@ -118,11 +118,11 @@ class FleetSummary:
 # -- planning ----------------------------------------------------------------------------------
 
 
-def _planning_key(system: SystemConfig, runtime: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """Runtime options that change how the corpus is planned (threads do not; opt level does)."""
-    options = system.runtime_options(runtime)
+def _planning_key(system: SystemConfig, entry: str) -> tuple[str, tuple[tuple[str, Any], ...]]:
+    """A runtime entry's name and the options that change how the corpus is planned (threads do not)."""
+    options = system.runtime_options(entry)
     options.pop("threads", None)
-    return runtime, tuple(sorted(options.items()))
+    return runtime_entry(entry)[0], tuple(sorted(options.items()))
 
 
 @dataclass
@@ -137,6 +137,10 @@ class CorpusPlan:
     def by_runtime(self) -> dict[str, CorpusWork]:
         """Work by runtime name (one planning key per runtime name in the usual configs)."""
         return {key[0]: work for key, work in self.works.items()}
+
+    def work_of(self, system: SystemConfig, entry: str) -> CorpusWork | None:
+        """The work of one of ``system``'s runtime entries; None where its runtime is unavailable here."""
+        return self.works.get(_planning_key(system, entry))
 
 
 def plan_corpus(config: FleetConfig) -> CorpusPlan:
@@ -308,7 +312,8 @@ class FleetDriver:
                 if target_info is None or key not in works:
                     result.error = f"runtime {runtime}: {problem or 'not available'}"
                     continue
-                target = Target(system.name, runtime, target_info["stack_id"], target_info["variant"])
+                name = runtime_entry(runtime)[0]
+                target = Target(system.name, name, target_info["stack_id"], target_info["variant"])
                 result.stack_id = result.stack_id or target.stack_id
                 result.new_stack = bool(result.new_stack) or bool(target_info.get("new_stack"))
                 try:

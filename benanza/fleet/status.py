@@ -11,13 +11,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benanza.analysis.compare import latest_stack
-from benanza.config import FleetConfig
-from benanza.fleet.plan import CorpusWork, Target, plan_target
+from benanza.bench.spec import variant_id
+from benanza.config import FleetConfig, runtime_entry
+from benanza.fleet.plan import Target, plan_target
 from benanza.local import parse_variant
 from benanza.store.base import Store
+
+if TYPE_CHECKING:
+    from benanza.fleet.driver import CorpusPlan
 
 
 @dataclass
@@ -50,46 +54,64 @@ class SystemStatus:
         return out
 
 
-def _variant_of(store: Store, system: str, stack_id: str, runtime: str) -> str | None:
-    """The variant the system's records of this stack use (end-to-end records first)."""
+def _matches(variant: str, options: Mapping[str, Any]) -> bool:
+    """Whether a stored variant id has every option of a runtime entry (``tensor_cores=False``)."""
+    return set(variant_id(options).split(",")) <= set(variant.split(",")) if options else True
+
+
+def _variant_of(store: Store, system: str, stack_id: str, entry: str, siblings: list[dict[str, Any]]) -> str | None:
+    """The variant a runtime entry's records of this stack use (end-to-end records first).
+
+    An entry with options takes the variants that carry them; an entry without takes those
+    no sibling entry of the same runtime (``siblings``: their options) claims.
+    """
+    name, options = runtime_entry(entry)
     for kind in ("model", None):
-        records = store.records(system=system, stack_id=stack_id, runtime=runtime, kind=kind)
-        if records:
-            return Counter(r.variant for r in records).most_common(1)[0][0]
+        variants = [
+            r.variant
+            for r in store.records(system=system, stack_id=stack_id, runtime=name, kind=kind)
+            if _matches(r.variant, options) and (options or not any(_matches(r.variant, o) for o in siblings if o))
+        ]
+        if variants:
+            return Counter(variants).most_common(1)[0][0]
     return None
 
 
-def fleet_status(store: Store, config: FleetConfig, works: Mapping[str, CorpusWork]) -> list[SystemStatus]:
+def fleet_status(store: Store, config: FleetConfig, corpus: CorpusPlan) -> list[SystemStatus]:
     """Per system (configured or registered in the store): stacks, what is stored and lacking.
 
-    ``works`` maps a runtime name to its corpus work (``driver.plan_corpus``).
+    ``corpus`` is the fleet's planned corpus (``driver.plan_corpus``); a configured system's
+    runtime entries take their own work, a system known only from the store its runtimes'.
     """
+    by_name = corpus.by_runtime()
     registered = {s["name"] for s in store.systems()}
     names = list(config.system_names()) + sorted(registered - set(config.system_names()))
     out = []
     for name in names:
         status = SystemStatus(name, configured=name in config.system_names(), registered=name in registered)
         system = config.system(name) if status.configured else None
-        runtimes = system.runtimes if system else sorted(works)
+        entries = system.runtimes if system else sorted(by_name)
+        works = {rt: corpus.work_of(system, rt) if system else by_name.get(rt) for rt in entries}
+        siblings = [runtime_entry(rt)[1] for rt in entries]
         stacks = store.stacks(name)
         current = latest_stack(stacks)
         status.current_stack = current["stack_id"] if current else None
-        status.total = sum(len(works[rt].templates) for rt in runtimes if rt in works)
+        status.total = sum(len(work.templates) for work in works.values() if work is not None)
         for stack in stacks:
             sid = stack["stack_id"]
             present = store.present_spec_ids(name, sid)
             lacks: int | None = 0
             variants = []
-            for rt in runtimes:
-                if rt not in works:
+            for rt, work in works.items():
+                if work is None:
                     continue
-                variant = _variant_of(store, name, sid, rt)
+                variant = _variant_of(store, name, sid, rt, siblings)
                 if variant is None:
                     lacks = None
                     break
                 variants.append(variant)
-                target = Target(name, rt, sid, parse_variant(variant))
-                lacks += len(plan_target(works[rt], target, present).todo)
+                target = Target(name, work.runtime, sid, parse_variant(variant))
+                lacks += len(plan_target(work, target, present).todo)
             status.stacks.append(
                 StackStatus(
                     sid, stack["first_seen"], stack["last_seen"], ";".join(variants) or None, len(present), lacks

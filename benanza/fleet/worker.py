@@ -28,8 +28,8 @@ from benanza.bench.execute import (
     run_spec,
 )
 from benanza.bench.harness import HarnessSettings
-from benanza.bench.spec import BenchmarkSpec
-from benanza.config import SystemConfig
+from benanza.bench.spec import BenchmarkSpec, variant_id
+from benanza.config import SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, one_line
 from benanza.fingerprint import stack_fingerprint, stack_id, system_fingerprint
 from benanza.runtimes.base import get_runtime
@@ -93,15 +93,17 @@ class SystemWorker:
         self.runtimes: dict[str, Any] = {}
         self.targets: dict[str, dict[str, Any]] = {}
         self.errors: dict[str, str] = {}
-        for name in self.config.runtimes:
+        self._entries: dict[tuple[str, str], str] = {}  # (runtime name, variant id) -> runtime entry
+        for name in self.config.runtimes:  # entries: "cudnn", "cudnn:tensor_cores=false", ...
             try:
-                rt = get_runtime(name, **self.config.runtime_options(name))
+                rt = get_runtime(runtime_entry(name)[0], **self.config.runtime_options(name))
                 stack = stack_fingerprint({"runtime": rt.name, **rt.stack()})
             except (BenanzaError, ImportError, OSError) as exc:
                 self.errors[name] = one_line(exc)
                 continue
             self.runtimes[name] = rt
             self.targets[name] = {"stack_id": stack_id(stack), "stack": stack, "variant": rt.variant()}
+            self._entries[(rt.name, variant_id(rt.variant()))] = name
         self.spill_dir = spill_dir or str(default_spill_dir())
         owner = f"{self.name}-{self.host}-{os.getpid()}"
         self.store: Store | None = None
@@ -146,9 +148,11 @@ class SystemWorker:
         by_runtime: dict[str, list[BenchmarkSpec]] = {}
         for data in specs:
             spec = BenchmarkSpec.from_dict(data)
-            if spec.runtime not in self.targets:
-                raise BenanzaError(f"{self.name}: runtime {spec.runtime!r} is not available here")
-            by_runtime.setdefault(spec.runtime, []).append(spec)
+            entry = self._entries.get((spec.runtime, spec.variant_id))
+            if entry is None:
+                variant = f" ({spec.variant_id})" if spec.variant_id else ""
+                raise BenanzaError(f"{self.name}: runtime {spec.runtime!r}{variant} is not available here")
+            by_runtime.setdefault(entry, []).append(spec)
         for name, todo in by_runtime.items():
             runtime, stack = self.runtimes[name], self.targets[name]["stack_id"]
             if name not in self._settings:  # the schedule this runtime takes, decided (and logged) once

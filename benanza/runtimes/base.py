@@ -7,11 +7,12 @@ skipped (stored as an outcome, never dropped).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from benanza.bench.spec import BenchmarkSpec
-from benanza.errors import RegistryError
+from benanza.errors import RegistryError, UsageError
 
 
 @runtime_checkable
@@ -87,7 +88,20 @@ def get_runtime(name: str, **options: Any) -> Runtime:
         factory = _RUNTIMES[name]
     except KeyError:
         raise RegistryError("runtime", name, list(_RUNTIMES)) from None
+    check_options(name, factory, options)
     return factory(**options)
+
+
+def check_options(name: str, factory: RuntimeFactory, options: Mapping[str, Any]) -> None:
+    """``UsageError`` naming the runtime's options when ``options`` holds one it does not take."""
+    try:
+        inspect.signature(factory).bind(**options)
+    except TypeError:
+        takes = list(inspect.signature(factory).parameters)
+        unknown = sorted(set(options) - set(takes))
+        raise UsageError(
+            f"runtime {name!r} takes no option {', '.join(unknown) or sorted(options)}; it takes {', '.join(takes)}"
+        ) from None
 
 
 def _load_builtin() -> None:

@@ -277,10 +277,12 @@ class CudnnRuntime:
         device: int = 0,
         precision: str = "float32",
         tensor_cores: bool = True,
-        sources: Sequence[str] | None = None,
+        sources: Sequence[str] | str | None = None,
     ) -> None:
         if precision not in PRECISIONS:
             raise UsageError(f"unknown precision {precision!r}; known: {', '.join(PRECISIONS)}")
+        if isinstance(sources, str):  # "cudnn-legacy+cublaslt", as the variant writes it (a fleet entry's option)
+            sources = sources.split("+")
         chosen = tuple(sources) if sources is not None else SOURCES
         unknown = [s for s in chosen if s not in SOURCES]
         if unknown or not chosen:
