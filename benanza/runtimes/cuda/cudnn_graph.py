@@ -289,15 +289,8 @@ def conv_graph(cudnn: Any, p: ConvParams, layout: str = "nhwc", handle: Any = No
             another output shape than the layer's.
     """
     geo, act = _conv_layer(p, layout)
-    io, intermediate, compute = graph_data_types(p.dtype)
+    graph, io = _new_graph(cudnn, "benanza_conv", p.dtype, handle)
     dt = cudnn.data_type
-    graph = cudnn.pygraph(
-        name="benanza_conv",
-        io_data_type=getattr(dt, io),
-        intermediate_data_type=getattr(dt, intermediate),
-        compute_data_type=getattr(dt, compute),
-        handle=handle,
-    )
     operands: list[_Operand] = []
 
     def declare(name: str, dims: Shape, fill: str = "random") -> Any:
@@ -359,15 +352,8 @@ def matmul_graph(cudnn: Any, p: GemmParams, handle: Any = None) -> OperationGrap
     """The batched matmul [+ row bias] graph of ``p``, not yet validated (host-only, as ``conv_graph``)."""
     _matmul_check(p)
     shapes = gemm_shapes(p)
-    io, intermediate, compute = graph_data_types(p.dtype)
+    graph, io = _new_graph(cudnn, "benanza_matmul", p.dtype, handle)
     dt = cudnn.data_type
-    graph = cudnn.pygraph(
-        name="benanza_matmul",
-        io_data_type=getattr(dt, io),
-        intermediate_data_type=getattr(dt, intermediate),
-        compute_data_type=getattr(dt, compute),
-        handle=handle,
-    )
     batch = shapes.c[0] if shapes.batched else 1
     a_dims = (shapes.a[0] if len(shapes.a) == 3 else 1, p.m, p.k)
     b_dims = (shapes.b[0] if len(shapes.b) == 3 else 1, p.k, p.n)
@@ -421,15 +407,8 @@ def batchnorm_graph(cudnn: Any, p: BatchNormParams, layout: str = "nhwc", handle
     x_dims = tuple(p.x) + (1,) * max(0, 4 - len(p.x))
     if len(x_dims) > 5:
         raise UnsupportedLayer(f"batch normalisation of a {len(p.x)}-D tensor: cuDNN normalises 4-D and 5-D ones")
-    io, intermediate, compute = graph_data_types(p.dtype)
+    graph, io = _new_graph(cudnn, "benanza_batchnorm", p.dtype, handle)
     dt = cudnn.data_type
-    graph = cudnn.pygraph(
-        name="benanza_batchnorm",
-        io_data_type=getattr(dt, io),
-        intermediate_data_type=getattr(dt, intermediate),
-        compute_data_type=getattr(dt, compute),
-        handle=handle,
-    )
     channel = (1, x_dims[1], *([1] * (len(x_dims) - 2)))
     operands: list[_Operand] = []
 
@@ -456,6 +435,20 @@ def batchnorm_graph(cudnn: Any, p: BatchNormParams, layout: str = "nhwc", handle
     y.set_output(True).set_data_type(getattr(dt, io))
     operands.append(_Operand("y", y, x_dims, packed_strides(x_dims, layout), p.dtype, "zeros"))
     return OperationGraph(graph, operands, f"{p.dtype} batchnorm")
+
+
+def _new_graph(cudnn: Any, name: str, dtype: str, handle: Any) -> tuple[Any, str]:
+    """An empty graph with the data types of ``dtype`` (``graph_data_types``), and its I/O type's name."""
+    io, intermediate, compute = graph_data_types(dtype)
+    dt = cudnn.data_type
+    graph = cudnn.pygraph(
+        name=name,
+        io_data_type=getattr(dt, io),
+        intermediate_data_type=getattr(dt, intermediate),
+        compute_data_type=getattr(dt, compute),
+        handle=handle,
+    )
+    return graph, io
 
 
 def _shape_output(tensor: Any, dims: Shape, layout: str, what: str) -> None:
