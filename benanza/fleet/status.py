@@ -8,8 +8,9 @@ complete is listed as *changed*: a driver or library update not yet re-measured.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from benanza.config import FleetConfig, runtime_entry
 from benanza.fleet.plan import Target, plan_target
 from benanza.local import parse_variant
 from benanza.store.base import Store
+from benanza.store.records import BenchmarkRecord
 
 if TYPE_CHECKING:
     from benanza.fleet.driver import CorpusPlan
@@ -59,7 +61,9 @@ def _matches(variant: str, options: Mapping[str, Any]) -> bool:
     return set(variant_id(options).split(",")) <= set(variant.split(",")) if options else True
 
 
-def _variant_of(store: Store, system: str, stack_id: str, entry: str, siblings: list[dict[str, Any]]) -> str | None:
+def _variant_of(
+    records: Callable[[str, str | None], list[BenchmarkRecord]], entry: str, siblings: list[dict[str, Any]]
+) -> str | None:
     """The variant a runtime entry's records of this stack use (end-to-end records first).
 
     An entry with options takes the variants that carry them; an entry without takes those
@@ -69,7 +73,7 @@ def _variant_of(store: Store, system: str, stack_id: str, entry: str, siblings: 
     for kind in ("model", None):
         variants = [
             r.variant
-            for r in store.records(system=system, stack_id=stack_id, runtime=name, kind=kind)
+            for r in records(name, kind)
             if _matches(r.variant, options) and (options or not any(_matches(r.variant, o) for o in siblings if o))
         ]
         if variants:
@@ -100,12 +104,17 @@ def fleet_status(store: Store, config: FleetConfig, corpus: CorpusPlan) -> list[
         for stack in stacks:
             sid = stack["stack_id"]
             present = store.present_spec_ids(name, sid)
+
+            @functools.cache  # entries of one runtime read its records of this stack once
+            def records(runtime: str, kind: str | None, sid: str = sid, name: str = name) -> list[BenchmarkRecord]:
+                return store.records(system=name, stack_id=sid, runtime=runtime, kind=kind)
+
             lacks: int | None = 0
             variants = []
             for rt, work in works.items():
                 if work is None:
                     continue
-                variant = _variant_of(store, name, sid, rt, siblings)
+                variant = _variant_of(records, rt, siblings)
                 if variant is None:
                     lacks = None
                     break
