@@ -18,6 +18,7 @@ import numpy as np
 
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
+from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
 from benanza.model.network import Network, network_of
 from benanza.model.process import ProcessedModel
@@ -45,13 +46,22 @@ class ModelPlan:
 
 
 def model_key(graph: ModelGraph) -> str:
-    """A model's identity for end-to-end results: its layers, wiring and bound inputs."""
+    """A model's identity for end-to-end results: its whole graph, every node included.
+
+    A graph extracted from ONNX carries that key (``benanza.model.identity``). A graph made
+    otherwise (tests, contracted unit graphs) is keyed by its layers, their wiring, its
+    bound inputs and the nodes it could not turn into layers.
+    """
+    if graph.graph_key:
+        return graph.graph_key
     return stable_id(
         {
             "layers": graph.layer_keys,
             "edges": [list(e) for e in graph.edges],
             "inputs": [[list(t.shape), t.dtype] for t in graph.inputs],
-        }
+            "unsupported": [[u.op_type, u.domain, u.reason] for u in graph.unsupported],
+        },
+        version=MODEL_KEY_VERSION,
     )
 
 
