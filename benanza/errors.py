@@ -9,6 +9,7 @@ Every failure a user can cause (a bad file, a bad flag, an unreachable database)
     +-- UsageError            a flag or argument is malformed (also a ValueError)
     +-- RegistryError         an unknown name was asked of a registry (also a KeyError)
     +-- SplitError            a layer range cannot be written as a runnable model
+    +-- PlanningError         a runtime cannot say how it would execute a model (planned without it)
     +-- StoreError            the performance database cannot be opened, read or written
     +-- ConfigError           a fleet config file cannot be read or does not validate
     +-- GpuError              the GPU runtime cannot run here (no device, no driver, no cuDNN)
@@ -62,6 +63,19 @@ def one_line(exc: BaseException) -> str:
 
 class SplitError(BenanzaError):
     """A layer range cannot form a runnable network (SplitModel falls back on it)."""
+
+
+class PlanningError(BenanzaError):
+    """A runtime cannot tell how it would execute a model (its fusion groups).
+
+    Raised by a runtime's ``execution_groups``; planning then measures every layer alone and
+    says so with ``reason`` (the message starts with the model's file).
+    """
+
+    def __init__(self, path: object, reason: str) -> None:
+        self.path = str(path)
+        self.reason = reason
+        super().__init__(f"{self.path}: {reason}")
 
 
 class StoreError(BenanzaError):

@@ -146,7 +146,15 @@ def test_missing_layers_give_no_totals_and_exact_coverage(branching, all_results
     assert lb.sequential_unfused_ms is None
     assert lb.coverage == 3 / 5
     assert lb.missing == tuple(
-        {"index": i, "name": branching.graph.layers[i].name, "op_type": "Tanh", "layer_key": tanh_key} for i in (2, 3)
+        {
+            "index": i,
+            "name": branching.graph.layers[i].name,
+            "op_type": "Tanh",
+            "domain": "",
+            "layer_key": tanh_key,
+            "reason": "not measured on this system and stack",
+        }
+        for i in (2, 3)
     )
     assert lb.partial_sequential_ms == pytest.approx(1.0 + 3.0 + 0.5)  # what is present
     assert lb.composed_ms[1] is None  # G=1 needs the Tanh unit

@@ -13,7 +13,11 @@ Figures and the statistic behind each (also in every JSON row under ``method``):
 
 A figure with any input missing is ``None`` (never a sum that counts missing as zero); the
 sum over what is present is given separately as ``partial_sequential_ms`` with
-``coverage`` (share of layers whose unit has data) and the ``missing`` layers.
+``coverage`` and the ``missing`` nodes, each with its reason. Coverage counts every node of
+the model that does work: the layers whose unit has data over the layers plus the nodes that
+are not layers because benanza cannot benchmark them (control flow, ops without a schema,
+unknown shapes). A model with such a node has no lower bound and no composition: the
+model runs them, the sums would not.
 
 ``checks`` lists what contradicts the method in the figures themselves: a lower bound above
 the measured end-to-end latency (by more than ``LOWER_BOUND_SLACK``) means a kernel time was
@@ -130,22 +134,37 @@ def lower_bound(
             layer_cost[members[-1]] = kernel
             for i in members:
                 covered[i] = True
-    n = len(graph.layers)
-    complete = all(covered) and n > 0
+    unbenchmarked = graph.unsupported  # nodes the model runs that no benchmark covers
+    n = len(graph.layers) + len(unbenchmarked)
+    complete = all(covered) and bool(graph.layers) and not unbenchmarked
     partial = sum(u.kernel_ms for u in units if u.kernel_ms is not None)
     unfused = [_ms(results.get(layer.layer_key), "kernel") for layer in graph.layers]
     composed: dict[int, float | None] = {}
     for g, keys in plan.sequence_keys.items():
         costs = [_ms(results.get(k), "call") for k in keys]
-        composed[g] = sum(c for c in costs if c is not None) if costs and all(c is not None for c in costs) else None
+        whole = bool(costs) and all(c is not None for c in costs) and not unbenchmarked
+        composed[g] = sum(c for c in costs if c is not None) if whole else None
     e2e = results.get(plan.model_key)
+    unit_of = {i: key for members, key in zip(plan.units, plan.unit_keys, strict=True) for i in members}
     missing = tuple(
-        {"index": layer.index, "name": layer.name, "op_type": layer.op_type, "layer_key": layer.layer_key}
+        {
+            "index": layer.index,
+            "name": layer.name,
+            "op_type": layer.op_type,
+            "domain": layer.domain,
+            "layer_key": layer.layer_key,
+            "reason": _why_missing(results.get(unit_of[layer.index])),
+        }
         for layer, ok in zip(graph.layers, covered, strict=True)
         if not ok
+    ) + tuple(
+        {"index": None, "name": u.node, "op_type": u.op_type, "domain": u.domain, "layer_key": None, "reason": u.reason}
+        for u in unbenchmarked
     )
     sequential = partial if complete else None
     parallel = graph.critical_path(layer_cost).length if complete else None
+    every_layer = bool(unfused) and all(v is not None for v in unfused) and not unbenchmarked
+    unfused_ms = sum(v for v in unfused if v is not None) if every_layer else None
     e2e_ms = _ms(e2e, "call")
     return LowerBound(
         model=plan.model,
@@ -155,7 +174,7 @@ def lower_bound(
         variant=variant,
         batch_size=plan.batch_size,
         sequential_ms=sequential,
-        sequential_unfused_ms=sum(unfused) if unfused and all(v is not None for v in unfused) else None,  # type: ignore[arg-type]
+        sequential_unfused_ms=unfused_ms,
         parallel_ms=parallel,
         partial_sequential_ms=partial,
         e2e_ms=e2e_ms,
@@ -166,6 +185,15 @@ def lower_bound(
         units=tuple(units),
         checks=bound_checks({"sequential_ms": sequential, "parallel_ms": parallel}, e2e_ms),
     )
+
+
+def _why_missing(record: Any) -> str:
+    """Why a layer's unit has no kernel time: its record's outcome and reason, or no record."""
+    if record is None:
+        return "not measured on this system and stack"
+    if record.outcome != "ok":
+        return f"{record.outcome}: {record.reason}" if record.reason else str(record.outcome)
+    return "its record holds no kernel time"
 
 
 def bound_checks(bounds: Mapping[str, float | None], e2e_ms: float | None) -> tuple[str, ...]:

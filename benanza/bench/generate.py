@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
+from benanza.errors import PlanningError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
+from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
 from benanza.model.network import Network, network_of
 from benanza.model.process import ProcessedModel
@@ -38,20 +40,60 @@ class ModelPlan:
     sequence_keys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     networks: Mapping[str, Network] = field(default_factory=dict, repr=False)  # key -> network
     requested: Mapping[str, Any] = field(default_factory=dict)  # the batch/shape arguments, to reload the model
+    notes: tuple[str, ...] = ()  # how the plan departs from the runtime's execution (one line each)
 
     @property
     def model(self) -> str:
         return self.graph.model
 
+    @property
+    def not_benchmarked(self) -> tuple[dict[str, str], ...]:
+        """Every node of the model that no benchmark covers, with the reason: reported, never dropped."""
+        return tuple(
+            {"model": self.path, "node": u.node, "op_type": op_label(u.op_type, u.domain), "reason": u.reason}
+            for u in self.graph.unsupported
+        )
+
+
+def op_label(op_type: str, domain: str) -> str:
+    """``Conv`` for an ONNX op, ``com.example::Frob`` for an op of another domain."""
+    return f"{domain}::{op_type}" if domain else op_type
+
+
+def plan_report(plans: Iterable[ModelPlan]) -> dict[str, list[dict[str, str]]]:
+    """What the plans leave out or plan in a lesser way, once per model (batch sizes and runtimes repeat it).
+
+    ``not_benchmarked``: nodes no benchmark covers (control flow, ops without a schema,
+    unknown shapes), with the reason. ``planning_notes``: a model planned without its runtime's
+    fusion groups, and why.
+    """
+    nodes: dict[tuple, dict[str, str]] = {}
+    notes: dict[tuple, dict[str, str]] = {}
+    for plan in plans:
+        for entry in plan.not_benchmarked:
+            nodes.setdefault(tuple(entry.values()), entry)
+        for note in plan.notes:
+            notes.setdefault((plan.path, note), {"model": plan.path, "note": note})
+    return {"not_benchmarked": list(nodes.values()), "planning_notes": list(notes.values())}
+
 
 def model_key(graph: ModelGraph) -> str:
-    """A model's identity for end-to-end results: its layers, wiring and bound inputs."""
+    """A model's identity for end-to-end results: its whole graph, every node included.
+
+    A graph extracted from ONNX carries that key (``benanza.model.identity``). A graph made
+    otherwise (tests, contracted unit graphs) is keyed by its layers, their wiring, its
+    bound inputs and the nodes it could not turn into layers.
+    """
+    if graph.graph_key:
+        return graph.graph_key
     return stable_id(
         {
             "layers": graph.layer_keys,
             "edges": [list(e) for e in graph.edges],
             "inputs": [[list(t.shape), t.dtype] for t in graph.inputs],
-        }
+            "unsupported": [[u.op_type, u.domain, u.reason] for u in graph.unsupported],
+        },
+        version=MODEL_KEY_VERSION,
     )
 
 
@@ -117,8 +159,12 @@ def plan_model(
 
     graph = processed.graph
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
+    notes: list[str] = []
     if hasattr(runtime, "execution_groups") and graph.layers:
-        groups = runtime.execution_groups(graph, processed.proto)
+        try:
+            groups = runtime.execution_groups(graph, processed.proto)
+        except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
+            notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:
@@ -128,6 +174,7 @@ def plan_model(
     try:
         unit_graph = contracted(graph, groups, unit_keys)
     except ValueError:  # groups that do not respect the topological order: fall back to layers
+        notes.append("the runtime's execution groups do not follow the layer order; planned with each layer alone")
         groups = [[i] for i in range(len(graph.layers))]
         unit_keys = [layer.layer_key for layer in graph.layers]
         networks = {}  # the rejected groups are not benchmarked
@@ -164,6 +211,7 @@ def plan_model(
         sequence_keys=sequence_keys,
         networks=networks,
         requested={"batch": batch, "shapes": {k: list(v) for k, v in (overrides or {}).items()}},
+        notes=tuple(notes),
     )
 
 

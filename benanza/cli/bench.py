@@ -85,7 +85,18 @@ def _plans(ctx, models, batch, shape, granularity):
 
     batches = parse_int_list(batch, "--batch") if batch else [None]
     grans = parse_int_list(granularity, "--granularity") if granularity else []
-    return plan_models(model_paths(models), ctx.runtime, batches, parse_shape_overrides(shape), grans)
+    plans = plan_models(model_paths(models), ctx.runtime, batches, parse_shape_overrides(shape), grans)
+    _warn(plans)
+    return plans
+
+
+def _warn(plans):
+    """Every node no benchmark covers, and every model planned without its fusion groups: one line each."""
+    from benanza.bench.generate import plan_report
+    from benanza.report.bench import plan_warnings
+
+    for line in plan_warnings(plan_report(plans)):
+        print(f"warning: {line}", file=sys.stderr)
 
 
 def _bench(ctx, plans, e2e, retry_failed, quiet):
@@ -154,12 +165,15 @@ def bench_run(
         summary = _bench(ctx, plans, e2e, retry_failed, quiet=format is OutputFormat.json)
     finally:
         ctx.close()
+    from benanza.bench.generate import plan_report
+
     out = {
         **summary.to_dict(),
         "system": ctx.system,
         "stack_id": ctx.stack_id,
         "runtime": ctx.runtime.name,
         "variant": ctx.variant,
+        **plan_report(plans),
     }
     if format is OutputFormat.json:
         emit_json(out)

@@ -49,6 +49,7 @@ def run(
 ) -> None:
     """Benchmark what every system lacks for its current software stack; print a summary."""
     from benanza.fleet.driver import run_fleet
+    from benanza.report.bench import plan_warnings
     from benanza.report.fleet import FleetProgress, summary_table
 
     cfg = _config(config, db, address, models, batch, shape)
@@ -64,6 +65,8 @@ def run(
         console().print(summary_table(data))
     for problem in data["model_errors"]:
         print(f"warning: {problem['model']}: {problem['error']}", file=sys.stderr)
+    for line in plan_warnings(data):
+        print(f"warning: {line}", file=sys.stderr)
 
 
 @app.command("status")

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benanza.bench.generate import plan_model, specs_for_plan, unique_specs
+from benanza.bench.generate import plan_model, plan_report, specs_for_plan, unique_specs
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import FleetConfig, SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, UsageError, one_line
@@ -96,6 +96,7 @@ class FleetSummary:
     model_errors: list[dict[str, str]]
     duration_s: float = 0.0
     dispatch_s: float = 0.0  # from the first lease to the last result
+    plan_report: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # ``generate.plan_report``
 
     def count(self, what: str) -> int:
         return sum(getattr(s, what) for s in self.systems.values())
@@ -110,6 +111,8 @@ class FleetSummary:
             "spilled": self.count("spilled"),
             "models": self.models,
             "model_errors": self.model_errors,
+            "not_benchmarked": self.plan_report.get("not_benchmarked", []),
+            "planning_notes": self.plan_report.get("planning_notes", []),
             "duration_s": round(self.duration_s, 3),
             "dispatch_s": round(self.dispatch_s, 3),
         }
@@ -133,6 +136,7 @@ class CorpusPlan:
     models: int  # models planned
     model_errors: list[dict[str, str]]  # models that could not be processed, with the reason
     runtime_errors: dict[tuple, str]  # planning keys whose runtime is not available here
+    plan_report: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # nodes not benchmarked, notes
 
     def by_runtime(self) -> dict[str, CorpusWork]:
         """Work by runtime name (one planning key per runtime name in the usual configs)."""
@@ -156,21 +160,25 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
     overrides = config.shape_overrides() or None
     paths = config.model_paths()
     model_errors: list[dict[str, str]] = []
+    plans = []
     for path in paths:
         mine: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
+        planned = []
         try:
             processed = [process_model(path, batch, overrides) for batch in config.batch_sizes]
             for key, runtime in runtimes.items():
                 for batch, model in zip(config.batch_sizes, processed, strict=True):
                     plan = plan_model(model, runtime, config.granularities, batch=batch, overrides=overrides)
+                    planned.append(plan)
                     mine[key].extend(specs_for_plan(plan, runtime.name, {}, e2e=config.e2e))
         except BenanzaError as exc:  # reported; the rest of the corpus goes on
             model_errors.append({"model": str(path), "error": one_line(exc)})
             continue
+        plans.extend(planned)
         for key, found in mine.items():
             specs[key].extend(found)
     works = {key: CorpusWork(runtimes[key].name, tuple(unique_specs(found))) for key, found in specs.items()}
-    return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors)
+    return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans))
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -247,7 +255,7 @@ class FleetDriver:
         finally:
             store.close()
         elapsed = time.perf_counter() - started
-        return FleetSummary(self.results, corpus.models, corpus.model_errors, elapsed, dispatch_s)
+        return FleetSummary(self.results, corpus.models, corpus.model_errors, elapsed, dispatch_s, corpus.plan_report)
 
     # -- start ---------------------------------------------------------------------------------
 

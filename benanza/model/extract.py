@@ -4,7 +4,8 @@ A node is a *constant node* when every input it reads is a constant (it then onl
 computes weights or shapes) and is skipped. Every other node becomes a layer, unless it is
 control flow, has no operator schema, or has a tensor whose shape is not fully known: then
 it is reported as ``Unsupported`` with the reason, and the model's other layers still come
-out.
+out. The model's identity (``ModelGraph.graph_key``) is taken here too, over every node,
+layer or not (``benanza.model.identity``).
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.model import ops
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, TensorSpec, Unsupported
-from benanza.model.keys import key_fields, stable_id
+from benanza.model.identity import model_identity
+from benanza.model.keys import is_small_index, key_fields, stable_id
 
-# Integer constants up to this many elements are semantics (shapes, axes, indices), not weights.
-VALUE_INPUT_MAX_ELEMENTS = 64
-_INDEX_DTYPES = frozenset({"int32", "int64"})
 # Generators without inputs that still produce new values each run: layers, not constants.
 _RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
@@ -141,6 +140,7 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
     runtime_inputs = [vi for vi in model.graph.input if vi.name not in init_values]
 
     layers: list[Layer] = []
+    layer_at: dict[int, str] = {}  # position in ``nodes`` -> layer key, for the model's identity
     unsupported: list[Unsupported] = []
     producer: dict[str, frozenset[int]] = {}  # tensor -> layers it depends on directly
     edges: set[tuple[int, int]] = set()
@@ -172,6 +172,7 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
                 producer[o] = deps
             continue
         layers.append(layer)
+        layer_at[pos] = layer.layer_key
         edges.update((d, layer.index) for d in deps)
         for o in node.output:
             producer[o] = frozenset({layer.index})
@@ -188,6 +189,7 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
         edges=tuple(sorted(edges)),
         unsupported=tuple(unsupported),
         constant_nodes=constant_nodes,
+        graph_key=model_identity(model.graph, nodes, layer_at, opsets),
     )
 
 
@@ -266,7 +268,7 @@ def _make_layer(
             inputs.append(LayerInput(spec, InputKind.ACTIVATION))
             continue
         proto = const_protos.get(x)
-        small_index = dtype in _INDEX_DTYPES and spec.numel <= VALUE_INPUT_MAX_ELEMENTS
+        small_index = is_small_index(dtype, spec.numel)
         if proto is not None and (i in value_slots or small_index) and spec.numel <= 4096:
             values = numpy_helper.to_array(proto).ravel().tolist()
             inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))

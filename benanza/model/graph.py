@@ -137,7 +137,9 @@ class ModelGraph:
     """A model as layers in topological order plus the data edges between them.
 
     ``edges`` are (producer, consumer) layer indices; a path through an unsupported node
-    is kept as a direct edge so ordering constraints survive.
+    is kept as a direct edge so ordering constraints survive. ``graph_key`` is the identity of
+    the whole ONNX graph the layers came from, every node included (``benanza.model.identity``);
+    empty for a graph not extracted from ONNX.
     """
 
     model: str  # display name (file stem)
@@ -148,6 +150,7 @@ class ModelGraph:
     edges: tuple[tuple[int, int], ...]
     unsupported: tuple[Unsupported, ...] = ()
     constant_nodes: int = 0  # nodes that only compute constants (not layers)
+    graph_key: str = ""  # the whole graph's identity (see the class docstring)
     _preds: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:

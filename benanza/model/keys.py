@@ -22,6 +22,16 @@ from benanza.model.graph import AttrValue, InputKind, LayerInput, TensorSpec
 KEY_FIELDS = ("domain", "op_type", "inputs", "outputs", "attributes")
 KEY_VERSION = 1  # bump when the fields or their canonical form change
 
+# Integer constants up to this many elements are semantics (shapes, axes, indices), not weights:
+# keyed by value, where weights are keyed by shape and dtype only.
+VALUE_INPUT_MAX_ELEMENTS = 64
+INDEX_DTYPES = frozenset({"int32", "int64"})
+
+
+def is_small_index(dtype: str, numel: int) -> bool:
+    """Whether a constant of ``dtype`` and ``numel`` elements is keyed by its values (shapes, axes, pads)."""
+    return dtype in INDEX_DTYPES and numel <= VALUE_INPUT_MAX_ELEMENTS
+
 
 def key_fields(
     op_type: str,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.table import Table
 
@@ -42,3 +43,12 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
             for r in rows
         ),
     )
+
+
+def plan_warnings(report: Mapping[str, Any]) -> list[str]:
+    """One line per node not benchmarked and per planning note of ``bench.generate.plan_report``."""
+    lines = [
+        f"{p['model']}: {p['node']} ({p['op_type']}) not benchmarked: {p['reason']}"
+        for p in report.get("not_benchmarked", ())
+    ]
+    return lines + [f"{n['model']}: {n['note']}" for n in report.get("planning_notes", ())]

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +35,7 @@ import onnx
 
 from benanza.bench.build import build_onnx, synthetic_array
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.errors import UsageError
+from benanza.errors import PlanningError, UsageError, one_line
 from benanza.model.extract import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.runtimes.base import register_runtime
@@ -83,6 +84,34 @@ def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
         shape = [d.dim_value for d in tt.shape.dim]
         feeds[vi.name] = synthetic_array(shape, dtype_name(tt.elem_type), rng)
     return feeds
+
+
+# ONNX Runtime raises its own exception classes, with no common base below ``Exception``.
+_ORT_ERRORS = (
+    "Fail",
+    "InvalidArgument",
+    "NoSuchFile",
+    "NoModel",
+    "EngineError",
+    "RuntimeException",
+    "InvalidProtobuf",
+    "ModelLoaded",
+    "NotImplemented",
+    "InvalidGraph",
+    "EPFail",
+)
+
+
+def ort_errors() -> tuple[type[Exception], ...]:
+    """ONNX Runtime's exception classes (what building a session raises for a model it cannot run)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    return tuple(cls for name in _ORT_ERRORS if isinstance(cls := getattr(state, name, None), type))
+
+
+def ort_message(exc: BaseException) -> str:
+    """ONNX Runtime's message in one line, without its ``[ONNXRuntimeError] : 1 : FAIL :`` prefix."""
+    return re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", one_line(exc))
 
 
 class _OrtPrepared:
@@ -322,13 +351,23 @@ class OnnxRuntimeCPU:
         return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads)
 
     def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]]:
-        """The model's layers grouped as ORT executes them at this optimisation level."""
+        """The model's layers grouped as ORT executes them at this optimisation level.
+
+        Raises:
+            PlanningError: ORT cannot build the model's optimized graph (an op of a domain it
+                does not know, an op it does not implement); the plan then measures each layer
+                alone.
+        """
         ort = _ort()
         with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
             path = str(Path(tmp) / "optimized.onnx")
             so = session_options(self.opt_level, 1, optimized_path=path)
             providers = [CUDA_PROVIDER] if self.ep == "cuda" else ["CPUExecutionProvider"]
-            ort.InferenceSession(proto.SerializeToString(), so, providers=providers)
+            try:
+                ort.InferenceSession(proto.SerializeToString(), so, providers=providers)
+            except ort_errors() as exc:
+                reason = f"ONNX Runtime cannot build its optimized graph: {ort_message(exc)}"
+                raise PlanningError(graph.path, reason) from None
             optimized = onnx.load(path, load_external_data=False)
         return groups_from_optimized(graph, optimized)
 
