@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
 import shutil
 import sqlite3
 import subprocess
@@ -81,44 +80,49 @@ def damage_a_data_page(path: Path) -> int:
     return index + 1
 
 
+def can_write(paths: list[Path]) -> bool:
+    """Whether this process can add a file to one of the folders or open one of the files for writing."""
+    for path in paths:
+        try:
+            if path.is_dir():
+                (path / ".probe").touch()
+                (path / ".probe").unlink()
+            else:
+                open(path, "r+b").close()  # no SQLite connection of this process has it open now
+            return True
+        except OSError:
+            continue
+    return False
+
+
 @contextlib.contextmanager
-def unwritable(folder: Path) -> Iterator[None]:
-    """Make a folder and its files unwritable for this process, for real, for the ``with`` block.
+def unwritable(*paths: Path) -> Iterator[None]:
+    """Make these files and folders unwritable for this process, for real, for the ``with`` block.
 
-    Skips the test where neither the permission bits (an ordinary user) nor the immutable
-    attribute (root, on a file system that has it) can stop writes.
+    The permission bits first; where they do not bind (root), the immutable attribute
+    (``chattr +i``). Skips the test where neither stops writes.
     """
-    entries = [*folder.iterdir(), folder]
-    if os.geteuid() != 0:
-        modes = {p: p.stat().st_mode for p in entries}
-        for p in entries:
-            p.chmod(0o555 if p.is_dir() else 0o444)
-
-        def undo() -> None:
-            for p, mode in modes.items():
-                p.chmod(mode)
-    else:
-        chattr = shutil.which("chattr")
-        if chattr is None:
-            pytest.skip("running as root without chattr: nothing here can make a file unwritable")
-        done = subprocess.run([chattr, "+i", *map(str, entries)], capture_output=True, text=True)
-
-        def undo() -> None:
-            subprocess.run([chattr, "-i", *map(str, entries)], capture_output=True)
-
-        if done.returncode != 0:
-            undo()
-            pytest.skip(f"chattr +i is refused here: {done.stderr.strip()}")
+    modes = {p: p.stat().st_mode for p in paths}
+    undo = [lambda: [p.chmod(mode) for p, mode in modes.items()]]
     try:
-        for probe in (lambda: (folder / "probe").touch(), lambda: open(entries[0], "r+b").close()):
-            try:
-                probe()
-            except OSError:
-                continue
-            pytest.skip(f"{folder} is still writable for this process")
+        for p in paths:
+            p.chmod(0o555 if p.is_dir() else 0o444)
+        if can_write([*paths]):
+            chattr = shutil.which("chattr")
+            if chattr is None:
+                pytest.skip("permission bits do not bind this process (root) and there is no chattr")
+            done = subprocess.run([chattr, "+i", *map(str, paths)], capture_output=True, text=True)
+            undo.insert(0, lambda: subprocess.run([chattr, "-i", *map(str, paths)], capture_output=True))
+            if done.returncode != 0 or can_write([*paths]):
+                pytest.skip(f"neither permission bits nor chattr +i stop writes here: {done.stderr.strip()}")
         yield
     finally:
-        undo()
+        for step in undo:
+            step()
+
+
+def read_only_folder(folder: Path) -> contextlib.AbstractContextManager[None]:
+    return unwritable(*folder.iterdir(), folder)
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +221,7 @@ READING_COMMANDS = {
 @pytest.mark.parametrize("command", sorted(READING_COMMANDS))
 def test_reading_commands_work_on_an_unwritable_copy(command: str, copy_of: Path, model_file: Path) -> None:
     before = fingerprint(copy_of)
-    with unwritable(copy_of.parent):
+    with read_only_folder(copy_of.parent):
         result = invoke(*command.format(model=model_file).split(), "--db", f"sqlite:///{copy_of}", "--format", "json")
     assert result.exit_code == 0, result.output
     assert READING_COMMANDS[command] in result.stdout
@@ -226,9 +230,19 @@ def test_reading_commands_work_on_an_unwritable_copy(command: str, copy_of: Path
     assert [p.name for p in copy_of.parent.iterdir()] == ["perf.db"]
 
 
+def test_db_ls_reads_a_read_only_file_in_a_writable_folder(copy_of: Path) -> None:
+    """Only the file is read-only: SQLite makes its -shm in the folder, and the file is left as it was."""
+    before = fingerprint(copy_of)
+    with unwritable(copy_of):
+        result = invoke("db", "ls", "--db", f"sqlite:///{copy_of}", "--format", "json")
+    assert result.exit_code == 0, result.output
+    assert SYSTEM in [s["name"] for s in json.loads(result.stdout)["systems"]]
+    assert fingerprint(copy_of) == before
+
+
 def test_a_measuring_command_says_an_unwritable_copy_is_read_only(copy_of: Path, model_file: Path) -> None:
     before = fingerprint(copy_of)
-    with unwritable(copy_of.parent):
+    with read_only_folder(copy_of.parent):
         line = one_line_error(invoke("bench", "run", model_file, "--db", f"sqlite:///{copy_of}", *FAST_FLAGS))
     assert str(copy_of) in line and "read-only" in line
     assert fingerprint(copy_of) == before
@@ -289,7 +303,7 @@ def test_an_unwritable_copy_with_its_log_is_read_with_the_log(measured_db: Path,
     path.parent.mkdir()
     left = _copy_with_unmerged_log(measured_db, path, with_shm=True)
     assert left < 400
-    with unwritable(path.parent), open_store(f"sqlite:///{path}", read_only=True) as store:
+    with read_only_folder(path.parent), open_store(f"sqlite:///{path}", read_only=True) as store:
         assert len(store.records(system=FILLER_SYSTEM)) == left  # not the 400 of the main file alone
 
 
@@ -298,7 +312,7 @@ def test_an_unwritable_copy_whose_log_cannot_be_read_is_refused(measured_db: Pat
     path.parent.mkdir()
     _copy_with_unmerged_log(measured_db, path, with_shm=False)  # SQLite cannot rebuild -shm in a read-only folder
     before = fingerprint(path)
-    with unwritable(path.parent):
+    with read_only_folder(path.parent):
         line = one_line_error(invoke("db", "ls", "--db", f"sqlite:///{path}"))
     assert str(path) in line and "-wal" in line
     assert fingerprint(path) == before

@@ -37,6 +37,8 @@ DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or col
 APPLICATION_ID = 0x626E7A61  # "bnza" in the SQLite header: marks a benanza database
 BUSY_TIMEOUT_S = 30.0
 _SQLITE_CORRUPT, _SQLITE_CANTOPEN = 11, 14  # primary result codes (the low byte of extended ones)
+# SQLITE_READONLY_CANTINIT, _DIRECTORY: a WAL database read-only with no -shm SQLite can make or use
+_NO_WAL_INDEX = (1288, 1544)
 _KEYS_PER_QUERY = 500  # stays far below SQLite's limit on bound parameters
 
 _IDENTITY = ", ".join(IDENTITY_FIELDS)
@@ -269,20 +271,21 @@ class SqliteStore(StoreBase):
         """Whether a read-only open failed only because SQLite cannot make the WAL index in a read-only folder.
 
         A WAL database is read through its shared-memory file (``-shm``), which SQLite creates
-        beside the database. In a folder this process cannot write, with no ``-shm`` there,
-        ``mode=ro`` fails; ``immutable=1`` reads the main file without it. That is right only
-        when the main file holds everything: a write-ahead log (``-wal``) with content would
-        be ignored, so that is refused. Immutable reading takes no locks either: a writer
+        beside the database. In a folder this process cannot write, with no ``-shm`` there (or
+        one it cannot write), ``mode=ro`` fails; ``immutable=1`` reads the main file without
+        it. That is right only when the main file holds everything: a write-ahead log
+        (``-wal``) with content would be ignored, so that is refused. Immutable reading takes no locks either: a writer
         that could write the folder elsewhere and starts meanwhile would not be seen, which a
         read-only folder (a read-only mount, a copy) does not have.
         """
-        if _result_code(exc) != _SQLITE_CANTOPEN or os.access(self.path.parent, os.W_OK):
+        no_wal_index = _result_code(exc) == _SQLITE_CANTOPEN or getattr(exc, "sqlite_errorcode", None) in _NO_WAL_INDEX
+        if not no_wal_index or os.access(self.path.parent, os.W_OK):
             return False
         wal = self.path.with_name(f"{self.path.name}-wal")
         if wal.exists() and wal.stat().st_size > 0:
             raise self._fail(
-                f"its write-ahead log {wal.name} cannot be read in this read-only folder without {self.path.name}-shm; "
-                "open it once where it can be written (that merges the log), or copy the -shm file along"
+                f"its write-ahead log {wal.name} cannot be read in this read-only folder without a usable "
+                f"{self.path.name}-shm; open it once where it can be written (that merges the log into the file)"
             )
         return True
 
