@@ -241,7 +241,7 @@ def lower_bound_cmd(
     grans = parse_int_list(granularity, "--granularity") if granularity else []
     overrides = parse_shape_overrides(shape)
     paths = model_paths(models)
-    with open_store(db, create=False) as store:
+    with open_store(db, read_only=True) as store:
         rows = analyze_stored(
             store,
             paths,
@@ -355,7 +355,7 @@ def systems_cmd(
     from benanza.store import open_store
 
     paths = model_paths(models)
-    with open_store(db, create=False) as store:
+    with open_store(db, read_only=True) as store:
         reports = system_reports(
             store, system or ["all"], paths, batch=batch, overrides=parse_shape_overrides(shape), top=top
         )

@@ -30,7 +30,7 @@ def ls(db: DbOpt = None, format: FormatOpt = OutputFormat.table) -> None:
     """Systems, their software stacks, and result counts per runtime, kind and outcome."""
     from benanza.store import open_store
 
-    with open_store(db, create=False) as store:
+    with open_store(db, read_only=True) as store:
         listing = {"db": store.uri, "systems": store.systems(), "stacks": store.stacks(), "summary": store.summary()}
     if format is OutputFormat.json:
         emit_json(listing)

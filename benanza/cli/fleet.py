@@ -89,7 +89,7 @@ def status(
 
     cfg = _config(config, db, None, models, batch, shape)
     corpus = plan_corpus(cfg)
-    with open_store(cfg.db, create=False) as store:
+    with open_store(cfg.db, read_only=True) as store:
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]
     if format is OutputFormat.json:
         emit_json(rows)

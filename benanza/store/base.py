@@ -22,7 +22,10 @@ semantics, pinned down by the contract tests in ``tests/test_store.py``:
   owner re-claiming its own lease extends it. Write the results before ``release``.
 
 A store is opened from a URI (``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``,
-``mongodb://host/db``); ``register_store`` adds a scheme.
+``mongodb://host/db``); ``register_store`` adds a scheme. A command that only reads opens
+it ``read_only``: opening then writes nothing (no tables, indexes or meta data are created),
+so it works where the database cannot be written (a read-only SQLite file or folder, a
+read-only MongoDB user); SQLite also refuses every write of such a store.
 """
 
 from __future__ import annotations
@@ -139,7 +142,8 @@ class StoreBase:
 
 
 StoreFactory = Callable[..., Store]
-"""Called as ``factory(uri, create=...)``; ``create=False`` must not create a missing database."""
+"""Called as ``factory(uri, create=..., read_only=...)``; ``create=False`` must not create a missing
+database, and ``read_only=True`` (which comes with ``create=False``) must write nothing while opening."""
 
 _STORES: dict[str, StoreFactory] = {}
 # Built-in backends are imported only when their scheme is asked for (pymongo stays optional).
@@ -179,13 +183,16 @@ def uri_scheme(uri: str) -> str:
     return scheme.lower()
 
 
-def open_store(uri: str | None = None, *, create: bool = True) -> Store:
+def open_store(uri: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
     """The store a URI names (default: ``default_uri()``).
 
     Args:
         uri: ``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``, ``mongodb://...``.
         create: create the database when it does not exist; when False a missing one is a
-            ``StoreError`` (for read-only commands such as ``benanza db ls``).
+            ``StoreError``.
+        read_only: for commands that only read (``benanza db ls``, ``analyze systems``,
+            ``fleet status``): open without writing anything, so a database this process
+            cannot write can still be read; implies ``create=False``.
 
     Raises:
         RegistryError: no store is registered for the URI's scheme.
@@ -199,7 +206,7 @@ def open_store(uri: str | None = None, *, create: bool = True) -> Store:
         factory = _STORES[scheme]
     except KeyError:
         raise RegistryError("store scheme", scheme, store_schemes()) from None
-    return factory(uri, create=create)
+    return factory(uri, create=create and not read_only, read_only=read_only)
 
 
 def _import_builtin(scheme: str) -> None:

@@ -14,8 +14,8 @@ messages show the URI with its password masked.
 Layout: collections ``results`` (one document per record: ``BenchmarkRecord.to_doc()`` with
 ``schema_version``), ``systems`` (``_id`` = name), ``stacks``, ``leases`` and ``meta`` (one
 document ``{_id: "benanza", db_schema_version, created_at}``). ``INDEXES`` lists the indexes,
-created idempotently on every open: a unique index on ``records.IDENTITY_FIELDS`` (the same
-identity as SQLite's) and one serving ``present_spec_ids``.
+created idempotently on every open (but a ``read_only`` one): a unique index on
+``records.IDENTITY_FIELDS`` (the same identity as SQLite's) and one serving ``present_spec_ids``.
 
 Writes: ``upsert`` checks and encodes every record first (a record that cannot be stored
 fails the call before anything is written), then sends one unordered ``bulk_write`` of
@@ -147,6 +147,7 @@ class MongoStore(StoreBase):
         uri: str,
         *,
         create: bool = True,
+        read_only: bool = False,
         client: pymongo.MongoClient | None = None,
         retries: int = 5,
         backoff_s: float = 0.1,
@@ -160,6 +161,9 @@ class MongoStore(StoreBase):
                 database (default ``benanza``).
             create: create a missing benanza database; otherwise a database without the
                 benanza meta document is a ``StoreError``.
+            read_only: write nothing while opening (no index is built), so that a user with
+                only the read role can read; implies ``create=False``. Writes are left to the
+                server's permissions.
             client: a connected ``MongoClient`` to use instead of one made from ``uri`` (it is
                 not closed by ``close``); ``uri`` still names the database.
             retries: how often a transient error is retried before it becomes a ``StoreError``.
@@ -170,6 +174,7 @@ class MongoStore(StoreBase):
                 ``$BENANZA_DB_RETRY_WINDOW_S`` or 20 s.
         """
         self.uri = uri
+        self.read_only = read_only
         self.shown_uri = mask_uri(uri)
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self.retry_window_s = retry_window_s if retry_window_s is not None else _retry_window_from_env()
@@ -193,7 +198,7 @@ class MongoStore(StoreBase):
         self._results, self._systems, self._stacks = self.db["results"], self.db["systems"], self.db["stacks"]
         self._leases, self._meta = self.db["leases"], self.db["meta"]
         try:
-            self._open(create)
+            self._open(create and not read_only)
         except BaseException:
             self.close()
             raise
@@ -222,6 +227,8 @@ class MongoStore(StoreBase):
                 f"benanza database layout {meta['db_schema_version']} is newer than this benanza supports "
                 f"({DB_SCHEMA_VERSION}); upgrade benanza (the database was left unchanged)"
             )
+        if self.read_only:
+            return
         self._create_indexes()
         if meta is None:
             self._call(
