@@ -21,8 +21,11 @@ A fleet is described by a TOML file (``configs/*.toml``) validated by pydantic m
 
 Paths in a file (``include``, ``models``) are relative to that file's folder; ``zoo:NAME``
 names a model of the zoo that ships in the onnx wheel. ``db`` and ``ray.address`` may hold
-``${VAR}`` or ``${VAR:-default}``, expanded from the environment at load time; a ``db`` left
-out means ``$BENANZA_DB`` or the SQLite default. Precedence is the house rule: command-line
+``${VAR}`` or ``${VAR:-default}``, expanded from the environment at load time; where ``VAR``
+is unset, a variable ``VAR_FILE`` names a file that holds the value (a mounted secret:
+``${BENANZA_DB}`` reads ``$BENANZA_DB_FILE``). A ``db`` left out means ``$BENANZA_DB`` (or
+``$BENANZA_DB_FILE``) or the SQLite default. ``db`` is held as a ``StoreURI``, so a config
+printed or dumped to JSON shows its password masked. Precedence is the house rule: command-line
 flags (``FleetConfig.with_overrides``) over the environment over the file over defaults.
 
 Every problem with a file is a ``ConfigError`` whose one-line message names the file, the
@@ -60,6 +63,7 @@ from pydantic import (
 )
 
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
+from benanza.store.uri import StoreURI, mask_uri
 
 if TYPE_CHECKING:
     from benanza.bench.harness import HarnessSettings
@@ -89,7 +93,7 @@ def _expand_env(value: Any, info: ValidationInfo) -> Any:
 
     def substitute(match: re.Match[str]) -> str:
         name, default = match["name"], match["default"]
-        found = environ.get(name)
+        found = environ.get(name) or _value_from_file(name, environ)
         if found:
             return found
         if default is not None:
@@ -98,8 +102,20 @@ def _expand_env(value: Any, info: ValidationInfo) -> Any:
 
     expanded = _ENV_REF.sub(substitute, value)
     if "${" in expanded:
-        raise ValueError(f"malformed ${{...}} reference in {value!r}")
+        raise ValueError(f"malformed ${{...}} reference in {mask_uri(value)!r}")
     return expanded or None
+
+
+def _value_from_file(name: str, environ: Mapping[str, str]) -> str | None:
+    """The content of the file ``$NAME_FILE`` names (whitespace stripped), or None when it is unset."""
+    path = environ.get(f"{name}_FILE")
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().read_text(encoding="utf-8").strip() or None
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or type(exc).__name__
+        raise ValueError(f"{name}_FILE={path}: cannot read it: {reason}") from None
 
 
 def _resolve_model_path(value: Any, info: ValidationInfo) -> Any:
@@ -155,6 +171,7 @@ def _dtype_names() -> frozenset[str]:
 
 PositiveInt = Annotated[int, Field(gt=0)]
 EnvStr = Annotated[str | None, BeforeValidator(_expand_env)]
+EnvStoreURI = Annotated[StoreURI | None, BeforeValidator(_expand_env)]
 ModelPath = Annotated[Path, BeforeValidator(_resolve_model_path)]
 ShapeText = Annotated[str, AfterValidator(_check_shape)]
 DtypeName = Annotated[str, AfterValidator(_check_dtype)]
@@ -372,7 +389,7 @@ class FleetConfig(BaseModel):
     granularities: list[PositiveInt] = Field(default_factory=list, description="DLBricks sequence sizes G")
     dtypes: list[DtypeName] = Field(default_factory=lambda: ["float32"], min_length=1)
     e2e: bool = True
-    db: EnvStr = Field(None, description="store URI; None = $BENANZA_DB or sqlite:///benanza.db")
+    db: EnvStoreURI = Field(None, description="store URI; None = $BENANZA_DB, $BENANZA_DB_FILE or sqlite:///benanza.db")
     ray: RayConfig = Field(default_factory=RayConfig)
     harness: dict[str, Any] = Field(default_factory=dict, description="HarnessSettings overrides")
     chunk_size: PositiveInt = Field(32, description="benchmark specs per actor call")
@@ -448,7 +465,7 @@ class FleetConfig(BaseModel):
     def with_overrides(
         self,
         *,
-        db: str | None = None,
+        db: str | StoreURI | None = None,
         address: str | None = None,
         models: list[str | Path] | None = None,
         batch_sizes: list[int] | None = None,

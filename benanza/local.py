@@ -195,11 +195,11 @@ def resolve_systems(store: Store, names: Iterable[str]) -> list[str]:
         raise UsageError("--system expects system names or 'all'")
     if ALL in wanted:
         if not known:
-            raise UsageError(f"{store.uri}: no systems are registered")
+            raise UsageError(f"{store.shown_uri}: no systems are registered")
         return known
     for name in wanted:
         if name not in known:
-            raise UsageError(f"{store.uri}: unknown system {name!r}; known: {', '.join(known) or 'none'}")
+            raise UsageError(f"{store.shown_uri}: unknown system {name!r}; known: {', '.join(known) or 'none'}")
     return list(dict.fromkeys(wanted))
 
 
@@ -225,7 +225,7 @@ def select_stacks(store: Store, systems: Sequence[str], stack: str = LATEST) -> 
             chosen[system] = [stack]
     if stack not in (LATEST, ALL) and not chosen:
         known = ", ".join(dict.fromkeys(seen)) or "none"
-        raise UsageError(f"{store.uri}: no system of {', '.join(systems)} ran stack {stack!r}; known: {known}")
+        raise UsageError(f"{store.shown_uri}: no system of {', '.join(systems)} ran stack {stack!r}; known: {known}")
     return chosen
 
 

@@ -18,6 +18,7 @@ from benanza.config import (
 )
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
 from benanza.model.zoo import zoo_dir, zoo_paths
+from benanza.store.uri import StoreURI
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = REPO / "configs"
@@ -80,7 +81,7 @@ def test_local_fleet_simulates_three_cpu_systems_with_sqlite() -> None:
     assert config.system_names() == ["cpu-1t", "cpu-2t", "cpu-1t-b"]
     assert [s.threads for s in config.systems] == [1, 2, 1]
     assert {s.simulate_cpus for s in config.systems} == {1}
-    assert config.db == "sqlite:///benanza-fleet.db"
+    assert config.db == StoreURI("sqlite:///benanza-fleet.db")
     assert config.batch_sizes == [1]
     assert config.models and all(p.parent == zoo_dir() and p.is_file() for p in config.models)
     assert config.system("cpu-2t").runtime_options("onnxruntime") == {"threads": 2}
@@ -90,11 +91,11 @@ def test_local_fleet_simulates_three_cpu_systems_with_sqlite() -> None:
 def test_gpu_fleet_uses_catalog_systems_and_reads_the_database_from_the_environment() -> None:
     path = CONFIGS / "gpu-fleet.toml"
     config = load_fleet_config(path, environ={})
-    assert config.db == "mongodb://localhost:27017/benanza"
+    assert config.db == StoreURI("mongodb://localhost:27017/benanza")
     assert config.ray.address == "auto" and not config.ray.local_cluster
     assert {s.kind for s in config.systems} == {"gpu", "cpu"}
     uri = "mongodb://bench:secret@db.example:27017/benanza?authSource=benanza"
-    assert load_fleet_config(path, environ={"BENANZA_DB": uri}).db == uri
+    assert load_fleet_config(path, environ={"BENANZA_DB": uri}).db == StoreURI(uri)
 
 
 # --- defaults ---------------------------------------------------------------------------------
@@ -343,9 +344,9 @@ def test_environment_references_in_db_and_ray_address(tmp_path: Path) -> None:
     text = 'db = "${BENANZA_TEST_DB:-sqlite:///fallback.db}"\n[ray]\naddress = "${BENANZA_TEST_RAY}"\n' + SYSTEM
     path = write(tmp_path / "fleet.toml", text)
     config = load_fleet_config(path, environ={"BENANZA_TEST_RAY": "10.0.0.1:6379"})
-    assert (config.db, config.ray.address) == ("sqlite:///fallback.db", "10.0.0.1:6379")
+    assert (config.db, config.ray.address) == (StoreURI("sqlite:///fallback.db"), "10.0.0.1:6379")
     env = {"BENANZA_TEST_RAY": "auto", "BENANZA_TEST_DB": "mongodb://h/db"}
-    assert load_fleet_config(path, environ=env).db == "mongodb://h/db"
+    assert load_fleet_config(path, environ=env).db == StoreURI("mongodb://h/db")
     assert "ray.address: environment variable BENANZA_TEST_RAY is not set" in config_error(path, environ={})
 
 
@@ -353,7 +354,7 @@ def test_command_line_overrides_revalidate(tmp_path: Path, monkeypatch, zoo_path
     config = load_fleet_config(CONFIGS / "local-fleet.toml", environ={})
     changed = config.with_overrides(address="ray-head:6379", db="mongodb://m/benanza", batch_sizes=[1, 8])
     assert changed.ray.address == "ray-head:6379" and not changed.ray.local_cluster
-    assert (changed.db, changed.batch_sizes) == ("mongodb://m/benanza", [1, 8])
+    assert (changed.db, changed.batch_sizes) == (StoreURI("mongodb://m/benanza"), [1, 8])
     assert changed.systems == config.systems and changed.models == config.models
     assert changed.source == config.source
     assert config.ray.local_cluster and config.batch_sizes == [1], "the original is unchanged"

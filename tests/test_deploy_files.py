@@ -3,7 +3,8 @@
 Every YAML parses; each node type / worker group names a catalog system and carries exactly its
 label and resource (checked also through Ray's own parsers); compose references existing files;
 the scheduled commands are valid ``benanza fleet run`` invocations of shipped configs; MongoDB's
-init script creates the store's identity index.
+init script creates the store's identity index; no command line holds the database URI (it comes
+from the environment or a secret file, and reaches the shipped config's ``${BENANZA_DB}``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 
 from benanza.config import SystemConfig, load_catalog, load_fleet_config
 from benanza.store.records import IDENTITY_FIELDS
+from benanza.store.uri import StoreURI
 
 yaml = pytest.importorskip("yaml")
 
@@ -247,7 +249,12 @@ def test_compose_driver_runs_the_local_fleet_against_the_compose_cluster_and_mon
     options = fleet_run_args(service["command"], "/configs")
     assert options["config"] == CONFIGS / "local-fleet.toml"
     assert options["--address"] == "ray-head:6379"
-    assert re.fullmatch(r"mongodb://\$\{\w+\}:\$\{\w+\}@mongo:27017/benanza\?authSource=benanza", options["--db"])
+    assert "--db" not in options, "the URI comes from the environment, never the command line"
+    uri = service["environment"]["BENANZA_DB"]
+    assert re.fullmatch(r"mongodb://\$\{\w+\}:\$\{\w+\}@mongo:27017/benanza\?authSource=benanza", uri)
+    concrete = re.sub(r"\$\{\w+\}", "x", uri)  # what compose passes once it has read deploy/.env
+    assert load_fleet_config(options["config"], environ={"BENANZA_DB": concrete}).db == StoreURI(concrete)
+    assert service["environment"]["RAY_USAGE_STATS_ENABLED"] == "0", "the Ray settings are kept"
     assert {d for d, c in service["depends_on"].items() if c["condition"] == "service_healthy"} >= {"mongo"}
 
 
@@ -309,14 +316,20 @@ def test_cronjob_runs_the_fleet_nightly_with_the_database_from_a_secret() -> Non
     pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     options = fleet_run_args(container["command"] + container["args"], "/configs")
-    assert options["--db"] == "$(BENANZA_DB)"
+    assert "--db" not in options, "the URI comes from the Secret, never the command line"
     env = {e["name"]: e for e in container["env"]}
-    assert env["BENANZA_DB"]["valueFrom"]["secretKeyRef"]["name"]
+    assert "BENANZA_DB" not in env, "not even the environment: the Secret is mounted as a file"
+    uri_file = Path(env["BENANZA_DB_FILE"]["value"])
+    (mount,) = [m for m in container["volumeMounts"] if uri_file.parent == Path(m["mountPath"])]
+    assert mount["readOnly"]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] and uri_file.name == "uri", "the Secret's key `uri` is the file"
+    assert volume["secret"]["defaultMode"] & 0o007 == 0, "not readable by others"
     raycluster = load_yaml(CLUSTER / "kuberay-raycluster.yaml")["metadata"]
     head_service = f"{raycluster['name']}-head-svc.{raycluster['namespace']}.svc.cluster.local"
     assert options["--address"] == f"ray://{head_service}:10001"
     claim = documents["PersistentVolumeClaim"]["metadata"]["name"]
-    assert {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"]} == {claim}
+    assert {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v} == {claim}
     assert container["workingDir"] in {m["mountPath"] for m in container["volumeMounts"]}, "spill files persist"
 
 
@@ -343,7 +356,11 @@ def test_systemd_service_and_timer_run_the_fleet_nightly() -> None:
     assert Path(argv[0]).is_absolute()
     options = fleet_run_args(argv, "/etc/benanza")
     assert options["config"] == CONFIGS / "gpu-fleet.toml"
-    assert options["--db"] == "${BENANZA_DB}" and service["Service"]["EnvironmentFile"]
+    assert "--db" not in options, "the URI comes from a credential file, never the command line"
+    credential, _, source = service["Service"]["LoadCredential"].partition(":")
+    assert source.startswith("/etc/benanza/")
+    environment = dict(item.split("=", 1) for item in shlex.split(service["Service"]["Environment"]))
+    assert environment["BENANZA_DB_FILE"] == f"%d/{credential}"  # %d: the service's credentials folder
     assert options["--address"] == "auto"
     assert "PrivateTmp" not in service["Service"], "--address auto reads /tmp/ray"
     timer = systemd_unit(DEPLOY / "benanza-fleet.timer")
@@ -363,3 +380,39 @@ def test_the_invocation_check_rejects_what_is_not_a_fleet_run() -> None:
 
     with pytest.raises(ConfigError):
         fleet_run_args(["benanza", "fleet", "run", "/configs/missing.toml"], "/configs")
+
+
+# --- the database URI never on a command line ------------------------------------------------------
+
+
+def test_a_uri_file_named_by_benanza_db_file_reaches_the_shipped_configs(tmp_path: Path) -> None:
+    """What the CronJob and the systemd unit rely on: ``${BENANZA_DB}`` reads ``$BENANZA_DB_FILE``."""
+    uri = "mongodb://benanza:S3cr3t@mongo.example:27017/benanza?authSource=benanza"
+    secret = tmp_path / "uri"
+    secret.write_text(uri + "\n")
+    for name in ("gpu-fleet.toml", "local-fleet.toml"):
+        config = load_fleet_config(CONFIGS / name, environ={"BENANZA_DB_FILE": str(secret)})
+        assert config.db == StoreURI(uri) and "S3cr3t" not in repr(config), name
+
+
+def command_lines() -> dict[str, list[str]]:
+    """Every command line the deployment files run, by where it is."""
+    lines = {f"compose {n}": s.get("command") or [] for n, s in compose()["services"].items()}
+    for document in yaml.safe_load_all((DEPLOY / "k8s-cronjob.yaml").read_text()):
+        if document["kind"] == "CronJob":
+            (container,) = document["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+            lines["cronjob"] = container["command"] + container["args"]
+    lines["systemd"] = shlex.split(systemd_unit(DEPLOY / "benanza-fleet.service")["Service"]["ExecStart"])
+    for path in (CLUSTER / "ray-cluster.yaml", DEPLOY / "README.md", REPO / "README.md"):
+        for i, line in enumerate(path.read_text().splitlines()):
+            if "benanza " in line and ("fleet run" in line or "ray exec" in line):
+                lines[f"{path.name}:{i + 1}"] = shlex.split(line.lstrip("#").strip(), comments=True)
+    return lines
+
+
+def test_no_deployment_puts_the_database_uri_on_a_command_line() -> None:
+    """A command line is world-readable (ps) and Ray keeps the driver's in its job table."""
+    for where, argv in command_lines().items():
+        text = " ".join(argv)
+        assert "--db" not in argv and not any(a.startswith("--db=") for a in argv), f"{where}: {text}"
+        assert not re.search(r"mongodb(\+srv)?://[^\s'\"]*:[^\s'\"]*@", text), f"{where}: a password in {text}"

@@ -33,7 +33,16 @@ from typer.testing import CliRunner
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.cli.db import app as db_app
 from benanza.errors import RegistryError, StoreError, UsageError
-from benanza.store import SCHEMA_VERSION, BenchmarkRecord, Outcome, Store, make_record, open_store, store_schemes
+from benanza.store import (
+    SCHEMA_VERSION,
+    BenchmarkRecord,
+    Outcome,
+    Store,
+    StoreURI,
+    make_record,
+    open_store,
+    store_schemes,
+)
 from benanza.store.sqlite import DB_SCHEMA_VERSION, SqliteStore, path_of_uri
 
 SYSTEM = "sys-a"
@@ -474,8 +483,9 @@ def test_sqlite_uri_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
 def test_default_uri_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("BENANZA_DB", raising=False)
+    monkeypatch.delenv("BENANZA_DB_FILE", raising=False)
     with open_store() as store:
-        assert store.uri == "sqlite:///benanza.db"
+        assert store.uri == StoreURI("sqlite:///benanza.db") and store.shown_uri == "sqlite:///benanza.db"
     assert (tmp_path / "benanza.db").is_file()
     monkeypatch.setenv("BENANZA_DB", f"sqlite:///{tmp_path / 'env.db'}")
     with open_store(None) as store:

@@ -34,4 +34,8 @@ def _root(
 
 
 def main() -> None:
+    """The ``benanza`` command; a URI with a password on its command line is masked in the process title first."""
+    from benanza.cli.store_options import hide_credentials_in_title
+
+    hide_credentials_in_title()
     app()

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from benanza.cli.common import FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_int_list
+from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit_json
 
 bench_app = typer.Typer(help="Benchmark unique layers, execution groups, sequences and models.", no_args_is_help=True)
@@ -16,7 +17,6 @@ analyze_app = typer.Typer(
     help="Lower bounds and composed estimates from the performance database.", no_args_is_help=True
 )
 
-DbOpt = Annotated[str | None, typer.Option("--db", help="store URI (default: $BENANZA_DB or sqlite:///benanza.db)")]
 BatchesOpt = Annotated[str, typer.Option("--batch", "-b", help="batch sizes, comma-separated")]
 GranOpt = Annotated[str, typer.Option("--granularity", "-g", help="DLBricks sequence sizes G, comma-separated")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="intra-op threads (default: all cores)", min=1)]
@@ -132,6 +132,7 @@ def bench_run(
     shape: ShapeOpt = None,
     granularity: GranOpt = "",
     db: DbOpt = None,
+    db_file: DbFileOpt = None,
     e2e: Annotated[bool, typer.Option("--e2e", help="also measure every model end to end")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="measure stored failures again")] = False,
     threads: ThreadsOpt = None,
@@ -148,7 +149,7 @@ def bench_run(
 ) -> None:
     """Benchmark what the database lacks for this system and software stack."""
     ctx = _context(
-        db,
+        store_uri(db, db_file),
         threads,
         opt_level,
         system,
@@ -198,6 +199,7 @@ def lower_bound_cmd(
     shape: ShapeOpt = None,
     granularity: GranOpt = "1,2,3,4,5",
     db: DbOpt = None,
+    db_file: DbFileOpt = None,
     threads: ThreadsOpt = None,
     opt_level: OptLevelOpt = "extended",
     system: SystemsOpt = None,
@@ -226,7 +228,14 @@ def lower_bound_cmd(
 
             raise UsageError("--stack selects stored stacks and needs --system")
         ctx = _context(
-            db, threads, opt_level, None, runtime=runtime, ep=ep, precision=precision, tensor_cores=tensor_cores
+            store_uri(db, db_file),
+            threads,
+            opt_level,
+            None,
+            runtime=runtime,
+            ep=ep,
+            precision=precision,
+            tensor_cores=tensor_cores,
         )
         try:
             _analyze(ctx, _plans(ctx, models, batch, shape, granularity), format, plot, compare, config)
@@ -241,7 +250,7 @@ def lower_bound_cmd(
     grans = parse_int_list(granularity, "--granularity") if granularity else []
     overrides = parse_shape_overrides(shape)
     paths = model_paths(models)
-    with open_store(db, read_only=True) as store:
+    with open_store(store_uri(db, db_file), read_only=True) as store:
         rows = analyze_stored(
             store,
             paths,
@@ -306,6 +315,7 @@ def optimizations_cmd(
     batch: BatchesOpt = "",
     shape: ShapeOpt = None,
     db: DbOpt = None,
+    db_file: DbFileOpt = None,
     runtime: RuntimeOpt = "cudnn",
     precision: PrecisionOpt = None,
     tensor_cores: TensorCoresOpt = None,
@@ -316,7 +326,9 @@ def optimizations_cmd(
     from benanza.local import optimize
     from benanza.report.optimize import op_type_table, optimizations_table
 
-    ctx = _context(db, None, None, None, runtime=runtime, precision=precision, tensor_cores=tensor_cores)
+    ctx = _context(
+        store_uri(db, db_file), None, None, None, runtime=runtime, precision=precision, tensor_cores=tensor_cores
+    )
     try:
         rows = optimize(ctx, _plans(ctx, models, batch, shape, ""))
     finally:
@@ -340,6 +352,7 @@ def systems_cmd(
         list[str] | None, typer.Option("--system", help="system names (repeatable or comma-separated) or 'all'")
     ] = None,
     db: DbOpt = None,
+    db_file: DbFileOpt = None,
     batch: Annotated[int, typer.Option("--batch", "-b", help="batch size of the corpus coverage", min=1)] = 1,
     shape: ShapeOpt = None,
     top: Annotated[int, typer.Option("--top", help="slowest layers to list per system", min=0)] = 10,
@@ -355,7 +368,7 @@ def systems_cmd(
     from benanza.store import open_store
 
     paths = model_paths(models)
-    with open_store(db, read_only=True) as store:
+    with open_store(store_uri(db, db_file), read_only=True) as store:
         reports = system_reports(
             store, system or ["all"], paths, batch=batch, overrides=parse_shape_overrides(shape), top=top
         )
@@ -371,6 +384,7 @@ def run_command(
     shape: ShapeOpt = None,
     granularity: GranOpt = "1,3",
     db: DbOpt = None,
+    db_file: DbFileOpt = None,
     threads: ThreadsOpt = None,
     opt_level: OptLevelOpt = "extended",
     system: SystemOpt = None,
@@ -386,7 +400,7 @@ def run_command(
 ) -> None:
     """The main job: benchmark the models (layers, groups, sequences, end to end), then analyze."""
     ctx = _context(
-        db,
+        store_uri(db, db_file),
         threads,
         opt_level,
         system,

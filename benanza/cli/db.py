@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from benanza.cli.common import FormatOpt, handles_errors
+from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit_json, table
 from benanza.store.records import Outcome
 
 app = typer.Typer(help="The performance database: systems, software stacks and stored results.", no_args_is_help=True)
-
-DbOpt = Annotated[
-    str | None,
-    typer.Option("--db", help="database URI (default: $BENANZA_DB or sqlite:///benanza.db)", show_default=False),
-]
 
 
 @app.callback()
@@ -26,12 +22,17 @@ def _db() -> None:
 
 @app.command("ls")
 @handles_errors
-def ls(db: DbOpt = None, format: FormatOpt = OutputFormat.table) -> None:
-    """Systems, their software stacks, and result counts per runtime, kind and outcome."""
+def ls(db: DbOpt = None, db_file: DbFileOpt = None, format: FormatOpt = OutputFormat.table) -> None:
+    """Systems, their software stacks, and result counts per runtime, kind and outcome (the URI shown masked)."""
     from benanza.store import open_store
 
-    with open_store(db, read_only=True) as store:
-        listing = {"db": store.uri, "systems": store.systems(), "stacks": store.stacks(), "summary": store.summary()}
+    with open_store(store_uri(db, db_file), read_only=True) as store:
+        listing = {
+            "db": store.shown_uri,
+            "systems": store.systems(),
+            "stacks": store.stacks(),
+            "summary": store.summary(),
+        }
     if format is OutputFormat.json:
         emit_json(listing)
         return

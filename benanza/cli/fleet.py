@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from benanza.cli.common import FormatOpt, ShapeOpt, handles_errors, parse_int_list
+from benanza.cli.store_options import DB_FLAG, DbFileOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit_json
 
 app = typer.Typer(help="Benchmark a corpus on every system of a fleet (Ray + a shared database).", no_args_is_help=True)
@@ -18,15 +19,28 @@ ConfigArg = Annotated[
     typer.Argument(help="fleet config (TOML, e.g. configs/local-fleet.toml); default: this machine alone"),
 ]
 DbOpt = Annotated[
-    str | None, typer.Option("--db", help="store URI (sqlite:///x.db, mongodb://...); overrides the config")
+    str | None,
+    typer.Option(
+        DB_FLAG,
+        help="store URI (sqlite:///x.db, mongodb://...); overrides the config; prefer --db-file or $BENANZA_DB "
+        "for a URI with a password",
+    ),
 ]
 
 
-def _config(config: Path | None, db: str | None, address: str | None = None, models=None, batch=None, shape=None):
+def _config(config: Path | None, db, address: str | None = None, models=None, batch=None, shape=None):
+    """The fleet config with the flags applied; its ``db`` resolved here, once, for the driver and its workers.
+
+    ``db`` is the store URI of ``--db``/``--db-file`` (None: the config's, else the
+    environment's, else the default); workers are handed this URI rather than reading their
+    own environment, so a URI that comes from a secret file on the driver reaches them too.
+    """
     from benanza.config import default_fleet_config, load_fleet_config
+    from benanza.store.base import default_uri
 
     cfg = load_fleet_config(config) if config is not None else default_fleet_config()
     batches = parse_int_list(batch, "--batch") if batch else None
+    db = db or cfg.db or default_uri()
     return cfg.with_overrides(db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None)
 
 
@@ -41,6 +55,7 @@ def run(
     batch: Annotated[str | None, typer.Option("--batch", "-b", help="batch sizes, e.g. 1,8")] = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
+    db_file: DbFileOpt = None,
     address: Annotated[
         str | None, typer.Option("--address", help="an existing Ray cluster: auto, HOST:6379 or ray://HOST:10001")
     ] = None,
@@ -52,7 +67,7 @@ def run(
     from benanza.report.bench import plan_warnings
     from benanza.report.fleet import FleetProgress, summary_table
 
-    cfg = _config(config, db, address, models, batch, shape)
+    cfg = _config(config, store_uri(db, db_file), address, models, batch, shape)
     if quiet:
         summary = run_fleet(cfg)
     else:
@@ -79,6 +94,7 @@ def status(
     batch: Annotated[str | None, typer.Option("--batch", "-b", help="batch sizes, e.g. 1,8")] = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
+    db_file: DbFileOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Systems, their stacks, and what each still lacks (no Ray needed)."""
@@ -87,7 +103,7 @@ def status(
     from benanza.report.fleet import status_table
     from benanza.store.base import open_store
 
-    cfg = _config(config, db, None, models, batch, shape)
+    cfg = _config(config, store_uri(db, db_file), None, models, batch, shape)
     corpus = plan_corpus(cfg)
     with open_store(cfg.db, read_only=True) as store:
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]

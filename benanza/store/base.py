@@ -25,29 +25,28 @@ A store is opened from a URI (``sqlite:///rel/path.db``, ``sqlite:////abs/path.d
 ``mongodb://host/db``); ``register_store`` adds a scheme. A command that only reads opens
 it ``read_only``: opening then writes nothing (no tables, indexes or meta data are created),
 so it works where the database cannot be written (a read-only SQLite file or folder, a
-read-only MongoDB user); SQLite also refuses every write of such a store.
+read-only MongoDB user); SQLite also refuses every write of such a store. A store holds its
+URI as a ``StoreURI`` (``benanza/store/uri.py``) and shows it only as ``shown_uri``, with its
+password masked: every message that names a store uses that.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol, Self, runtime_checkable
 
 from benanza.errors import RegistryError, StoreError, UsageError
 from benanza.store.records import BenchmarkRecord
-
-DEFAULT_URI = "sqlite:///benanza.db"  # relative to the working directory
-DB_ENV = "BENANZA_DB"
+from benanza.store.uri import DEFAULT_URI, StoreURI, resolve_store_uri
 
 
 @runtime_checkable
 class Store(Protocol):
     """A performance database (see the module docstring for the shared semantics)."""
 
-    uri: str
+    uri: StoreURI  # shows itself masked; ``uri.reveal()`` is for connecting only
     transactional_upsert: bool  # one transaction per ``upsert`` call (see the module docstring)
 
     def upsert(self, records: Iterable[BenchmarkRecord]) -> int:
@@ -104,6 +103,11 @@ class Store(Protocol):
         """Unexpired leases ``{"system", "stack_id", "spec_id", "owner", "expires_at"}`` by system, stack, spec id."""
         ...
 
+    @property
+    def shown_uri(self) -> str:
+        """The URI as messages, tables, JSON and logs show it: the password and secret options masked."""
+        ...
+
     def close(self) -> None: ...
 
     def __enter__(self) -> Self: ...
@@ -114,8 +118,12 @@ class Store(Protocol):
 class StoreBase:
     """Context-manager support and argument checks shared by the backends."""
 
-    uri: str
+    uri: StoreURI
     transactional_upsert = False
+
+    @property
+    def shown_uri(self) -> str:
+        return self.uri.masked
 
     @staticmethod
     def _lease_ids(spec_ids: Iterable[str], owner: str, ttl_s: float | None = None) -> list[str]:
@@ -138,12 +146,12 @@ class StoreBase:
         self.close()
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({self.uri!r})"
+        return f"{type(self).__name__}({self.shown_uri!r})"
 
 
 StoreFactory = Callable[..., Store]
-"""Called as ``factory(uri, create=..., read_only=...)``; ``create=False`` must not create a missing
-database, and ``read_only=True`` (which comes with ``create=False``) must write nothing while opening."""
+"""Called as ``factory(uri, create=..., read_only=...)`` with a ``StoreURI``; ``create=False`` must not create a
+missing database, and ``read_only=True`` (which comes with ``create=False``) must write nothing while opening."""
 
 _STORES: dict[str, StoreFactory] = {}
 # Built-in backends are imported only when their scheme is asked for (pymongo stays optional).
@@ -170,24 +178,29 @@ def store_schemes() -> list[str]:
     return sorted(set(_STORES) | available)
 
 
-def default_uri() -> str:
-    """``$BENANZA_DB``, or a SQLite file ``benanza.db`` in the working directory."""
-    return os.environ.get(DB_ENV) or DEFAULT_URI
+def default_uri() -> StoreURI:
+    """``$BENANZA_DB``, or the URI in the file ``$BENANZA_DB_FILE``, or a SQLite file ``benanza.db`` here.
+
+    Raises:
+        UsageError: both variables are set, or the file cannot be read.
+    """
+    return resolve_store_uri()
 
 
-def uri_scheme(uri: str) -> str:
+def uri_scheme(uri: str | StoreURI) -> str:
     """The scheme of a store URI (``sqlite`` of ``sqlite:///x.db``)."""
-    scheme, sep, _ = uri.partition("://")
-    if not sep or not scheme:
-        raise UsageError(f"not a database URI: {uri!r} (expected e.g. {DEFAULT_URI} or mongodb://host/db)")
-    return scheme.lower()
+    uri = StoreURI.of(uri)
+    if not uri.scheme:
+        raise UsageError(f"not a database URI: {uri.masked!r} (expected e.g. {DEFAULT_URI} or mongodb://host/db)")
+    return uri.scheme
 
 
-def open_store(uri: str | None = None, *, create: bool = True, read_only: bool = False) -> Store:
+def open_store(uri: str | StoreURI | None = None, *, create: bool = True, read_only: bool = False) -> Store:
     """The store a URI names (default: ``default_uri()``).
 
     Args:
-        uri: ``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``, ``mongodb://...``.
+        uri: ``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``, ``mongodb://...``; None
+            or ``""`` for ``default_uri()``.
         create: create the database when it does not exist; when False a missing one is a
             ``StoreError``.
         read_only: for commands that only read (``benanza db ls``, ``analyze systems``,
@@ -197,8 +210,9 @@ def open_store(uri: str | None = None, *, create: bool = True, read_only: bool =
     Raises:
         RegistryError: no store is registered for the URI's scheme.
         StoreError: the database cannot be opened.
+        UsageError: the URI is malformed, or the environment names an unreadable URI file.
     """
-    uri = uri or default_uri()
+    uri = StoreURI.of(uri) if uri else default_uri()
     scheme = uri_scheme(uri)
     if scheme not in _STORES and scheme in _BUILTIN:
         _import_builtin(scheme)

@@ -8,8 +8,10 @@ URIs are MongoDB connection strings; the path names the database (default ``bena
 Authentication (``user:password@``, ``authSource``, ``authMechanism``) and TLS (``tls``,
 ``tlsCAFile``, ``tlsCertificateKeyFile``, ...) are the driver's URI options; benanza adds
 none of its own. ``serverSelectionTimeoutMS`` defaults to 5000 here (the driver's is 30000)
-so that an unreachable server is reported within seconds; a URI option overrides it. Error
-messages show the URI with its password masked.
+so that an unreachable server is reported within seconds; a URI option overrides it. The
+store holds its URI as a ``StoreURI``: error messages show it masked (``store/uri.py``), and a
+driver's reason that quotes part of the credentials (a parser reading half a password as a
+port) is not shown.
 
 Layout: collections ``results`` (one document per record: ``BenchmarkRecord.to_doc()`` with
 ``schema_version``), ``systems`` (``_id`` = name), ``stacks``, ``leases`` and ``meta`` (one
@@ -59,6 +61,9 @@ from pymongo.uri_parser import parse_uri
 from benanza.errors import StoreError, UsageError, one_line
 from benanza.store.base import StoreBase, register_store
 from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
+from benanza.store.uri import StoreURI, mask_uri
+
+__all__ = ["MongoStore", "database_of_uri", "mask_uri"]  # mask_uri: store/uri.py's, kept importable here
 
 DB_SCHEMA_VERSION = 1  # the collection layout; bump (and migrate) when collections or indexes change
 DEFAULT_DATABASE = "benanza"
@@ -84,11 +89,6 @@ _TRANSIENT_CODES = frozenset({6, 7, 89, 91, 189, 262, 9001, 10107, 11600, 11602,
 _SEPARATOR = "\x1f"  # joins summary group fields (see ``summary``)
 
 T = TypeVar("T")
-
-
-def mask_uri(uri: str) -> str:
-    """The URI with the password of its user info replaced by ``***``."""
-    return re.sub(r"^([A-Za-z0-9+.-]+://[^:/@?#]*):[^@/?#]*@", r"\1:***@", uri)
 
 
 def database_of_uri(uri: str) -> str:
@@ -144,7 +144,7 @@ class MongoStore(StoreBase):
 
     def __init__(
         self,
-        uri: str,
+        uri: str | StoreURI,
         *,
         create: bool = True,
         read_only: bool = False,
@@ -173,9 +173,9 @@ class MongoStore(StoreBase):
                 unreachable server costs ``serverSelectionTimeoutMS`` per attempt); default
                 ``$BENANZA_DB_RETRY_WINDOW_S`` or 20 s.
         """
-        self.uri = uri
+        self.uri = StoreURI.of(uri)
+        uri = self.uri.reveal()  # to connect with; never shown
         self.read_only = read_only
-        self.shown_uri = mask_uri(uri)
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
         self.retry_window_s = retry_window_s if retry_window_s is not None else _retry_window_from_env()
         self._owns_client = client is None
@@ -187,7 +187,7 @@ class MongoStore(StoreBase):
                 if uri.lower().startswith("mongodb://"):  # (+srv would look up DNS here)
                     parse_uri(uri, warn=False)  # a bad option is an error, not a warning the client ignores
                 client = pymongo.MongoClient(uri, **options)
-            except (PyMongoError, ValueError, TypeError) as exc:  # the URI parser raises ValueError too
+            except (PyMongoError, ValueError, TypeError, OSError) as exc:  # the URI parser; OSError: a TLS file
                 raise self._fail(f"not a usable MongoDB URI: {_reason(exc)}") from None
         self.client = client
         try:
@@ -206,7 +206,7 @@ class MongoStore(StoreBase):
     # -- opening -------------------------------------------------------------------------
 
     def _fail(self, reason: object) -> StoreError:
-        return StoreError(f"{self.shown_uri}: {reason}")
+        return StoreError(f"{self.shown_uri}: {self.uri.redact(str(reason))}")
 
     def _open(self, create: bool) -> None:
         try:  # the server-selection timeout is the wait: no retries on top of it

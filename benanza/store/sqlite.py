@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 from benanza.errors import StoreError, UsageError
 from benanza.store.base import StoreBase, register_store
 from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
+from benanza.store.uri import StoreURI
 
 DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
 # (a new table that older versions ignore, such as ``leases``, is created on open without a bump)
@@ -120,16 +121,18 @@ ON CONFLICT ({_IDENTITY}) DO UPDATE SET
 T = TypeVar("T")
 
 
-def path_of_uri(uri: str) -> Path:
+def path_of_uri(uri: str | StoreURI) -> Path:
     """The file of a ``sqlite:///rel/path.db`` or ``sqlite:////abs/path.db`` URI (``~`` expanded)."""
-    scheme, sep, rest = uri.partition("://")
+    uri = StoreURI.of(uri)
+    shown = uri.masked
+    scheme, sep, rest = uri.reveal().partition("://")
     if scheme.lower() != "sqlite" or not sep:
-        raise UsageError(f"not a SQLite URI: {uri!r} (expected sqlite:///rel/path.db or sqlite:////abs/path.db)")
+        raise UsageError(f"not a SQLite URI: {shown!r} (expected sqlite:///rel/path.db or sqlite:////abs/path.db)")
     if not rest.startswith("/") or rest == "/":
-        raise UsageError(f"{uri!r} names no file (expected sqlite:///rel/path.db or sqlite:////abs/path.db)")
+        raise UsageError(f"{shown!r} names no file (expected sqlite:///rel/path.db or sqlite:////abs/path.db)")
     path = rest[1:]
     if "?" in path or path == ":memory:":
-        raise UsageError(f"{uri!r}: query options and in-memory databases are not supported; name a file")
+        raise UsageError(f"{shown!r}: query options and in-memory databases are not supported; name a file")
     return Path(path).expanduser()
 
 
@@ -141,7 +144,7 @@ class SqliteStore(StoreBase):
 
     def __init__(
         self,
-        uri: str | os.PathLike[str],
+        uri: str | StoreURI | os.PathLike[str],
         *,
         create: bool = True,
         read_only: bool = False,
@@ -157,12 +160,12 @@ class SqliteStore(StoreBase):
                 a ``StoreError``); every write is refused with a ``StoreError``.
             busy_timeout_s: how long a writer waits for another writer's lock.
         """
-        if isinstance(uri, str) and "://" in uri:
-            self.path = path_of_uri(uri).absolute()
-            self.uri = uri
+        if isinstance(uri, StoreURI) or (isinstance(uri, str) and "://" in uri):
+            self.uri = StoreURI.of(uri)
+            self.path = path_of_uri(self.uri).absolute()
         else:
             self.path = Path(uri).expanduser().absolute()
-            self.uri = f"sqlite:///{self.path}"
+            self.uri = StoreURI(f"sqlite:///{self.path}")
         self.busy_timeout_s = busy_timeout_s
         self.read_only = read_only
         self._read_only_uri = f"{self.path.as_uri()}?mode=ro"  # immutable=1 added where SQLite needs it
