@@ -24,9 +24,11 @@ DbOpt = Annotated[
 
 def _config(config: Path | None, db: str | None, address: str | None = None, models=None, batch=None, shape=None):
     from benanza.config import default_fleet_config, load_fleet_config
+    from benanza.model.shapes import parse_shape_overrides
 
-    cfg = load_fleet_config(config) if config is not None else default_fleet_config()
     batches = parse_int_list(batch, "--batch") if batch else None
+    parse_shape_overrides(shape)  # a bad --shape is one line naming the flag, before the config is read
+    cfg = load_fleet_config(config) if config is not None else default_fleet_config()
     return cfg.with_overrides(db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None)
 
 

@@ -27,16 +27,32 @@ from benanza.model.extract import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
 
-_SHAPE_RE = re.compile(r"^(?P<name>.+?)=(?P<dims>\d+(?:[x,]\d+)*|)$")
+_DIM_RE = re.compile(r"\d+")
+_SHAPE_EXAMPLE = "e.g. images=1x3x640x640"
 
 
 def parse_shape_override(text: str) -> tuple[str, tuple[int, ...]]:
-    """Parse ``NAME=1x3x640x640`` (``,`` also separates; ``NAME=`` is a scalar)."""
-    m = _SHAPE_RE.match(text.strip())
-    if not m:
-        raise UsageError(f"bad --shape {text!r}: expected NAME=DIMS, e.g. images=1x3x640x640")
-    dims = tuple(int(d) for d in re.split(r"[x,]", m["dims"])) if m["dims"] else ()
-    return m["name"], dims
+    """Parse ``NAME=1x3x640x640`` (``,`` also separates; ``NAME=`` is a scalar).
+
+    Every dimension is a positive integer: ONNX Runtime cannot run a zero dimension, and a
+    negative or fractional one is a typo; each is refused here, naming the dimension.
+
+    Raises:
+        UsageError: the text is not ``NAME=DIMS`` or a dimension is not a positive integer.
+    """
+    name, sep, dims = text.strip().partition("=")
+    if not sep or not name.strip():
+        raise UsageError(f"bad --shape {text!r}: expected NAME=DIMS, {_SHAPE_EXAMPLE}")
+    if not dims:
+        return name, ()
+    parsed = []
+    for i, part in enumerate(re.split(r"[x,]", dims), 1):
+        if not _DIM_RE.fullmatch(part.strip()) or int(part) < 1:
+            raise UsageError(
+                f"bad --shape {text!r}: dimension {i} is {part!r}; dimensions are positive integers, {_SHAPE_EXAMPLE}"
+            )
+        parsed.append(int(part))
+    return name, tuple(parsed)
 
 
 def parse_shape_overrides(texts: list[str] | None) -> dict[str, tuple[int, ...]]:
