@@ -79,21 +79,27 @@ def split(
     granularity: Annotated[
         str, typer.Option("--granularity", "-g", metavar="G", help="at most G layers per sequence")
     ] = "1",
-    out: Annotated[Path, typer.Option(help="folder for the sequence models")] = Path("split-out"),
+    out: Annotated[
+        Path, typer.Option(help="folder for the sequence models (one folder per model in it; nothing outside)")
+    ] = Path("split-out"),
     batch: BatchOpt = None,
     shape: ShapeOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
-    from benanza.model.process import process_model
+    from benanza.model.process import model_name, process_model
     from benanza.model.shapes import parse_shape_overrides
-    from benanza.model.subgraphs import find_model_subgraphs, write_sequences
+    from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
     from benanza.report.output import table
 
     grain, batch_size = parse_count(granularity, "--granularity"), parse_count(batch, "--batch")
     overrides = parse_shape_overrides(shape)
+    paths = model_paths(models)
+    for path in paths:  # every model's folder checked before anything is written
+        sequence_folder(out, model_name(path))
+    make_out_folder(out)
     written = []
-    for path in model_paths(models):
+    for path in paths:
         processed = process_model(path, batch_size, overrides)
         written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, grain), out))
     unique = len({w.sequence_key for w in written})
