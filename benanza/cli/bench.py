@@ -178,6 +178,7 @@ def bench_run(
         ctx.close()
     out = {
         **summary.to_dict(),
+        "deferred_reason": summary.deferred_reason,
         "system": ctx.system,
         "stack_id": ctx.stack_id,
         "runtime": ctx.runtime.name,
@@ -186,9 +187,25 @@ def bench_run(
     if format is OutputFormat.json:
         emit_json(out)
     else:
-        console().print(
-            f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
-            f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}"
+        _print_summary(ctx, summary)
+    _warn_deferred(summary)
+
+
+def _print_summary(ctx, summary) -> None:
+    deferred = f", deferred {summary.deferred}" if summary.deferred else ""
+    console().print(
+        f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
+        f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}{deferred}"
+    )
+
+
+def _warn_deferred(summary) -> None:
+    """One line on stderr for benchmarks the memory guard held back: not stored, a later run retries."""
+    if summary.deferred:
+        print(
+            f"warning: {summary.deferred} benchmark(s) not run for lack of free memory, not stored "
+            f"(the largest {summary.deferred_reason}); a later run retries them",
+            file=sys.stderr,
         )
 
 
@@ -410,10 +427,8 @@ def run_command(
         plans = _plans(ctx, models, requested)
         summary = _bench(ctx, plans, e2e=True, retry_failed=False, quiet=format is OutputFormat.json)
         if format is not OutputFormat.json:
-            console().print(
-                f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
-                f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}"
-            )
+            _print_summary(ctx, summary)
+        _warn_deferred(summary)
         _analyze(ctx, plans, format, plot)
     finally:
         ctx.close()

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -83,7 +84,8 @@ def bind_shapes(
 
     ``shapes`` wins for the inputs it names; ``batch`` then sets a symbolic leading
     dimension, or rewrites a fixed leading dimension that differs (a "rebatch"). Anything
-    left symbolic is an ``UnboundDimensionError`` naming the input.
+    left symbolic is an ``UnboundDimensionError`` naming the input. An input larger than this
+    machine's physical memory is refused here, before anything allocates it.
     """
     shapes = dict(shapes or {})
     if batch is not None and batch < 1:
@@ -125,7 +127,34 @@ def bind_shapes(
                     path, f"input '{vi.name}' dimension {i}{label} is not bound; pass {hint}--shape {vi.name}=DIMS"
                 )
         bound[vi.name] = tuple(dims_out)
+    _refuse_inputs_larger_than_memory(path, inputs, bound)
     return Binding(bound, rebatch)
+
+
+def _refuse_inputs_larger_than_memory(
+    path: object, inputs: list[onnx.ValueInfoProto], bound: Mapping[str, tuple[int, ...]]
+) -> None:
+    """``ModelError`` naming the first bound input whose own size exceeds physical memory."""
+    from benanza.fingerprint import memory_bytes
+
+    physical = memory_bytes()
+    if physical is None:
+        return
+    for vi in inputs:
+        elem = vi.type.tensor_type.elem_type
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+            name, size = dtype.name, dtype.itemsize
+        except (KeyError, TypeError, ValueError):  # an element type numpy does not name: count a byte
+            name, size = onnx.TensorProto.DataType.Name(elem).lower(), 1
+        dims = bound[vi.name]
+        need = math.prod(dims) * size
+        if need > physical:
+            raise ModelError(
+                path,
+                f"input '{vi.name}' of {'x'.join(map(str, dims))} {name} needs {need / 2**30:.1f} GiB, "
+                f"more than this machine's {physical / 2**30:.1f} GiB of memory",
+            )
 
 
 def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
