@@ -17,6 +17,7 @@ from benanza.bench.execute import (
     without_profiler_overhead,
 )
 from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.memory import ACTIVATION_COPIES, WEIGHT_COPIES
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import bench, open_local, plan_models, specs_for
 from benanza.runtimes.null import NullPrepared, NullRuntime
@@ -126,7 +127,7 @@ def test_failures_are_stored_and_the_rest_still_measured(chain_specs, runtime, f
     )
     specs = [broken, *chain_specs, missing_model]
     summary = run_specs(specs, runtime, store, fast_harness, system=SYSTEM, stack_id=STACK, batch=3)
-    assert summary.to_dict() == {"measured": len(chain_specs), "reused": 0, "failed": 1, "skipped": 1}
+    assert summary.to_dict() == {"measured": len(chain_specs), "reused": 0, "failed": 1, "skipped": 1, "deferred": 0}
     by_id = {r.spec_id: r for r in store.records(system=SYSTEM, stack_id=STACK)}
     assert set(by_id) == {s.spec_id for s in specs}
     assert by_id[broken.spec_id].outcome is Outcome.FAILED and by_id[broken.spec_id].reason
@@ -183,7 +184,7 @@ def test_faults_in_any_phase_lose_nothing(store, fast_harness):
         batch=2,
         progress=lambda spec, record: seen.append((spec.key, record.outcome)),
     )
-    assert summary.to_dict() == {"measured": 4, "reused": 0, "failed": 3, "skipped": 0}
+    assert summary.to_dict() == {"measured": 4, "reused": 0, "failed": 3, "skipped": 0, "deferred": 0}
     assert [key for key, _ in seen] == [s.key for s in specs]
     stored = {r.key: r for r in store.records(system=SYSTEM, stack_id=STACK)}
     assert set(stored) == {s.key for s in specs}
@@ -198,9 +199,9 @@ def test_retry_failed_measures_only_the_failures_again(store, fast_harness):
     faults = {specs[0].key: "prepare", specs[2].key: "call"}
     run_specs(specs, _FlakyRuntime(faults), store, fast_harness, system=SYSTEM, stack_id=STACK)
     again = run_specs(specs, _FlakyRuntime({}), store, fast_harness, system=SYSTEM, stack_id=STACK)
-    assert again.to_dict() == {"measured": 0, "reused": 5, "failed": 0, "skipped": 0}
+    assert again.to_dict() == {"measured": 0, "reused": 5, "failed": 0, "skipped": 0, "deferred": 0}
     retried = run_specs(specs, _FlakyRuntime({}), store, fast_harness, system=SYSTEM, stack_id=STACK, retry_failed=True)
-    assert retried.to_dict() == {"measured": 2, "reused": 3, "failed": 0, "skipped": 0}
+    assert retried.to_dict() == {"measured": 2, "reused": 3, "failed": 0, "skipped": 0, "deferred": 0}
     assert {r.outcome for r in store.records(system=SYSTEM, stack_id=STACK)} == {Outcome.OK}
     assert len(store.records(system=SYSTEM, stack_id=STACK)) == 5
 
@@ -209,7 +210,7 @@ def test_results_are_per_system_and_stack(store, fast_harness):
     specs = _null_specs(3)
     run_specs(specs, NullRuntime(), store, fast_harness, system=SYSTEM, stack_id=STACK)
     other = run_specs(specs, NullRuntime(), store, fast_harness, system=SYSTEM, stack_id="new-stack")
-    assert other.to_dict() == {"measured": 3, "reused": 0, "failed": 0, "skipped": 0}
+    assert other.to_dict() == {"measured": 3, "reused": 0, "failed": 0, "skipped": 0, "deferred": 0}
 
 
 # -- interleaved groups ----------------------------------------------------------------------------
@@ -236,21 +237,24 @@ def test_interleaved_faults_lose_nothing(store, fast_harness):
     summary = run_specs(
         specs, _FlakyRuntime(faults), store, settings, system=SYSTEM, stack_id=STACK, groups=[specs[:4], specs[2:]]
     )
-    assert summary.to_dict() == {"measured": 4, "reused": 0, "failed": 3, "skipped": 0}
+    assert summary.to_dict() == {"measured": 4, "reused": 0, "failed": 3, "skipped": 0, "deferred": 0}
     stored = {r.key: r for r in store.records(system=SYSTEM, stack_id=STACK)}
     assert stored[specs[1].key].reason == "RuntimeError: cannot prepare"
     assert stored[specs[3].key].reason == "MemoryError: out of memory"
     assert stored[specs[5].key].reason == "ValueError: profile unreadable"
     assert stored[specs[0].key].kernel_samples == (1e-6,) * fast_harness.kernel_runs  # kernel_times fallback
     again = run_specs(specs, NullRuntime(), store, settings, system=SYSTEM, stack_id=STACK, retry_failed=True)
-    assert again.to_dict() == {"measured": 3, "reused": 4, "failed": 0, "skipped": 0}
+    assert again.to_dict() == {"measured": 3, "reused": 4, "failed": 0, "skipped": 0, "deferred": 0}
 
 
 def test_groups_are_cut_to_the_memory_budget(chain_specs):
     conv = next(s for s in chain_specs if s.kind is SpecKind.LAYER and s.label.startswith("Conv"))
-    weights = [ref for ref in conv.network["nodes"][0]["inputs"] if ref["kind"] == "weight"]
-    expected = sum(4 * int(np.prod(ref["shape"])) for ref in weights) * 3
-    assert expected > 0 and spec_memory_bytes(conv) == expected
+    node = conv.network["nodes"][0]
+    weights = sum(4 * int(np.prod(ref["shape"])) for ref in node["inputs"] if ref["kind"] == "weight")
+    inputs = sum(4 * int(np.prod(t["shape"])) for t in conv.network["inputs"])
+    output = sum(4 * int(np.prod(t["shape"])) for t in node["outputs"])
+    expected = weights * WEIGHT_COPIES + inputs + output * ACTIVATION_COPIES  # copies ORT holds of each
+    assert weights > 0 and spec_memory_bytes(conv) == expected
     sizes = [spec_memory_bytes(s) for s in chain_specs]
     chunks = list(group_chunks(chain_specs, budget=max(sizes)))
     assert [s for chunk in chunks for s in chunk] == list(chain_specs)
@@ -287,11 +291,11 @@ def test_incremental_runs_measure_only_what_is_new(tmp_path, conv_chain, fast_ha
         plans_a = plan_models([first], ctx.runtime, granularities=(1, 2))
         ids_a = {s.spec_id for s in specs_for(ctx, plans_a, e2e=True)}
         run1 = bench(ctx, plans_a, e2e=True)
-        assert run1.to_dict() == {"measured": len(ids_a), "reused": 0, "failed": 0, "skipped": 0}
+        assert run1.to_dict() == {"measured": len(ids_a), "reused": 0, "failed": 0, "skipped": 0, "deferred": 0}
         assert ctx.store.present_spec_ids(ctx.system, ctx.stack_id) == ids_a
 
         run2 = bench(ctx, plan_models([first], ctx.runtime, granularities=(1, 2)), e2e=True)
-        assert run2.to_dict() == {"measured": 0, "reused": len(ids_a), "failed": 0, "skipped": 0}
+        assert run2.to_dict() == {"measured": 0, "reused": len(ids_a), "failed": 0, "skipped": 0, "deferred": 0}
 
         plans_ab = plan_models([first, second], ctx.runtime, granularities=(1, 2))
         ids_b = {s.spec_id for s in specs_for(ctx, plans_ab[1:], e2e=True)}
@@ -299,7 +303,7 @@ def test_incremental_runs_measure_only_what_is_new(tmp_path, conv_chain, fast_ha
         assert len(ids_b & ids_a) == 6  # Conv, BN, Relu, Conv, the fused group, Conv+BN+Relu->Conv
         assert len(new) == 2  # the MaxPool layer (also B's last G=2 sequence) and B end to end
         run3 = bench(ctx, plans_ab, e2e=True)
-        assert run3.to_dict() == {"measured": len(new), "reused": len(ids_a), "failed": 0, "skipped": 0}
+        assert run3.to_dict() == {"measured": len(new), "reused": len(ids_a), "failed": 0, "skipped": 0, "deferred": 0}
         assert {r.spec_id for r in run3.records} == new
         assert ctx.store.present_spec_ids(ctx.system, ctx.stack_id) == ids_a | ids_b
     finally:

@@ -193,7 +193,9 @@ def test_specs_for_plan_kinds_and_payloads(chain, ort_runtime):
     assert model.key == plan.model_key
     # constant inputs: w1 4x3x3x3 + b1 4 + BN 4x4 + w2 4x4x1x1 float32, Reshape target 2 int64
     weights = (108 + 4 + 16 + 16) * 4 + 16
-    assert model.model == {"path": "mem.onnx", "batch": None, "shapes": {}, "weight_bytes": weights}
+    # the memory guard's parts: the 1x3x8x8 input; at most two 1x4x8x8 activations alive at once
+    memory = {"weight_bytes": weights, "input_bytes": 3 * 8 * 8 * 4, "activation_bytes": 2 * 4 * 8 * 8 * 4}
+    assert model.model == {"path": "mem.onnx", "batch": None, "shapes": {}, **memory}
     assert model.network is None
     for s in specs:
         assert s.runtime == "onnxruntime"

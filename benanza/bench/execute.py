@@ -6,25 +6,28 @@ as failed with the error; neither stops the rest. ``run_interleaved`` does the s
 group of specs measured together in rounds (``HarnessSettings.schedule = "interleaved"``).
 ``run_specs`` measures only what the store lacks for this system and stack and writes
 results in batches.
+
+Nothing is allocated for a benchmark before the memory guard (``benanza.bench.memory``) has
+compared its estimated memory with the system's: one that needs more than the physical
+memory is stored as skipped with the reason; ``run_specs`` does not run, and does not store,
+one that needs more than is free right now (a later run retries it).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from benanza.bench.generate import itemsize
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
-from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.bench.memory import MemoryReader, MemoryRefusal, needed_bytes, refusal, spec_memory, system_memory
+from benanza.bench.spec import BenchmarkSpec
 from benanza.bench.stats import describe
 from benanza.errors import UnsupportedLayer, one_line
-from benanza.fingerprint import memory_bytes
 from benanza.store.records import BenchmarkRecord, Outcome, make_record
 
 log = logging.getLogger(__name__)
@@ -53,14 +56,18 @@ def run_spec(
     system: str,
     stack_id: str,
     host: str | None = None,
+    memory: MemoryReader = system_memory,
 ) -> BenchmarkRecord:
-    """Measure one spec; every outcome is a record."""
+    """Measure one spec; every outcome is a record.
+
+    A spec that needs more memory than the system has is skipped before anything is allocated.
+    """
     started = time.perf_counter()
     samples: tuple[float, ...] = ()
     kernel: tuple[float, ...] = ()
     stats = None
     extra: dict[str, Any] = {}
-    reason = runtime.supports(spec)
+    reason = runtime.supports(spec) or never_fits(spec, runtime, memory)
     if reason is not None:
         outcome = Outcome.SKIPPED
     else:
@@ -131,6 +138,7 @@ def run_interleaved(
     system: str,
     stack_id: str,
     host: str | None = None,
+    memory: MemoryReader = system_memory,
 ) -> list[BenchmarkRecord]:
     """Measure a group of specs together: all prepared at once, then sampled in rounds.
 
@@ -138,8 +146,9 @@ def run_interleaved(
     one, run beside the timed samples in rounds spread over the whole measurement (at
     least ``kernel_runs`` kept); otherwise from ``kernel_times`` after the rounds. One
     record per spec, in order; a spec that cannot be prepared or raises during the rounds
-    is a failure and the others go on. Every prepared benchmark of the group is in memory
-    at once (see ``group_chunks``).
+    is a failure and the others go on; one that needs more memory than the system has is
+    skipped unprepared. Every prepared benchmark of the group is in memory at once (see
+    ``group_chunks``).
     """
     started = time.perf_counter()
     results: dict[int, BenchmarkRecord] = {}
@@ -167,7 +176,7 @@ def run_interleaved(
 
     try:
         for i, spec in enumerate(specs):
-            reason = runtime.supports(spec)
+            reason = runtime.supports(spec) or never_fits(spec, runtime, memory)
             if reason is not None:
                 done(i, Outcome.SKIPPED, reason)
                 continue
@@ -259,32 +268,53 @@ def without_profiler_overhead(
     }
 
 
-WEIGHT_MEMORY_FACTOR = 3  # a spec's weights live in its built model, its session and its profiler's session
-
-
 def spec_memory_bytes(spec: BenchmarkSpec) -> int:
-    """Estimated memory of one prepared benchmark: its constant inputs, times the copies kept.
+    """Estimated memory of one prepared benchmark (``benanza.bench.memory.spec_memory``)."""
+    return spec_memory(spec).total
 
-    Networks count their weight and value inputs; a whole model counts the
-    ``weight_bytes`` its plan recorded (0 when unknown).
+
+def never_fits(spec: BenchmarkSpec, runtime: Any, memory: MemoryReader = system_memory) -> str | None:
+    """Why ``spec`` can never run on this system (more memory than it has), or None."""
+    refused = refusal(needed_bytes(runtime, spec), memory())
+    return refused.reason if refused is not None and refused.never else None
+
+
+def admit(
+    specs: Sequence[BenchmarkSpec], runtime: Any, memory: MemoryReader = system_memory
+) -> tuple[list[BenchmarkSpec], list[BenchmarkSpec], MemoryRefusal | None]:
+    """Split ``specs``, to be held in memory together, into those to run now and those deferred.
+
+    Those that can never fit are run (``run_spec`` and ``run_interleaved`` skip them without
+    allocating); the others are deferred together, with the reason, when their sum does not
+    fit the memory free now.
     """
-    if spec.kind is SpecKind.MODEL:
-        weights = int((spec.model or {}).get("weight_bytes") or 0)
-    else:
-        weights = 0
-        for node in (spec.network or {}).get("nodes", ()):
-            for ref in node["inputs"]:
-                if ref["kind"] not in ("absent", "input", "node"):
-                    weights += math.prod(int(d) for d in ref["shape"]) * itemsize(ref["dtype"])
-    return weights * WEIGHT_MEMORY_FACTOR
+    now = memory()
+    never, rest, needed = [], [], 0
+    for spec in specs:
+        need = needed_bytes(runtime, spec)
+        refused = refusal(need, now)
+        if refused is not None and refused.never:
+            never.append(spec)
+        else:
+            rest.append(spec)
+            needed += need or 0
+    refused = refusal(needed, now) if rest else None
+    if refused is None:
+        return list(specs), [], None
+    return never, rest, refused
 
 
-def interleave_budget(settings: HarnessSettings) -> int:
-    """Bytes one interleaved group may hold: the setting, else a quarter of physical memory."""
+def interleave_budget(settings: HarnessSettings, memory: MemoryReader = system_memory) -> int:
+    """Bytes one interleaved group may hold: the setting, else a quarter of physical memory.
+
+    Never more than is free now (available memory less the guard's reserve).
+    """
+    now = memory()
     if settings.interleave_max_bytes is not None:
-        return settings.interleave_max_bytes
-    physical = memory_bytes()
-    return physical // 4 if physical else 2 << 30
+        budget = settings.interleave_max_bytes
+    else:
+        budget = now.physical // 4 if now.physical else 2 << 30
+    return budget if now.free_now is None else min(budget, now.free_now)
 
 
 def group_chunks(specs: Sequence[BenchmarkSpec], budget: int) -> Iterator[list[BenchmarkSpec]]:
@@ -304,14 +334,30 @@ def group_chunks(specs: Sequence[BenchmarkSpec], budget: int) -> Iterator[list[B
 
 @dataclass
 class RunSummary:
+    """What a run did; ``deferred`` specs did not fit the memory free at the time and were not stored."""
+
     measured: int = 0
     reused: int = 0
     failed: int = 0
     skipped: int = 0
+    deferred: int = 0
+    deferred_reason: str | None = None  # the largest deferred benchmark's
     records: list[BenchmarkRecord] = field(default_factory=list, repr=False)
+    _deferred_needed: int = field(default=0, repr=False)
+
+    def defer(self, count: int, refused: MemoryRefusal) -> None:
+        self.deferred += count
+        if refused.needed >= self._deferred_needed:
+            self._deferred_needed, self.deferred_reason = refused.needed, refused.reason
 
     def to_dict(self) -> dict[str, int]:
-        return {"measured": self.measured, "reused": self.reused, "failed": self.failed, "skipped": self.skipped}
+        return {
+            "measured": self.measured,
+            "reused": self.reused,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "deferred": self.deferred,
+        }
 
 
 def run_specs(
@@ -326,13 +372,16 @@ def run_specs(
     batch: int = 16,
     progress: Callable[[BenchmarkSpec, BenchmarkRecord], None] | None = None,
     groups: Sequence[Sequence[BenchmarkSpec]] = (),
+    memory: MemoryReader = system_memory,
 ) -> RunSummary:
     """Measure the specs the store lacks for (system, stack); upsert results in batches.
 
     With ``settings.schedule == "interleaved"`` the missing specs are measured together
     by ``groups`` (a model's specs, say; specs in no group form one last group), each
     group cut into chunks that fit ``interleave_budget``. A spec in several groups is
-    measured with the first.
+    measured with the first. Just before a spec (or a chunk) would be prepared, ``memory``
+    is read: what does not fit the memory free then is counted as ``deferred``, not run
+    and not stored.
     """
     settings = effective_settings(runtime, settings)
     present = store.present_spec_ids(system, stack_id)
@@ -360,20 +409,27 @@ def run_specs(
             pending = []
 
     if interleaving(runtime, settings):
-        budget = interleave_budget(settings)
         for group in _partition(todo, groups):
-            for chunk in group_chunks(group, budget):
-                records = run_interleaved(chunk, runtime, settings, system=system, stack_id=stack_id)
+            for chunk in group_chunks(group, interleave_budget(settings, memory)):
+                chunk, deferred, refused = admit(chunk, runtime, memory)
+                if deferred:
+                    summary.defer(len(deferred), refused)
+                if not chunk:
+                    continue
+                records = run_interleaved(chunk, runtime, settings, system=system, stack_id=stack_id, memory=memory)
                 for spec, record in zip(chunk, records, strict=True):
                     take(spec, record)
     else:
         runner = isolated_runner(runtime, settings, system=system, stack_id=stack_id)
         try:
             for spec in todo:
-                if runner is not None:
+                _, deferred, refused = admit([spec], runtime, memory)
+                if deferred:
+                    summary.defer(1, refused)
+                elif runner is not None:
                     take(spec, runner.run(spec, runtime))
                 else:
-                    take(spec, run_spec(spec, runtime, settings, system=system, stack_id=stack_id))
+                    take(spec, run_spec(spec, runtime, settings, system=system, stack_id=stack_id, memory=memory))
         finally:
             if runner is not None:
                 runner.close()

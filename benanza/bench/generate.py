@@ -250,6 +250,8 @@ def specs_for_plan(
             )
         )
     if e2e:
+        from benanza.bench.memory import graph_memory  # the memory guard's estimate of the model run end to end
+
         dtype = plan.graph.inputs[0].dtype if plan.graph.inputs else "float32"
         specs.append(
             BenchmarkSpec(
@@ -260,7 +262,7 @@ def specs_for_plan(
                 runtime=runtime_name,
                 variant=var,
                 label=plan.model,
-                model={"path": plan.path, **plan.requested, "weight_bytes": weight_bytes(plan.graph)},
+                model={"path": plan.path, **plan.requested, **graph_memory(plan.graph).to_dict()},
             )
         )
     return specs

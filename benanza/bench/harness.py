@@ -74,7 +74,7 @@ class HarnessSettings(BaseModel):
         1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
     )
     interleave_max_bytes: int | None = Field(
-        None, ge=0, description="memory for one interleaved group (weights, estimated); None: a quarter of RAM"
+        None, ge=0, description="memory for one interleaved group (memory guard estimate); None: a quarter of RAM"
     )
 
     @model_validator(mode="after")

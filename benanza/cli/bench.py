@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from benanza.cli.common import FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_int_list
+from benanza.cli.common import FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_count, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit_json
 
@@ -19,7 +20,7 @@ analyze_app = typer.Typer(
 
 BatchesOpt = Annotated[str, typer.Option("--batch", "-b", help="batch sizes, comma-separated")]
 GranOpt = Annotated[str, typer.Option("--granularity", "-g", help="DLBricks sequence sizes G, comma-separated")]
-ThreadsOpt = Annotated[int | None, typer.Option("--threads", help="intra-op threads (default: all cores)", min=1)]
+ThreadsOpt = Annotated[str | None, typer.Option("--threads", metavar="N", help="intra-op threads (default: all cores)")]
 OptLevelOpt = Annotated[str, typer.Option("--opt-level", help="ONNX Runtime graph optimisation level")]
 SystemOpt = Annotated[str | None, typer.Option("--system", help="system name (default: $BENANZA_SYSTEM or hostname)")]
 SystemsOpt = Annotated[
@@ -66,6 +67,7 @@ def _context(db, threads, opt_level, system, min_time=None, max_time=None, sched
     from benanza.errors import UsageError
     from benanza.local import open_local
 
+    threads = parse_count(threads, "--threads")
     flags = {"min_time_s": min_time, "max_time_s": max_time, "schedule": schedule}
     overrides = {k: v for k, v in flags.items() if v is not None}
     settings = HarnessSettings.from_env(**overrides)  # flags over BENANZA_HARNESS_*; invalid -> UsageError
@@ -79,13 +81,32 @@ def _context(db, threads, opt_level, system, min_time=None, max_time=None, sched
     return open_local(db, runtime, options, system, settings)
 
 
-def _plans(ctx, models, batch, shape, granularity):
-    from benanza.local import plan_models
+@dataclass(frozen=True)
+class _Requested:
+    """The parsed --batch, --shape and --granularity flags."""
+
+    batches: list[int | None]
+    overrides: dict[str, tuple[int, ...]]
+    granularities: list[int]
+
+
+def _requested(batch: str, shape: list[str] | None, granularity: str) -> _Requested:
+    """Parse the flags that bind the models, before anything is opened: a bad one is one line."""
     from benanza.model.shapes import parse_shape_overrides
 
-    batches = parse_int_list(batch, "--batch") if batch else [None]
-    grans = parse_int_list(granularity, "--granularity") if granularity else []
-    plans = plan_models(model_paths(models), ctx.runtime, batches, parse_shape_overrides(shape), grans)
+    return _Requested(
+        parse_int_list(batch, "--batch") if batch else [None],
+        parse_shape_overrides(shape),
+        parse_int_list(granularity, "--granularity") if granularity else [],
+    )
+
+
+def _plans(ctx, models, requested: _Requested):
+    from benanza.local import plan_models
+
+    plans = plan_models(
+        model_paths(models), ctx.runtime, requested.batches, requested.overrides, requested.granularities
+    )
     _warn(plans)
     return plans
 
@@ -148,6 +169,7 @@ def bench_run(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Benchmark what the database lacks for this system and software stack."""
+    requested = _requested(batch, shape, granularity)
     ctx = _context(
         store_uri(db, db_file),
         threads,
@@ -162,7 +184,7 @@ def bench_run(
         tensor_cores=tensor_cores,
     )
     try:
-        plans = _plans(ctx, models, batch, shape, granularity)
+        plans = _plans(ctx, models, requested)
         summary = _bench(ctx, plans, e2e, retry_failed, quiet=format is OutputFormat.json)
     finally:
         ctx.close()
@@ -170,6 +192,7 @@ def bench_run(
 
     out = {
         **summary.to_dict(),
+        "deferred_reason": summary.deferred_reason,
         "system": ctx.system,
         "stack_id": ctx.stack_id,
         "runtime": ctx.runtime.name,
@@ -179,9 +202,25 @@ def bench_run(
     if format is OutputFormat.json:
         emit_json(out)
     else:
-        console().print(
-            f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
-            f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}"
+        _print_summary(ctx, summary)
+    _warn_deferred(summary)
+
+
+def _print_summary(ctx, summary) -> None:
+    deferred = f", deferred {summary.deferred}" if summary.deferred else ""
+    console().print(
+        f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
+        f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}{deferred}"
+    )
+
+
+def _warn_deferred(summary) -> None:
+    """One line on stderr for benchmarks the memory guard held back: not stored, a later run retries."""
+    if summary.deferred:
+        print(
+            f"warning: {summary.deferred} benchmark(s) not run for lack of free memory, not stored "
+            f"(the largest {summary.deferred_reason}); a later run retries them",
+            file=sys.stderr,
         )
 
 
@@ -222,6 +261,7 @@ def lower_bound_cmd(
     what the named systems stored (each system's latest stack unless --stack says otherwise),
     with a comparison across them; plans are made with the local ONNX Runtime.
     """
+    requested = _requested(batch, shape, granularity)
     if not system:
         if stack != "latest":
             from benanza.errors import UsageError
@@ -238,17 +278,14 @@ def lower_bound_cmd(
             tensor_cores=tensor_cores,
         )
         try:
-            _analyze(ctx, _plans(ctx, models, batch, shape, granularity), format, plot, compare, config)
+            _analyze(ctx, _plans(ctx, models, requested), format, plot, compare, config)
         finally:
             ctx.close()
         return
     from benanza.local import analyze_stored
-    from benanza.model.shapes import parse_shape_overrides
     from benanza.store import open_store
 
-    batches = parse_int_list(batch, "--batch") if batch else [None]
-    grans = parse_int_list(granularity, "--granularity") if granularity else []
-    overrides = parse_shape_overrides(shape)
+    parse_count(threads, "--threads")  # not used with --system, but a bad value is still an error
     paths = model_paths(models)
     with open_store(store_uri(db, db_file), read_only=True) as store:
         rows = analyze_stored(
@@ -256,9 +293,9 @@ def lower_bound_cmd(
             paths,
             system,
             stack=stack,
-            batches=batches,
-            overrides=overrides,
-            granularities=grans,
+            batches=requested.batches,
+            overrides=requested.overrides,
+            granularities=requested.granularities,
             opt_level=opt_level,
         )
         _report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=True)
@@ -326,11 +363,12 @@ def optimizations_cmd(
     from benanza.local import optimize
     from benanza.report.optimize import op_type_table, optimizations_table
 
+    requested = _requested(batch, shape, "")
     ctx = _context(
         store_uri(db, db_file), None, None, None, runtime=runtime, precision=precision, tensor_cores=tensor_cores
     )
     try:
-        rows = optimize(ctx, _plans(ctx, models, batch, shape, ""))
+        rows = optimize(ctx, _plans(ctx, models, requested))
     finally:
         ctx.close()
     if format is OutputFormat.json:
@@ -353,9 +391,9 @@ def systems_cmd(
     ] = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
-    batch: Annotated[int, typer.Option("--batch", "-b", help="batch size of the corpus coverage", min=1)] = 1,
+    batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="batch size of the corpus coverage")] = "1",
     shape: ShapeOpt = None,
-    top: Annotated[int, typer.Option("--top", help="slowest layers to list per system", min=0)] = 10,
+    top: Annotated[str, typer.Option("--top", metavar="N", help="slowest layers to list per system")] = "10",
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Per system: hardware, stacks over time, records by kind and outcome, slowest layers, corpus coverage.
@@ -367,11 +405,11 @@ def systems_cmd(
     from benanza.report.compare import systems_tables
     from benanza.store import open_store
 
+    batch_size, overrides = parse_count(batch, "--batch"), parse_shape_overrides(shape)
+    slowest = parse_count(top, "--top", minimum=0)
     paths = model_paths(models)
     with open_store(store_uri(db, db_file), read_only=True) as store:
-        reports = system_reports(
-            store, system or ["all"], paths, batch=batch, overrides=parse_shape_overrides(shape), top=top
-        )
+        reports = system_reports(store, system or ["all"], paths, batch=batch_size, overrides=overrides, top=slowest)
     if format is OutputFormat.json:
         emit_json([r.to_dict() for r in reports])
     else:
@@ -399,6 +437,7 @@ def run_command(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """The main job: benchmark the models (layers, groups, sequences, end to end), then analyze."""
+    requested = _requested(batch, shape, granularity)
     ctx = _context(
         store_uri(db, db_file),
         threads,
@@ -413,13 +452,11 @@ def run_command(
         tensor_cores=tensor_cores,
     )
     try:
-        plans = _plans(ctx, models, batch, shape, granularity)
+        plans = _plans(ctx, models, requested)
         summary = _bench(ctx, plans, e2e=True, retry_failed=False, quiet=format is OutputFormat.json)
         if format is not OutputFormat.json:
-            console().print(
-                f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
-                f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}"
-            )
+            _print_summary(ctx, summary)
+        _warn_deferred(summary)
         _analyze(ctx, plans, format, plot)
     finally:
         ctx.close()

@@ -31,8 +31,11 @@ def handles_errors(fn: F) -> F:
 
 
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="table for people, json for programs")]
+# Numeric flags are taken as text and parsed by ``parse_count``/``parse_int_list``: a bad value is
+# then a one-line ``UsageError`` like every other error, not click's usage box.
 BatchOpt = Annotated[
-    int | None, typer.Option("--batch", "-b", help="bind the leading (batch) dimension of every input", min=1)
+    str | None,
+    typer.Option("--batch", "-b", metavar="N", help="bind the leading (batch) dimension of every input"),
 ]
 ShapeOpt = Annotated[
     list[str] | None,
@@ -52,6 +55,7 @@ def model_paths(models: list[Path] | None) -> list[Path]:
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
+    """``"1,8"`` -> ``[1, 8]``; anything but positive integers is a one-line ``UsageError``."""
     from benanza.errors import UsageError
 
     try:
@@ -61,3 +65,19 @@ def parse_int_list(text: str, flag: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise UsageError(f"{flag} expects positive integers, got {text!r}")
     return values
+
+
+def parse_count(text: str | None, flag: str, minimum: int = 1) -> int | None:
+    """One integer flag of at least ``minimum`` (None when not given); else a one-line ``UsageError``."""
+    from benanza.errors import UsageError
+
+    if text is None:
+        return None
+    kind = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"
+    try:
+        value = int(text.strip())
+    except ValueError:
+        raise UsageError(f"{flag} expects {kind}, got {text!r}") from None
+    if value < minimum:
+        raise UsageError(f"{flag} expects {kind}, got {text!r}")
+    return value

@@ -36,10 +36,12 @@ def _config(config: Path | None, db, address: str | None = None, models=None, ba
     own environment, so a URI that comes from a secret file on the driver reaches them too.
     """
     from benanza.config import default_fleet_config, load_fleet_config
+    from benanza.model.shapes import parse_shape_overrides
     from benanza.store.base import default_uri
 
-    cfg = load_fleet_config(config) if config is not None else default_fleet_config()
     batches = parse_int_list(batch, "--batch") if batch else None
+    parse_shape_overrides(shape)  # a bad --shape is one line naming the flag, before the config is read
+    cfg = load_fleet_config(config) if config is not None else default_fleet_config()
     db = db or cfg.db or default_uri()
     return cfg.with_overrides(db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None)
 

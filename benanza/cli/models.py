@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from benanza.cli.common import BatchOpt, FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths
+from benanza.cli.common import BatchOpt, FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_count
 from benanza.report.output import OutputFormat, console, emit_json
 
 app = typer.Typer(
@@ -28,7 +28,8 @@ def inspect(
     from benanza.model.shapes import parse_shape_overrides
     from benanza.report.models import inspect_tables
 
-    graph = process_model(model, batch, parse_shape_overrides(shape)).graph
+    batch_size, overrides = parse_count(batch, "--batch"), parse_shape_overrides(shape)
+    graph = process_model(model, batch_size, overrides).graph
     if format is OutputFormat.json:
         emit_json(
             {
@@ -58,8 +59,8 @@ def dedup(
     from benanza.model.shapes import parse_shape_overrides
     from benanza.report.models import corpus_tables
 
-    overrides = parse_shape_overrides(shape)
-    graphs = [process_model(p, batch, overrides).graph for p in model_paths(models)]
+    batch_size, overrides = parse_count(batch, "--batch"), parse_shape_overrides(shape)
+    graphs = [process_model(p, batch_size, overrides).graph for p in model_paths(models)]
     summary = summarize(graphs)
     if plot is not None:
         from benanza.report.plots import similarity_heatmap
@@ -75,30 +76,39 @@ def dedup(
 @handles_errors
 def split(
     models: ModelsArg = None,
-    granularity: Annotated[int, typer.Option("--granularity", "-g", min=1, help="at most G layers per sequence")] = 1,
-    out: Annotated[Path, typer.Option(help="folder for the sequence models")] = Path("split-out"),
+    granularity: Annotated[
+        str, typer.Option("--granularity", "-g", metavar="G", help="at most G layers per sequence")
+    ] = "1",
+    out: Annotated[
+        Path, typer.Option(help="folder for the sequence models (one folder per model in it; nothing outside)")
+    ] = Path("split-out"),
     batch: BatchOpt = None,
     shape: ShapeOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
-    from benanza.model.process import process_model
+    from benanza.model.process import model_name, process_model
     from benanza.model.shapes import parse_shape_overrides
-    from benanza.model.subgraphs import find_model_subgraphs, write_sequences
+    from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
     from benanza.report.output import table
 
+    grain, batch_size = parse_count(granularity, "--granularity"), parse_count(batch, "--batch")
     overrides = parse_shape_overrides(shape)
+    paths = model_paths(models)
+    for path in paths:  # every model's folder checked before anything is written
+        sequence_folder(out, model_name(path))
+    make_out_folder(out)
     written = []
-    for path in model_paths(models):
-        processed = process_model(path, batch, overrides)
-        written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, granularity), out))
+    for path in paths:
+        processed = process_model(path, batch_size, overrides)
+        written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, grain), out))
     unique = len({w.sequence_key for w in written})
     if format is OutputFormat.json:
-        emit_json({"granularity": granularity, "sequences": [w.to_dict() for w in written], "unique_sequences": unique})
+        emit_json({"granularity": grain, "sequences": [w.to_dict() for w in written], "unique_sequences": unique})
     else:
         console().print(
             table(
-                f"{len(written)} sequences ({unique} unique) of at most {granularity} layers in {out}",
+                f"{len(written)} sequences ({unique} unique) of at most {grain} layers in {out}",
                 ["model", ("#", "right"), ("layers", "right"), "sequence key", "file"],
                 ((w.model, w.index, w.layers, w.sequence_key, str(w.path)) for w in written),
             )

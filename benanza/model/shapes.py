@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -27,16 +28,32 @@ from benanza.model.extract import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
 
-_SHAPE_RE = re.compile(r"^(?P<name>.+?)=(?P<dims>\d+(?:[x,]\d+)*|)$")
+_DIM_RE = re.compile(r"\d+")
+_SHAPE_EXAMPLE = "e.g. images=1x3x640x640"
 
 
 def parse_shape_override(text: str) -> tuple[str, tuple[int, ...]]:
-    """Parse ``NAME=1x3x640x640`` (``,`` also separates; ``NAME=`` is a scalar)."""
-    m = _SHAPE_RE.match(text.strip())
-    if not m:
-        raise UsageError(f"bad --shape {text!r}: expected NAME=DIMS, e.g. images=1x3x640x640")
-    dims = tuple(int(d) for d in re.split(r"[x,]", m["dims"])) if m["dims"] else ()
-    return m["name"], dims
+    """Parse ``NAME=1x3x640x640`` (``,`` also separates; ``NAME=`` is a scalar).
+
+    Every dimension is a positive integer: ONNX Runtime cannot run a zero dimension, and a
+    negative or fractional one is a typo; each is refused here, naming the dimension.
+
+    Raises:
+        UsageError: the text is not ``NAME=DIMS`` or a dimension is not a positive integer.
+    """
+    name, sep, dims = text.strip().partition("=")
+    if not sep or not name.strip():
+        raise UsageError(f"bad --shape {text!r}: expected NAME=DIMS, {_SHAPE_EXAMPLE}")
+    if not dims:
+        return name, ()
+    parsed = []
+    for i, part in enumerate(re.split(r"[x,]", dims), 1):
+        if not _DIM_RE.fullmatch(part.strip()) or int(part) < 1:
+            raise UsageError(
+                f"bad --shape {text!r}: dimension {i} is {part!r}; dimensions are positive integers, {_SHAPE_EXAMPLE}"
+            )
+        parsed.append(int(part))
+    return name, tuple(parsed)
 
 
 def parse_shape_overrides(texts: list[str] | None) -> dict[str, tuple[int, ...]]:
@@ -67,7 +84,8 @@ def bind_shapes(
 
     ``shapes`` wins for the inputs it names; ``batch`` then sets a symbolic leading
     dimension, or rewrites a fixed leading dimension that differs (a "rebatch"). Anything
-    left symbolic is an ``UnboundDimensionError`` naming the input.
+    left symbolic is an ``UnboundDimensionError`` naming the input. An input larger than this
+    machine's physical memory is refused here, before anything allocates it.
     """
     shapes = dict(shapes or {})
     if batch is not None and batch < 1:
@@ -109,7 +127,34 @@ def bind_shapes(
                     path, f"input '{vi.name}' dimension {i}{label} is not bound; pass {hint}--shape {vi.name}=DIMS"
                 )
         bound[vi.name] = tuple(dims_out)
+    _refuse_inputs_larger_than_memory(path, inputs, bound)
     return Binding(bound, rebatch)
+
+
+def _refuse_inputs_larger_than_memory(
+    path: object, inputs: list[onnx.ValueInfoProto], bound: Mapping[str, tuple[int, ...]]
+) -> None:
+    """``ModelError`` naming the first bound input whose own size exceeds physical memory."""
+    from benanza.fingerprint import memory_bytes
+
+    physical = memory_bytes()
+    if physical is None:
+        return
+    for vi in inputs:
+        elem = vi.type.tensor_type.elem_type
+        try:
+            dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+            name, size = dtype.name, dtype.itemsize
+        except (KeyError, TypeError, ValueError):  # an element type numpy does not name: count a byte
+            name, size = onnx.TensorProto.DataType.Name(elem).lower(), 1
+        dims = bound[vi.name]
+        need = math.prod(dims) * size
+        if need > physical:
+            raise ModelError(
+                path,
+                f"input '{vi.name}' of {'x'.join(map(str, dims))} {name} needs {need / 2**30:.1f} GiB, "
+                f"more than this machine's {physical / 2**30:.1f} GiB of memory",
+            )
 
 
 def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:

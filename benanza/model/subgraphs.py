@@ -34,7 +34,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from benanza.errors import SplitError, UsageError
+from benanza.errors import SplitError, UsageError, one_line
 from benanza.model.extract import topological_nodes
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.keys import stable_id
@@ -340,19 +340,62 @@ def _tensor_bytes(model: onnx.ModelProto) -> int:
     return sum(t.ByteSize() for t in model.graph.initializer) + sum(n.ByteSize() for n in model.graph.node)
 
 
+def sequence_folder(out_dir: Path, model: str) -> Path:
+    """The folder of one model's sequences, ``{out_dir}/{model}``, checked to lie directly in ``out_dir``.
+
+    A model's name is its file's stem, which can be ``..`` (a file named ``...onnx``) or
+    ``.``; a folder planted under ``out_dir`` can be a symlink to anywhere. Paths are resolved
+    and compared, so nothing is ever written outside ``out_dir``.
+
+    Raises:
+        UsageError: the folder would resolve outside ``out_dir`` (one line naming both).
+    """
+    out_dir = Path(out_dir)
+    folder = out_dir / model
+    resolved = folder.resolve()
+    if model in ("", ".", "..") or resolved.parent != out_dir.resolve():
+        raise UsageError(
+            f"{folder}: resolves to {resolved}, outside --out {out_dir}; sequences are written only under --out "
+            f"(model {model!r}: rename its file)"
+        )
+    return folder
+
+
+def make_out_folder(path: Path) -> None:
+    """Create ``path`` (and its parents) for writing; an OS refusal is a one-line ``UsageError``."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{path}: is a file, not a folder; --out names a folder for the sequence models")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(_cannot_write(exc, path)) from None
+
+
+def _cannot_write(exc: OSError, path: Path) -> str:
+    return f"cannot write {exc.filename or path}: {exc.strerror or one_line(exc)}"
+
+
 def write_sequences(processed: ProcessedModel, seqs: Iterable[LayerSequence], out_dir: Path) -> list[WrittenSequence]:
-    """Write each sequence to ``{out_dir}/{model}/seq{index:04d}_{sequence_key}.onnx``."""
+    """Write each sequence to ``{out_dir}/{model}/seq{index:04d}_{sequence_key}.onnx``.
+
+    Raises:
+        UsageError: the model's folder would lie outside ``out_dir`` (``sequence_folder``), or
+            the OS refuses a write (a file where a folder should be, a read-only folder).
+    """
     index = _cached_index(processed)
-    folder = Path(out_dir) / processed.graph.model
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = sequence_folder(out_dir, processed.graph.model)
+    make_out_folder(folder)
     written: list[WrittenSequence] = []
     for seq in seqs:
         model = _build_sequence_model(processed, index, seq)
         path = folder / f"seq{seq.index:04d}_{seq.sequence_key}.onnx"
-        if _tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD_BYTES:
-            onnx.save(model, str(path), save_as_external_data=True, location=f"{path.name}.data")
-        else:
-            onnx.save(model, str(path))
+        try:
+            if _tensor_bytes(model) > EXTERNAL_DATA_THRESHOLD_BYTES:
+                onnx.save(model, str(path), save_as_external_data=True, location=f"{path.name}.data")
+            else:
+                onnx.save(model, str(path))
+        except OSError as exc:
+            raise UsageError(_cannot_write(exc, path)) from None
         written.append(
             WrittenSequence(
                 path=path,

@@ -34,6 +34,7 @@ import numpy as np
 import onnx
 
 from benanza.bench.build import build_onnx, synthetic_array
+from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
 from benanza.model.extract import dtype_name
@@ -325,6 +326,13 @@ class OnnxRuntimeCPU:
     def stack(self) -> dict[str, Any]:
         ort = _ort()
         return {"onnxruntime": ort.__version__, "providers": ",".join(ort.get_available_providers())}
+
+    def host_memory_bytes(self, spec: BenchmarkSpec) -> int | None:
+        """The memory guard's estimate of one prepared benchmark (``benanza.bench.memory``).
+
+        None with the CUDA execution provider: its tensors live on the device.
+        """
+        return spec_memory(spec).total if self.ep == "cpu" else None
 
     def supports(self, spec: BenchmarkSpec) -> str | None:
         if spec.kind is SpecKind.MODEL:

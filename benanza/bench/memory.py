@@ -1,0 +1,215 @@
+"""The memory guard: how much memory a benchmark will hold, decided before it allocates any.
+
+A benchmark's memory is estimated from its shapes and dtypes alone (the spec), so nothing is
+allocated to find out:
+
+- *weights*: the constant inputs of its layers (weights and small values);
+- *inputs*: the activations fed to it, allocated once as synthetic data;
+- *activations*: the peak of the intermediate and output tensors alive at once when its
+  layers run in order (a tensor lives from the layer that writes it to the last layer that
+  reads it; outputs live to the end). Fused kernels need less, never more.
+
+Each part is multiplied by the copies ONNX Runtime on the CPU holds of it (measured with
+peak RSS on this project's harness, one benchmark per fresh process):
+
+- ``ACTIVATION_COPIES = 4``: two sessions hold a benchmark's activations at once, the timed
+  one and the profiling one that gives kernel times, and each session's BFC arena grows in
+  power-of-two regions, so it can reserve up to twice what it uses. A 3x3 Conv of
+  64x8x128x128 to 64 channels (32 MiB in, 256 MiB out) peaked at 1088 MiB: 32 + 4.1 x 256.
+- ``WEIGHT_COPIES = 4``: the serialized model kept for the profiling session, each session's
+  initializers, and the pre-packed copies ORT makes of Conv, MatMul and Gemm weights. A
+  4096x4096 MatMul (64 MiB of weights) peaked at 294 MiB.
+- ``MODEL_WEIGHT_COPIES = 8``: a whole model is loaded from its file and processed again
+  (constant folding, shape inference, binding) before its sessions are made, each step
+  holding another copy for a moment. Two 4096x4096 MatMuls (128 MiB) peaked at 955 MiB.
+
+The estimate is compared with the system's memory (``refusal``): a benchmark that needs more
+than the physical memory can never run here and is stored as skipped with the reason; one
+that needs more than is free right now (``psutil``'s available memory less a reserve for the
+rest of the machine) is not run and not stored, so a later run retries it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from benanza.bench.generate import itemsize, weight_bytes
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.model.graph import InputKind, ModelGraph
+
+ACTIVATION_COPIES = 4
+WEIGHT_COPIES = 4
+MODEL_WEIGHT_COPIES = 8
+RESERVE_FRACTION = 0.05  # of physical memory, left to the OS, the store and other processes
+RESERVE_MIN_BYTES = 256 << 20
+GIB = 1 << 30
+
+
+def tensor_bytes(shape: Iterable[int], dtype: str) -> int:
+    return math.prod(int(d) for d in shape) * itemsize(dtype)
+
+
+def gib(n: int) -> str:
+    """Bytes as GiB with one decimal, as every message of the guard writes them."""
+    return f"{n / GIB:.1f}"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """The bytes one prepared benchmark holds, by part; ``total`` counts the copies ORT makes."""
+
+    weights: int
+    inputs: int
+    activations: int
+    weight_copies: int = WEIGHT_COPIES
+
+    @property
+    def total(self) -> int:
+        return self.weights * self.weight_copies + self.inputs + self.activations * ACTIVATION_COPIES
+
+    def to_dict(self) -> dict[str, int]:
+        return {"weight_bytes": self.weights, "input_bytes": self.inputs, "activation_bytes": self.activations}
+
+
+def peak_live_bytes(steps: Sequence[tuple[Sequence[tuple[Hashable, int]], Sequence[Hashable]]], kept: set) -> int:
+    """Peak bytes of tensors alive at once when ``steps`` run in order.
+
+    Args:
+        steps: per layer, the tensors it writes (id, bytes) and the ids it reads.
+        kept: tensors that live to the end (outputs); a written tensor nobody reads and not
+            kept is freed as soon as it is written.
+    """
+    last_read: dict[Hashable, int] = {}
+    for i, (_, reads) in enumerate(steps):
+        for t in reads:
+            last_read[t] = i
+    sizes: dict[Hashable, int] = {}
+    live = peak = 0
+    for i, (writes, reads) in enumerate(steps):
+        for t, size in writes:
+            sizes[t] = size
+            live += size
+        peak = max(peak, live)
+        for t in {*reads, *(t for t, _ in writes)}:
+            if t in sizes and t not in kept and last_read.get(t, i) <= i:
+                live -= sizes.pop(t)
+    return peak
+
+
+def network_memory(network: Mapping[str, Any]) -> MemoryEstimate:
+    """The memory of a network spec (a layer, an execution group, a sequence)."""
+    weights = 0
+    steps = []
+    for pos, node in enumerate(network.get("nodes", ())):
+        reads = []
+        for ref in node["inputs"]:
+            if ref["kind"] == "node":
+                reads.append((ref["node"], ref["output"]))
+            elif ref["kind"] not in ("absent", "input"):
+                weights += tensor_bytes(ref["shape"], ref["dtype"])
+        writes = [((pos, j), tensor_bytes(o["shape"], o["dtype"])) for j, o in enumerate(node["outputs"])]
+        steps.append((writes, reads))
+    kept = {(o["node"], o["output"]) for o in network.get("outputs", ())}
+    inputs = sum(tensor_bytes(t["shape"], t["dtype"]) for t in network.get("inputs", ()))
+    return MemoryEstimate(weights, inputs, peak_live_bytes(steps, kept))
+
+
+def graph_memory(graph: ModelGraph) -> MemoryEstimate:
+    """The memory of a whole model run end to end, from its layer graph."""
+    steps = []
+    read = set()
+    for layer in graph.layers:
+        reads = [inp.tensor.name for inp in layer.inputs if inp.kind is InputKind.ACTIVATION]
+        read.update(reads)
+        steps.append(([(t.name, tensor_bytes(t.shape, t.dtype)) for t in layer.outputs], reads))
+    outputs = {t.name for layer in graph.layers for t in layer.outputs} - read  # the model's outputs
+    inputs = sum(tensor_bytes(t.shape, t.dtype) for t in graph.inputs)
+    return MemoryEstimate(weight_bytes(graph), inputs, peak_live_bytes(steps, outputs), MODEL_WEIGHT_COPIES)
+
+
+def spec_memory(spec: BenchmarkSpec) -> MemoryEstimate:
+    """The memory of any spec: a network's from its shapes; a model's from what its plan recorded.
+
+    A model spec carries its parts (``weight_bytes``, ``input_bytes``, ``activation_bytes``,
+    from ``graph_memory`` when it was planned); a part it lacks counts 0.
+    """
+    if spec.kind is SpecKind.MODEL:
+        info = spec.model or {}
+        return MemoryEstimate(
+            int(info.get("weight_bytes") or 0),
+            int(info.get("input_bytes") or 0),
+            int(info.get("activation_bytes") or 0),
+            MODEL_WEIGHT_COPIES,
+        )
+    return network_memory(spec.network or {})
+
+
+@runtime_checkable
+class HostMemoryUser(Protocol):
+    """A runtime whose benchmarks live in host memory and that says how much each holds."""
+
+    def host_memory_bytes(self, spec: BenchmarkSpec) -> int | None:
+        """Estimated host memory of one prepared benchmark of ``spec``; None: not on the host."""
+        ...
+
+
+def needed_bytes(runtime: Any, spec: BenchmarkSpec) -> int | None:
+    """The host memory ``spec`` will hold on ``runtime``, or None where the runtime does not say."""
+    return runtime.host_memory_bytes(spec) if isinstance(runtime, HostMemoryUser) else None
+
+
+@dataclass(frozen=True, slots=True)
+class SystemMemory:
+    """The system's memory at one moment: physical (from the fingerprint) and available (psutil)."""
+
+    physical: int | None
+    available: int | None
+
+    @property
+    def reserve(self) -> int:
+        """Memory a benchmark leaves to everything else: 5% of physical memory, at least 256 MiB."""
+        return max(RESERVE_MIN_BYTES, int((self.physical or 0) * RESERVE_FRACTION))
+
+    @property
+    def free_now(self) -> int | None:
+        """What a benchmark may take now: available memory less the reserve (None: unknown)."""
+        return None if self.available is None else max(0, self.available - self.reserve)
+
+
+MemoryReader = Callable[[], SystemMemory]
+
+
+def system_memory() -> SystemMemory:
+    """This machine's memory now."""
+    import psutil
+
+    from benanza.fingerprint import memory_bytes
+
+    return SystemMemory(memory_bytes(), psutil.virtual_memory().available)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRefusal:
+    """Why a benchmark is not run: never (it needs more than physical memory) or not now."""
+
+    never: bool
+    needed: int
+    reason: str
+
+
+def refusal(needed: int | None, memory: SystemMemory) -> MemoryRefusal | None:
+    """None when ``needed`` bytes fit; else whether they never can here, and why, in one line."""
+    if needed is None:
+        return None
+    if memory.physical is not None and needed > memory.physical:
+        return MemoryRefusal(True, needed, f"needs ~{gib(needed)} GiB, the system has {gib(memory.physical)} GiB")
+    free = memory.free_now
+    if free is not None and needed > free:
+        of = f" of the system's {gib(memory.physical)} GiB" if memory.physical is not None else ""
+        return MemoryRefusal(
+            False, needed, f"needs ~{gib(needed)} GiB, {gib(memory.available or 0)} GiB{of} is free now"
+        )
+    return None

@@ -1,0 +1,99 @@
+"""Every command's numeric and shape flags: a bad value is one line on stderr and exit status 2.
+
+The commands are found by walking the command tree (what ``python -m benanza --help`` lists),
+so a command added later with one of these flags is covered too. A bad value must be refused
+before anything else happens (no store opened, no GPU library asked, no Ray started).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from benanza.cli import app
+
+
+def _commands(group, prefix: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], object]]:
+    """(path, command) of every leaf command under ``group`` (typer vendors click: duck-typed)."""
+    found = []
+    for name, command in sorted(group.commands.items()):
+        if getattr(command, "commands", None) is not None:
+            found += _commands(command, (*prefix, name))
+        else:
+            found.append(((*prefix, name), command))
+    return found
+
+
+COMMANDS = _commands(typer.main.get_command(app))
+
+
+def _taking(flag: str) -> list[tuple[str, ...]]:
+    return [path for path, command in COMMANDS if any(flag in p.opts for p in command.params)]
+
+
+def test_the_tree_holds_the_commands_that_take_a_batch() -> None:
+    assert set(_taking("--batch")) >= {
+        ("models", "inspect"),
+        ("models", "dedup"),
+        ("models", "split"),
+        ("bench", "run"),
+        ("analyze", "lower-bound"),
+        ("analyze", "optimizations"),
+        ("analyze", "systems"),
+        ("run",),
+        ("fleet", "run"),
+        ("fleet", "status"),
+    }
+
+
+def _invoke(path: tuple[str, ...], flag: str, value: str, model: Path, tmp_path: Path):
+    command = dict(COMMANDS)[path]
+    required = [str(model) for p in command.params if p.param_type_name == "argument" and p.required]
+    env = {"BENANZA_DB": f"sqlite:///{tmp_path / 'flags.db'}", "BENANZA_SYSTEM": "flags-test"}
+    return CliRunner().invoke(app, [*path, *required, f"{flag}={value}"], env=env)
+
+
+def _assert_one_line(result, flag: str) -> None:
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2, result.output
+    assert len(lines) == 1, result.output
+    assert lines[0].startswith("error: ") and flag in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory, conv_chain) -> Path:
+    path = tmp_path_factory.mktemp("flags") / "chain.onnx"
+    path.write_bytes(conv_chain("reshape").SerializeToString())
+    return path
+
+
+@pytest.mark.parametrize("path", _taking("--batch"), ids=" ".join)
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])
+def test_a_bad_batch_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)  # nothing may be written, but if it were, not into the repository
+    _assert_one_line(_invoke(path, "--batch", value, model, tmp_path), "--batch")
+    assert not (tmp_path / "flags.db").exists() and not (tmp_path / "benanza.db").exists()
+
+
+@pytest.mark.parametrize("path", _taking("--granularity"), ids=" ".join)
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])
+def test_a_bad_granularity_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _assert_one_line(_invoke(path, "--granularity", value, model, tmp_path), "--granularity")
+
+
+@pytest.mark.parametrize("path", _taking("--shape"), ids=" ".join)
+@pytest.mark.parametrize("value", ["x=1x0x8x8", "x=1x-3x8x8", "x=1xax8", "nonsense"])
+def test_a_bad_shape_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _assert_one_line(_invoke(path, "--shape", value, model, tmp_path), "--shape")
+
+
+@pytest.mark.parametrize("path", _taking("--threads"), ids=" ".join)
+@pytest.mark.parametrize("value", ["0", "abc"])
+def test_a_bad_thread_count_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _assert_one_line(_invoke(path, "--threads", value, model, tmp_path), "--threads")
