@@ -292,7 +292,7 @@ def analyze_stored(
     names = resolve_systems(store, systems)
     stacks = select_stacks(store, names, stack)
     grans = tuple(granularities)
-    processed = [(batch, process_model(path, batch, overrides)) for path in paths for batch in batches]
+    processed = [(batch, process_model(path, batch, overrides, fits_here=False)) for path in paths for batch in batches]
     runtimes: dict[tuple[str, str], Runtime] = {}
     plans: dict[tuple[int, str, str], ModelPlan] = {}
 
@@ -357,7 +357,7 @@ def system_reports(
     (any runtime and variant) of the system's latest stack.
     """
     names = resolve_systems(store, systems)
-    graphs = [process_model(path, batch, overrides).graph for path in corpus]
+    graphs = [process_model(path, batch, overrides, fits_here=False).graph for path in corpus]
     corpus_keys = {key for graph in graphs for key in graph.layer_keys}
     documents = {s["name"]: s for s in store.systems()}
     summary = store.summary()

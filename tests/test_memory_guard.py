@@ -200,3 +200,17 @@ def test_a_fleet_worker_stores_what_cannot_fit_as_skipped_without_allocating(fan
     assert set(out["outcomes"].values()) == {"skipped"} and len(out["outcomes"]) == len(specs)
     with open_store(db, create=False) as store:
         assert all(SKIP_REASON.match(r.reason) for r in store.records(system="big"))
+
+
+def test_a_shape_only_a_bigger_system_holds_is_planned_for_the_fleet(zoo_path):
+    """The fleet driver and analyses of stored systems process models that other, bigger systems run:
+    the input-size refusal is for this machine only, and each system's workers apply the guard."""
+    from benanza.errors import ModelError
+    from benanza.model.process import process_model
+
+    huge = {"data_0": (1, 3, 100000, 100000)}
+    with pytest.raises(ModelError, match="more than this machine's"):
+        process_model(zoo_path("squeezenet"), None, huge)
+    processed = process_model(zoo_path("squeezenet"), None, huge, fits_here=False)
+    assert processed.binding.shapes["data_0"] == (1, 3, 100000, 100000)
+    assert processed.graph.layers

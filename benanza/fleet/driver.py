@@ -165,7 +165,7 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
         mine: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
         planned = []
         try:
-            processed = [process_model(path, batch, overrides) for batch in config.batch_sizes]
+            processed = [process_model(path, batch, overrides, fits_here=False) for batch in config.batch_sizes]
             for key, runtime in runtimes.items():
                 for batch, model in zip(config.batch_sizes, processed, strict=True):
                     plan = plan_model(model, runtime, config.granularities, batch=batch, overrides=overrides)

@@ -37,9 +37,15 @@ def process_model(
     batch: int | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     proto: onnx.ModelProto | None = None,
+    *,
+    fits_here: bool = True,
 ) -> ProcessedModel:
-    """Load (unless ``proto`` is given), bind shapes, fold, infer and extract layers."""
+    """Load (unless ``proto`` is given), bind shapes, fold, infer and extract layers.
+
+    ``fits_here``: the model is benchmarked on this machine, so an input larger than its
+    memory is refused (``shapes.bind_shapes``); False where other systems run it.
+    """
     model = proto if proto is not None else load_model(path)
-    prepared, binding = prepare(model, path, batch, shapes)
+    prepared, binding = prepare(model, path, batch, shapes, fits_here=fits_here)
     graph = extract(prepared, model_name(path), str(path))
     return ProcessedModel(graph, prepared, binding)

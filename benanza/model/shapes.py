@@ -79,13 +79,17 @@ def bind_shapes(
     path: object,
     batch: int | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    fits_here: bool = True,
 ) -> Binding:
     """Decide every runtime input's concrete shape.
 
     ``shapes`` wins for the inputs it names; ``batch`` then sets a symbolic leading
     dimension, or rewrites a fixed leading dimension that differs (a "rebatch"). Anything
-    left symbolic is an ``UnboundDimensionError`` naming the input. An input larger than this
-    machine's physical memory is refused here, before anything allocates it.
+    left symbolic is an ``UnboundDimensionError`` naming the input. With ``fits_here`` (the
+    models are benchmarked on this machine), an input larger than this machine's physical
+    memory is refused here, before anything allocates it; a fleet driver or an analysis of
+    another system's results passes False, and each system's workers apply the memory guard.
     """
     shapes = dict(shapes or {})
     if batch is not None and batch < 1:
@@ -127,7 +131,8 @@ def bind_shapes(
                     path, f"input '{vi.name}' dimension {i}{label} is not bound; pass {hint}--shape {vi.name}=DIMS"
                 )
         bound[vi.name] = tuple(dims_out)
-    _refuse_inputs_larger_than_memory(path, inputs, bound)
+    if fits_here:
+        _refuse_inputs_larger_than_memory(path, inputs, bound)
     return Binding(bound, rebatch)
 
 
@@ -217,6 +222,8 @@ def prepare(
     path: object,
     batch: int | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    fits_here: bool = True,
 ) -> tuple[onnx.ModelProto, Binding]:
     """Bind, fold and infer; a rebatched model also gets its batch-bound Reshapes fixed.
 
@@ -226,7 +233,7 @@ def prepare(
     batch, is rewritten to the new batch. Shapes computed from ``Shape`` chains adapt
     without help.
     """
-    binding = bind_shapes(model, path, batch, shapes)
+    binding = bind_shapes(model, path, batch, shapes, fits_here=fits_here)
     if not binding.rebatch:
         return fold_and_infer(apply_binding(model, binding), path), binding
     original = Binding(
