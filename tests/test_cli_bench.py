@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from benanza.cli import app
@@ -44,16 +45,6 @@ def invoke(*args: str | Path, env: dict[str, str] | None = None):
 def json_of(result):
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit)  # handled, not a crash
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

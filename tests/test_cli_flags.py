@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from benanza.cli import app
@@ -56,13 +57,6 @@ def _invoke(path: tuple[str, ...], flag: str, value: str, model: Path, tmp_path:
     return CliRunner().invoke(app, [*path, *required, f"{flag}={value}"], env=env)
 
 
-def _assert_one_line(result, flag: str) -> None:
-    lines = result.output.strip().splitlines()
-    assert result.exit_code == 2, result.output
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("error: ") and flag in lines[0], lines[0]
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory, conv_chain) -> Path:
     path = tmp_path_factory.mktemp("flags") / "chain.onnx"
@@ -74,7 +68,7 @@ def model(tmp_path_factory, conv_chain) -> Path:
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])
 def test_a_bad_batch_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)  # nothing may be written, but if it were, not into the repository
-    _assert_one_line(_invoke(path, "--batch", value, model, tmp_path), "--batch")
+    one_line_error(_invoke(path, "--batch", value, model, tmp_path), "--batch")
     assert not (tmp_path / "flags.db").exists() and not (tmp_path / "benanza.db").exists()
 
 
@@ -82,18 +76,18 @@ def test_a_bad_batch_is_one_line_and_exit_2(path, value, model, tmp_path, monkey
 @pytest.mark.parametrize("value", ["0", "-1", "abc"])
 def test_a_bad_granularity_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    _assert_one_line(_invoke(path, "--granularity", value, model, tmp_path), "--granularity")
+    one_line_error(_invoke(path, "--granularity", value, model, tmp_path), "--granularity")
 
 
 @pytest.mark.parametrize("path", _taking("--shape"), ids=" ".join)
 @pytest.mark.parametrize("value", ["x=1x0x8x8", "x=1x-3x8x8", "x=1xax8", "nonsense"])
 def test_a_bad_shape_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    _assert_one_line(_invoke(path, "--shape", value, model, tmp_path), "--shape")
+    one_line_error(_invoke(path, "--shape", value, model, tmp_path), "--shape")
 
 
 @pytest.mark.parametrize("path", _taking("--threads"), ids=" ".join)
 @pytest.mark.parametrize("value", ["0", "abc"])
 def test_a_bad_thread_count_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
-    _assert_one_line(_invoke(path, "--threads", value, model, tmp_path), "--threads")
+    one_line_error(_invoke(path, "--threads", value, model, tmp_path), "--threads")

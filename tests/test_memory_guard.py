@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from cli_checks import one_line_error
 from onnx import helper
 from typer.testing import CliRunner
 
@@ -68,13 +69,6 @@ def _invoke(*args: str | Path):
     return CliRunner().invoke(app, [str(a) for a in args], env={"BENANZA_DB": None, "BENANZA_SYSTEM": "guard"})
 
 
-def _one_line(result) -> str:
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    return lines[0]
-
-
 def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
@@ -113,7 +107,7 @@ def test_an_input_larger_than_memory_is_refused_when_bound(args, zoo_path, tmp_p
     model = zoo_path("squeezenet")
     args = [str(model) if a == "MODEL" else f"sqlite:///{tmp_path / 'x.db'}" if a == "DB" else a for a in args]
     started = time.perf_counter()
-    line = _one_line(_invoke(*args))
+    line = one_line_error(_invoke(*args))
     assert time.perf_counter() - started < 30
     assert str(model) in line and "'data_0'" in line
     gib = re.findall(r"(\d+\.\d) GiB", line)
@@ -124,7 +118,7 @@ def test_an_input_larger_than_memory_is_refused_when_bound(args, zoo_path, tmp_p
 def test_impossible_dimensions_are_refused_when_the_flag_is_parsed(text, tmp_path, conv_chain):
     model = tmp_path / "chain.onnx"
     model.write_bytes(conv_chain("reshape").SerializeToString())
-    line = _one_line(_invoke("models", "inspect", model, "--shape", text))
+    line = one_line_error(_invoke("models", "inspect", model, "--shape", text))
     assert "--shape" in line and repr(text) in line
 
 

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from cli_checks import one_line_error
 from typer.testing import CliRunner
 
 from benanza.cli import app
@@ -24,17 +25,6 @@ def _split(*args: str | Path):
 
 def _tree(root: Path) -> set[Path]:
     return {p for p in root.rglob("*")}
-
-
-def _one_line(result, *needles: str) -> str:
-    assert result.exit_code == 2, result.output
-    assert "Traceback" not in result.output and isinstance(result.exception, SystemExit)  # handled, not a crash
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1, result.output
-    assert lines[0].startswith("error: "), lines[0]
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -54,7 +44,7 @@ def test_a_model_named_dot_dot_is_not_written_above_out(tmp_path: Path, chain_fi
     result = _split(dotdot, "--out", out)
     written = _tree(tmp_path) - before
     assert all(p == out or out in p.parents for p in written), sorted(written)  # nothing outside --out
-    _one_line(result, str(out), "..")
+    one_line_error(result, str(out), "..")
 
 
 def test_a_symlink_under_out_cannot_lead_the_files_elsewhere(tmp_path: Path, chain_file: Path) -> None:
@@ -64,20 +54,20 @@ def test_a_symlink_under_out_cannot_lead_the_files_elsewhere(tmp_path: Path, cha
     (out / "chain").symlink_to(elsewhere, target_is_directory=True)
     result = _split(chain_file, "--out", out)
     assert list(elsewhere.iterdir()) == []
-    _one_line(result, str(out / "chain"))
+    one_line_error(result, str(out / "chain"))
 
 
 def test_an_out_that_is_a_file_is_one_line(tmp_path: Path, chain_file: Path) -> None:
     out = tmp_path / "results.txt"
     out.write_text("not a folder\n")
-    _one_line(_split(chain_file, "--out", out), str(out))
+    one_line_error(_split(chain_file, "--out", out), str(out))
     assert out.read_text() == "not a folder\n"
 
 
 def test_an_out_below_a_file_is_one_line(tmp_path: Path, chain_file: Path) -> None:
     (tmp_path / "results.txt").write_text("not a folder\n")
     out = tmp_path / "results.txt" / "split"
-    _one_line(_split(chain_file, "--out", out), str(tmp_path / "results.txt"))
+    one_line_error(_split(chain_file, "--out", out), str(tmp_path / "results.txt"))
 
 
 @pytest.fixture
@@ -101,12 +91,12 @@ def unwritable_dir(tmp_path: Path):
 
 def test_an_out_in_a_read_only_folder_is_one_line(unwritable_dir: Path, chain_file: Path) -> None:
     out = unwritable_dir / "split"
-    _one_line(_split(chain_file, "--out", out), str(out))
+    one_line_error(_split(chain_file, "--out", out), str(out))
     assert not out.exists()
 
 
 def test_a_read_only_out_is_one_line(unwritable_dir: Path, chain_file: Path) -> None:
-    _one_line(_split(chain_file, "--out", unwritable_dir), str(unwritable_dir))
+    one_line_error(_split(chain_file, "--out", unwritable_dir), str(unwritable_dir))
     assert list(unwritable_dir.iterdir()) == []
 
 

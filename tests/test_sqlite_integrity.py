@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_checks import one_line_error
 from test_store import SYSTEM as FILLER_SYSTEM
 from test_store import record_for
 from typer.testing import CliRunner
@@ -41,16 +42,6 @@ FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.05", "--threads", "1", "--
 
 def invoke(*args: str | Path):
     return CliRunner().invoke(app, [str(a) for a in args], env=FAST_ENV)
-
-
-def one_line_error(result) -> str:
-    assert result.exit_code == 2, result.output
-    assert isinstance(result.exception, SystemExit)  # handled, not a crash
-    assert "Traceback" not in result.output
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    return lines[0]
 
 
 def fingerprint(path: Path) -> tuple[str, int]:
