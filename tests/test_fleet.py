@@ -8,6 +8,7 @@ check the plumbing (placement, incremental runs, leases, faults), not timings.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -37,6 +38,25 @@ FAST = {
     "kernel_runs": 0,
 }
 SLOW = {**FAST, "min_samples": 10, "min_time_s": 0.04, "max_time_s": 0.2}  # about 40 ms a benchmark
+# Settings a driver started by a test must not inherit from the test process (or another test's cluster).
+RAY_SETTINGS = (
+    "RAY_ADDRESS",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli_env(*, ray_settings: bool = False, **extra: str) -> dict[str, str]:
+    """The environment of a ``python -m benanza`` subprocess: this checkout's package, and ``extra``.
+
+    Without ``ray_settings`` the test process's Ray settings (its cluster's token) are left out.
+    """
+    env = {k: v for k, v in os.environ.items() if ray_settings or k not in RAY_SETTINGS}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return {**env, **extra}
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +72,37 @@ def cluster():
 def nodes_of() -> dict[str, str]:
     """node id -> system, from the labels Ray reports."""
     return {n["NodeID"]: (n.get("Labels") or {}).get("system") for n in ray.nodes() if n["Alive"]}
+
+
+def listening_sockets(roots) -> set[tuple[int, str, str, int]]:
+    """``(pid, name, ip, port)`` of each TCP listener and bound UDP socket of ``roots`` and their descendants."""
+    psutil = pytest.importorskip("psutil")
+    procs = {}
+    for root in roots:
+        try:
+            procs[root.pid] = root
+            procs.update((p.pid, p) for p in root.children(recursive=True))
+        except psutil.Error:  # gone meanwhile
+            continue
+    found = set()
+    for proc in procs.values():
+        try:
+            name = " ".join(proc.cmdline())[:160] or proc.name()
+            conns = proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for c in conns:
+            if c.status == psutil.CONN_LISTEN or (c.type == 2 and not c.raddr):  # SOCK_DGRAM without a peer
+                found.add((proc.pid, name, c.laddr.ip, c.laddr.port))
+    return found
+
+
+def off_loopback(ip: str) -> bool:
+    """Whether a socket bound to ``ip`` can be reached from another machine (any, unspecified or routable)."""
+    address = ipaddress.ip_address(ip.split("%")[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_loopback
 
 
 def fleet_config(models: list[Path], db: str, *, systems=SYSTEMS, harness=FAST, cpus=1.0, **extra) -> FleetConfig:
@@ -146,6 +197,40 @@ def test_every_record_is_measured_on_its_systems_node_and_a_second_run_measures_
     assert second["reused"] == first["measured"]
 
 
+def test_a_local_cluster_listens_on_loopback_only_and_refuses_a_driver_without_its_token(
+    cluster, tmp_path: Path, two_models
+) -> None:
+    """The simulated cluster (head, one node per system, their workers) during a run: loopback only, token required."""
+    import psutil
+
+    cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'l.db'}", systems=("sys-a",), harness=SLOW)
+    runner = threading.Thread(target=run_fleet, args=(cfg,))
+    runner.start()
+    seen: set[tuple[int, str, str, int]] = set()
+    while runner.is_alive():
+        seen |= listening_sockets([psutil.Process()])
+        time.sleep(0.1)
+    runner.join()
+    names = " ".join(name for _, name, _, _ in seen)
+    assert names.count("gcs_server") >= 1 and "SystemWorker" in names, seen
+    exposed = sorted((name, ip, port) for _, name, ip, port in seen if off_loopback(ip))
+    assert not exposed, f"Ray listens off loopback: {exposed}"
+    # a driver without the cluster's token is turned away, in one line that says what to do
+    env = cli_env(RAY_NUM_REDIS_GET_RETRIES="2", HOME=str(tmp_path))  # no ~/.ray/auth_token either
+    config = tmp_path / "fleet.toml"
+    harness = "\n".join(f"{k} = {json.dumps(v)}" for k, v in FAST.items())
+    config.write_text(
+        f'models = ["{two_models[0]}"]\ndb = "sqlite:///{tmp_path / "l2.db"}"\n[harness]\n{harness}\n'
+        '[[systems]]\nname = "sys-a"\nruntimes = ["null"]\n'
+    )
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", str(config), "--address", cluster.address, "-q"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]  # Ray logs its retries too
+    assert len(errors) == 1 and done.stderr.strip().endswith(errors[0]), done.stderr[-3000:]
+    assert cluster.address in errors[0] and "no token was found" in errors[0] and "RAY_AUTH_TOKEN_PATH" in errors[0]
+
+
 def test_a_system_without_a_node_is_reported_at_once(cluster, tmp_path: Path, two_models) -> None:
     cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'g.db'}", systems=("sys-a", "ghost"))
     started = time.monotonic()
@@ -227,7 +312,12 @@ def test_a_killed_driver_restarted_finishes_only_the_rest(cluster, tmp_path: Pat
     )
     cmd = [sys.executable, "-m", "benanza", "fleet", "run", str(config), "--address", cluster.address, "-q"]
     cmd += ["--format", "json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    # the cluster's token in a file, as the README tells users joining a cluster to do
+    token = tmp_path / "ray-token"
+    token.touch(mode=0o600)
+    token.write_text(os.environ["RAY_AUTH_TOKEN"])
+    env = cli_env(RAY_AUTH_TOKEN_PATH=str(token))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 90
     stored = 0
     while time.monotonic() < deadline and proc.poll() is None:
@@ -299,13 +389,12 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
 
     model = tmp_path / "chain.onnx"
     onnx.save(conv_chain(), model)
-    env = {
-        **os.environ,
-        "BENANZA_SYSTEM": "laptop",
-        "BENANZA_HARNESS_MIN_TIME_S": "0.001",
-        "BENANZA_HARNESS_MAX_TIME_S": "0.05",
-        "BENANZA_HARNESS_KERNEL_RUNS": "2",
-    }
+    env = cli_env(
+        BENANZA_SYSTEM="laptop",
+        BENANZA_HARNESS_MIN_TIME_S="0.001",
+        BENANZA_HARNESS_MAX_TIME_S="0.05",
+        BENANZA_HARNESS_KERNEL_RUNS="2",
+    )
     env.pop("BENANZA_DB", None)
     cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
@@ -329,11 +418,56 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     assert row["current_stack"] == laptop["stack_id"] and not row["changed"]
 
 
+def test_a_default_embedded_fleet_run_listens_on_loopback_only_and_needs_a_token(tmp_path: Path, conv_chain) -> None:
+    """Every socket any Ray process of a default `fleet run` listens on, sampled while it runs, is on 127.0.0.1."""
+    import onnx
+    import psutil
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(conv_chain(), model)
+    env = cli_env(BENANZA_SYSTEM="laptop", BENANZA_HARNESS_MIN_TIME_S="0.001", BENANZA_HARNESS_MAX_TIME_S="0.05")
+    env.pop("BENANZA_DB", None)
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
+    driver = psutil.Process(proc.pid)
+    seen: set[tuple[int, str, str, int]] = set()
+    auth_modes: dict[str, str | None] = {}
+    log_dirs: set[str] = set()
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= listening_sockets([driver])
+        for child in driver.children(recursive=True):
+            try:
+                if child.name() in ("gcs_server", "raylet"):
+                    auth_modes[child.name()] = child.environ().get("RAY_AUTH_MODE")
+                    log_dirs.update(a.split("=", 1)[1] for a in child.cmdline() if a.startswith("--log_dir="))
+            except psutil.Error:
+                continue
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert json.loads(out)["measured"] > 0
+    names = " ".join(name for _, name, _, _ in seen)
+    assert "gcs_server" in names and "raylet" in names and "DashboardAgent" in names, seen  # the sampling saw Ray
+    exposed = sorted((name, ip, port) for _, name, ip, port in seen if off_loopback(ip))
+    assert not exposed, f"Ray listens off loopback: {exposed}"
+    assert auth_modes == {"gcs_server": "token", "raylet": "token"}
+    # its files: in <tmp>/benanza-ray-<uid>/ray/session_*/logs, under a folder only this user can enter
+    (log_dir,) = log_dirs
+    private = Path(log_dir).parents[2]
+    assert private.name == f"benanza-ray-{os.getuid()}", log_dir
+    assert private.stat().st_mode & 0o777 == 0o700 and private.stat().st_uid == os.getuid()
+
+
 def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[[systems]]\nname = 'x'\nthreads = 0\n")
     done = subprocess.run(
-        [sys.executable, "-m", "benanza", "fleet", "run", str(bad)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "benanza", "fleet", "run", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -414,3 +548,95 @@ def test_a_runtime_entry_with_an_option_the_runtime_does_not_take_is_refused_in_
         SystemConfig(name="sys-a", runtimes=["onnxruntime:threads=1", "onnxruntime: threads=1"])
     with pytest.raises(ValueError, match="'threads' is not option=value"):
         SystemConfig(name="sys-a", runtimes=["onnxruntime:threads"])
+
+
+# -- Ray's private temp folder -------------------------------------------------------------------
+
+
+@pytest.fixture
+def tmp_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh stand-in for /tmp: where ``private_tmpdir`` makes ``benanza-ray-<uid>``."""
+    import tempfile
+
+    base = tmp_path / "tmp"
+    base.mkdir()
+    base.chmod(0o1777)  # shared, as /tmp is
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    return base
+
+
+def test_ray_temp_folder_is_created_private(tmp_base: Path) -> None:
+    from benanza.fleet.systems import private_tmpdir
+
+    path = Path(private_tmpdir())
+    assert path == tmp_base / f"benanza-ray-{os.getuid()}"
+    st = path.lstat()
+    assert st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid()
+    assert private_tmpdir() == str(path)  # an existing private one is reused
+
+
+def test_a_planted_symlink_as_ray_temp_folder_is_refused(tmp_base: Path, tmp_path: Path) -> None:
+    from benanza.errors import UsageError
+    from benanza.fleet.systems import private_tmpdir
+
+    target = tmp_path / "attacker"
+    target.mkdir(mode=0o777)
+    planted = tmp_base / f"benanza-ray-{os.getuid()}"
+    planted.symlink_to(target)
+    with pytest.raises(UsageError, match="symbolic link") as caught:
+        private_tmpdir()
+    assert str(planted) in str(caught.value) and "\n" not in str(caught.value)
+    assert planted.is_symlink() and not any(target.iterdir())  # nothing followed, nothing written
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_ray_temp_folder_of_another_user_is_refused(tmp_base: Path) -> None:
+    from benanza.errors import UsageError
+    from benanza.fleet.systems import private_tmpdir
+
+    planted = tmp_base / f"benanza-ray-{os.getuid()}"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 12345, 12345)
+    with pytest.raises(UsageError, match="belongs to uid 12345") as caught:
+        private_tmpdir()
+    assert str(planted) in str(caught.value)
+    assert planted.stat().st_uid == 12345
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_readable_ray_temp_folder_of_ours_is_closed_unless_another_user_put_something_in_it(tmp_base: Path) -> None:
+    from benanza.errors import UsageError
+    from benanza.fleet.systems import private_tmpdir
+
+    ours = tmp_base / f"benanza-ray-{os.getuid()}"
+    ours.mkdir()
+    ours.chmod(0o755)  # what older versions made
+    (ours / "ray").mkdir()
+    (ours / "ray").chmod(0o777)  # Ray's own
+    intruder = ours / "ray" / "ray_current_cluster"
+    intruder.write_text("10.0.0.66:6379")
+    os.chown(intruder, 12345, 12345)
+    with pytest.raises(UsageError, match="belongs to another user"):
+        private_tmpdir()
+    assert ours.stat().st_mode & 0o777 == 0o755  # refused, not changed
+    intruder.unlink()
+    assert private_tmpdir() == str(ours)
+    assert ours.stat().st_mode & 0o777 == 0o700  # repaired
+
+
+def test_a_ray_temp_folder_others_can_write_to_is_refused_and_fleet_run_says_so(tmp_base: Path, zoo_path) -> None:
+    planted = tmp_base / f"benanza-ray-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    env = cli_env(TMPDIR=str(tmp_base))
+    env.pop("RAY_TMPDIR", None)
+    db = f"sqlite:///{tmp_base.parent / 'x.db'}"
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(zoo_path("squeezenet")), "--db", db, "-q"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (
+        done.stderr.strip()
+        == f"error: {planted}: refused as Ray's temp folder: others can write to it (mode 777); remove it"
+    )
+    assert planted.stat().st_mode & 0o777 == 0o777 and not any(planted.iterdir())
