@@ -658,3 +658,74 @@ def test_a_ray_temp_folder_others_can_write_to_is_refused_and_fleet_run_says_so(
         == f"error: {planted}: refused as Ray's temp folder: others can write to it (mode 777); remove it"
     )
     assert planted.stat().st_mode & 0o777 == 0o777 and not any(planted.iterdir())
+
+
+# -- exit status: non-zero when nothing asked for was measured -----------------------------------
+
+
+def fleet_cli(*args: object, env: dict[str, str] | None = None):
+    """``benanza fleet ARGS`` through typer's CliRunner (stdout and stderr apart)."""
+    from typer.testing import CliRunner
+
+    from benanza.cli import app
+
+    return CliRunner().invoke(app, ["fleet", *map(str, args)], env={"BENANZA_SYSTEM": "laptop", **(env or {})})
+
+
+def test_fleet_run_of_only_invalid_models_exits_2_with_a_line_per_model(tmp_path: Path) -> None:
+    bad = [tmp_path / "broken.onnx", tmp_path / "empty.onnx"]
+    bad[0].write_bytes(b"not a model")
+    bad[1].write_bytes(b"")
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    done = fleet_cli("run", "--models", bad[0], "--models", bad[1], "--db", db, "-q", "--format", "json")
+    assert done.exit_code == 2, done.output
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 2 and all(line.startswith("error: ") for line in errors), errors
+    assert [str(p) in line for p, line in zip(bad, errors, strict=True)] == [True, True]
+    out = json.loads(done.stdout)
+    assert out["ok"] is False and out["measured"] == out["reused"] == 0
+    assert [p.removeprefix("error: ") for p in errors] == out["problems"]
+
+
+def test_fleet_run_with_a_shape_of_no_input_exits_2_and_says_which(tmp_path: Path, zoo_path) -> None:
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    done = fleet_cli("run", "--models", zoo_path("squeezenet"), "--shape", "nope=1x3x224x224", "--db", db, "-q")
+    assert done.exit_code == 2, done.output
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "light_squeezenet.onnx" in line and "unknown input(s) nope" in line
+
+
+def fleet_toml(tmp_path: Path, systems: tuple[str, ...], db: str) -> Path:
+    config = tmp_path / "fleet.toml"
+    harness = "\n".join(f"{k} = {json.dumps(v)}" for k, v in FAST.items())
+    entries = "".join(f'[[systems]]\nname = "{s}"\nruntimes = ["null"]\n' for s in systems)
+    config.write_text(f'db = "{db}"\n[harness]\n{harness}\n{entries}')
+    return config
+
+
+def test_fleet_run_where_no_system_has_a_node_exits_2_with_a_line_per_system(cluster, tmp_path: Path, two_models):
+    config = fleet_toml(tmp_path, ("ghost", "phantom"), f"sqlite:///{tmp_path / 'g.db'}")
+    done = fleet_cli("run", config, "--models", two_models[0], "-q", "--format", "json")
+    assert done.exit_code == 2, done.output
+    errors = done.stderr.strip().splitlines()
+    assert errors == [
+        "error: system ghost: no alive Ray node carries the label system=ghost and resource system:ghost",
+        "error: system phantom: no alive Ray node carries the label system=phantom and resource system:phantom",
+    ]
+    assert json.loads(done.stdout)["problems"] == [e.removeprefix("error: ") for e in errors]
+
+
+def test_fleet_run_that_measures_something_exits_0_and_reports_what_failed(cluster, tmp_path: Path, two_models):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    config = fleet_toml(tmp_path, ("sys-a", "ghost"), f"sqlite:///{tmp_path / 'p.db'}")
+    done = fleet_cli("run", config, "--models", two_models[0], "--models", broken, "-q", "--format", "json")
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.stdout)
+    assert out["ok"] is True and out["systems"]["sys-a"]["measured"] > 0
+    warnings = done.stderr.strip().splitlines()
+    assert len(warnings) == 2 and all(line.startswith("warning: ") for line in warnings), warnings
+    assert str(broken) in warnings[0] and warnings[1].startswith("warning: system ghost: no alive Ray node")
+    assert out["problems"] == [w.removeprefix("warning: ") for w in warnings]
+    again = fleet_cli("run", config, "--models", two_models[0], "-q", "--format", "json")  # all reused: a success
+    assert again.exit_code == 0 and json.loads(again.stdout)["reused"] > 0

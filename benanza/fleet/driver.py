@@ -104,6 +104,29 @@ class FleetSummary:
     def count(self, what: str) -> int:
         return sum(getattr(s, what) for s in self.systems.values())
 
+    @property
+    def ok(self) -> bool:
+        """Whether anything asked for was measured or found measured already (the run's exit status)."""
+        return self.count("measured") + self.count("reused") > 0
+
+    def problems(self) -> list[str]:
+        """One line per model and per system that could not be benchmarked, with the reason.
+
+        When nothing was measured or reused, the list is never empty: it says why.
+        """
+        lines = [
+            e["error"] if e["error"].startswith(e["model"]) else f"{e['model']}: {e['error']}"
+            for e in self.model_errors
+        ]
+        lines += [f"system {name}: {s.error}" for name, s in self.systems.items() if s.error]
+        if not self.ok and not lines:
+            failed = self.count("failed")
+            if failed:
+                lines.append(f"all {failed} benchmarks failed (stored with their reasons; benanza db ls lists them)")
+            else:
+                lines.append(f"nothing to benchmark in {self.models} model{'s' if self.models != 1 else ''}")
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "systems": {name: s.to_dict() for name, s in self.systems.items()},
@@ -114,6 +137,8 @@ class FleetSummary:
             "spilled": self.count("spilled"),
             "models": self.models,
             "model_errors": self.model_errors,
+            "ok": self.ok,
+            "problems": self.problems(),
             "duration_s": round(self.duration_s, 3),
             "dispatch_s": round(self.dispatch_s, 3),
         }
@@ -267,6 +292,8 @@ class FleetDriver:
     def run(self) -> FleetSummary:
         started = time.perf_counter()
         corpus = plan_corpus(self.config)
+        if corpus.models == 0:  # nothing to run: neither the store nor Ray is needed to say so
+            return FleetSummary(self.results, 0, corpus.model_errors, time.perf_counter() - started)
         store = open_store(self.config.db)
         try:
             with connect(self.config.ray, self.config.systems):
