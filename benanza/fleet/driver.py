@@ -214,7 +214,6 @@ class LeaseHeartbeat:
 
     def __init__(self, store: Store, owner: str, ttl_s: float) -> None:
         self.store, self.owner, self.ttl_s = store, owner, ttl_s
-        self.beats = 0  # heartbeats the store took
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"lease-heartbeat-{owner}", daemon=True)
 
@@ -230,7 +229,6 @@ class LeaseHeartbeat:
         while not self._stop.wait(self.ttl_s / 3):
             try:
                 self.store.heartbeat(self.owner, self.ttl_s)
-                self.beats += 1
             except BenanzaError as exc:
                 log.warning("cannot renew this driver's leases: %s", one_line(exc))
 

@@ -182,7 +182,7 @@ def _loopback_only(ray: Any) -> Iterator[None]:
 
 
 def token_available() -> bool:
-    """Whether Ray finds a token here: ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, ``~/.ray/auth_token``."""
+    """Whether Ray finds a token: ``RAY_AUTH_TOKEN``, the file ``RAY_AUTH_TOKEN_PATH`` names, or ~/.ray/auth_token."""
     if os.environ.get(AUTH_TOKEN):
         return True
     path = os.environ.get(AUTH_TOKEN_PATH)
