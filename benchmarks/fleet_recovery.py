@@ -134,7 +134,7 @@ def main() -> None:
     payload = {
         "benchmark": "fleet_recovery",
         "goal": {"rerun_over_undisturbed": GOAL_RATIO},
-        "command": "python benchmarks/fleet_recovery.py " + " ".join(sys.argv[1:]),
+        "command": " ".join(["python benchmarks/fleet_recovery.py", *sys.argv[1:]]),
         "models": [m.name for m in models],
         "batch": args.batch,
         "results": total,

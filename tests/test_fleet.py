@@ -197,6 +197,7 @@ def test_every_record_is_measured_on_its_systems_node_and_a_second_run_measures_
     assert second["reused"] == first["measured"]
 
 
+@pytest.mark.slow
 def test_a_local_cluster_listens_on_loopback_only_and_refuses_a_driver_without_its_token(
     cluster, tmp_path: Path, two_models
 ) -> None:
@@ -436,6 +437,7 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     assert row["current_stack"] == laptop["stack_id"] and not row["changed"]
 
 
+@pytest.mark.slow
 def test_a_default_embedded_fleet_run_listens_on_loopback_only_and_needs_a_token(tmp_path: Path, conv_chain) -> None:
     """Every socket any Ray process of a default `fleet run` listens on, sampled while it runs, is on 127.0.0.1."""
     import onnx
