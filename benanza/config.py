@@ -393,7 +393,9 @@ class FleetConfig(BaseModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     harness: dict[str, Any] = Field(default_factory=dict, description="HarnessSettings overrides")
     chunk_size: PositiveInt = Field(32, description="benchmark specs per actor call")
-    lease_s: float = Field(600, gt=0, description="seconds a claimed chunk stays reserved for its driver")
+    lease_s: float = Field(
+        15, gt=0, description="seconds a lease outlives its driver's last heartbeat (it beats every lease_s / 3)"
+    )
     max_attempts: PositiveInt = Field(3, description="tries before a benchmark is stored as failed")
 
     _source: Path | None = PrivateAttr(None)

@@ -8,6 +8,7 @@ check the plumbing (placement, incremental runs, leases, faults), not timings.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
@@ -37,6 +38,25 @@ FAST = {
     "kernel_runs": 0,
 }
 SLOW = {**FAST, "min_samples": 10, "min_time_s": 0.04, "max_time_s": 0.2}  # about 40 ms a benchmark
+# Settings a driver started by a test must not inherit from the test process (or another test's cluster).
+RAY_SETTINGS = (
+    "RAY_ADDRESS",
+    "RAY_AUTH_MODE",
+    "RAY_AUTH_TOKEN",
+    "RAY_AUTH_TOKEN_PATH",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER",
+)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cli_env(*, ray_settings: bool = False, **extra: str) -> dict[str, str]:
+    """The environment of a ``python -m benanza`` subprocess: this checkout's package, and ``extra``.
+
+    Without ``ray_settings`` the test process's Ray settings (its cluster's token) are left out.
+    """
+    env = {k: v for k, v in os.environ.items() if ray_settings or k not in RAY_SETTINGS}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return {**env, **extra}
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +72,37 @@ def cluster():
 def nodes_of() -> dict[str, str]:
     """node id -> system, from the labels Ray reports."""
     return {n["NodeID"]: (n.get("Labels") or {}).get("system") for n in ray.nodes() if n["Alive"]}
+
+
+def listening_sockets(roots) -> set[tuple[int, str, str, int]]:
+    """``(pid, name, ip, port)`` of each TCP listener and bound UDP socket of ``roots`` and their descendants."""
+    psutil = pytest.importorskip("psutil")
+    procs = {}
+    for root in roots:
+        try:
+            procs[root.pid] = root
+            procs.update((p.pid, p) for p in root.children(recursive=True))
+        except psutil.Error:  # gone meanwhile
+            continue
+    found = set()
+    for proc in procs.values():
+        try:
+            name = " ".join(proc.cmdline())[:160] or proc.name()
+            conns = proc.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for c in conns:
+            if c.status == psutil.CONN_LISTEN or (c.type == 2 and not c.raddr):  # SOCK_DGRAM without a peer
+                found.add((proc.pid, name, c.laddr.ip, c.laddr.port))
+    return found
+
+
+def off_loopback(ip: str) -> bool:
+    """Whether a socket bound to ``ip`` can be reached from another machine (any, unspecified or routable)."""
+    address = ipaddress.ip_address(ip.split("%")[0])
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_loopback
 
 
 def fleet_config(models: list[Path], db: str, *, systems=SYSTEMS, harness=FAST, cpus=1.0, **extra) -> FleetConfig:
@@ -146,6 +197,41 @@ def test_every_record_is_measured_on_its_systems_node_and_a_second_run_measures_
     assert second["reused"] == first["measured"]
 
 
+@pytest.mark.slow
+def test_a_local_cluster_listens_on_loopback_only_and_refuses_a_driver_without_its_token(
+    cluster, tmp_path: Path, two_models
+) -> None:
+    """The simulated cluster (head, one node per system, their workers) during a run: loopback only, token required."""
+    import psutil
+
+    cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'l.db'}", systems=("sys-a",), harness=SLOW)
+    runner = threading.Thread(target=run_fleet, args=(cfg,))
+    runner.start()
+    seen: set[tuple[int, str, str, int]] = set()
+    while runner.is_alive():
+        seen |= listening_sockets([psutil.Process()])
+        time.sleep(0.1)
+    runner.join()
+    names = " ".join(name for _, name, _, _ in seen)
+    assert names.count("gcs_server") >= 1 and "SystemWorker" in names, seen
+    exposed = sorted((name, ip, port) for _, name, ip, port in seen if off_loopback(ip))
+    assert not exposed, f"Ray listens off loopback: {exposed}"
+    # a driver without the cluster's token is turned away, in one line that says what to do
+    env = cli_env(RAY_NUM_REDIS_GET_RETRIES="2", HOME=str(tmp_path))  # no ~/.ray/auth_token either
+    config = tmp_path / "fleet.toml"
+    harness = "\n".join(f"{k} = {json.dumps(v)}" for k, v in FAST.items())
+    config.write_text(
+        f'models = ["{two_models[0]}"]\ndb = "sqlite:///{tmp_path / "l2.db"}"\n[harness]\n{harness}\n'
+        '[[systems]]\nname = "sys-a"\nruntimes = ["null"]\n'
+    )
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", str(config), "--address", cluster.address, "-q"]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]  # Ray logs its retries too
+    assert len(errors) == 1 and done.stderr.strip().endswith(errors[0]), done.stderr[-3000:]
+    assert cluster.address in errors[0] and "no token was found" in errors[0] and "RAY_AUTH_TOKEN_PATH" in errors[0]
+
+
 def test_a_system_without_a_node_is_reported_at_once(cluster, tmp_path: Path, two_models) -> None:
     cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'g.db'}", systems=("sys-a", "ghost"))
     started = time.monotonic()
@@ -207,16 +293,19 @@ def test_two_drivers_on_the_same_plan_measure_each_spec_once(cluster, tmp_path: 
         assert not store.leases()  # every lease released
 
 
-def test_a_killed_driver_restarted_finishes_only_the_rest(cluster, tmp_path: Path, two_models) -> None:
+@pytest.mark.slow
+def test_a_killed_driver_restarted_finishes_only_the_rest_without_waiting_out_old_leases(
+    cluster, tmp_path: Path, two_models
+) -> None:
+    """SIGKILL a driver mid-run: its leases lapse a few heartbeats later, and the rerun does only the rest."""
     db = f"sqlite:///{tmp_path / 'd.db'}"
     config = tmp_path / "fleet.toml"
-    config.write_text(
+    config.write_text(  # the default lease_s: what a user gets
         "\n".join(
             [
                 f'models = ["{two_models[0]}"]',
                 f'db = "{db}"',
                 "chunk_size = 4",
-                "lease_s = 3",
                 "[harness]",
                 *(f"{k} = {json.dumps(v)}" for k, v in SLOW.items()),
                 "[[systems]]",
@@ -227,7 +316,12 @@ def test_a_killed_driver_restarted_finishes_only_the_rest(cluster, tmp_path: Pat
     )
     cmd = [sys.executable, "-m", "benanza", "fleet", "run", str(config), "--address", cluster.address, "-q"]
     cmd += ["--format", "json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    # the cluster's token in a file, as the README tells users joining a cluster to do
+    token = tmp_path / "ray-token"
+    token.touch(mode=0o600)
+    token.write_text(os.environ["RAY_AUTH_TOKEN"])
+    env = cli_env(RAY_AUTH_TOKEN_PATH=str(token))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 90
     stored = 0
     while time.monotonic() < deadline and proc.poll() is None:
@@ -240,16 +334,31 @@ def test_a_killed_driver_restarted_finishes_only_the_rest(cluster, tmp_path: Pat
     assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    time.sleep(1.0)  # its actors die with it
+    killed_at = time.time()
     with open_store(db) as store:
         before = {r.spec_id for r in store.records(system="sys-a")}
-    cfg = fleet_config([two_models[0]], db, systems=("sys-a",), harness=SLOW, chunk_size=4, lease_s=3)
-    out = run_fleet(cfg).to_dict()["systems"]["sys-a"]
+        orphans = store.leases()
+    # the dead driver left live-looking leases behind, stamped with its id and last heartbeat
+    assert orphans and len({x["owner"] for x in orphans}) == 1 and orphans[0]["owner"].startswith("driver-")
+    assert all(x["heartbeat_at"] <= killed_at < x["expires_at"] for x in orphans)
+    lease_s = FleetConfig.model_fields["lease_s"].default
+    assert all(x["expires_at"] - x["heartbeat_at"] == pytest.approx(lease_s) for x in orphans)
+    started = time.monotonic()
+    try:
+        rerun = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the rerun waited out the killed driver's leases")
+    elapsed = time.monotonic() - started
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    out = json.loads(rerun.stdout)["systems"]["sys-a"]
     assert 0 < len(before) < out["total"]
     assert out["reused"] == len(before)
-    assert out["measured"] == out["total"] - len(before)
+    assert out["measured"] == out["total"] - len(before)  # the orphaned specs too, taken over
     with open_store(db) as store:
         assert len(store.records(system="sys-a")) == out["total"]
+        assert not store.leases()
+    # the rerun waited at most one lease_s for the orphans (not the 600 s leases of old)
+    assert elapsed < lease_s + 60, elapsed
 
 
 def test_results_reach_mongodb_over_the_wire_and_survive_an_outage(
@@ -299,13 +408,12 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
 
     model = tmp_path / "chain.onnx"
     onnx.save(conv_chain(), model)
-    env = {
-        **os.environ,
-        "BENANZA_SYSTEM": "laptop",
-        "BENANZA_HARNESS_MIN_TIME_S": "0.001",
-        "BENANZA_HARNESS_MAX_TIME_S": "0.05",
-        "BENANZA_HARNESS_KERNEL_RUNS": "2",
-    }
+    env = cli_env(
+        BENANZA_SYSTEM="laptop",
+        BENANZA_HARNESS_MIN_TIME_S="0.001",
+        BENANZA_HARNESS_MAX_TIME_S="0.05",
+        BENANZA_HARNESS_KERNEL_RUNS="2",
+    )
     env.pop("BENANZA_DB", None)
     cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
@@ -329,11 +437,57 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     assert row["current_stack"] == laptop["stack_id"] and not row["changed"]
 
 
+@pytest.mark.slow
+def test_a_default_embedded_fleet_run_listens_on_loopback_only_and_needs_a_token(tmp_path: Path, conv_chain) -> None:
+    """Every socket any Ray process of a default `fleet run` listens on, sampled while it runs, is on 127.0.0.1."""
+    import onnx
+    import psutil
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(conv_chain(), model)
+    env = cli_env(BENANZA_SYSTEM="laptop", BENANZA_HARNESS_MIN_TIME_S="0.001", BENANZA_HARNESS_MAX_TIME_S="0.05")
+    env.pop("BENANZA_DB", None)
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
+    driver = psutil.Process(proc.pid)
+    seen: set[tuple[int, str, str, int]] = set()
+    auth_modes: dict[str, str | None] = {}
+    log_dirs: set[str] = set()
+    deadline = time.monotonic() + 300
+    while proc.poll() is None and time.monotonic() < deadline:
+        seen |= listening_sockets([driver])
+        for child in driver.children(recursive=True):
+            try:
+                if child.name() in ("gcs_server", "raylet"):
+                    auth_modes[child.name()] = child.environ().get("RAY_AUTH_MODE")
+                    log_dirs.update(a.split("=", 1)[1] for a in child.cmdline() if a.startswith("--log_dir="))
+            except psutil.Error:
+                continue
+        time.sleep(0.1)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    assert json.loads(out)["measured"] > 0
+    names = " ".join(name for _, name, _, _ in seen)
+    assert "gcs_server" in names and "raylet" in names and "DashboardAgent" in names, seen  # the sampling saw Ray
+    exposed = sorted((name, ip, port) for _, name, ip, port in seen if off_loopback(ip))
+    assert not exposed, f"Ray listens off loopback: {exposed}"
+    assert auth_modes == {"gcs_server": "token", "raylet": "token"}
+    # its files: in <tmp>/benanza-ray-<uid>/ray/session_*/logs, under a folder only this user can enter
+    (log_dir,) = log_dirs
+    private = Path(log_dir).parents[2]
+    assert private.name == f"benanza-ray-{os.getuid()}", log_dir
+    assert private.stat().st_mode & 0o777 == 0o700 and private.stat().st_uid == os.getuid()
+
+
 def test_bad_config_is_one_line_and_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[[systems]]\nname = 'x'\nthreads = 0\n")
     done = subprocess.run(
-        [sys.executable, "-m", "benanza", "fleet", "run", str(bad)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "benanza", "fleet", "run", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=cli_env(),
     )
     assert done.returncode == 2
     lines = done.stderr.strip().splitlines()
@@ -414,3 +568,166 @@ def test_a_runtime_entry_with_an_option_the_runtime_does_not_take_is_refused_in_
         SystemConfig(name="sys-a", runtimes=["onnxruntime:threads=1", "onnxruntime: threads=1"])
     with pytest.raises(ValueError, match="'threads' is not option=value"):
         SystemConfig(name="sys-a", runtimes=["onnxruntime:threads"])
+
+
+# -- Ray's private temp folder -------------------------------------------------------------------
+
+
+@pytest.fixture
+def tmp_base(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh stand-in for /tmp: where ``private_tmpdir`` makes ``benanza-ray-<uid>``."""
+    import tempfile
+
+    base = tmp_path / "tmp"
+    base.mkdir()
+    base.chmod(0o1777)  # shared, as /tmp is
+    monkeypatch.setattr(tempfile, "tempdir", str(base))
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    return base
+
+
+def test_ray_temp_folder_is_created_private(tmp_base: Path) -> None:
+    from benanza.fleet.systems import private_tmpdir
+
+    path = Path(private_tmpdir())
+    assert path == tmp_base / f"benanza-ray-{os.getuid()}"
+    st = path.lstat()
+    assert st.st_mode & 0o777 == 0o700 and st.st_uid == os.getuid()
+    assert private_tmpdir() == str(path)  # an existing private one is reused
+
+
+def test_a_planted_symlink_as_ray_temp_folder_is_refused(tmp_base: Path, tmp_path: Path) -> None:
+    from benanza.errors import UsageError
+    from benanza.fleet.systems import private_tmpdir
+
+    target = tmp_path / "attacker"
+    target.mkdir(mode=0o777)
+    planted = tmp_base / f"benanza-ray-{os.getuid()}"
+    planted.symlink_to(target)
+    with pytest.raises(UsageError, match="symbolic link") as caught:
+        private_tmpdir()
+    assert str(planted) in str(caught.value) and "\n" not in str(caught.value)
+    assert planted.is_symlink() and not any(target.iterdir())  # nothing followed, nothing written
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_a_ray_temp_folder_of_another_user_is_refused(tmp_base: Path) -> None:
+    from benanza.errors import UsageError
+    from benanza.fleet.systems import private_tmpdir
+
+    planted = tmp_base / f"benanza-ray-{os.getuid()}"
+    planted.mkdir(mode=0o700)
+    os.chown(planted, 12345, 12345)
+    with pytest.raises(UsageError, match="belongs to uid 12345") as caught:
+        private_tmpdir()
+    assert str(planted) in str(caught.value)
+    assert planted.stat().st_uid == 12345
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_a_readable_ray_temp_folder_of_ours_is_closed_unless_another_user_put_something_in_it(tmp_base: Path) -> None:
+    from benanza.errors import UsageError
+    from benanza.fleet.systems import private_tmpdir
+
+    ours = tmp_base / f"benanza-ray-{os.getuid()}"
+    ours.mkdir()
+    ours.chmod(0o755)  # what older versions made
+    (ours / "ray").mkdir()
+    (ours / "ray").chmod(0o777)  # Ray's own
+    intruder = ours / "ray" / "ray_current_cluster"
+    intruder.write_text("10.0.0.66:6379")
+    os.chown(intruder, 12345, 12345)
+    with pytest.raises(UsageError, match="belongs to another user"):
+        private_tmpdir()
+    assert ours.stat().st_mode & 0o777 == 0o755  # refused, not changed
+    intruder.unlink()
+    assert private_tmpdir() == str(ours)
+    assert ours.stat().st_mode & 0o777 == 0o700  # repaired
+
+
+def test_a_ray_temp_folder_others_can_write_to_is_refused_and_fleet_run_says_so(tmp_base: Path, zoo_path) -> None:
+    planted = tmp_base / f"benanza-ray-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)
+    env = cli_env(TMPDIR=str(tmp_base))
+    env.pop("RAY_TMPDIR", None)
+    db = f"sqlite:///{tmp_base.parent / 'x.db'}"
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(zoo_path("squeezenet")), "--db", db, "-q"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert (
+        done.stderr.strip()
+        == f"error: {planted}: refused as Ray's temp folder: others can write to it (mode 777); remove it"
+    )
+    assert planted.stat().st_mode & 0o777 == 0o777 and not any(planted.iterdir())
+
+
+# -- exit status: non-zero when nothing asked for was measured -----------------------------------
+
+
+def fleet_cli(*args: object, env: dict[str, str] | None = None):
+    """``benanza fleet ARGS`` through typer's CliRunner (stdout and stderr apart)."""
+    from typer.testing import CliRunner
+
+    from benanza.cli import app
+
+    return CliRunner().invoke(app, ["fleet", *map(str, args)], env={"BENANZA_SYSTEM": "laptop", **(env or {})})
+
+
+def test_fleet_run_of_only_invalid_models_exits_2_with_a_line_per_model(tmp_path: Path) -> None:
+    bad = [tmp_path / "broken.onnx", tmp_path / "empty.onnx"]
+    bad[0].write_bytes(b"not a model")
+    bad[1].write_bytes(b"")
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    done = fleet_cli("run", "--models", bad[0], "--models", bad[1], "--db", db, "-q", "--format", "json")
+    assert done.exit_code == 2, done.output
+    errors = done.stderr.strip().splitlines()
+    assert len(errors) == 2 and all(line.startswith("error: ") for line in errors), errors
+    assert [str(p) in line for p, line in zip(bad, errors, strict=True)] == [True, True]
+    out = json.loads(done.stdout)
+    assert out["ok"] is False and out["measured"] == out["reused"] == 0
+    assert [p.removeprefix("error: ") for p in errors] == out["problems"]
+
+
+def test_fleet_run_with_a_shape_of_no_input_exits_2_and_says_which(tmp_path: Path, zoo_path) -> None:
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    done = fleet_cli("run", "--models", zoo_path("squeezenet"), "--shape", "nope=1x3x224x224", "--db", db, "-q")
+    assert done.exit_code == 2, done.output
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "light_squeezenet.onnx" in line and "unknown input(s) nope" in line
+
+
+def fleet_toml(tmp_path: Path, systems: tuple[str, ...], db: str) -> Path:
+    config = tmp_path / "fleet.toml"
+    harness = "\n".join(f"{k} = {json.dumps(v)}" for k, v in FAST.items())
+    entries = "".join(f'[[systems]]\nname = "{s}"\nruntimes = ["null"]\n' for s in systems)
+    config.write_text(f'db = "{db}"\n[harness]\n{harness}\n{entries}')
+    return config
+
+
+def test_fleet_run_where_no_system_has_a_node_exits_2_with_a_line_per_system(cluster, tmp_path: Path, two_models):
+    config = fleet_toml(tmp_path, ("ghost", "phantom"), f"sqlite:///{tmp_path / 'g.db'}")
+    done = fleet_cli("run", config, "--models", two_models[0], "-q", "--format", "json")
+    assert done.exit_code == 2, done.output
+    errors = done.stderr.strip().splitlines()
+    assert errors == [
+        "error: system ghost: no alive Ray node carries the label system=ghost and resource system:ghost",
+        "error: system phantom: no alive Ray node carries the label system=phantom and resource system:phantom",
+    ]
+    assert json.loads(done.stdout)["problems"] == [e.removeprefix("error: ") for e in errors]
+
+
+def test_fleet_run_that_measures_something_exits_0_and_reports_what_failed(cluster, tmp_path: Path, two_models):
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not a model")
+    config = fleet_toml(tmp_path, ("sys-a", "ghost"), f"sqlite:///{tmp_path / 'p.db'}")
+    done = fleet_cli("run", config, "--models", two_models[0], "--models", broken, "-q", "--format", "json")
+    assert done.exit_code == 0, done.output
+    out = json.loads(done.stdout)
+    assert out["ok"] is True and out["systems"]["sys-a"]["measured"] > 0
+    warnings = done.stderr.strip().splitlines()
+    assert len(warnings) == 2 and all(line.startswith("warning: ") for line in warnings), warnings
+    assert str(broken) in warnings[0] and warnings[1].startswith("warning: system ghost: no alive Ray node")
+    assert out["problems"] == [w.removeprefix("warning: ") for w in warnings]
+    again = fleet_cli("run", config, "--models", two_models[0], "-q", "--format", "json")  # all reused: a success
+    assert again.exit_code == 0 and json.loads(again.stdout)["reused"] > 0

@@ -410,6 +410,39 @@ class StoreContract:
             ids[3]: "crashed",
         }
 
+    def test_a_lease_lives_while_its_owner_heartbeats_and_is_taken_over_soon_after_it_stops(self, store: Store) -> None:
+        ids = [record_for(i).spec_id for i in range(4)]
+        before = time.time()
+        assert store.claim(SYSTEM, STACK, ids, "driver-a", ttl_s=1.0) == set(ids)
+        assert store.claim("sys-b", STACK, ids[:1], "driver-a", ttl_s=1.0) == set(ids[:1])
+        assert store.claim(SYSTEM, STACK, ["other"], "driver-b", ttl_s=60) == {"other"}
+        leases = store.leases(SYSTEM)
+        assert {x["spec_id"]: x["owner"] for x in leases} == {**dict.fromkeys(ids, "driver-a"), "other": "driver-b"}
+        mine = [x for x in leases if x["owner"] == "driver-a"]
+        assert all(before <= x["heartbeat_at"] <= time.time() for x in mine)
+        assert all(x["expires_at"] == pytest.approx(x["heartbeat_at"] + 1.0) for x in mine)
+        # its heartbeats keep every lease of the owner (on any system) for longer than one ttl
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5:
+            time.sleep(0.3)
+            assert store.heartbeat("driver-a", ttl_s=1.0) == 5
+            assert store.claim(SYSTEM, STACK, ids, "driver-b", ttl_s=60) == set()
+        beat = {x["spec_id"]: x["heartbeat_at"] for x in store.leases(SYSTEM) if x["owner"] == "driver-a"}
+        assert all(t > before + 2.0 for t in beat.values())
+        other = next(x for x in store.leases(SYSTEM) if x["owner"] == "driver-b")
+        assert other["expires_at"] > time.time() + 50  # another owner's heartbeat does not touch it
+        # the owner stops: within one ttl its leases are anyone's
+        time.sleep(1.1)
+        assert store.claim(SYSTEM, STACK, ids, "driver-b", ttl_s=60) == set(ids)
+        assert store.heartbeat("driver-a", ttl_s=1.0) <= 1  # what was taken over stays taken
+        assert {x["spec_id"]: x["owner"] for x in store.leases(SYSTEM)} == dict.fromkeys([*ids, "other"], "driver-b")
+        assert store.heartbeat("nobody", ttl_s=1.0) == 0
+
+    def test_heartbeat_arguments_are_checked(self, store: Store) -> None:
+        for bad in (lambda: store.heartbeat("", ttl_s=10), lambda: store.heartbeat("driver", ttl_s=0)):
+            with pytest.raises(UsageError):
+                bad()
+
     def test_concurrent_thread_claims_never_share_an_id(self, store: Store) -> None:
         ids = [record_for(i).spec_id for i in range(self.lease_ids)]
         barrier = threading.Barrier(4)
@@ -621,6 +654,26 @@ def test_leases_table_is_added_to_an_older_database(tmp_path: Path) -> None:
     with SqliteStore(path) as store:
         assert store.records() == [record_for(1)]
         assert store.claim(SYSTEM, STACK, [record_for(1).spec_id, "new"], "driver", ttl_s=60) == {"new"}
+
+
+def test_leases_of_an_older_database_get_their_heartbeat(tmp_path: Path) -> None:
+    path = tmp_path / "perf.db"
+    SqliteStore(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE leases")
+    conn.execute(  # the table as benanza wrote it before leases had heartbeats, with a lease in it
+        "CREATE TABLE leases (system TEXT NOT NULL, stack_id TEXT NOT NULL, spec_id TEXT NOT NULL, "
+        "owner TEXT NOT NULL, expires_at REAL NOT NULL, PRIMARY KEY (system, stack_id, spec_id))"
+    )
+    conn.execute("INSERT INTO leases VALUES (?, ?, 'old', 'driver-old', ?)", (SYSTEM, STACK, time.time() + 600))
+    conn.commit()
+    conn.close()
+    with SqliteStore(path) as store:
+        (old,) = store.leases()
+        assert old["owner"] == "driver-old" and old["heartbeat_at"] is None  # an old driver's lease keeps its expiry
+        assert store.claim(SYSTEM, STACK, ["old", "new"], "driver", ttl_s=60) == {"new"}
+        assert store.heartbeat("driver-old", ttl_s=5) == 1
+        assert {x["spec_id"]: x["expires_at"] < time.time() + 6 for x in store.leases()} == {"new": False, "old": True}
 
 
 # -- benanza db ls -------------------------------------------------------------------------------

@@ -111,9 +111,9 @@ def test_documents_and_indexes(mongo_uri: str) -> None:
         indexes = {tuple(ix["key"]): bool(ix.get("unique")) for ix in db.results.list_indexes()}
         assert indexes[IDENTITY_FIELDS] is True
         assert indexes[("system", "stack_id", "schema_version", "spec_id")] is False
-        assert {tuple(ix["key"]): bool(ix.get("unique")) for ix in db.leases.list_indexes()}[
-            ("system", "stack_id", "spec_id")
-        ] is True
+        lease_indexes = {tuple(ix["key"]): bool(ix.get("unique")) for ix in db.leases.list_indexes()}
+        assert lease_indexes[("system", "stack_id", "spec_id")] is True
+        assert lease_indexes[("owner",)] is False  # serves heartbeats
         meta = db.meta.find_one({"_id": "benanza"})
         assert meta["db_schema_version"] == DB_SCHEMA_VERSION and meta["created_at"]
 

@@ -64,7 +64,13 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Benchmark what every system lacks for its current software stack; print a summary."""
+    """Benchmark what every system lacks for its current software stack; print a summary.
+
+    Exits 2 when nothing asked for could be measured or reused (every model invalid, no
+    system with a worker, ...), with one ``error:`` line per reason; a run that measured or
+    reused something exits 0 and prints a ``warning:`` line per model or system that failed.
+    Both lists are the summary's ``problems``.
+    """
     from benanza.fleet.driver import run_fleet
     from benanza.report.bench import plan_warnings
     from benanza.report.fleet import FleetProgress, summary_table
@@ -80,10 +86,12 @@ def run(
         emit_json(data)
     else:
         console().print(summary_table(data))
-    for problem in data["model_errors"]:
-        print(f"warning: {problem['model']}: {problem['error']}", file=sys.stderr)
     for line in plan_warnings(data):
         print(f"warning: {line}", file=sys.stderr)
+    for problem in data["problems"]:
+        print(f"{'warning' if data['ok'] else 'error'}: {problem}", file=sys.stderr)
+    if not data["ok"]:
+        raise typer.Exit(2)
 
 
 @app.command("status")

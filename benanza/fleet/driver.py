@@ -8,16 +8,19 @@
 2. connect to Ray (``fleet.systems.connect``), find each system's nodes, report systems with
    none, and start one actor per device pinned to them (``SystemWorker``);
 3. ask the store what each system's current stack already holds, and plan only the rest;
-4. hand out work in chunks: each chunk is first *claimed* in the store (a lease that expires,
-   renewed while the chunk runs), so two drivers on the same plan never measure the same
-   spec; what another driver holds is retried once its lease ends or its result is stored;
+4. hand out work in chunks: each chunk is first *claimed* in the store (a lease with this
+   driver's id and heartbeat), so two drivers on the same plan never measure the same spec;
+   what another driver holds is retried once its lease ends or its result is stored. While
+   it dispatches, a background thread renews all of the driver's leases every
+   ``lease_s / 3`` (``LeaseHeartbeat``), however long a chunk runs;
 5. actors write their own results (idempotent bulk upserts, spilled locally when the store
    is unreachable); the driver shows progress per system and exports Ray metrics.
 
 Faults: an actor process that dies is restarted by Ray and its call retried once; a chunk
 that still fails is split and each spec retried alone, up to ``max_attempts`` times, then
-stored as failed with the error. A driver that dies leaves leases that expire; the next run
-plans only what is missing.
+stored as failed with the error. A driver that dies stops heartbeating, so its leases are
+anyone's ``lease_s`` seconds later (three missed heartbeats); the next run plans only what is
+missing and takes the dead driver's leases over once they lapse.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 import time
 import uuid
 from collections import deque
@@ -101,6 +105,29 @@ class FleetSummary:
     def count(self, what: str) -> int:
         return sum(getattr(s, what) for s in self.systems.values())
 
+    @property
+    def ok(self) -> bool:
+        """Whether anything asked for was measured or found measured already (the run's exit status)."""
+        return self.count("measured") + self.count("reused") > 0
+
+    def problems(self) -> list[str]:
+        """One line per model and per system that could not be benchmarked, with the reason.
+
+        When nothing was measured or reused, the list is never empty: it says why.
+        """
+        lines = [
+            e["error"] if e["error"].startswith(e["model"]) else f"{e['model']}: {e['error']}"
+            for e in self.model_errors
+        ]
+        lines += [f"system {name}: {s.error}" for name, s in self.systems.items() if s.error]
+        if not self.ok and not lines:
+            failed = self.count("failed")
+            if failed:
+                lines.append(f"all {failed} benchmarks failed (stored with their reasons; benanza db ls lists them)")
+            else:
+                lines.append(f"nothing to benchmark in {self.models} model{'s' if self.models != 1 else ''}")
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "systems": {name: s.to_dict() for name, s in self.systems.items()},
@@ -113,6 +140,8 @@ class FleetSummary:
             "model_errors": self.model_errors,
             "not_benchmarked": self.plan_report.get("not_benchmarked", []),
             "planning_notes": self.plan_report.get("planning_notes", []),
+            "ok": self.ok,
+            "problems": self.problems(),
             "duration_s": round(self.duration_s, 3),
             "dispatch_s": round(self.dispatch_s, 3),
         }
@@ -184,6 +213,34 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
 # -- running -----------------------------------------------------------------------------------
 
 
+class LeaseHeartbeat:
+    """Renews every lease of ``owner`` from a background thread, every ``ttl_s / 3``, while in use.
+
+    A heartbeat the store cannot take is logged and tried again at the next beat; the leases
+    stay valid until ``ttl_s`` after the last one that succeeded.
+    """
+
+    def __init__(self, store: Store, owner: str, ttl_s: float) -> None:
+        self.store, self.owner, self.ttl_s = store, owner, ttl_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"lease-heartbeat-{owner}", daemon=True)
+
+    def __enter__(self) -> LeaseHeartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ttl_s / 3):
+            try:
+                self.store.heartbeat(self.owner, self.ttl_s)
+            except BenanzaError as exc:
+                log.warning("cannot renew this driver's leases: %s", one_line(exc))
+
+
 @dataclass
 class _Actor:
     system: str
@@ -241,6 +298,8 @@ class FleetDriver:
     def run(self) -> FleetSummary:
         started = time.perf_counter()
         corpus = plan_corpus(self.config)
+        if corpus.models == 0:  # nothing to run: neither the store nor Ray is needed to say so
+            return FleetSummary(self.results, 0, corpus.model_errors, time.perf_counter() - started)
         store = open_store(self.config.db)
         try:
             with connect(self.config.ray, self.config.systems):
@@ -248,7 +307,8 @@ class FleetDriver:
                 runs, actors = self._start(store, corpus.works, corpus.runtime_errors)
                 dispatch_started = time.perf_counter()
                 if runs:
-                    self._dispatch(store, runs, actors)
+                    with LeaseHeartbeat(store, self.owner, self.config.lease_s):
+                        self._dispatch(store, runs, actors)
                 dispatch_s = time.perf_counter() - dispatch_started
                 for actor in actors:
                     self._kill(actor.handle)
@@ -393,8 +453,7 @@ class FleetDriver:
         for run in runs:
             by_system.setdefault(run.target.system, []).append(run)
         inflight: dict[Any, tuple[_Actor, _SystemRun, _Chunk]] = {}
-        last_renew = last_recheck = time.monotonic()
-        renew_every = self.config.lease_s / 3
+        last_recheck = time.monotonic()
         while True:
             for actor in actors:
                 for run in by_system.get(actor.system, []):
@@ -420,9 +479,6 @@ class FleetDriver:
                 actor.inflight -= 1
                 self._finish(store, ref, run, chunk)
             now = time.monotonic()
-            if now - last_renew > renew_every:
-                self._renew(store, inflight.values())
-                last_renew = now
             if now - last_recheck > max(2.0, self.config.lease_s / 4):
                 for run in runs:
                     if not run.queue:
@@ -486,13 +542,6 @@ class FleetDriver:
             store.release(run.target.system, run.target.stack_id, ids, self.owner)
         except StoreError as exc:
             log.warning("cannot release leases: %s", one_line(exc))
-
-    def _renew(self, store: Store, inflight: Any) -> None:
-        for _, run, chunk in inflight:
-            try:
-                store.claim(run.target.system, run.target.stack_id, chunk.ids, self.owner, self.config.lease_s)
-            except StoreError:
-                return
 
     # -- metrics -------------------------------------------------------------------------------
 

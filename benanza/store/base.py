@@ -14,12 +14,19 @@ semantics, pinned down by the contract tests in ``tests/test_store.py``:
 - Queries see only records of the current ``records.SCHEMA_VERSION``; others are ignored.
 - ``present_spec_ids`` is the planner's question "what is already measured here?" and must
   stay fast for a million records.
-- Leases keep two drivers from measuring the same thing: ``claim`` atomically leases to one
-  owner the spec ids that have no current-schema record for (system, stack) and no unexpired
-  lease of another owner; each id goes to at most one owner at a time. A lease expires
-  ``ttl_s`` seconds after it was taken (times are UTC epoch seconds from ``time.time()`` of
-  the claiming process, compared in the database), after which anyone may take it over; an
-  owner re-claiming its own lease extends it. Write the results before ``release``.
+- Leases keep two drivers from measuring the same thing, and a dead driver from holding
+  work for long: ``claim`` atomically leases to one owner the spec ids that have no
+  current-schema record for (system, stack) and no live lease of another owner; each id goes
+  to at most one owner at a time. A lease records its owner and its heartbeat
+  (``heartbeat_at``, when its owner last claimed or renewed it) and lives ``ttl_s`` seconds
+  past it (``expires_at``), after which anyone may take it over. Its owner keeps it alive
+  with ``heartbeat``, which renews every lease the owner still holds in one call (the fleet
+  driver calls it from a background thread every ``ttl_s / 3``), so a lease outlives a dead
+  owner by at most ``ttl_s``, three missed heartbeats, however long its work takes. A lease
+  another owner took over stays with it; re-claiming one's own lease renews it too. Times are
+  UTC epoch seconds from ``time.time()`` of the process that claims or heartbeats, compared
+  in the database: the clocks of drivers sharing a database must agree to well within
+  ``ttl_s`` (NTP does). Write the results before ``release``.
 
 A store is opened from a URI (``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``,
 ``mongodb://host/db``); ``register_store`` adds a scheme. A command that only reads opens
@@ -99,8 +106,16 @@ class Store(Protocol):
         """Drop ``owner``'s leases on these ids (ids it does not hold are ignored)."""
         ...
 
+    def heartbeat(self, owner: str, ttl_s: float) -> int:
+        """Renew every lease ``owner`` still holds, to expire ``ttl_s`` from now; returns how many it holds."""
+        ...
+
     def leases(self, system: str | None = None) -> list[dict[str, Any]]:
-        """Unexpired leases ``{"system", "stack_id", "spec_id", "owner", "expires_at"}`` by system, stack, spec id."""
+        """Unexpired leases ``{"system", "stack_id", "spec_id", "owner", "heartbeat_at", "expires_at"}``.
+
+        Sorted by system, stack and spec id; ``heartbeat_at`` is None for a lease that a
+        benanza version without heartbeats took.
+        """
         ...
 
     @property
@@ -135,6 +150,11 @@ class StoreBase:
         if ttl_s is not None and not ttl_s > 0:
             raise UsageError(f"a lease needs a positive ttl_s, got {ttl_s!r}")
         return list(dict.fromkeys(str(i) for i in spec_ids))
+
+    @classmethod
+    def _check_heartbeat(cls, owner: str, ttl_s: float) -> None:
+        """Check the arguments of a ``heartbeat`` call."""
+        cls._lease_ids((), owner, ttl_s)
 
     def close(self) -> None:
         raise NotImplementedError

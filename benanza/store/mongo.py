@@ -34,6 +34,7 @@ whose filter matches only the owner's own or an expired lease, so a lease held b
 makes the upsert collide with the unique index (``DuplicateKeyError``) and that id is not
 taken. Ids whose results exist are excluded before the claim and checked again after it, so
 a result written (and its lease released) meanwhile by another driver is not measured twice.
+A heartbeat is one ``update_many`` on the owner's leases (indexed by owner).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ INDEXES: dict[str, list[tuple[str, list[str], bool]]] = {
         ("present", ["system", "stack_id", "schema_version", "spec_id"], False),
     ],
     "stacks": [("stack", ["system", "stack_id"], True)],
-    "leases": [("lease", ["system", "stack_id", "spec_id"], True)],
+    "leases": [("lease", ["system", "stack_id", "spec_id"], True), ("lease_owner", ["owner"], False)],
 }
 _IDS_PER_QUERY = 1_000  # spec ids or keys per ``$in``
 _DUPLICATE_KEY = 11000
@@ -431,10 +432,14 @@ class MongoStore(StoreBase):
     def _claim_chunk(self, system: str, stack_id: str, spec_ids: list[str], owner: str, ttl_s: float) -> set[str]:
         now = time.time()
         mine_or_expired = [{"owner": owner}, {"expires_at": {"$lte": now}}]
-        update = {"$set": {"owner": owner, "expires_at": now + ttl_s}}
+        update = {"$set": {"owner": owner, "heartbeat_at": now, "expires_at": now + ttl_s}}
+        # ``$and`` rather than the identity fields beside ``$or``: the same filter for MongoDB, and
+        # the form that nx-27017 (the tests' server) also matches by identity in an update
         ops = [
             UpdateOne(
-                {"system": system, "stack_id": stack_id, "spec_id": i, "$or": mine_or_expired}, update, upsert=True
+                {"$and": [{"system": system, "stack_id": stack_id, "spec_id": i}, {"$or": mine_or_expired}]},
+                update,
+                upsert=True,
             )
             for i in spec_ids
         ]
@@ -453,13 +458,23 @@ class MongoStore(StoreBase):
             query = {"system": system, "stack_id": stack_id, "owner": owner, "spec_id": {"$in": chunk}}
             self._call("release leases", lambda q=query: self._leases.delete_many(q))
 
+    def heartbeat(self, owner: str, ttl_s: float) -> int:
+        self._check_heartbeat(owner, ttl_s)
+
+        def beat() -> int:
+            now = time.time()
+            update = {"$set": {"heartbeat_at": now, "expires_at": now + ttl_s}}
+            return self._leases.update_many({"owner": owner}, update).matched_count
+
+        return self._call("renew leases", beat)
+
     def leases(self, system: str | None = None) -> list[dict[str, Any]]:
         query: dict[str, Any] = {"expires_at": {"$gt": time.time()}}
         if system is not None:
             query["system"] = system
         docs = self._call("read leases", lambda: list(self._leases.find(query, {"_id": 0})))
         names = ("system", "stack_id", "spec_id", "owner", "expires_at")
-        rows = [{n: d[n] for n in names} for d in docs]
+        rows = [{**{n: d[n] for n in names}, "heartbeat_at": d.get("heartbeat_at")} for d in docs]
         return sorted(rows, key=lambda r: (r["system"], r["stack_id"], r["spec_id"]))
 
     def close(self) -> None:

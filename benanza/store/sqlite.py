@@ -85,24 +85,30 @@ CREATE TABLE IF NOT EXISTS leases (
     spec_id TEXT NOT NULL,
     owner TEXT NOT NULL,
     expires_at REAL NOT NULL,
+    heartbeat_at REAL,
     PRIMARY KEY (system, stack_id, spec_id)
 );
 """
+# Added to a ``leases`` table made before leases had heartbeats (older versions ignore it).
+_LEASE_HEARTBEAT = "ALTER TABLE leases ADD COLUMN heartbeat_at REAL"
+_LEASE_OWNER_INDEX = "CREATE INDEX IF NOT EXISTS leases_owner ON leases (owner)"
 # Leases, each statement one pass over the ids (a JSON array): expired leases go first, so a
-# conflict left is an unexpired lease, which only its owner may extend. RETURNING lists the
-# rows inserted or extended, i.e. exactly the ids now held.
+# conflict left is an unexpired lease, which only its owner may renew. RETURNING lists the
+# rows inserted or renewed, i.e. exactly the ids now held.
 _DROP_EXPIRED = "DELETE FROM leases WHERE system = ? AND stack_id = ? AND expires_at <= ?"
 _CLAIM = """
-INSERT INTO leases (system, stack_id, spec_id, owner, expires_at)
-SELECT ?1, ?2, wanted.value, ?3, ?4 FROM json_each(?5) AS wanted
+INSERT INTO leases (system, stack_id, spec_id, owner, heartbeat_at, expires_at)
+SELECT ?1, ?2, wanted.value, ?3, ?7, ?4 FROM json_each(?5) AS wanted
 WHERE NOT EXISTS (
     SELECT 1 FROM results
     WHERE system = ?1 AND stack_id = ?2 AND schema_version = ?6 AND spec_id = wanted.value
 )
-ON CONFLICT (system, stack_id, spec_id) DO UPDATE SET expires_at = excluded.expires_at
+ON CONFLICT (system, stack_id, spec_id) DO UPDATE SET
+    heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at
     WHERE leases.owner = excluded.owner
 RETURNING spec_id
 """
+_HEARTBEAT = "UPDATE leases SET heartbeat_at = ?, expires_at = ? WHERE owner = ?"
 _RELEASE = """
 DELETE FROM leases
 WHERE system = ? AND stack_id = ? AND owner = ? AND spec_id IN (SELECT value FROM json_each(?))
@@ -306,6 +312,9 @@ class SqliteStore(StoreBase):
             for statement in _SCHEMA.split(";"):
                 if statement.strip():
                     c.execute(statement)
+            if "heartbeat_at" not in {r[1] for r in c.execute("PRAGMA table_info(leases)")}:
+                c.execute(_LEASE_HEARTBEAT)
+            c.execute(_LEASE_OWNER_INDEX)
             c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(DB_SCHEMA_VERSION),))
             c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('created_at', ?)", (utc_now(),))
             c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
@@ -503,10 +512,19 @@ class SqliteStore(StoreBase):
         def claim(c: sqlite3.Connection) -> set[str]:
             now = time.time()  # inside the write lock: no other claim runs between reading and using it
             c.execute(_DROP_EXPIRED, (system, stack_id, now))
-            rows = c.execute(_CLAIM, (system, stack_id, owner, now + ttl_s, ids, SCHEMA_VERSION)).fetchall()
+            rows = c.execute(_CLAIM, (system, stack_id, owner, now + ttl_s, ids, SCHEMA_VERSION, now)).fetchall()
             return {r[0] for r in rows}
 
         return self._write(claim)
+
+    def heartbeat(self, owner: str, ttl_s: float) -> int:
+        self._check_heartbeat(owner, ttl_s)
+
+        def beat(c: sqlite3.Connection) -> int:
+            now = time.time()
+            return c.execute(_HEARTBEAT, (now, now + ttl_s, owner)).rowcount
+
+        return self._write(beat)
 
     def release(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str) -> None:
         ids = self._lease_ids(spec_ids, owner)
@@ -514,13 +532,13 @@ class SqliteStore(StoreBase):
             self._write(lambda c: c.execute(_RELEASE, (system, stack_id, owner, _json(ids))))
 
     def leases(self, system: str | None = None) -> list[dict[str, Any]]:
-        sql = "SELECT system, stack_id, spec_id, owner, expires_at FROM leases WHERE expires_at > ?"
+        sql = "SELECT system, stack_id, spec_id, owner, heartbeat_at, expires_at FROM leases WHERE expires_at > ?"
         params: list[Any] = [time.time()]
         if system is not None:
             sql += " AND system = ?"
             params.append(system)
         rows = self._read(f"{sql} ORDER BY system, stack_id, spec_id", params)
-        names = ("system", "stack_id", "spec_id", "owner", "expires_at")
+        names = ("system", "stack_id", "spec_id", "owner", "heartbeat_at", "expires_at")
         return [dict(zip(names, r, strict=True)) for r in rows]
 
     def close(self) -> None:
