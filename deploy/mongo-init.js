@@ -30,5 +30,7 @@ benanza.results.createIndex(
 benanza.stacks.createIndex({ system: 1, stack_id: 1 }, { name: "stack", unique: true });
 // Claims of two drivers on the same plan: one lease per (system, stack, spec).
 benanza.leases.createIndex({ system: 1, stack_id: 1, spec_id: 1 }, { name: "lease", unique: true });
+// A driver renews all its leases at once (heartbeat): by owner.
+benanza.leases.createIndex({ owner: 1 }, { name: "lease_owner", unique: false });
 
 print(`benanza: user ${user} and indexes created in database ${dbName}`);

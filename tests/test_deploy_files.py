@@ -224,6 +224,16 @@ def test_compose_variables_are_all_in_the_env_example() -> None:
     assert used and used <= example
 
 
+def test_every_compose_ray_process_needs_the_token_from_the_env_file() -> None:
+    services = compose()["services"]
+    ray_services = [name for name in services if name.startswith("ray-") or name == "benanza"]
+    assert len(ray_services) >= 3
+    for name in ray_services:
+        env = services[name]["environment"]
+        assert env["RAY_AUTH_MODE"] == "token", name
+        assert re.fullmatch(r"\$\{RAY_AUTH_TOKEN:\?[^}]*\}", env["RAY_AUTH_TOKEN"]), name
+
+
 def test_compose_workers_carry_the_local_fleets_systems() -> None:
     from ray._private.label_utils import parse_node_labels_string
 
