@@ -36,6 +36,7 @@ from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
 from benanza.store.records import BenchmarkRecord, Outcome
 from benanza.store.spill import ResilientWriter, SpillFile, default_spill_dir, drain
+from benanza.store.uri import StoreURI
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class SystemWorker:
     def __init__(
         self,
         system: dict[str, Any],
-        db: str | None,
+        db: StoreURI | str | None,
         harness: dict[str, Any] | None = None,
         spill_dir: str | None = None,
         write_retries: int = 2,
@@ -115,7 +116,7 @@ class SystemWorker:
         self._connect(db, owner, write_retries)
         self.metrics = _Metrics(self.name)
 
-    def _connect(self, db: str | None, owner: str, retries: int) -> None:
+    def _connect(self, db: StoreURI | str | None, owner: str, retries: int) -> None:
         """Open the store and register this system; an unreachable store means spilling."""
         try:
             self.store = open_store(db)
