@@ -113,7 +113,8 @@ def test_invalid_model_fails_the_checker(build_model, save):
     assert_model_error(info.value, path, "invalid ONNX model")
 
 
-def test_missing_external_data(build_model, tmp_path):
+def test_missing_external_data_is_a_structure_only_model(build_model, tmp_path):
+    """No data file: the weight keeps its shape and dtype and is synthesised (tests/test_structure_only.py)."""
     model = build_model(
         [helper.make_node("Add", ["x", "w"], ["y"])],
         [("x", F, [64, 64])],
@@ -123,9 +124,28 @@ def test_missing_external_data(build_model, tmp_path):
     path = tmp_path / "external.onnx"
     onnx.save(model, str(path), save_as_external_data=True, location="external.bin", size_threshold=0)
     (tmp_path / "external.bin").unlink()
+    (w,) = load_model(path).graph.initializer
+    assert (list(w.dims), w.data_location) == ([64, 64], TensorProto.EXTERNAL)
+
+
+def test_external_data_outside_the_model_folder_is_refused(build_model, tmp_path):
+    model = build_model(
+        [helper.make_node("Add", ["x", "w"], ["y"])],
+        [("x", F, [64, 64])],
+        [("y", F, [64, 64])],
+        initializers={"w": np.ones((64, 64), np.float32)},
+    )
+    folder = tmp_path / "models"
+    folder.mkdir()
+    path = folder / "external.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="external.bin", size_threshold=0)
+    (folder / "external.bin").rename(tmp_path / "external.bin")
+    saved = onnx.load(str(path), load_external_data=False)
+    saved.graph.initializer[0].external_data[0].value = "../external.bin"
+    onnx.save(saved, str(path))
     with pytest.raises(ModelError) as info:
         load_model(path)
-    assert_model_error(info.value, path, "external data", "external.bin")
+    assert_model_error(info.value, path, "external data cannot be read", "external.bin")
 
 
 def test_expand_model_paths(tmp_path, build_model, save):

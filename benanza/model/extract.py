@@ -24,6 +24,7 @@ from benanza.model import ops
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
 from benanza.model.keys import is_small_index, key_fields, stable_id
+from benanza.model.load import has_data
 
 # Generators without inputs that still produce new values each run: layers, not constants.
 _RANDOM_OPS = frozenset(
@@ -269,7 +270,7 @@ def _make_layer(
             continue
         proto = const_protos.get(x)
         small_index = is_small_index(dtype, spec.numel)
-        if proto is not None and (i in value_slots or small_index) and spec.numel <= 4096:
+        if proto is not None and has_data(proto) and (i in value_slots or small_index) and spec.numel <= 4096:
             values = numpy_helper.to_array(proto).ravel().tolist()
             inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))
         else:

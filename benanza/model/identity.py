@@ -35,6 +35,7 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.model.keys import is_small_index, stable_id
+from benanza.model.load import has_data
 
 MODEL_KEY_VERSION = 2  # 1: the layers and their edges only (missed every node that is not a layer)
 
@@ -178,7 +179,7 @@ def _const_ref(tensor: onnx.TensorProto) -> list[Any]:
     dtype = _dtype(tensor.data_type)
     shape = list(tensor.dims)
     values = None
-    if is_small_index(dtype, math.prod(shape)):
+    if is_small_index(dtype, math.prod(shape)) and has_data(tensor):
         values = numpy_helper.to_array(tensor).ravel().tolist()
     return ["const", shape, dtype, values]
 

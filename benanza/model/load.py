@@ -1,33 +1,56 @@
 """Reading ONNX files: the model processor's only I/O.
 
 Every failure becomes a ``ModelError`` that names the file and the reason in one line.
+
+Weights in external data files are read when the file is there. A tensor whose external
+data file is absent is a *structure-only* tensor: its shape and dtype are in the model, its
+values are not. Benchmark costs do not depend on weight values, so such a model is
+processed like any other (its weights are layer inputs of kind weight, synthesised when a
+benchmark is built) and ``with_synthetic_weights`` fills the tensors with synthetic data
+where ONNX Runtime runs the model whole. This is how a model is shared without its weights:
+save it with external data (``onnx.save(..., save_as_external_data=True)``) and leave the
+data file out; ``corpus/`` ships its models that way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+from onnx import TensorProto, helper
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from benanza.errors import BenanzaError, ModelError, one_line
+
+if TYPE_CHECKING:
+    import onnx_ir as ir
 
 ONNX_SUFFIXES = (".onnx",)
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
-    """Load and validate one ONNX file, with its external data if it has any."""
+    """Load and validate one ONNX file, with the external data that is there.
+
+    A tensor whose external data file is absent stays a reference without data (see the
+    module docstring); a data file that is there but cannot be read (truncated, a location
+    outside the model's folder) is a ``ModelError``.
+    """
     p = Path(path)
     if not p.exists():
         raise ModelError(p, "no such file")
     if p.is_dir():
         raise ModelError(p, "is a directory; pass .onnx files or use a folder as a corpus")
     try:
-        model = onnx.load(str(p))
+        model = onnx.load(str(p), load_external_data=False)
+        for tensor in model_tensors(model):
+            if uses_external_data(tensor) and (p.parent / ExternalDataInfo(tensor).location).is_file():
+                load_external_data_for_tensor(tensor, str(p.parent))  # onnx checks the location
     except DecodeError as exc:
         raise ModelError(p, f"not an ONNX model (protobuf could not decode it: {one_line(exc)})") from None
-    except FileNotFoundError as exc:
-        raise ModelError(p, f"external data file missing: {one_line(exc)}") from None
     except onnx.checker.ValidationError as exc:  # onnx >= 1.17 checks external data paths on load
         raise ModelError(p, f"external data cannot be read: {one_line(exc)}") from None
     except (OSError, ValueError, RuntimeError) as exc:
@@ -35,10 +58,96 @@ def load_model(path: str | Path) -> onnx.ModelProto:
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise ModelError(p, "not an ONNX model (no IR version or graph outputs; truncated or another format?)")
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(_checkable(model))
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise ModelError(p, f"invalid ONNX model: {one_line(exc)}") from None
     return model
+
+
+def model_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
+    """Every tensor that can hold data: initializers and tensor attributes, subgraphs included."""
+    yield from _graph_tensors(model.graph)
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[TensorProto]:
+    yield from graph.initializer
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+            if attr.HasField("g"):
+                yield from _graph_tensors(attr.g)
+            for sub in attr.graphs:
+                yield from _graph_tensors(sub)
+
+
+def has_data(tensor: TensorProto) -> bool:
+    """Whether a tensor's values are in the proto; False for a structure-only tensor.
+
+    ``load_model`` reads every external data file that is there, so a tensor that still
+    refers to external data is one whose file was absent.
+    """
+    return not uses_external_data(tensor)
+
+
+def structure_only(model: onnx.ModelProto) -> int:
+    """How many tensors of ``model`` have no data (shape and dtype only)."""
+    return sum(not has_data(t) for t in model_tensors(model))
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, or a copy whose data-less tensors are empty: the checker looks for their files."""
+    if not structure_only(model):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    for tensor in model_tensors(copy):
+        if not has_data(tensor):
+            del tensor.external_data[:]
+            tensor.data_location = TensorProto.DEFAULT
+            del tensor.dims[:]
+            tensor.dims.append(0)
+    return copy
+
+
+def with_synthetic_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
+    """``model`` runnable by ONNX Runtime: a copy with synthetic data in every data-less tensor.
+
+    The data follows the benchmarks' rule (``bench.build.synthetic_array``): floats in
+    [-1, 1), integers and booleans zero. A model with all its data is returned as it is.
+    """
+    if not structure_only(model):
+        return model
+    from benanza.bench.build import synthetic_array
+
+    rng = np.random.default_rng(seed)
+    filled = onnx.ModelProto()
+    filled.CopyFrom(model)
+    for tensor in model_tensors(filled):
+        if has_data(tensor):
+            continue
+        values = synthetic_array(list(tensor.dims), helper.tensor_dtype_to_np_dtype(tensor.data_type), rng)
+        del tensor.external_data[:]
+        tensor.data_location = TensorProto.DEFAULT
+        tensor.raw_data = values.tobytes()
+    return filled
+
+
+def fold_policy(node: ir.Node) -> bool | None:
+    """onnxscript's ``should_fold``: a node that reads a data-less tensor is never folded.
+
+    It has no values to fold (onnxscript would warn per tensor and give up); ``None`` leaves
+    every other node to onnxscript's own rules.
+    """
+    import onnx_ir as ir
+
+    for value in node.inputs:
+        if value is not None and isinstance(value.const_value, ir.ExternalTensor):
+            return False
+    if node.op_type == "Constant" and any(isinstance(a.value, ir.ExternalTensor) for a in node.attributes.values()):
+        return False
+    return None
 
 
 def expand_model_paths(paths: list[str | Path]) -> list[Path]:

@@ -25,6 +25,7 @@ from onnx import numpy_helper
 
 from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_line
 from benanza.model.extract import node_reads, topological_nodes
+from benanza.model.load import fold_policy, has_data
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +208,7 @@ def fold_and_infer(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         from onnxscript.optimizer import fold_constants
 
         ir_model = ir.from_proto(m)
-        fold_constants(ir_model, onnx_shape_inference=True)
+        fold_constants(ir_model, onnx_shape_inference=True, should_fold=fold_policy)
         m = ir.to_proto(ir_model)
     except Exception as exc:  # the optimizer is best effort; inference below still runs
         log.warning("%s: constant folding skipped (%s)", path, exc)
@@ -288,7 +289,7 @@ def _constant_array(
 ) -> np.ndarray | None:
     """The value of an initializer or of a ``Constant`` node's output; None for anything else."""
     if name in inits:
-        return numpy_helper.to_array(inits[name])
+        return numpy_helper.to_array(inits[name]) if has_data(inits[name]) else None
     node = const_nodes.get(name)
     for attr in node.attribute if node is not None else ():
         if attr.name == "value":

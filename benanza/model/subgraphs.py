@@ -38,6 +38,7 @@ from benanza.errors import SplitError, UsageError, one_line
 from benanza.model.extract import topological_nodes
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.keys import stable_id
+from benanza.model.load import with_synthetic_weights
 from benanza.model.process import ProcessedModel
 
 SEQUENCE_KEY_VERSION = 1  # bump when the key's fields or their canonical form change
@@ -319,7 +320,7 @@ def _build_sequence_model(processed: ProcessedModel, index: _ProtoIndex, seq: La
             "benanza.sequence_key": seq.sequence_key,
         },
     )
-    return model
+    return with_synthetic_weights(model)  # a structure-only model's weights: synthetic, so ORT runs it
 
 
 def sequence_model(processed: ProcessedModel, seq: LayerSequence) -> onnx.ModelProto:
@@ -327,7 +328,8 @@ def sequence_model(processed: ProcessedModel, seq: LayerSequence) -> onnx.ModelP
 
     Graph inputs are the activations the sequence reads from outside; graph outputs are the
     tensors it produces that are read outside it, are model outputs, or are read by nothing
-    inside it (so no layer is dead code). Constants keep their real values.
+    inside it (so no layer is dead code). Constants keep their real values; those of a
+    structure-only model, which has none, get synthetic ones.
 
     Raises:
         SplitError: the layers are not a runnable range (see ``is_runnable_range``) or

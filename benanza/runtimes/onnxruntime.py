@@ -39,6 +39,7 @@ from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
 from benanza.model.extract import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
+from benanza.model.load import with_synthetic_weights
 from benanza.runtimes.base import register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
@@ -351,7 +352,7 @@ class OnnxRuntimeCPU:
 
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
-            model = process_model(info["path"], info.get("batch"), shapes).proto
+            model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
         else:
             model = build_onnx(spec.network or {})
         if self.ep == "cuda":
@@ -372,7 +373,7 @@ class OnnxRuntimeCPU:
             so = session_options(self.opt_level, 1, optimized_path=path)
             providers = [CUDA_PROVIDER] if self.ep == "cuda" else ["CPUExecutionProvider"]
             try:
-                ort.InferenceSession(proto.SerializeToString(), so, providers=providers)
+                ort.InferenceSession(with_synthetic_weights(proto).SerializeToString(), so, providers=providers)
             except ort_errors() as exc:
                 reason = f"ONNX Runtime cannot build its optimized graph: {ort_message(exc)}"
                 raise PlanningError(graph.path, reason) from None

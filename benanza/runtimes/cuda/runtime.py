@@ -361,12 +361,13 @@ class CudnnRuntime:
 
     def prepare(self, spec: BenchmarkSpec) -> Any:
         if spec.kind is SpecKind.MODEL:
+            from benanza.model.load import with_synthetic_weights
             from benanza.model.process import process_model
             from benanza.runtimes.onnxruntime import OrtCudaModel, cuda_provider_missing
 
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
-            model = process_model(info["path"], info.get("batch"), shapes).proto
+            model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
             if cuda_provider_missing() is None:
                 return OrtCudaModel(model, self.device, self.precision)
             from benanza.runtimes.cuda.torch_model import TorchModel

@@ -1,0 +1,112 @@
+"""The corpus of today's models in ``corpus/``: committed structure only, listed, and processed.
+
+Whether every node is shaped and benchmarked is not asserted here yet (issue 14 parts 1-3);
+``benchmarks/corpus_status.py`` reports it per model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from benanza.bench.build import build_onnx
+from benanza.model.graph import InputKind
+from benanza.model.load import has_data, load_model, model_tensors, structure_only
+from benanza.model.network import network_of
+from benanza.model.process import process_model
+from benanza.model.shapes import parse_shape_overrides
+
+CORPUS = Path(__file__).resolve().parent.parent / "corpus"
+MANIFEST = json.loads((CORPUS / "corpus.json").read_text())
+BY_NAME = {e["name"]: e for e in MANIFEST}
+THRESHOLD = 1024  # bytes: make_corpus.py ships larger tensors without data
+FAMILIES = {
+    "ResNet",
+    "EfficientNet",
+    "MobileNetV3",
+    "ConvNeXt",
+    "RegNet",
+    "ViT",
+    "DeiT",
+    "Swin",
+    "MobileViT",
+    "BERT",
+    "RoBERTa",
+    "DistilBERT",
+    "GPT-2",
+    "T5",
+    "BART",
+    "Whisper",
+    "DETR",
+    "SegFormer",
+}
+VARIANTS = {"fp32", "int8_qdq", "int8_qop", "int8_dynamic", "fp16"}
+
+
+def readme_models() -> list[str]:
+    return re.findall(r"^\| `([^`]+)` \|", (CORPUS / "README.md").read_text(), re.M)
+
+
+def test_the_committed_corpus_is_the_listed_one():
+    files = sorted(p.stem for p in (CORPUS / "models").glob("*.onnx"))
+    assert len(files) >= 40
+    assert files == sorted(BY_NAME) == sorted(readme_models())
+    assert {e["family"] for e in MANIFEST} >= FAMILIES
+    assert {e["variant"] for e in MANIFEST} == VARIANTS
+    resnets = {e["architecture"] for e in MANIFEST if e["family"] == "ResNet"}
+    assert len(resnets) >= 4  # depths whose layers repeat across the family
+
+
+def test_the_corpus_ships_no_weight_data():
+    assert not list((CORPUS / "models").glob("*.data"))
+    total = sum(p.stat().st_size for p in (CORPUS / "models").iterdir())
+    assert total < 8 * 2**20, f"corpus/models holds {total / 2**20:.1f} MiB"
+
+
+@pytest.mark.parametrize("name", sorted(BY_NAME))
+def test_a_corpus_model_loads_structure_only_and_processes_at_batch_1(name):
+    entry = BY_NAME[name]
+    path = CORPUS / entry["file"]
+    model = load_model(path)
+    assert structure_only(model) > 0
+    for tensor in model_tensors(model):  # what is kept by value is small
+        assert not has_data(tensor) or len(tensor.raw_data) <= THRESHOLD, tensor.name
+    processed = process_model(path, batch=1, shapes=parse_shape_overrides(entry["shape_args"]), proto=model)
+    graph = processed.graph
+    assert graph.layers
+    assert {t.name: list(t.shape) for t in graph.inputs} == entry["shapes_at_batch_1"]
+
+
+@pytest.mark.parametrize("name", ["resnet18", "resnet18_int8_qop", "bert_fp16"])
+def test_stripped_weights_are_synthesised_with_their_shapes_and_dtypes(name):
+    """A layer's weights in the benchmark network are the stripped tensors' shapes and dtypes."""
+    entry = BY_NAME[name]
+    path = CORPUS / entry["file"]
+    stripped = {t.name: (tuple(t.dims), t.data_type) for t in load_model(path).graph.initializer if not has_data(t)}
+    graph = process_model(path, batch=1, shapes=parse_shape_overrides(entry["shape_args"])).graph
+    checked = 0
+    for layer in graph.layers:
+        weights = [i for i in layer.inputs if i.kind is InputKind.WEIGHT and i.tensor.name in stripped]
+        if not weights:
+            continue
+        _, network = network_of(graph, [layer.index])
+        built = build_onnx(network)
+        inits = {init.name: init for init in built.graph.initializer}
+        node = built.graph.node[0]
+        for pos, inp in enumerate(layer.inputs):
+            if inp.kind is not InputKind.WEIGHT or inp.tensor.name not in stripped:
+                continue
+            init = inits[node.input[pos]]
+            assert (tuple(init.dims), init.data_type) == stripped[inp.tensor.name]
+            assert (
+                has_data(init)
+                and len(init.raw_data)
+                == np.prod(init.dims) * np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+            )
+            checked += 1
+    assert checked > 0
