@@ -23,7 +23,7 @@ from onnx import AttributeProto, helper, numpy_helper
 from benanza.model import ops
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
-from benanza.model.keys import is_small_index, key_fields, stable_id
+from benanza.model.keys import Slot, is_value, key_fields, stable_id
 
 # Generators without inputs that still produce new values each run: layers, not constants.
 _RANDOM_OPS = frozenset(
@@ -58,6 +58,42 @@ def _schema(op_type: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
         return onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:
         return None
+
+
+_INTEGER_TYPES = frozenset(
+    f"tensor({t})" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def slot_kinds(op_type: str, opset: int, domain: str) -> tuple[Slot, ...]:
+    """What each formal input of the op's schema holds; empty without a schema (see ``keys.is_value``).
+
+    A variadic last input repeats its kind for every further input (``slot_of``).
+    """
+    schema = _schema(op_type, opset, domain)
+    if schema is None:
+        return ()
+    allowed = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
+    data_type = schema.inputs[0].type_str if schema.inputs else None
+    kinds = []
+    for param in schema.inputs:
+        category = param.differentiation_category
+        if category == onnx.defs.OpSchema.DifferentiationCategory.Differentiable:
+            kinds.append(Slot.LEARNED)
+        elif category == onnx.defs.OpSchema.DifferentiationCategory.NonDifferentiable:
+            kinds.append(Slot.SETTING)
+        elif allowed.get(param.type_str, frozenset({param.type_str})) <= _INTEGER_TYPES:
+            kinds.append(Slot.SETTING)  # zero points, indices, shapes
+        else:
+            kinds.append(Slot.LEARNED if param.type_str == data_type else Slot.SETTING)
+    return tuple(kinds)
+
+
+def slot_of(kinds: tuple[Slot, ...], index: int) -> Slot:
+    if not kinds:
+        return Slot.UNKNOWN
+    return kinds[min(index, len(kinds) - 1)]
 
 
 @functools.lru_cache(maxsize=4096)
@@ -254,6 +290,7 @@ def _make_layer(
         raise _UnsupportedNode(f"no ONNX operator schema for {label} at opset {opset}; cannot describe it")
     info = ops.lookup(op_type, domain)
     value_slots = info.value_inputs if info else {}
+    kinds = slot_kinds(op_type, opset, domain)
 
     inputs: list[LayerInput] = []
     for i, x in enumerate(node.input):
@@ -268,8 +305,7 @@ def _make_layer(
             inputs.append(LayerInput(spec, InputKind.ACTIVATION))
             continue
         proto = const_protos.get(x)
-        small_index = is_small_index(dtype, spec.numel)
-        if proto is not None and (i in value_slots or small_index) and spec.numel <= 4096:
+        if proto is not None and is_value(spec.numel, dtype, slot_of(kinds, i)):
             values = numpy_helper.to_array(proto).ravel().tolist()
             inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))
         else:
