@@ -22,6 +22,7 @@ def _json(result) -> object:
 def test_inspect_json_contract(zoo_path) -> None:
     out = _json(runner.invoke(app, ["models", "inspect", str(zoo_path("resnet50")), "--format", "json"]))
     assert out["model"] == "light_resnet50"
+    assert out["shape_method"] == "onnx" and list(out["shaped_by"]) == ["onnx"]  # ONNX shape inference alone
     assert out["unique_layers"] == len({layer["layer_key"] for layer in out["layers"]})
     assert out["unsupported"] == []
     convs = [layer for layer in out["layers"] if layer["op_type"] == "Conv"]

@@ -109,6 +109,8 @@ def test_summary_and_layer_keys():
         "unique_layers": 3,
         "unsupported": 0,
         "constant_nodes": 0,
+        "shape_method": "",  # a graph made by hand was shaped by no method
+        "shaped_by": {},
     }
 
 

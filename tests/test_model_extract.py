@@ -768,15 +768,16 @@ def loop_model(build_model):
     )
 
 
-def test_loop_reported_and_downstream_unknown_shape(build_model, process_proto):
+def test_loop_reported_and_downstream_shaped_by_running_it(build_model, process_proto):
     graph = process_proto(loop_model(build_model)).graph
-    by_node = {u.node: u for u in graph.unsupported}
-    assert by_node["loop"].op_type == "Loop"
-    assert "control flow" in by_node["loop"].reason
-    assert [lay.name for lay in graph.layers] == ["before", "beside"]
-    # shape inference does not see through the loop-carried value, so 'after' cannot be keyed
-    assert by_node["after"].reason == "unknown shape of input 'b'"
-    assert len(graph.unsupported) == 2
+    (loop,) = graph.unsupported
+    assert (loop.node, loop.op_type) == ("loop", "Loop")
+    assert "control flow" in loop.reason
+    # ONNX shape inference does not see through the loop-carried value; ONNX Runtime runs the
+    # Loop with 1 and 2 trips, the shape does not change, so 'after' is keyed
+    assert [lay.name for lay in graph.layers] == ["before", "after", "beside"]
+    assert graph.layers[1].input_shapes == [[2, 4]]
+    assert graph.shape_method == "onnx+onnxruntime"
 
 
 def test_unknown_domain_reported(build_model, process_proto):
@@ -796,7 +797,10 @@ def test_unknown_domain_reported(build_model, process_proto):
     assert set(by_node) == {"foo", "after"}
     assert by_node["foo"].domain == "com.example"
     assert "com.example::Foo" in by_node["foo"].reason and "no ONNX operator schema" in by_node["foo"].reason
-    assert by_node["after"].reason == "unknown shape of input 'b'"
+    assert by_node["after"].reason == (
+        "unknown shape of input 'b': neither ONNX nor ONNX Runtime can shape com.example::Foo "
+        "(ONNX Runtime has no kernel for it)"
+    )
     assert [lay.name for lay in graph.layers] == ["before", "beside"]
     assert graph.edges == ((0, 1),)  # 'beside' reads 'before' directly
 

@@ -1,7 +1,9 @@
 """Turning a ``Network`` (plain data) back into a runnable ONNX model.
 
 Weights become random initializers of the recorded shapes and dtypes (their values do not
-change a kernel's cost); ``VALUE`` inputs keep their recorded values; attributes are
+change a kernel's cost); ``VALUE`` inputs keep their recorded values (a Resize's scales, a
+quantized op's scales and zero points: synthesised, they would change the op or be refused
+by ONNX Runtime); attributes are
 filtered to those the operator schema of the recorded opset knows (normalisation may add
 canonical ones, such as explicit dilations, that an older opset does not accept).
 """

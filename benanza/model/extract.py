@@ -1,10 +1,13 @@
 """Turning a prepared (bound, folded, shape-inferred) ONNX model into a ``ModelGraph``.
 
 A node is a *constant node* when every input it reads is a constant (it then only
-computes weights or shapes) and is skipped. Every other node becomes a layer, unless it is
-control flow, has no operator schema, or has a tensor whose shape is not fully known: then
-it is reported as ``Unsupported`` with the reason, and the model's other layers still come
-out. The model's identity (``ModelGraph.graph_key``) is taken here too, over every node,
+computes weights or shapes) and is skipped; ``Shape`` and ``Size`` read only their input's
+shape, so once that shape is known their outputs are constants too, and a shape computation
+is never a layer. Every other node becomes a layer, unless it is control flow, has no
+operator schema, or has a tensor whose shape is not fully known: then it is reported as
+``Unsupported`` with the reason (from the shape resolution's ``ShapeReport`` where it knows
+one, such as a runtime value that decides the shape), and the model's other layers still
+come out. The model's identity (``ModelGraph.graph_key``) is taken here too, over every node,
 layer or not (``benanza.model.identity``).
 """
 
@@ -21,15 +24,17 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.model import ops
-from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, TensorSpec, Unsupported
+from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeReport, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
-from benanza.model.keys import is_small_index, key_fields, stable_id
+from benanza.model.keys import Slot, is_value, key_fields, stable_id
 from benanza.model.load import has_data
 
 # Generators without inputs that still produce new values each run: layers, not constants.
-_RANDOM_OPS = frozenset(
+RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
+# Ops that read only their input's shape: constant once that shape is known.
+SHAPE_READERS = frozenset({"Shape", "Size"})
 
 
 class _UnsupportedNode(Exception):
@@ -54,16 +59,53 @@ def dtype_size(dtype: str) -> int:
 
 
 @functools.lru_cache(maxsize=4096)
-def _schema(op_type: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
+def schema_of(op_type: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
+    """ONNX's schema of an op at an opset, or None (an op of another domain, an unknown op)."""
     try:
         return onnx.defs.get_schema(op_type, opset, domain)
     except onnx.defs.SchemaError:
         return None
 
 
+_INTEGER_TYPES = frozenset(
+    f"tensor({t})" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+)
+
+
+@functools.lru_cache(maxsize=4096)
+def slot_kinds(op_type: str, opset: int, domain: str) -> tuple[Slot, ...]:
+    """What each formal input of the op's schema holds; empty without a schema (see ``keys.is_value``).
+
+    A variadic last input repeats its kind for every further input (``slot_of``).
+    """
+    schema = schema_of(op_type, opset, domain)
+    if schema is None:
+        return ()
+    allowed = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
+    data_type = schema.inputs[0].type_str if schema.inputs else None
+    kinds = []
+    for param in schema.inputs:
+        category = param.differentiation_category
+        if category == onnx.defs.OpSchema.DifferentiationCategory.Differentiable:
+            kinds.append(Slot.LEARNED)
+        elif category == onnx.defs.OpSchema.DifferentiationCategory.NonDifferentiable:
+            kinds.append(Slot.SETTING)
+        elif allowed.get(param.type_str, frozenset({param.type_str})) <= _INTEGER_TYPES:
+            kinds.append(Slot.SETTING)  # zero points, indices, shapes
+        else:
+            kinds.append(Slot.LEARNED if param.type_str == data_type else Slot.SETTING)
+    return tuple(kinds)
+
+
+def slot_of(kinds: tuple[Slot, ...], index: int) -> Slot:
+    if not kinds:
+        return Slot.UNKNOWN
+    return kinds[min(index, len(kinds) - 1)]
+
+
 @functools.lru_cache(maxsize=4096)
 def _schema_defaults(op_type: str, opset: int, domain: str) -> tuple[tuple[str, Any], ...]:
-    schema = _schema(op_type, opset, domain)
+    schema = schema_of(op_type, opset, domain)
     if schema is None:
         return ()
     out = []
@@ -93,15 +135,24 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, tuple[tuple[int, ...] | N
     for init in model.graph.initializer:
         table[init.name] = (tuple(init.dims), dtype_name(init.data_type))
     for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        if not vi.type.HasField("tensor_type"):
+        tt = tensor_type_of(vi.type)
+        if tt is None:
             continue
-        tt = vi.type.tensor_type
         shape = None
         if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
             shape = tuple(d.dim_value for d in tt.shape.dim)
         if vi.name not in table or table[vi.name][0] is None:
             table[vi.name] = (shape, dtype_name(tt.elem_type))
     return table
+
+
+def tensor_type_of(tp: onnx.TypeProto) -> onnx.TypeProto.Tensor | None:
+    """The tensor type of a tensor or of an optional tensor; None for sequences, maps and the like."""
+    if tp.HasField("tensor_type"):
+        return tp.tensor_type
+    if tp.HasField("optional_type") and tp.optional_type.elem_type.HasField("tensor_type"):
+        return tp.optional_type.elem_type.tensor_type
+    return None
 
 
 def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
@@ -131,8 +182,14 @@ def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> l
     return [nodes[i] for i in order]
 
 
-def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
-    """Build the ``ModelGraph`` of a prepared model."""
+def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | None = None) -> ModelGraph:
+    """Build the ``ModelGraph`` of a prepared model.
+
+    Args:
+        shapes: how the model was shaped (``shapes.prepare_model``): the methods, recorded on
+            the graph, and why a tensor has no shape, given in the reason of its nodes.
+    """
+    shapes = shapes or ShapeReport()
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
     types = _tensor_types(model)
     init_values = {i.name: i for i in model.graph.initializer}
@@ -151,8 +208,13 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
     nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
     for pos, node in enumerate(nodes):
         present = [x for x in node.input if x]
-        if node.op_type == "Constant" or (
-            all(x in constants for x in present) and not _has_subgraph(node) and node.op_type not in _RANDOM_OPS
+        reads_shape = (
+            node.op_type in SHAPE_READERS and domain_of(node) == "" and types.get(present[0], (None,))[0] is not None
+        )
+        if (
+            node.op_type == "Constant"
+            or reads_shape
+            or (all(x in constants for x in present) and not _has_subgraph(node) and node.op_type not in RANDOM_OPS)
         ):
             constants.update(o for o in node.output if o)
             if node.op_type == "Constant" and node.output and node.attribute:
@@ -164,9 +226,11 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
         # a subgraph's captured outer tensors are dependencies too (If branches read them)
         deps = frozenset().union(*(producer.get(x, frozenset()) for x in node_reads(node)))
         node_name = node.name or f"{node.op_type}_{pos}"
-        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        domain = domain_of(node)
         try:
-            layer = _make_layer(len(layers), node, node_name, domain, opsets, types, constants, const_protos, used)
+            layer = _make_layer(
+                len(layers), node, node_name, domain, opsets, types, constants, const_protos, used, shapes
+            )
         except _UnsupportedNode as why:
             unsupported.append(Unsupported(node_name, node.op_type, domain, str(why)))
             for o in node.output:
@@ -191,7 +255,13 @@ def extract(model: onnx.ModelProto, name: str, path: str) -> ModelGraph:
         unsupported=tuple(unsupported),
         constant_nodes=constant_nodes,
         graph_key=model_identity(model.graph, nodes, layer_at, opsets),
+        shaped_by=shapes.shaped_by,
     )
+
+
+def domain_of(node: onnx.NodeProto) -> str:
+    """A node's domain, ``""`` for ONNX's own (also written ``ai.onnx``)."""
+    return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
 def node_reads(node: onnx.NodeProto) -> list[str]:
@@ -229,6 +299,11 @@ def _normalise_value_inputs(
             inputs[i] = dataclasses.replace(inputs[i], value=tuple(value))
 
 
+def _unknown(which: str, tensor: str, shapes: ShapeReport) -> str:
+    why = shapes.reason(tensor)
+    return f"unknown shape of {which} '{tensor}'" + (f": {why}" if why else "")
+
+
 def _has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
 
@@ -243,6 +318,7 @@ def _make_layer(
     constants: set[str],
     const_protos: dict[str, onnx.TensorProto],
     used: set[str],
+    shapes: ShapeReport,
 ) -> Layer:
     op_type = node.op_type
     if op_type in ops.CONTROL_FLOW_OPS or _has_subgraph(node):
@@ -250,11 +326,12 @@ def _make_layer(
     opset = opsets.get(domain)
     if opset is None:
         raise _UnsupportedNode(f"domain '{domain}' is not imported by the model")
-    if _schema(op_type, opset, domain) is None:
+    if schema_of(op_type, opset, domain) is None:
         label = f"{domain}::{op_type}" if domain else op_type
         raise _UnsupportedNode(f"no ONNX operator schema for {label} at opset {opset}; cannot describe it")
     info = ops.lookup(op_type, domain)
     value_slots = info.value_inputs if info else {}
+    kinds = slot_kinds(op_type, opset, domain)
 
     inputs: list[LayerInput] = []
     for i, x in enumerate(node.input):
@@ -263,14 +340,13 @@ def _make_layer(
             continue
         shape, dtype = types.get(x, (None, ""))
         if shape is None:
-            raise _UnsupportedNode(f"unknown shape of input '{x}'")
+            raise _UnsupportedNode(_unknown("input", x, shapes))
         spec = TensorSpec(x, shape, dtype)
         if x not in constants:
             inputs.append(LayerInput(spec, InputKind.ACTIVATION))
             continue
         proto = const_protos.get(x)
-        small_index = is_small_index(dtype, spec.numel)
-        if proto is not None and has_data(proto) and (i in value_slots or small_index) and spec.numel <= 4096:
+        if proto is not None and has_data(proto) and is_value(spec.numel, dtype, slot_of(kinds, i)):
             values = numpy_helper.to_array(proto).ravel().tolist()
             inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))
         else:
@@ -283,7 +359,7 @@ def _make_layer(
         if shape is None:
             if x not in used:  # an unused optional output (Dropout's mask): nothing depends on it
                 continue
-            raise _UnsupportedNode(f"unknown shape of output '{x}'")
+            raise _UnsupportedNode(_unknown("output", x, shapes))
         outputs.append(TensorSpec(x, shape, dtype))
 
     attrs: dict[str, Any] = dict(_schema_defaults(op_type, opset, domain))

@@ -124,6 +124,32 @@ class Unsupported:
         return {"node": self.node, "op_type": self.op_type, "domain": self.domain, "reason": self.reason}
 
 
+# How a tensor's shape was found, weakest to strongest (``benanza.model.resolve``): ONNX shape
+# inference, ONNX Runtime's symbolic shape inference, ONNX Runtime running the node.
+SHAPE_METHODS = ("onnx", "symbolic", "onnxruntime")
+
+
+@dataclass(frozen=True, slots=True)
+class ShapeReport:
+    """How the tensors of a prepared model were shaped, and why any was not.
+
+    ``shaped_by``: per method (``SHAPE_METHODS`` order, those used only), how many node outputs
+    it shaped. ``unresolved``: tensor -> why its shape is unknown (a runtime value decides it,
+    ONNX Runtime cannot run its node, the memory guard refused to).
+    """
+
+    shaped_by: tuple[tuple[str, int], ...] = ()
+    unresolved: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def method(self) -> str:
+        """The methods that shaped the model, joined by ``+`` (``onnx``, ``onnx+onnxruntime``)."""
+        return "+".join(m for m, _ in self.shaped_by)
+
+    def reason(self, tensor: str) -> str | None:
+        return dict(self.unresolved).get(tensor)
+
+
 @dataclass(frozen=True, slots=True)
 class CriticalPath:
     """The longest path through the layer DAG for a given per-layer cost."""
@@ -139,7 +165,8 @@ class ModelGraph:
     ``edges`` are (producer, consumer) layer indices; a path through an unsupported node
     is kept as a direct edge so ordering constraints survive. ``graph_key`` is the identity of
     the whole ONNX graph the layers came from, every node included (``benanza.model.identity``);
-    empty for a graph not extracted from ONNX.
+    empty for a graph not extracted from ONNX. ``shaped_by`` says which methods shaped its
+    tensors, and how many each (``ShapeReport``).
     """
 
     model: str  # display name (file stem)
@@ -151,6 +178,7 @@ class ModelGraph:
     unsupported: tuple[Unsupported, ...] = ()
     constant_nodes: int = 0  # nodes that only compute constants (not layers)
     graph_key: str = ""  # the whole graph's identity (see the class docstring)
+    shaped_by: tuple[tuple[str, int], ...] = ()  # shape method -> tensors it shaped
     _preds: tuple[tuple[int, ...], ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -160,6 +188,11 @@ class ModelGraph:
                 raise ValueError(f"edge {src}->{dst} does not follow topological order")
             preds[dst].append(src)
         object.__setattr__(self, "_preds", tuple(tuple(sorted(set(p))) for p in preds))
+
+    @property
+    def shape_method(self) -> str:
+        """The methods that shaped the model's tensors, joined by ``+`` (``onnx``, ``onnx+symbolic``)."""
+        return "+".join(m for m, _ in self.shaped_by)
 
     @property
     def layer_keys(self) -> list[str]:
@@ -213,6 +246,8 @@ class ModelGraph:
             "unique_layers": len(self.unique_layer_keys),
             "unsupported": len(self.unsupported),
             "constant_nodes": self.constant_nodes,
+            "shape_method": self.shape_method,
+            "shaped_by": dict(self.shaped_by),
         }
 
 

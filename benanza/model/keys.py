@@ -8,6 +8,25 @@ so it is the same across runs, machines and Python versions.
 What is *not* in the key, on purpose: node and tensor names, weight values, the model's
 opset version (attributes are normalised to their schema defaults instead, and ops whose
 semantics changed across opsets, such as Softmax, record the difference as an attribute).
+
+Which constant inputs are *values* (keyed by value and carried into the benchmark by value)
+and which are *weights* (keyed by shape and dtype, synthesised in the benchmark) is decided
+from the operator schema's input slot and the tensor's size (``is_value``), never from a list
+of ops:
+
+- a single number (a scalar or a one-element tensor) is always a value: a Clip bound, a
+  quantization scale or zero point, a Pow exponent, a Pad constant;
+- a constant of at most ``VALUE_MAX_ELEMENTS`` elements is a value when its slot is a
+  *setting*: the schema marks it NonDifferentiable (shapes, axes, pads, starts and ends,
+  Resize scales and sizes, TopK's k, indices, masks), or leaves differentiability unmarked
+  and types it with integers only or apart from the op's data (quantization scales and zero
+  points of QuantizeLinear, DequantizeLinear and QLinearConv);
+- everything else is a weight: *learned* slots (Differentiable, or unmarked and typed like
+  the data: Conv and Gemm weights and biases, normalisation scales, embedding tables) of any
+  size, and any constant larger than the threshold.
+
+An op without a schema (another domain) has no slots to read: there, a constant is a value
+when it is a single number or a small integer tensor (zero points, indices, shapes).
 """
 
 from __future__ import annotations
@@ -15,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Any
 
 from benanza.model.graph import AttrValue, InputKind, LayerInput, TensorSpec
@@ -22,10 +42,39 @@ from benanza.model.graph import AttrValue, InputKind, LayerInput, TensorSpec
 KEY_FIELDS = ("domain", "op_type", "inputs", "outputs", "attributes")
 KEY_VERSION = 1  # bump when the fields or their canonical form change
 
-# Integer constants up to this many elements are semantics (shapes, axes, indices), not weights:
-# keyed by value, where weights are keyed by shape and dtype only.
-VALUE_INPUT_MAX_ELEMENTS = 64
+# Constants in a setting slot up to this many elements are values (see the module docstring):
+# a shape, pads or axes of any rank up to 32, per-channel quantization parameters of small layers.
+VALUE_MAX_ELEMENTS = 64
+VALUE_INPUT_MAX_ELEMENTS = VALUE_MAX_ELEMENTS  # the model identity's small integer constants
 INDEX_DTYPES = frozenset({"int32", "int64"})
+INTEGER_DTYPES = frozenset(
+    {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "int4", "uint4"}
+)
+
+
+class Slot(StrEnum):
+    """What an operator schema says one input slot holds (``extract.slot_kinds`` reads it)."""
+
+    LEARNED = "learned"  # Differentiable, or unmarked and typed like the op's data: weights, biases
+    SETTING = "setting"  # NonDifferentiable, or unmarked and typed with integers or apart from the data
+    UNKNOWN = "unknown"  # no schema (an op of another domain)
+
+
+def is_value(numel: int, dtype: str, slot: Slot) -> bool:
+    """Whether a constant input is a value (keyed and benchmarked by value) rather than a weight.
+
+    Args:
+        numel: the constant's number of elements.
+        dtype: its numpy dtype name.
+        slot: what the schema says its input slot holds.
+    """
+    if numel <= 1:
+        return True
+    if numel > VALUE_MAX_ELEMENTS:
+        return False
+    if slot is Slot.UNKNOWN:
+        return dtype in INTEGER_DTYPES
+    return slot is Slot.SETTING
 
 
 def is_small_index(dtype: str, numel: int) -> bool:

@@ -2,8 +2,9 @@
 
 A ``Network`` is plain data (JSON-able) describing one or more layers and how they are
 wired: it can be shipped to another process or machine and turned back into a runnable
-ONNX model with synthetic weights (``benanza.bench.build``). Small constant inputs
-(``VALUE`` inputs: shapes, axes, pads) keep their real values; weights are only shapes.
+ONNX model with synthetic weights (``benanza.bench.build``). ``VALUE`` inputs (shapes, axes,
+pads, Resize scales, quantization scales and zero points, bounds: ``benanza.model.keys.is_value``)
+keep their real values; weights are only shapes and dtypes.
 
 A single layer's network key is its layer key; a multi-layer network's key hashes the
 member layer keys in order together with the wiring, so identical sequences in different

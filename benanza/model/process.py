@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
 
 from benanza.model.extract import extract
-from benanza.model.graph import ModelGraph
+from benanza.model.graph import ModelGraph, ShapeReport
 from benanza.model.load import load_model
-from benanza.model.shapes import Binding, prepare
+from benanza.model.shapes import Binding, prepare_model
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class ProcessedModel:
     graph: ModelGraph
     proto: onnx.ModelProto
     binding: Binding
+    shapes: ShapeReport = field(default_factory=ShapeReport)  # how its tensors were shaped, why any was not
 
 
 def model_name(path: str | Path) -> str:
@@ -46,6 +47,6 @@ def process_model(
     memory is refused (``shapes.bind_shapes``); False where other systems run it.
     """
     model = proto if proto is not None else load_model(path)
-    prepared, binding = prepare(model, path, batch, shapes, fits_here=fits_here)
-    graph = extract(prepared, model_name(path), str(path))
-    return ProcessedModel(graph, prepared, binding)
+    prepared = prepare_model(model, path, batch, shapes, fits_here=fits_here)
+    graph = extract(prepared.proto, model_name(path), str(path), prepared.shapes)
+    return ProcessedModel(graph, prepared.proto, prepared.binding, prepared.shapes)

@@ -2,9 +2,14 @@
 
 The work is done by maintained ONNX tooling: the onnxscript optimizer folds constant
 subgraphs (``Shape -> Gather -> Concat -> Reshape`` chains become initializers once shapes
-are static), then ONNX shape inference with data propagation shapes every tensor. Large
-constants (weights built by ``ConstantOfShape``) are left as nodes; the extractor treats
-every node that only computes constants as a constant, not a layer.
+are static; a small ``ConstantOfShape``, which it keeps by default, is folded too, as it is
+in TorchScript's ``Expand`` of a computed shape and in ``F.pad`` with computed pads), then
+ONNX shape inference with data propagation shapes every tensor. Large constants (weights
+built by ``ConstantOfShape``) are left as nodes; the extractor treats every node that only
+computes constants as a constant, not a layer. Whatever is still unknown, and any shape
+computation still unfolded, goes to ``benanza.model.resolve``: ONNX's per-node inference with
+constant values, ONNX Runtime's symbolic shape inference, then ONNX Runtime running the node;
+the ``ShapeReport`` says which shaped the model.
 
 Initializers that are also graph inputs (IR < 4 exports, the zoo's models) are treated
 as constants, as inference servers use them.
@@ -24,7 +29,9 @@ import onnx
 from onnx import numpy_helper
 
 from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_line
-from benanza.model.extract import node_reads, topological_nodes
+from benanza.model.extract import node_reads, tensor_type_of, topological_nodes
+from benanza.model.graph import ShapeReport
+from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data
 
 log = logging.getLogger(__name__)
@@ -103,9 +110,9 @@ def bind_shapes(
     bound: dict[str, tuple[int, ...]] = {}
     rebatch: dict[str, tuple[int, int]] = {}
     for vi in inputs:
-        if not vi.type.HasField("tensor_type"):
+        tt = tensor_type_of(vi.type)  # an optional tensor is bound as the tensor it holds
+        if tt is None:
             raise ModelError(path, f"input '{vi.name}' is not a tensor ({vi.type.WhichOneof('value')}); not supported")
-        tt = vi.type.tensor_type
         if vi.name in shapes:
             dims = shapes[vi.name]
             if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
@@ -147,7 +154,7 @@ def _refuse_inputs_larger_than_memory(
     if physical is None:
         return
     for vi in inputs:
-        elem = vi.type.tensor_type.elem_type
+        elem = tensor_type_of(vi.type).elem_type
         try:
             dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
             name, size = dtype.name, dtype.itemsize
@@ -185,7 +192,7 @@ def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
         m.ir_version = 4
     for vi in m.graph.input:
         dims = binding.shapes[vi.name]
-        shape = vi.type.tensor_type.shape
+        shape = tensor_type_of(vi.type).shape
         shape.ClearField("dim")
         for d in dims:
             shape.dim.add().dim_value = d
@@ -208,7 +215,7 @@ def fold_and_infer(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         from onnxscript.optimizer import fold_constants
 
         ir_model = ir.from_proto(m)
-        fold_constants(ir_model, onnx_shape_inference=True, should_fold=fold_policy)
+        fold_constants(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
         m = ir.to_proto(ir_model)
     except Exception as exc:  # the optimizer is best effort; inference below still runs
         log.warning("%s: constant folding skipped (%s)", path, exc)
@@ -216,6 +223,44 @@ def fold_and_infer(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         return onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:
         raise ModelError(path, f"shape inference failed: {one_line(exc)}") from None
+
+
+def _should_fold(node) -> bool | None:
+    """onnxscript's ``should_fold``: never a node that reads a data-less (structure-only) tensor,
+    always a short integer ``ConstantOfShape``, else the optimizer's own rules (None)."""
+    policy = fold_policy(node)
+    return policy if policy is not None else _fold_small_constant_of_shape(node)
+
+
+def _fold_small_constant_of_shape(node) -> bool | None:
+    """The optimizer's folding rule, plus ``ConstantOfShape`` of a short integer vector.
+
+    The optimizer keeps every ``ConstantOfShape`` so as not to grow a model by a large filled
+    tensor; a short integer one is part of a shape computation (TorchScript's ``Expand`` of a
+    computed shape: ``Where(Equal(s, -1 * ConstantOfShape(...)), ..., s)``; ``F.pad``'s pads),
+    which must fold for anything downstream to be shaped. Filled float tensors (weights, the
+    zoo's stand-ins) stay nodes. None leaves every other node to the optimizer's own rules.
+    """
+    if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or not node.inputs:
+        return None
+    shape = node.inputs[0].const_value if node.inputs[0] is not None else None
+    value = node.attributes.get("value")
+    if shape is None or value is None or value.value.dtype.is_floating_point():
+        return None  # no value attribute: float zeros
+    try:
+        numel = math.prod(int(d) for d in shape.numpy().ravel())
+    except (TypeError, ValueError):
+        return None
+    return True if numel <= VALUE_MAX_ELEMENTS else None
+
+
+@dataclass(frozen=True)
+class PreparedModel:
+    """A model bound, folded and shaped, with how it was shaped (``ShapeReport``)."""
+
+    proto: onnx.ModelProto
+    binding: Binding
+    shapes: ShapeReport
 
 
 def prepare(
@@ -226,7 +271,20 @@ def prepare(
     *,
     fits_here: bool = True,
 ) -> tuple[onnx.ModelProto, Binding]:
-    """Bind, fold and infer; a rebatched model also gets its batch-bound Reshapes fixed.
+    """``prepare_model``'s proto and binding."""
+    prepared = prepare_model(model, path, batch, shapes, fits_here=fits_here)
+    return prepared.proto, prepared.binding
+
+
+def prepare_model(
+    model: onnx.ModelProto,
+    path: object,
+    batch: int | None = None,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    *,
+    fits_here: bool = True,
+) -> PreparedModel:
+    """Bind, fold, infer and resolve what inference left; a rebatched model also gets its batch-bound Reshapes fixed.
 
     Exports with a fixed batch often hard-code it in ``Reshape`` targets (``[1, 9216]``).
     When ``batch`` rewrites a fixed leading dimension B, a constant Reshape target whose
@@ -235,15 +293,20 @@ def prepare(
     without help.
     """
     binding = bind_shapes(model, path, batch, shapes, fits_here=fits_here)
-    if not binding.rebatch:
-        return fold_and_infer(apply_binding(model, binding), path), binding
-    original = Binding(
-        {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()}
-    )
-    at_original = fold_and_infer(apply_binding(model, original), path)
-    olds = {old for old, _ in binding.rebatch.values()}
-    patched = _rebatch_reshapes(model, at_original, olds, batch)
-    return fold_and_infer(apply_binding(patched, binding), path), binding
+    if binding.rebatch:
+        original = Binding(
+            {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()}
+        )
+        at_original = fold_and_infer(apply_binding(model, original), path)
+        olds = {old for old, _ in binding.rebatch.values()}
+        model = _rebatch_reshapes(model, at_original, olds, batch)
+    inferred = fold_and_infer(apply_binding(model, binding), path)
+    from benanza.model.resolve import needs_resolution, resolve_shapes, shape_report
+
+    if not needs_resolution(inferred):
+        return PreparedModel(inferred, binding, shape_report(inferred))
+    resolved, report = resolve_shapes(inferred, path)
+    return PreparedModel(resolved, binding, report)
 
 
 def _rebatch_reshapes(model: onnx.ModelProto, inferred: onnx.ModelProto, olds: set[int], new: int) -> onnx.ModelProto:

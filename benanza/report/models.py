@@ -14,9 +14,17 @@ def _shapes(shapes: list[list[int]]) -> str:
     return ", ".join("x".join(map(str, s)) or "scalar" for s in shapes)
 
 
+def _methods(graph: ModelGraph) -> str:
+    """``onnx`` or ``onnx 120, symbolic 16, onnxruntime 2``: the methods that shaped the model's tensors."""
+    if len(graph.shaped_by) <= 1:
+        return graph.shape_method or "none"
+    return ", ".join(f"{method} {count}" for method, count in graph.shaped_by)
+
+
 def inspect_tables(graph: ModelGraph) -> Group:
     layers = table(
-        f"{graph.model}: {len(graph.layers)} layers, {len(graph.unique_layer_keys)} unique",
+        f"{graph.model}: {len(graph.layers)} layers, {len(graph.unique_layer_keys)} unique; "
+        f"shapes by {_methods(graph)}",
         ["#", "name", "op", "layer key", "inputs", "outputs", ("MFLOPs", "right")],
         (
             (

@@ -1,0 +1,632 @@
+"""Shapes ONNX shape inference leaves unknown, resolved with stronger tools; shape computations folded.
+
+After binding, the onnxscript optimizer and ONNX shape inference with data propagation shape
+most graphs (``benanza.model.shapes``). What they leave unknown is resolved here, node by node
+in topological order, with the first tool that shapes the node:
+
+1. ONNX's own per-node inference, given the value of every input that is a constant. The
+   whole-graph pass misses values that flow through ops it does not propagate, and every value
+   computed from a shape it learns only here;
+2. ONNX Runtime's symbolic shape inference, for ops outside ONNX's domain: it knows ONNX
+   Runtime's contrib ops (``com.microsoft::QLinearAdd``). It is not asked about ONNX ops: for
+   an ONNX op whose shape ONNX cannot infer from shapes and constants it guesses (equal Split
+   parts, squeezing every 1) where a value decides the shape;
+3. ONNX Runtime itself, running the one node on synthetic inputs of the known shapes, its
+   constant inputs with their real values. Memory is bounded by one node's tensors, and a node
+   the memory guard (``benanza.bench.memory``) says cannot fit is not run, with the reason. The
+   node runs once more per runtime input with only that input's synthetic values changed: a
+   shape that changes, or a run that fails only then, means that input's value decides it.
+
+A tensor is *runtime* when its value depends on a graph input's value. ``Shape`` and ``Size``
+read only shapes, so once inputs are bound their outputs, and everything computed from them
+and constants, are constants: the walk evaluates each small one (ONNX Runtime), and the
+nodes that computed them are replaced by initializers, as the optimizer folds the rest. Shape
+computations are thus never layers, however their shapes were found. A tensor whose shape
+depends on a runtime value (a Reshape target, TopK's k or NonZero's count fed at run time) has
+no shape that binding input shapes can give: it is left unknown with that reason, and so is
+everything computed from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, helper, numpy_helper
+
+from benanza.errors import one_line
+from benanza.model.extract import (
+    RANDOM_OPS,
+    SHAPE_READERS,
+    dtype_name,
+    node_reads,
+    schema_of,
+    tensor_type_of,
+    topological_nodes,
+)
+from benanza.model.graph import SHAPE_METHODS, ShapeReport
+from benanza.model.load import has_data
+
+log = logging.getLogger(__name__)
+
+FOLD_MAX_ELEMENTS = 8192  # constants evaluated and folded; larger ones are weights, shaped only
+_SYMBOLIC_MAX_PASSES = 8
+_NO_KERNEL = ("NOT_IMPLEMENTED", "Could not find an implementation", "is not a registered function/op")
+_INTEGER_TYPES = frozenset(
+    f"tensor({t})" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
+)
+
+
+def needs_resolution(model: onnx.ModelProto) -> bool:
+    """Whether a used tensor's shape is unknown, or a shape computation is left to fold."""
+    shapes = known_shapes(model)
+    used = _used(model)
+    for node in model.graph.node:
+        if node.op_type in SHAPE_READERS and node.domain in ("", "ai.onnx"):
+            return True
+        if any(o and o in used and o not in shapes for o in node.output):
+            return True
+    return False
+
+
+def shape_report(
+    model: onnx.ModelProto, methods: Mapping[str, str] | None = None, reasons: Mapping[str, str] | None = None
+) -> ShapeReport:
+    """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named)."""
+    shapes = known_shapes(model)
+    methods = methods or {}
+    counts = dict.fromkeys(SHAPE_METHODS, 0)
+    for node in model.graph.node:
+        for o in node.output:
+            if o and o in shapes:
+                counts[methods.get(o, "onnx")] += 1
+    return ShapeReport(
+        shaped_by=tuple((m, n) for m, n in counts.items() if n),
+        unresolved=tuple(sorted((reasons or {}).items())),
+    )
+
+
+def known_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the graph whose shape is fully known (inputs, initializers, value infos, outputs)."""
+    out: dict[str, tuple[int, ...]] = {i.name: tuple(i.dims) for i in model.graph.initializer}
+    for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
+        tensor = tensor_type_of(vi.type)
+        if tensor is not None and tensor.HasField("shape"):
+            dims = tensor.shape.dim
+            if all(d.HasField("dim_value") for d in dims):
+                out.setdefault(vi.name, tuple(d.dim_value for d in dims))
+    return out
+
+
+def resolve_shapes(
+    model: onnx.ModelProto, path: object, *, memory: Callable[[], Any] | None = None
+) -> tuple[onnx.ModelProto, ShapeReport]:
+    """Shape what inference left unknown and fold shape computations (see the module docstring).
+
+    Args:
+        model: a bound, folded and shape-inferred model (``shapes.fold_and_infer``).
+        path: the model's file, for log messages.
+        memory: returns the system's memory now (``benanza.bench.memory.SystemMemory``), which
+            decides whether ONNX Runtime may run a node; this machine's by default.
+    """
+    walk = _Walk(model, memory)
+    walk.run()
+    resolved = walk.result()
+    report = shape_report(resolved, walk.method, walk.unresolved())
+    if report.unresolved:
+        log.info("%s: %d tensors have no shape after resolution", path, len(report.unresolved))
+    return resolved, report
+
+
+def _used(model: onnx.ModelProto) -> set[str]:
+    used = {o.name for o in model.graph.output}
+    for node in model.graph.node:
+        used.update(node_reads(node))
+    return used
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _is_onnx_domain(node: onnx.NodeProto) -> bool:
+    return node.domain in ("", "ai.onnx")
+
+
+def _quoted(names: Iterable[str]) -> str:
+    return ", ".join(f"'{n}'" for n in sorted(names))
+
+
+class _Walk:
+    """One topological walk over a prepared model: shapes, constant values and reasons per tensor."""
+
+    def __init__(self, model: onnx.ModelProto, memory: Callable[[], Any] | None) -> None:
+        self.model = model
+        self.memory = memory
+        self.opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
+        self.shape = known_shapes(model)
+        self.elem: dict[str, int] = {i.name: i.data_type for i in model.graph.initializer}
+        for vi in (*model.graph.input, *model.graph.value_info, *model.graph.output):
+            tensor = tensor_type_of(vi.type)
+            if tensor is not None and tensor.elem_type:
+                self.elem.setdefault(vi.name, tensor.elem_type)
+        self.values: dict[str, np.ndarray] = {}
+        for init in model.graph.initializer:
+            if math.prod(init.dims) <= FOLD_MAX_ELEMENTS and has_data(init):  # structure-only: no values
+                self.values[init.name] = numpy_helper.to_array(init)
+        inits = {i.name for i in model.graph.initializer}
+        # runtime tensor -> the graph inputs its value depends on ("random" for random generators)
+        self.runtime: dict[str, frozenset[str]] = {
+            i.name: frozenset({i.name}) for i in model.graph.input if i.name not in inits
+        }
+        self.reasons: dict[str, str] = {}
+        self.method: dict[str, str] = {}  # tensor -> the method that shaped it, where not the first ONNX pass
+        self.used = _used(model)
+        self.evaluated: set[str] = set()  # constants whose values this walk computed
+        self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
+
+    # ------------------------------------------------------------------ the walk
+
+    def run(self) -> None:
+        for node in self.nodes:
+            outs = [o for o in node.output if o]
+            reads = node_reads(node)
+            if node.op_type in SHAPE_READERS and _is_onnx_domain(node):
+                sources: frozenset[str] | None = None
+            elif node.op_type in RANDOM_OPS:
+                sources = frozenset({"random"})
+            else:
+                runtime = [self.runtime[x] for x in reads if x in self.runtime]
+                sources = frozenset().union(*runtime) if runtime else None
+            if sources is not None:
+                for o in outs:
+                    self.runtime[o] = sources
+            elif not _has_subgraph(node):
+                self._evaluate(node, outs)
+            needed = [o for o in outs if o in self.used] or outs
+            if all(o in self.shape for o in needed):
+                continue
+            missing = [x for x in node.input if x and x not in self.shape]
+            if missing:
+                why = next((self.reasons[x] for x in missing if x in self.reasons), None)
+                for o in needed:
+                    if why is not None and o not in self.shape:
+                        self.reasons[o] = why
+                continue
+            if self._infer_onnx(node, needed):
+                continue
+            if not _is_onnx_domain(node) and self._infer_symbolic(node, needed):
+                continue
+            self._probe(node, needed)
+
+    def unresolved(self) -> dict[str, str]:
+        return {t: why for t, why in self.reasons.items() if t not in self.shape}
+
+    # ------------------------------------------------------------------ constants
+
+    def _evaluate(self, node: onnx.NodeProto, outs: list[str]) -> None:
+        """Compute the value of a constant node's small outputs (a shape computation, a Constant)."""
+        if all(o in self.values for o in outs):
+            return
+        if node.op_type == "Constant" and len(node.attribute) == 1:
+            value = _constant_value(node.attribute[0])
+            if value is not None:
+                if value.size <= FOLD_MAX_ELEMENTS:
+                    self._set_value(outs[0], value)
+                return
+        if node.op_type in SHAPE_READERS and _is_onnx_domain(node):
+            shape = self.shape.get(node.input[0])
+            if shape is None:
+                return
+            if node.op_type == "Size":
+                self._set_value(outs[0], np.array(math.prod(shape), np.int64))
+            else:
+                attrs = {a.name: a.i for a in node.attribute}
+                rank = len(shape)
+                start, end = attrs.get("start", 0), attrs.get("end", rank)
+                self._set_value(outs[0], np.array(shape[slice(start, end)], np.int64))
+            return
+        present = [x for x in node.input if x]
+        if any(x not in self.values for x in present):
+            return
+        if sum(self.values[x].size for x in present) > FOLD_MAX_ELEMENTS:
+            return
+        self._infer_onnx(node, outs)  # the output's size, before anything runs
+        if any(o in self.shape and math.prod(self.shape[o]) > FOLD_MAX_ELEMENTS for o in outs):
+            return  # a large constant (a weight): shaped, not evaluated
+        model = self._node_model(node, embed=set(present))
+        try:
+            values, error = _run_values(_session(model), {}, node.output)
+            if error is not None:
+                raise error
+            results = [values[o] for o in node.output if o]
+        except Exception:  # ONNX Runtime lacks the kernel: ONNX's reference evaluator has every op
+            try:
+                from onnx.reference import ReferenceEvaluator
+
+                results = ReferenceEvaluator(model).run(None, {})
+            except Exception as exc:
+                log.debug("constant %s (%s) not evaluated: %s", outs, node.op_type, one_line(exc))
+                return
+        for o, value in zip(outs, results, strict=False):
+            if isinstance(value, np.ndarray):
+                if o not in self.shape:
+                    self.method[o] = "onnxruntime"
+                if value.size <= FOLD_MAX_ELEMENTS:
+                    self._set_value(o, value)
+                else:
+                    self.shape[o] = tuple(value.shape)
+
+    def _set_value(self, name: str, value: np.ndarray) -> None:
+        self.values[name] = value
+        self.evaluated.add(name)
+        self.shape.setdefault(name, tuple(value.shape))
+        self.elem.setdefault(name, helper.np_dtype_to_tensor_dtype(value.dtype))
+
+    # ------------------------------------------------------------------ the three methods
+
+    def _infer_onnx(self, node: onnx.NodeProto, needed: list[str]) -> bool:
+        domain = "" if _is_onnx_domain(node) else node.domain
+        schema = schema_of(node.op_type, self.opsets.get(domain, 0), domain)
+        if schema is None:
+            return False
+        types = {x: self._type_proto(x) for x in node_reads(node) if x in self.shape and x in self.elem}
+        data = {
+            x: numpy_helper.from_array(self.values[x], x)
+            for x in node.input
+            if x in self.values and self.values[x].dtype != object
+        }
+        try:
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
+            )
+        except Exception:  # ONNX's inference refuses the node (a type it does not expect): not shaped by it
+            return False
+        for o, tp in inferred.items():
+            tensor = tensor_type_of(tp)
+            if o in self.shape or tensor is None or not tensor.HasField("shape"):
+                continue
+            if all(d.HasField("dim_value") for d in tensor.shape.dim):
+                self.shape[o] = tuple(d.dim_value for d in tensor.shape.dim)
+                self.elem[o] = tensor.elem_type or self.elem.get(o, 0)
+                self.method[o] = "onnx"
+        return all(o in self.shape for o in needed)
+
+    def _infer_symbolic(self, node: onnx.NodeProto, needed: list[str]) -> bool:
+        model = self._node_model(node, embed={x for x in node_reads(node) if x in self.values})
+        try:
+            shapes = _symbolic_shapes(model, needed)
+        except Exception as exc:  # symbolic inference raises on ops it does not know how to shape
+            log.debug("symbolic shape inference of %s failed: %s", node.op_type, one_line(exc))
+            return False
+        if any(shapes.get(o) is None for o in needed):
+            return False
+        for o in needed:
+            self.shape[o], self.elem[o] = shapes[o]
+            self.method[o] = "symbolic"
+        return True
+
+    def _probe(self, node: onnx.NodeProto, needed: list[str]) -> None:
+        """Run the node in ONNX Runtime on synthetic inputs; see which runtime inputs decide its shape.
+
+        Two kinds of runtime input decide a shape without being run: an integer setting of an
+        ONNX op that ONNX, knowing every constant and input shape, could not shape (a slot the
+        schema types with integers only: axes, a target shape, pads, k; ONNX's inference lacked
+        exactly that value, and two synthetic values can coincide in shape, as axes 1 and 2 of
+        a 3x2x2 tensor do), and a string (no two synthetic strings can show that words, lengths
+        and separators do not matter). An ONNX op that ONNX Runtime cannot run on synthetic
+        inputs either is likewise decided by its runtime settings (NonDifferentiable slots, such
+        as Resize's scales, first): ONNX's inference knows its own ops and lacked only values.
+        """
+        reads = [x for x in dict.fromkeys(node_reads(node)) if x]
+        if any(x not in self.shape or x not in self.elem for x in reads):
+            self._unresolved(needed, "an input's shape or type is unknown (a sequence or an optional value)")
+            return
+        fed = [x for x in reads if x not in self.values]
+        varied = [x for x in fed if x in self.runtime and math.prod(self.shape[x])]  # an empty tensor has no value
+        decided = [x for x in varied if self.elem[x] == onnx.TensorProto.STRING]
+        if _is_onnx_domain(node) and not _has_subgraph(node):
+            decided += [x for x in varied if self._setting(node, x) == 2 and x not in decided]
+        if decided:
+            self._unresolved(needed, self._depends_on(decided))
+            return
+        refusal = self._memory_refusal(fed)
+        if refusal is not None:
+            self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {refusal}")
+            return
+        try:
+            session = _session(self._node_model(node, embed=set(reads) - set(fed)))
+        except Exception as exc:
+            self._unresolved(needed, self._failure(node, varied, exc))
+            return
+        rng = np.random.default_rng(0)
+        base = {x: (_synthetic(self.shape[x], self.elem[x], rng, variant=False), self.elem[x]) for x in fed}
+        shapes, error = _run_shapes(session, base, node.output)
+        deciders: dict[str, list[str]] = {o: [] for o in needed}  # output -> runtime inputs deciding it
+        for x in varied:
+            variant = {**base, x: (_synthetic(self.shape[x], self.elem[x], rng, variant=True), self.elem[x])}
+            changed, changed_error = _run_shapes(session, variant, node.output)
+            for o in needed:
+                if (error is None) != (changed_error is None) or (error is None and changed[o] != shapes[o]):
+                    deciders[o].append(x)
+        for o in needed:
+            if deciders[o]:
+                self._unresolved([o], self._depends_on(deciders[o]))
+            elif error is None and shapes[o] is not None:
+                self.shape[o], self.elem[o] = shapes[o]
+                self.method[o] = "onnxruntime"
+            elif error is None:
+                self._unresolved([o], "its value is not a tensor")
+            else:
+                self._unresolved([o], self._failure(node, varied, error))
+
+    # ------------------------------------------------------------------ reasons
+
+    def _unresolved(self, outs: list[str], why: str) -> None:
+        for o in outs:
+            if o not in self.shape:
+                self.reasons[o] = why
+
+    def _depends_on(self, tensors: Iterable[str]) -> str:
+        sources = frozenset().union(*(self.runtime.get(x, frozenset()) for x in tensors))
+        named = sorted(s for s in sources if s != "random")
+        parts = []
+        if named:
+            parts.append(f"the value of runtime input{'s' if len(named) > 1 else ''} {_quoted(named)}")
+        if "random" in sources:
+            parts.append("random values")
+        return f"its shape depends on {' and '.join(parts) or 'runtime values'}"
+
+    def _failure(self, node: onnx.NodeProto, varied: list[str], exc: BaseException) -> str:
+        """Why a node ONNX Runtime cannot run on synthetic inputs has no shape."""
+        message = one_line(exc)
+        label = f"{node.domain}::{node.op_type}" if not _is_onnx_domain(node) else node.op_type
+        no_kernel = any(marker in message for marker in _NO_KERNEL)
+        if varied and _is_onnx_domain(node) and not _has_subgraph(node):
+            ranks = {x: self._setting(node, x) for x in varied}
+            best = max(ranks.values())
+            evidence = "it has no kernel" if no_kernel else f"it fails on synthetic values: {message}"
+            return (
+                f"{self._depends_on(x for x in varied if ranks[x] == best)} "
+                f"(ONNX cannot infer it without them; in ONNX Runtime {evidence})"
+            )
+        if no_kernel:
+            return f"neither ONNX nor ONNX Runtime can shape {label} (ONNX Runtime has no kernel for it)"
+        return f"ONNX Runtime cannot run {label} on synthetic inputs: {message}"
+
+    def _setting(self, node: onnx.NodeProto, name: str) -> int:
+        """Whether ``name`` fills a slot that configures the ONNX op: 2 integer-typed, 1 NonDifferentiable, 0 not."""
+        schema = schema_of(node.op_type, self.opsets.get("", 0), "")
+        if schema is None or not schema.inputs:
+            return 0
+        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
+        non_differentiable = onnx.defs.OpSchema.DifferentiationCategory.NonDifferentiable
+        for i, x in enumerate(node.input):
+            if x == name:
+                param = schema.inputs[min(i, len(schema.inputs) - 1)]
+                if allowed.get(param.type_str, {param.type_str}) <= _INTEGER_TYPES:
+                    return 2
+                return 1 if param.differentiation_category == non_differentiable else 0
+        return 0
+
+    def _memory_refusal(self, fed: list[str]) -> str | None:
+        """The memory guard's reason when the node's synthetic inputs and outputs cannot fit, else None."""
+        from benanza.bench.memory import ACTIVATION_COPIES, refusal, system_memory, tensor_bytes
+
+        inputs = sum(tensor_bytes(self.shape[x], dtype_name(self.elem[x])) for x in fed)
+        # the outputs are unknown until it runs: counted as large as the inputs, held as activations are
+        needed = inputs + inputs * ACTIVATION_COPIES
+        refused = refusal(needed, (self.memory or system_memory)())
+        return refused.reason if refused is not None else None
+
+    # ------------------------------------------------------------------ single-node models
+
+    def _type_proto(self, name: str) -> onnx.TypeProto:
+        return helper.make_tensor_type_proto(self.elem[name], list(self.shape[name]))
+
+    def _node_model(self, node: onnx.NodeProto, embed: set[str]) -> onnx.ModelProto:
+        """A model of the one node: ``embed``'s values as initializers, every other input a graph input."""
+        inputs, inits = [], []
+        for x in dict.fromkeys(node_reads(node)):
+            if x in embed:
+                inits.append(numpy_helper.from_array(self.values[x], x))
+            elif x in self.shape and x in self.elem:
+                inputs.append(helper.make_tensor_value_info(x, self.elem[x], list(self.shape[x])))
+        outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+        graph = helper.make_graph([node], "benanza_node", inputs, outputs, inits)
+        return helper.make_model(graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
+
+    # ------------------------------------------------------------------ the resolved model
+
+    def result(self) -> onnx.ModelProto:
+        """The model with the new shapes as value infos and the evaluated shape computations folded."""
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        graph_outputs = {o.name for o in m.graph.output}
+        folded = [
+            n
+            for n in m.graph.node
+            if n.op_type != "Constant"
+            and [o for o in n.output if o]
+            and all(o in self.evaluated and o not in graph_outputs for o in n.output if o)
+        ]
+        if folded:
+            gone = {id(n) for n in folded}
+            kept = [n for n in m.graph.node if id(n) not in gone]
+            read = {x for n in kept for x in node_reads(n)}
+            existing = {i.name for i in m.graph.initializer}
+            for n in folded:
+                for o in n.output:
+                    if o and o in read and o not in existing:
+                        m.graph.initializer.append(numpy_helper.from_array(self.values[o], o))
+            del m.graph.node[:]
+            m.graph.node.extend(_without_dead_constants(kept, graph_outputs, set(self.runtime)))
+        present = {o for n in m.graph.node for o in n.output if o}
+        listed = {vi.name for vi in m.graph.value_info}
+        for name in self.method:
+            if name in present and name in self.shape and name in self.elem:
+                vi = helper.make_tensor_value_info(name, self.elem[name], list(self.shape[name]))
+                if name in listed:
+                    for existing_vi in m.graph.value_info:
+                        if existing_vi.name == name:
+                            existing_vi.CopyFrom(vi)
+                else:
+                    m.graph.value_info.append(vi)
+        for out in m.graph.output:
+            if out.name in self.method and out.name in self.shape and out.name in self.elem:
+                out.type.CopyFrom(helper.make_tensor_type_proto(self.elem[out.name], list(self.shape[out.name])))
+        return m
+
+
+def _without_dead_constants(
+    nodes: list[onnx.NodeProto], graph_outputs: set[str], runtime: set[str]
+) -> list[onnx.NodeProto]:
+    """``nodes`` less the constant nodes nothing reads any more (the rest of a folded shape computation)."""
+    alive = list(nodes)
+    while True:
+        read = {x for n in alive for x in node_reads(n)} | graph_outputs
+        dead = [
+            n
+            for n in alive
+            if not any(o in runtime for o in n.output if o) and not any(o in read for o in n.output if o)
+        ]
+        if not dead:
+            return alive
+        gone = {id(n) for n in dead}
+        alive = [n for n in alive if id(n) not in gone]
+
+
+def _constant_value(attr: AttributeProto) -> np.ndarray | None:
+    """The value of a ``Constant`` node's attribute; None for a sparse tensor or a string list."""
+    if attr.name == "value":
+        return numpy_helper.to_array(attr.t)
+    if attr.name == "value_int":
+        return np.array(attr.i, np.int64)
+    if attr.name == "value_ints":
+        return np.array(list(attr.ints), np.int64)
+    if attr.name == "value_float":
+        return np.array(attr.f, np.float32)
+    if attr.name == "value_floats":
+        return np.array(list(attr.floats), np.float32)
+    return None
+
+
+def _session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 4
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _run_values(
+    session: Any, feeds: dict[str, np.ndarray], outputs: Iterable[str]
+) -> tuple[dict[str, Any], BaseException | None]:
+    """Each output's value from one run, or the run's error."""
+    import onnxruntime as ort
+
+    names = [o for o in outputs if o]
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # a failing run is an answer here, not an error to log
+    try:
+        return dict(zip(names, session.run(names, feeds, quiet), strict=True)), None
+    except Exception as exc:
+        return {}, exc
+
+
+_LOW_PRECISION_FLOATS = frozenset(
+    v for k, v in onnx.TensorProto.DataType.items() if k.startswith(("BFLOAT", "FLOAT8", "FLOAT4"))
+)
+_ONNX_TYPES = {f"tensor({name.lower()})": value for name, value in onnx.TensorProto.DataType.items()}
+
+
+def _run_shapes(
+    session: Any, feeds: dict[str, tuple[np.ndarray, int]], outputs: Iterable[str]
+) -> tuple[dict[str, tuple[tuple[int, ...], int] | None], BaseException | None]:
+    """Each output's (shape, element type) from one run (None: not a tensor), or the run's error.
+
+    Inputs and outputs travel as ``OrtValue``s, so element types numpy has no type for
+    (bfloat16, float8) run too.
+    """
+    import onnxruntime as ort
+
+    names = [o for o in outputs if o]
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # a failing run is an answer here, not an error to log
+    out: dict[str, tuple[tuple[int, ...], int] | None] = {}
+    if any(array.dtype.kind in "OSU" for array, _ in feeds.values()):  # strings cannot be OrtValues
+        values, error = _run_values(session, {x: array for x, (array, _) in feeds.items()}, names)
+        for name, value in values.items():
+            ok = isinstance(value, np.ndarray)
+            out[name] = (tuple(value.shape), helper.np_dtype_to_tensor_dtype(value.dtype)) if ok else None
+        return out, error
+    try:
+        fed = {x: _ort_value(array, elem) for x, (array, elem) in feeds.items()}
+        values = session.run_with_ort_values(names, fed, quiet)
+    except Exception as exc:
+        return {}, exc
+    for name, value in zip(names, values, strict=True):
+        ok = value.is_tensor() and value.data_type() in _ONNX_TYPES
+        out[name] = (tuple(value.shape()), _ONNX_TYPES[value.data_type()]) if ok else None
+    return out, None
+
+
+def _ort_value(array: np.ndarray, elem: int):
+    """An ``OrtValue`` of ``array`` as ONNX element type ``elem`` (a bfloat16 array goes as its bits)."""
+    import onnxruntime as ort
+
+    if array.dtype.kind in "biufc":
+        return ort.OrtValue.ortvalue_from_numpy(array)
+    bits = np.ascontiguousarray(array).view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, elem)
+
+
+def _synthetic(shape: tuple[int, ...], elem: int, rng: np.random.Generator, *, variant: bool) -> np.ndarray:
+    """Synthetic data of a shape and element type; ``variant`` gives other values of the same kind.
+
+    Floats are random in [0.5, 1.5), their variant zeros (a count of non-zeros, a box overlap,
+    a scale change with them); integers are ones, their variant twos (a k, an axis, a size);
+    booleans are True, their variant False; strings one word, their variant two.
+    """
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    if dtype.kind == "f" or elem in _LOW_PRECISION_FLOATS:
+        return np.zeros(shape, dtype) if variant else np.asarray(rng.random(shape) + 0.5).astype(dtype)
+    if dtype.kind == "b":
+        return np.full(shape, not variant, dtype)
+    if dtype.kind in "OSU":
+        return np.full(shape, "b c" if variant else "a", object)
+    return np.full(shape, 2 if variant else 1, dtype)
+
+
+def _symbolic_shapes(model: onnx.ModelProto, needed: list[str]) -> dict[str, tuple[tuple[int, ...], int] | None]:
+    """ONNX Runtime's symbolic shape inference of a one-node model: each output's concrete shape or None.
+
+    Its public ``infer_shapes`` writes ``sym_shape_infer_temp.onnx`` into the working directory
+    when it cannot shape everything; its own steps, called here, keep what it found instead.
+    """
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    engine = SymbolicShapeInference(2**31 - 1, False, False, 0)
+    engine._preprocess(model)
+    for _ in range(_SYMBOLIC_MAX_PASSES):
+        if not engine.run_:
+            break
+        engine._infer_impl()
+    out: dict[str, tuple[tuple[int, ...], int] | None] = {}
+    for name in needed:
+        vi = engine.known_vi_.get(name)
+        tensor = tensor_type_of(vi.type) if vi is not None else None
+        if tensor is None or not tensor.HasField("shape") or not tensor.elem_type:
+            out[name] = None
+            continue
+        dims = tensor.shape.dim
+        ok = all(d.HasField("dim_value") for d in dims)
+        out[name] = (tuple(d.dim_value for d in dims), tensor.elem_type) if ok else None
+    return out

@@ -1,0 +1,203 @@
+"""Constant inputs that are values: keyed by value and carried into the benchmark by value.
+
+A Resize's scales, a quantized op's scales and zero points, a Clip's bounds and a Pad's pads
+change what the op does; if a benchmark synthesised them as random weights it would measure
+another op, or fail (ONNX Runtime refuses a Resize whose scales are not positive). Only large
+learned tensors are synthesised.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from benanza.bench.build import build_onnx
+from benanza.model.graph import InputKind
+from benanza.model.network import network_of
+from benanza.runtimes.onnxruntime import feeds_for, session_options
+
+F = TensorProto.FLOAT
+U8 = TensorProto.UINT8
+
+
+def only_layer(processed, op_type):
+    (layer,) = [lay for lay in processed.graph.layers if lay.op_type == op_type]
+    assert not processed.graph.unsupported, processed.graph.unsupported
+    return layer
+
+
+def benchmark_of(processed, layer):
+    """The layer's benchmark model as a runtime gets it, run once in ONNX Runtime."""
+    _, network = network_of(processed.graph, [layer.index])
+    model = build_onnx(network)
+    onnx.checker.check_model(model)
+    session = ort.InferenceSession(
+        model.SerializeToString(), session_options("extended", 1), providers=["CPUExecutionProvider"]
+    )
+    outputs = session.run(None, feeds_for(model))
+    assert [list(o.shape) for o in outputs] == layer.output_shapes
+    return model
+
+
+def carried(model: onnx.ModelProto) -> list[np.ndarray]:
+    """The constant inputs the benchmark model's node reads, by position."""
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    (node,) = model.graph.node
+    return [inits.get(name) for name in node.input]
+
+
+def resize_model(build_model, scales):
+    return build_model(
+        [helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")],
+        [("x", F, [1, 3, 8, 8])],
+        [("y", F, None)],
+        {"scales": np.array(scales, np.float32)},
+        opset=19,
+    )
+
+
+def test_resize_scales_are_carried_and_the_benchmark_runs(build_model, process_proto):
+    """Before: scales were synthesised as a random weight and ONNX Runtime refused the benchmark
+    ("Scale value should be greater than 0"), so a YOLO-style detector's Resize layers failed."""
+    processed = process_proto(resize_model(build_model, [1, 1, 2, 2]))
+    layer = only_layer(processed, "Resize")
+    model = benchmark_of(processed, layer)
+    assert carried(model)[2].tolist() == [1.0, 1.0, 2.0, 2.0]
+    assert layer.inputs[2].kind is InputKind.VALUE and layer.inputs[2].value == (1.0, 1.0, 2.0, 2.0)
+
+
+def test_resize_layers_differing_only_in_scales_have_different_keys(build_model, process_proto):
+    a = only_layer(process_proto(resize_model(build_model, [1, 1, 2, 2])), "Resize")
+    b = only_layer(process_proto(resize_model(build_model, [1, 1, 2.05, 2.05])), "Resize")
+    assert a.output_shapes == b.output_shapes == [[1, 3, 16, 16]]
+    assert a.layer_key != b.layer_key
+
+
+def qlinear_conv_model(build_model, y_scale=0.2, w_scale=None, weight_seed=0, channels=8):
+    rng = np.random.default_rng(weight_seed)
+    w_scale = np.full(channels, 0.01, np.float32) if w_scale is None else np.asarray(w_scale, np.float32)
+    inits = {
+        "x_s": np.array(0.02, np.float32),
+        "x_z": np.array(128, np.uint8),
+        "w": rng.integers(-127, 127, (channels, 16, 3, 3), dtype=np.int8),
+        "w_s": w_scale,  # per output channel
+        "w_z": np.zeros(channels, np.int8),
+        "y_s": np.array(y_scale, np.float32),
+        "y_z": np.array(120, np.uint8),
+    }
+    return build_model(
+        [
+            helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["xq"]),
+            helper.make_node("QLinearConv", ["xq", "x_s", "x_z", "w", "w_s", "w_z", "y_s", "y_z"], ["y"], pads=[1] * 4),
+        ],
+        [("x", F, [1, 16, 8, 8])],
+        [("y", U8, None)],
+        inits,
+    )
+
+
+def test_quantization_scales_and_zero_points_are_carried(build_model, process_proto):
+    w_scale = np.linspace(0.01, 0.08, 8, dtype=np.float32)
+    processed = process_proto(qlinear_conv_model(build_model, w_scale=w_scale))
+    conv = only_layer(processed, "QLinearConv")
+    kinds = [i.kind for i in conv.inputs]
+    assert kinds == [InputKind.ACTIVATION] + [InputKind.VALUE] * 2 + [InputKind.WEIGHT] + [InputKind.VALUE] * 4
+    values = carried(benchmark_of(processed, conv))
+    assert values[1] == np.float32(0.02) and values[2] == 128
+    assert values[4].tolist() == w_scale.tolist() and values[5].tolist() == [0] * 8
+    assert values[6] == np.float32(0.2) and values[7] == 120
+    assert values[3].shape == (8, 16, 3, 3)  # the weight is synthesised, of its shape and dtype
+    quant = only_layer(processed, "QuantizeLinear")
+    assert [i.kind for i in quant.inputs] == [InputKind.ACTIVATION, InputKind.VALUE, InputKind.VALUE]
+    values = carried(benchmark_of(processed, quant))
+    assert values[1] == np.float32(0.02) and values[2] == 128
+
+
+def test_quantized_layers_differing_only_in_a_scale_have_different_keys(build_model, process_proto):
+    def key(**kw):
+        return only_layer(process_proto(qlinear_conv_model(build_model, **kw)), "QLinearConv").layer_key
+
+    assert key(y_scale=0.2) != key(y_scale=0.3)
+    assert key(w_scale=[0.01] * 8) != key(w_scale=[0.02] * 8)
+    assert key(weight_seed=0) == key(weight_seed=1)  # a large weight's values are not in the key
+
+
+def clip_model(build_model, lo, hi):
+    return build_model(
+        [helper.make_node("Clip", ["x", "lo", "hi"], ["y"])],
+        [("x", F, [2, 16])],
+        [("y", F, None)],
+        {"lo": np.array(lo, np.float32), "hi": np.array(hi, np.float32)},
+    )
+
+
+def test_clip_bounds_are_carried(build_model, process_proto):
+    processed = process_proto(clip_model(build_model, 0.0, 6.0))
+    layer = only_layer(processed, "Clip")
+    values = carried(benchmark_of(processed, layer))
+    assert (values[1], values[2]) == (0.0, 6.0)
+    other = only_layer(process_proto(clip_model(build_model, 0.0, 8.0)), "Clip")
+    assert layer.layer_key != other.layer_key
+
+
+def pad_model(build_model, pads, mode="constant"):
+    return build_model(
+        [helper.make_node("Pad", ["x", "pads", "value"], ["y"], mode=mode)],
+        [("x", F, [1, 3, 8, 8])],
+        [("y", F, None)],
+        {"pads": np.array(pads, np.int64), "value": np.array(0.5, np.float32)},
+    )
+
+
+def test_pad_pads_and_constant_are_carried(build_model, process_proto):
+    processed = process_proto(pad_model(build_model, [0, 0, 1, 2, 0, 0, 2, 1]))
+    layer = only_layer(processed, "Pad")
+    values = carried(benchmark_of(processed, layer))
+    assert values[1].tolist() == [0, 0, 1, 2, 0, 0, 2, 1] and values[2] == np.float32(0.5)
+    same_shape = only_layer(process_proto(pad_model(build_model, [0, 0, 2, 1, 0, 0, 1, 2])), "Pad")
+    assert same_shape.output_shapes == layer.output_shapes and same_shape.layer_key != layer.layer_key
+
+
+def conv_model(build_model, seed, channels=64):
+    rng = np.random.default_rng(seed)
+    return build_model(
+        [helper.make_node("Conv", ["x", "w", "b"], ["y"], pads=[1] * 4)],
+        [("x", F, [1, 16, 8, 8])],
+        [("y", F, None)],
+        {
+            "w": rng.standard_normal((channels, 16, 3, 3)).astype(np.float32),
+            "b": rng.standard_normal(channels).astype(np.float32),
+        },
+    )
+
+
+@pytest.mark.parametrize("channels", [4, 64])
+def test_learned_weights_and_biases_are_not_values(build_model, process_proto, channels):
+    """A Conv's weight and bias are learned (Differentiable in the schema): synthesised whatever their size."""
+    a = only_layer(process_proto(conv_model(build_model, 0, channels)), "Conv")
+    b = only_layer(process_proto(conv_model(build_model, 1, channels)), "Conv")
+    assert [i.kind for i in a.inputs] == [InputKind.ACTIVATION, InputKind.WEIGHT, InputKind.WEIGHT]
+    assert a.layer_key == b.layer_key
+
+
+def test_a_scalar_is_a_value_even_in_a_learned_slot(build_model, process_proto):
+    """``Pow(x, 2)`` and ``Pow(x, 0.5)`` are different kernels: a single number is always a value."""
+
+    def pow_key(exponent):
+        processed = process_proto(
+            build_model(
+                [helper.make_node("Pow", ["x", "e"], ["y"])],
+                [("x", F, [4, 4])],
+                [("y", F, None)],
+                {"e": np.array(exponent, np.float32)},
+            )
+        )
+        layer = only_layer(processed, "Pow")
+        assert layer.inputs[1].kind is InputKind.VALUE
+        assert carried(benchmark_of(processed, layer))[1] == np.float32(exponent)
+        return layer.layer_key
+
+    assert pow_key(2.0) != pow_key(0.5)
