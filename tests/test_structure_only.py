@@ -157,10 +157,10 @@ def test_a_model_with_every_tensor_stripped_processes_without_raising(tmp_path):
     graph = process_model(path, batch=1).graph
     (clip,) = graph.layers  # its bounds have no values: weights of their shape, not part of the key
     assert [i.kind for i in clip.inputs] == [InputKind.ACTIVATION, InputKind.WEIGHT, InputKind.WEIGHT]
-    assert [(u.op_type, u.reason) for u in graph.unsupported] == [
-        ("Reshape", "unknown shape of output 'r'"),
-        ("Relu", "unknown shape of input 'r'"),
-    ]
+    assert [u.op_type for u in graph.unsupported] == ["Reshape", "Relu"]
+    reshape, relu = (u.reason for u in graph.unsupported)
+    assert reshape.startswith("unknown shape of output 'r': its shape depends on the value of 'shape', which the file")
+    assert relu.startswith("unknown shape of input 'r'")
 
 
 def test_a_benchmark_network_synthesises_the_missing_weights(stripped):

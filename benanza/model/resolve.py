@@ -155,6 +155,7 @@ class _Walk:
             if tensor is not None and tensor.elem_type:
                 self.elem.setdefault(vi.name, tensor.elem_type)
         self.values: dict[str, np.ndarray] = {}
+        self.stripped = {i.name for i in model.graph.initializer if not has_data(i)}  # structure-only tensors
         for init in model.graph.initializer:
             if math.prod(init.dims) <= FOLD_MAX_ELEMENTS and has_data(init):  # structure-only: no values
                 self.values[init.name] = numpy_helper.to_array(init)
@@ -334,6 +335,11 @@ class _Walk:
         if decided:
             self._unresolved(needed, self._depends_on(decided))
             return
+        missing = [x for x in fed if x in self.stripped and (not _is_onnx_domain(node) or self._setting(node, x))]
+        if missing and _is_onnx_domain(node):
+            # ONNX's inference, which knows its own ops, lacked exactly these settings' values
+            self._unresolved(needed, self._stripped_reason(missing))
+            return
         refusal = self._memory_refusal(fed)
         if refusal is not None:
             self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {refusal}")
@@ -370,6 +376,13 @@ class _Walk:
         for o in outs:
             if o not in self.shape:
                 self.reasons[o] = why
+
+    @staticmethod
+    def _stripped_reason(tensors: list[str]) -> str:
+        return (
+            f"its shape depends on the value of {_quoted(tensors)}, which the file holds no data for "
+            "(a structure-only model keeps small tensors such as shapes and axes in the file)"
+        )
 
     def _depends_on(self, tensors: Iterable[str]) -> str:
         sources = frozenset().union(*(self.runtime.get(x, frozenset()) for x in tensors))
