@@ -107,6 +107,30 @@ def test_synthetic_arrays_float_in_range_integers_zero():
     assert synthetic_array([4], "bool", rng).tolist() == [False] * 4
 
 
+def test_a_layer_fed_a_scalar_computed_at_run_time_builds_and_runs(process_proto):
+    """Dynamic quantization multiplies by a scale computed at run time (shape ``()``): the layer
+    alone gets a synthetic 0-d array, which ONNX Runtime takes (a numpy scalar it refuses)."""
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0),  # a scalar that depends on the input
+        helper.make_node("Mul", ["x", "m"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "scalar_scale",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])],
+    )
+    processed = process_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    (mul,) = [i for i, layer in enumerate(processed.graph.layers) if layer.op_type == "Mul"]
+    assert processed.graph.layers[mul].inputs[1].tensor.shape == ()
+    model = build_onnx(network_of(processed.graph, [mul])[1])
+    options = session_options("extended", 1)
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, feeds_for(model))
+    assert out.shape == (1, 8)
+    assert isinstance(synthetic_array([], "float32", np.random.default_rng(0)), np.ndarray)
+
+
 def test_renamed_copies_have_equal_networks_and_keys(chain, conv_chain, process_proto):
     renamed = process_proto(conv_chain("reshape", prefix="copy_")).graph
     for members in ([0], [3], [4], [0, 1, 2], [2, 3], list(range(5))):

@@ -38,11 +38,13 @@ def _elem_type(dtype: str) -> int:
 def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
     """Random data of a shape and dtype: floats in [-1, 1), integers and booleans as zeros.
 
-    Zeros for integers keep index-like inputs (Gather indices, shapes) in range.
+    Zeros for integers keep index-like inputs (Gather indices, shapes) in range. Always an
+    array, a 0-d one for shape ``[]`` (numpy's arithmetic on it gives a scalar, which ONNX
+    Runtime refuses as a feed).
     """
     dt = np.dtype(dtype)
     if dt.kind == "f":
-        return (rng.random(shape, dtype=np.float32) * 2 - 1).astype(dt)
+        return np.asarray(rng.random(shape, dtype=np.float32) * 2 - 1, dtype=dt)
     return np.zeros(shape, dtype=dt)
 
 
