@@ -10,7 +10,7 @@ import typer
 
 from benanza.cli.common import ShapeOpt, handles_errors, model_paths, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
-from benanza.report.output import OutputFormat, emit_json
+from benanza.report.output import OutputFormat, emit
 
 
 @handles_errors
@@ -54,15 +54,8 @@ def report_command(
     with open_store(store_uri(db, db_file), read_only=True) as store:
         data = survey(store, paths, batches=batches, overrides=overrides, granularities=grans, opt_level=opt_level)
     files = write_site(data, out)
-    if format is OutputFormat.json:
-        emit_json(files.to_dict())
-    elif format is OutputFormat.csv:
-        from benanza.report.output import write_csv
-
-        write_csv(
-            [{"kind": "page", "path": p} for p in files.pages] + [{"kind": "table", "path": t} for t in files.tables]
-        )
-    else:
+    listing = [{"kind": kind, "path": path} for kind, names in files.listing() for path in names]
+    if not emit(format, files.to_dict(), listing):
         index = (out / "index.html").resolve()
         print(
             f"wrote {len(files.pages)} pages, {len(files.figures)} figures and {len(files.tables)} CSV tables "

@@ -43,6 +43,9 @@ class SiteFiles:
     figures: tuple[str, ...]
     tables: tuple[str, ...]
 
+    def listing(self) -> list[tuple[str, tuple[str, ...]]]:
+        return [("page", self.pages), ("figure", self.figures), ("table", self.tables)]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "out": str(self.out),
