@@ -354,10 +354,13 @@ def stored_analyses(
                 results: dict[str, BenchmarkRecord] = {}
                 records: list[BenchmarkRecord] = []
                 if chosen:
+                    # what the probe read is not read again: only the plan's groups and sequences are
                     keys = set(plan.networks) | {plan.model_key}
-                    records = store.records(
-                        system=system, stack_id=sid, runtime=runtime, keys=keys, batch_size=batch_size
+                    records = [r for r in found if r.runtime == runtime and r.key in keys]
+                    records += store.records(
+                        system=system, stack_id=sid, runtime=runtime, keys=keys - probe_keys, batch_size=batch_size
                     )
+                    records.sort(key=lambda r: r.identity())
                     results = _results_by_key(records, variant, batch_size)
                 row = lower_bound(plan, results, system=system, stack_id=sid, runtime=runtime, variant=variant)
                 analyses.append(StoredAnalysis(plan, results, records, row))

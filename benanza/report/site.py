@@ -17,6 +17,8 @@ Layout of ``out``::
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,6 +33,7 @@ from benanza.report import site_plots
 from benanza.report.output import fmt, write_csv
 from benanza.survey import ModelFigures, Survey, SystemFigures
 
+FIGURE_STYLE = 1  # bump when a figure's drawing changes, so an incremental report redraws it
 BREAKDOWN_ROWS = 30  # units listed per system on a model page (the CSV has all)
 
 
@@ -99,6 +102,12 @@ class _Site:
         self.figures: list[str] = []
         self.tables: list[str] = []
         self.plots: list[Callable[[], Any]] = []
+        self.manifest = out / "figures" / "drawn.json"  # figure -> digest of the data it was drawn from
+        try:
+            self.previous: dict[str, str] = json.loads(self.manifest.read_text())
+        except (OSError, ValueError):
+            self.previous = {}
+        self.drawn: dict[str, str] = {}
         self.model_pages = self._unique_pages("models", sorted({m.model for m in survey.models}))
         self.system_pages = self._unique_pages("systems", [s.name for s in survey.systems])
 
@@ -135,9 +144,13 @@ class _Site:
         self.tables.append(rel)
         return f"{root}{rel}"
 
-    def figure(self, name: str, draw: Callable[[Path], Any], alt: str, root: str) -> dict[str, Any]:
+    def figure(self, name: str, draw: Callable[[Path], Any], alt: str, root: str, data: Any = None) -> dict[str, Any]:
+        """A figure drawn after the pages; skipped when the file holds a drawing of the same ``data`` already."""
         rel = f"figures/{name}.svg"
-        self.plots.append(lambda: draw(self.out / rel))
+        digest = hashlib.sha256(repr((data, self.colors, FIGURE_STYLE)).encode()).hexdigest()[:16]
+        self.drawn[rel] = digest
+        if data is None or self.previous.get(rel) != digest or not (self.out / rel).is_file():
+            self.plots.append(lambda: draw(self.out / rel))
         self.figures.append(rel)
         return {"src": f"{root}{rel}", "alt": alt, "width": 860}
 
@@ -253,6 +266,7 @@ class _Site:
                 lambda p: site_plots.bounds_chart(entries, self.colors, p, "Lower bound vs end to end, latest stacks"),
                 "lower bound and end-to-end latency per model and system",
                 root,
+                data=entries,
             )
             if entries
             else None
@@ -439,6 +453,7 @@ class _Site:
                 lambda p: site_plots.bounds_chart(entries, self.colors, p, f"{name}: lower bound vs end to end"),
                 f"{name}: lower bound and end-to-end latency per system",
                 root,
+                data=entries,
             )
             if entries
             else None
@@ -480,7 +495,18 @@ class _Site:
                 for m, r in every
             ],
         }
-        breakdowns = [self._breakdown(name, key, m, f, root) for m, f in latest if f.breakdown]
+        fastest = {
+            (c.model, c.batch_size): (c.fastest.system, c.fastest.stack_id)
+            for c in self.survey.comparisons
+            if c.fastest is not None
+        }
+        breakdowns = [
+            self._breakdown(
+                name, key, m, f, root, chart=fastest.get((m.model, m.batch_size)) == (f.row.system, f.row.stack_id)
+            )
+            for m, f in latest
+            if f.breakdown
+        ]
         opt_rows = [f.optimizations for _, f in latest]
         opt_rows = [o for o in opt_rows if any(getattr(o, n) is not None for n in site_plots.SPEEDUPS)]
         optimizations = {
@@ -507,6 +533,7 @@ class _Site:
                 ),
                 f"{name}: speedup of each optimisation per system",
                 root,
+                data=[o.to_dict() for o in opt_rows],
             )
             if opt_rows
             else None
@@ -557,18 +584,27 @@ class _Site:
             checks=checks,
         )
 
-    def _breakdown(self, name: str, key: str, m: ModelFigures, f: SystemFigures, root: str) -> dict[str, Any]:
+    def _breakdown(
+        self, name: str, key: str, m: ModelFigures, f: SystemFigures, root: str, chart: bool
+    ) -> dict[str, Any]:
+        """A system's units as a table; as a chart too for the fastest system (the one the answer names)."""
         system = f.row.system
         tag = f"{key}_{slug(system)}_b{m.batch_size}"
         units = f.breakdown
-        figure = self.figure(
-            f"model_{tag}_units",
-            lambda p: site_plots.breakdown_chart(
-                units, self.colors.get(system, "#777777"), p, f"{name} on {system}, batch {m.batch_size}: largest units"
-            ),
-            f"{name} on {system}: kernel time of the largest units",
-            root,
-        )
+        figure = None
+        if chart:
+            figure = self.figure(
+                f"model_{tag}_units",
+                lambda p: site_plots.breakdown_chart(
+                    units,
+                    self.colors.get(system, "#777777"),
+                    p,
+                    f"{name} on {system}, batch {m.batch_size}: largest units",
+                ),
+                f"{name} on {system}: kernel time of the largest units",
+                root,
+                data=units,
+            )
         table = {
             "caption": f"{len(units)} units the runtime executes, largest first; share of the sum of their kernel "
             "times; kernel time p10, spread to p90 of its samples",
@@ -698,6 +734,7 @@ class _Site:
                 ),
                 f"{report.name}: slowest layers by median call latency",
                 root,
+                data=slow,
             )
             if slow
             else None
@@ -806,7 +843,9 @@ class _Site:
             ],
         }
         repeats_figure = (
-            self.figure("corpus_repeats", lambda p: site_plots.repeats_chart(ops, p), "repeats by op type", root)
+            self.figure(
+                "corpus_repeats", lambda p: site_plots.repeats_chart(ops, p), "repeats by op type", root, data=ops
+            )
             if ops
             else None
         )
@@ -816,6 +855,7 @@ class _Site:
                 lambda p: _heatmap(c, p),
                 "Jaccard similarity of the models' layer sets",
                 root,
+                data=(tuple(m.model for m in c.models), c.jaccard),
             )
             if c.models
             else None
@@ -854,6 +894,8 @@ class _Site:
         """Render every queued figure (one after another: pyplot is not thread-safe)."""
         for plot in self.plots:
             plot()
+        self.manifest.parent.mkdir(parents=True, exist_ok=True)
+        self.manifest.write_text(json.dumps(self.drawn, indent=0, sort_keys=True))
 
 
 def _heatmap(corpus, path: Path) -> Path:
