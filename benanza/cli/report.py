@@ -15,7 +15,9 @@ from benanza.report.output import OutputFormat, emit
 
 @handles_errors
 def report_command(
-    out: Annotated[Path, typer.Option("--out", "-o", help="folder for the site (created; its report files replaced)")],
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="folder for the site (created; its report files replaced)")
+    ] = Path("site"),
     models: Annotated[
         list[Path] | None,
         typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the zoo in the onnx wheel"),
