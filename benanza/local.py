@@ -22,6 +22,7 @@ from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import BenchmarkSpec, SpecKind, variant_id
 from benanza.errors import BenanzaError, UsageError
 from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
+from benanza.model.graph import ModelGraph
 from benanza.model.process import ProcessedModel, process_model
 from benanza.runtimes.base import Runtime, get_runtime
 from benanza.store.base import Store, open_store
@@ -262,6 +263,16 @@ def _runtime_and_variant(records: Sequence[BenchmarkRecord], mkey: str) -> tuple
     return min(counts, key=lambda rv: (-counts[rv], rv))
 
 
+@dataclass(frozen=True)
+class StoredAnalysis:
+    """One lower-bound row of a stored system with what it was computed from."""
+
+    plan: ModelPlan
+    results: Mapping[str, BenchmarkRecord]  # key -> the record the row used (its variant)
+    records: Sequence[BenchmarkRecord]  # every record of the plan's keys on this system, stack and runtime
+    row: LowerBound
+
+
 def analyze_stored(
     store: Store,
     paths: Iterable[Path],
@@ -289,10 +300,35 @@ def analyze_stored(
     Raises:
         UsageError: an unknown system or stack.
     """
+    processed = [(batch, process_model(path, batch, overrides, fits_here=False)) for path in paths for batch in batches]
+    return [
+        a.row
+        for a in stored_analyses(
+            store,
+            processed,
+            systems,
+            stack=stack,
+            overrides=overrides,
+            granularities=granularities,
+            opt_level=opt_level,
+        )
+    ]
+
+
+def stored_analyses(
+    store: Store,
+    processed: Sequence[tuple[int | None, ProcessedModel]],
+    systems: Iterable[str],
+    *,
+    stack: str = LATEST,
+    overrides: Mapping[str, tuple[int, ...]] | None = None,
+    granularities: Iterable[int] = (),
+    opt_level: str = "extended",
+) -> list[StoredAnalysis]:
+    """``analyze_stored`` of processed models ((batch, model) pairs), each row with its plan and records."""
     names = resolve_systems(store, systems)
     stacks = select_stacks(store, names, stack)
     grans = tuple(granularities)
-    processed = [(batch, process_model(path, batch, overrides, fits_here=False)) for path in paths for batch in batches]
     runtimes: dict[tuple[str, str], Runtime] = {}
     plans: dict[tuple[int, str, str], ModelPlan] = {}
 
@@ -304,7 +340,7 @@ def analyze_stored(
             plans[(i, *rt_key)] = plan_model(model, runtimes[rt_key], grans, batch=batch, overrides=overrides)
         return plans[(i, *rt_key)]
 
-    rows = []
+    analyses = []
     for i, (batch, model) in enumerate(processed):
         batch_size = batch_size_of(model.graph)
         mkey = model_key(model.graph)
@@ -316,14 +352,19 @@ def analyze_stored(
                 runtime, variant = chosen if chosen else ("onnxruntime", None)
                 plan = plan_for(i, batch, model, runtime, variant)
                 results: dict[str, BenchmarkRecord] = {}
+                records: list[BenchmarkRecord] = []
                 if chosen:
+                    # what the probe read is not read again: only the plan's groups and sequences are
                     keys = set(plan.networks) | {plan.model_key}
-                    records = store.records(
-                        system=system, stack_id=sid, runtime=runtime, keys=keys, batch_size=batch_size
+                    records = [r for r in found if r.runtime == runtime and r.key in keys]
+                    records += store.records(
+                        system=system, stack_id=sid, runtime=runtime, keys=keys - probe_keys, batch_size=batch_size
                     )
+                    records.sort(key=lambda r: r.identity())
                     results = _results_by_key(records, variant, batch_size)
-                rows.append(lower_bound(plan, results, system=system, stack_id=sid, runtime=runtime, variant=variant))
-    return rows
+                row = lower_bound(plan, results, system=system, stack_id=sid, runtime=runtime, variant=variant)
+                analyses.append(StoredAnalysis(plan, results, records, row))
+    return analyses
 
 
 def prices(store: Store, config: Path | None = None) -> dict[str, float | None]:
@@ -350,14 +391,17 @@ def system_reports(
     batch: int = 1,
     overrides: Mapping[str, tuple[int, ...]] | None = None,
     top: int = 10,
+    graphs: Sequence[ModelGraph] | None = None,
 ) -> list[SystemReport]:
     """Per system: hardware, stacks over time, record counts, slowest layers and corpus coverage.
 
     Coverage is the share of the corpus's unique layer keys at ``batch`` with an ok record
-    (any runtime and variant) of the system's latest stack.
+    (any runtime and variant) of the system's latest stack. ``graphs``: the corpus already
+    processed at ``batch`` (then ``corpus`` is not read again).
     """
     names = resolve_systems(store, systems)
-    graphs = [process_model(path, batch, overrides, fits_here=False).graph for path in corpus]
+    if graphs is None:
+        graphs = [process_model(path, batch, overrides, fits_here=False).graph for path in corpus]
     corpus_keys = {key for graph in graphs for key in graph.layer_keys}
     documents = {s["name"]: s for s in store.systems()}
     summary = store.summary()

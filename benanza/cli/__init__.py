@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from benanza import __version__
-from benanza.cli import bench, db, fleet, models
+from benanza.cli import bench, db, fleet, models, report
 
 app = typer.Typer(
     help="benanza: how fast your models could run on each of your machines, and why they don't.",
@@ -18,6 +18,7 @@ app.add_typer(bench.analyze_app, name="analyze")
 app.add_typer(db.app, name="db")
 app.add_typer(fleet.app, name="fleet")
 app.command("run")(bench.handles_errors(bench.run_command))
+app.command("report")(report.report_command)
 
 
 def _version(value: bool) -> None:

@@ -11,7 +11,7 @@ import typer
 
 from benanza.cli.common import FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_count, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
-from benanza.report.output import OutputFormat, console, emit_json
+from benanza.report.output import OutputFormat, console, emit
 
 bench_app = typer.Typer(help="Benchmark unique layers, execution groups, sequences and models.", no_args_is_help=True)
 analyze_app = typer.Typer(
@@ -185,7 +185,7 @@ def bench_run(
     )
     try:
         plans = _plans(ctx, models, requested)
-        summary = _bench(ctx, plans, e2e, retry_failed, quiet=format is OutputFormat.json)
+        summary = _bench(ctx, plans, e2e, retry_failed, quiet=format is not OutputFormat.table)
     finally:
         ctx.close()
     from benanza.bench.generate import plan_report
@@ -199,9 +199,7 @@ def bench_run(
         "variant": ctx.variant,
         **plan_report(plans),
     }
-    if format is OutputFormat.json:
-        emit_json(out)
-    else:
+    if not emit(format, out, [out]):
         _print_summary(ctx, summary)
     _warn_deferred(summary)
 
@@ -318,19 +316,25 @@ def _report_lower_bounds(store, rows, format, plot, *, compare=False, config=Non
         from benanza.report.compare import comparison_table
 
         comparisons = compare_systems(rows, prices(store, config))
-        if format is OutputFormat.json:
-            emit_json([c.to_dict() for c in comparisons])
+        if emit(format, [c.to_dict() for c in comparisons], _comparison_rows(comparisons)):
             return
         if not compare:
             console().print(lower_bound_table(rows, by_system=True))
         console().print(comparison_table(comparisons))
-    elif format is OutputFormat.json:
-        emit_json([r.to_dict() for r in rows])
-    else:
+    elif not emit(format, [r.to_dict() for r in rows]):
         console().print(lower_bound_table(rows, by_system=by_system))
         for r in rows:
             for check in r.checks:
                 console().print(f"check: {r.model} (batch {r.batch_size}): {check}")
+
+
+def _comparison_rows(comparisons):
+    """CSV rows of comparisons: one per compared system, the comparison's fields beside ``systems.*``."""
+    rows = []
+    for c in comparisons:
+        doc = c.to_dict()
+        rows += [{**{k: v for k, v in doc.items() if k != "systems"}, "systems": s} for s in doc["systems"]]
+    return rows
 
 
 def _plot(rows, plot, several_systems):
@@ -371,8 +375,7 @@ def optimizations_cmd(
         rows = optimize(ctx, _plans(ctx, models, requested))
     finally:
         ctx.close()
-    if format is OutputFormat.json:
-        emit_json([r.to_dict() for r in rows])
+    if emit(format, [r.to_dict() for r in rows]):
         return
     console().print(optimizations_table(rows))
     for r in rows:
@@ -410,9 +413,7 @@ def systems_cmd(
     paths = model_paths(models)
     with open_store(store_uri(db, db_file), read_only=True) as store:
         reports = system_reports(store, system or ["all"], paths, batch=batch_size, overrides=overrides, top=slowest)
-    if format is OutputFormat.json:
-        emit_json([r.to_dict() for r in reports])
-    else:
+    if not emit(format, [r.to_dict() for r in reports]):
         console().print(systems_tables(reports))
 
 
@@ -453,8 +454,8 @@ def run_command(
     )
     try:
         plans = _plans(ctx, models, requested)
-        summary = _bench(ctx, plans, e2e=True, retry_failed=False, quiet=format is OutputFormat.json)
-        if format is not OutputFormat.json:
+        summary = _bench(ctx, plans, e2e=True, retry_failed=False, quiet=format is not OutputFormat.table)
+        if format is OutputFormat.table:
             _print_summary(ctx, summary)
         _warn_deferred(summary)
         _analyze(ctx, plans, format, plot)

@@ -30,7 +30,9 @@ def handles_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-f", help="table for people, json for programs")]
+FormatOpt = Annotated[
+    OutputFormat, typer.Option("--format", "-f", help="table for people; json or csv (the JSON's columns) for programs")
+]
 # Numeric flags are taken as text and parsed by ``parse_count``/``parse_int_list``: a bad value is
 # then a one-line ``UsageError`` like every other error, not click's usage box.
 BatchOpt = Annotated[

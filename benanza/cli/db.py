@@ -9,7 +9,7 @@ import typer
 
 from benanza.cli.common import FormatOpt, handles_errors
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
-from benanza.report.output import OutputFormat, console, emit_json, table
+from benanza.report.output import OutputFormat, console, emit, table
 from benanza.store.records import Outcome
 
 app = typer.Typer(help="The performance database: systems, software stacks and stored results.", no_args_is_help=True)
@@ -33,8 +33,7 @@ def ls(db: DbOpt = None, db_file: DbFileOpt = None, format: FormatOpt = OutputFo
             "stacks": store.stacks(),
             "summary": store.summary(),
         }
-    if format is OutputFormat.json:
-        emit_json(listing)
+    if emit(format, listing, listing["summary"]):  # CSV: the result counts, the JSON's ``summary``
         return
     out = console()
     for t in _listing_tables(listing):

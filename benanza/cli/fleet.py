@@ -10,7 +10,7 @@ import typer
 
 from benanza.cli.common import FormatOpt, ShapeOpt, handles_errors, parse_int_list
 from benanza.cli.store_options import DB_FLAG, DbFileOpt, store_uri
-from benanza.report.output import OutputFormat, console, emit_json
+from benanza.report.output import OutputFormat, console, emit
 
 app = typer.Typer(help="Benchmark a corpus on every system of a fleet (Ray + a shared database).", no_args_is_help=True)
 
@@ -82,9 +82,7 @@ def run(
         with FleetProgress(console(sys.stderr)) as progress:
             summary = run_fleet(cfg, progress=progress)
     data = summary.to_dict()
-    if format is OutputFormat.json:
-        emit_json(data)
-    else:
+    if not emit(format, data, [{"system": name, **s} for name, s in data["systems"].items()]):
         console().print(summary_table(data))
     for line in plan_warnings(data):
         print(f"warning: {line}", file=sys.stderr)
@@ -117,7 +115,5 @@ def status(
     corpus = plan_corpus(cfg)
     with open_store(cfg.db, read_only=True) as store:
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]
-    if format is OutputFormat.json:
-        emit_json(rows)
-    else:
+    if not emit(format, rows):
         console().print(status_table(rows))

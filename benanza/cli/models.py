@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from benanza.cli.common import BatchOpt, FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_count
-from benanza.report.output import OutputFormat, console, emit_json
+from benanza.report.output import OutputFormat, console, emit
 
 app = typer.Typer(
     help="Turn ONNX models into layers, find repeats, split into runnable sequences.", no_args_is_help=True
@@ -30,17 +30,17 @@ def inspect(
 
     batch_size, overrides = parse_count(batch, "--batch"), parse_shape_overrides(shape)
     graph = process_model(model, batch_size, overrides).graph
-    if format is OutputFormat.json:
-        emit_json(
-            {
-                **graph.summary(),
-                "layers": [layer.to_dict() for layer in graph.layers],
-                "unsupported": [u.to_dict() for u in graph.unsupported],
-                "edges": [list(e) for e in graph.edges],
-                "total_flops": sum(layer.flops or 0 for layer in graph.layers),
-            }
-        )
-    else:
+    layers = [layer.to_dict() for layer in graph.layers]
+    unsupported = [u.to_dict() for u in graph.unsupported]
+    # CSV: the layers, then the nodes that are not layers (their own columns: node, reason)
+    document = {
+        **graph.summary(),
+        "layers": layers,
+        "unsupported": unsupported,
+        "edges": [list(e) for e in graph.edges],
+        "total_flops": sum(layer.flops or 0 for layer in graph.layers),
+    }
+    if not emit(format, document, layers + unsupported):
         console().print(inspect_tables(graph))
 
 
@@ -66,9 +66,14 @@ def dedup(
         from benanza.report.plots import similarity_heatmap
 
         similarity_heatmap(summary, plot)
-    if format is OutputFormat.json:
-        emit_json({**summary.to_dict(), "unsupported": {g.model: [u.to_dict() for u in g.unsupported] for g in graphs}})
-    else:
+    document = {**summary.to_dict(), "unsupported": {g.model: [u.to_dict() for u in g.unsupported] for g in graphs}}
+    # CSV: the JSON's ``models``, each with its row of the Jaccard matrix (``jaccard.MODEL``)
+    names = [m.model for m in summary.models]
+    rows = [
+        {**doc, "jaccard": dict(zip(names, row, strict=True))}
+        for doc, row in zip(document["models"], summary.jaccard, strict=True)
+    ]
+    if not emit(format, document, rows):
         console().print(corpus_tables(summary))
 
 
@@ -103,9 +108,8 @@ def split(
         processed = process_model(path, batch_size, overrides)
         written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, grain), out))
     unique = len({w.sequence_key for w in written})
-    if format is OutputFormat.json:
-        emit_json({"granularity": grain, "sequences": [w.to_dict() for w in written], "unique_sequences": unique})
-    else:
+    sequences = [w.to_dict() for w in written]
+    if not emit(format, {"granularity": grain, "sequences": sequences, "unique_sequences": unique}, sequences):
         console().print(
             table(
                 f"{len(written)} sequences ({unique} unique) of at most {grain} layers in {out}",

@@ -1,10 +1,17 @@
-"""Writing results for people (rich tables) or programs (JSON)."""
+"""Writing results for people (rich tables) or programs (JSON, CSV).
+
+CSV has the JSON's columns: each row is one JSON object of the command's table, nested
+objects flattened to dotted column names (``stats.median``) and lists written as JSON text
+in their cell; a missing value is an empty cell. Columns come in the order the rows first
+name them.
+"""
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -15,6 +22,7 @@ from rich.table import Table
 class OutputFormat(StrEnum):
     table = "table"
     json = "json"
+    csv = "csv"
 
 
 def emit_json(obj: Any, file: TextIO | None = None) -> None:
@@ -22,6 +30,47 @@ def emit_json(obj: Any, file: TextIO | None = None) -> None:
     out = file or sys.stdout
     json.dump(obj, out, indent=2, default=_default)
     out.write("\n")
+
+
+def csv_cells(row: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """One JSON object as CSV cells: nested objects to dotted names, lists to JSON text."""
+    cells: dict[str, Any] = {}
+    for key, value in row.items():
+        name = f"{prefix}{key}"
+        if hasattr(value, "to_dict"):
+            value = value.to_dict()
+        if isinstance(value, Mapping) and value:
+            cells.update(csv_cells(value, f"{name}."))
+        elif isinstance(value, Mapping):
+            cells[name] = ""
+        elif isinstance(value, list | tuple | set | frozenset):
+            cells[name] = json.dumps(list(value), default=_default)
+        else:
+            cells[name] = "" if value is None else value
+    return cells
+
+
+def write_csv(rows: Iterable[Mapping[str, Any]], file: TextIO | None = None) -> None:
+    """Rows (JSON objects) as one CSV document with a header (see the module docstring)."""
+    flat = [csv_cells(r.to_dict() if hasattr(r, "to_dict") else r) for r in rows]
+    columns = list(dict.fromkeys(name for cells in flat for name in cells))
+    writer = csv.DictWriter(file or sys.stdout, fieldnames=columns, restval="", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(flat)
+
+
+def emit(fmt_: OutputFormat, document: Any, csv_rows: Iterable[Mapping[str, Any]] | None = None) -> bool:
+    """Write ``document`` as JSON, or ``csv_rows`` (default: the document, a list of rows) as CSV.
+
+    Returns False for ``table``: the caller prints its tables.
+    """
+    if fmt_ is OutputFormat.json:
+        emit_json(document)
+        return True
+    if fmt_ is OutputFormat.csv:
+        write_csv(document if csv_rows is None else csv_rows)
+        return True
+    return False
 
 
 def _default(obj: Any) -> Any:
