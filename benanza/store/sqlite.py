@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
+
 from benanza.errors import StoreError, UsageError
 from benanza.store.base import StoreBase, register_store
 from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
@@ -492,8 +494,8 @@ class SqliteStore(StoreBase):
     def _json_of(self, text: str, what: str) -> Any:
         """A stored JSON document; damaged bytes in a row (quick_check checks pages, not JSON) are a ``StoreError``."""
         try:
-            return json.loads(text)
-        except (TypeError, ValueError) as exc:
+            return orjson.loads(text)
+        except (TypeError, ValueError) as exc:  # orjson.JSONDecodeError is a ValueError
             raise self._fail(f"damaged: the stored {what} is not valid JSON ({exc})") from None
 
     def _record_of(self, rowid: int, doc: str) -> BenchmarkRecord:
