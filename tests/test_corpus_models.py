@@ -149,3 +149,11 @@ def test_a_float16_model_is_not_planned_as_one_unit():
     graph, units = corpus_plan("resnet50_fp16")
     assert len(units) > len(graph.layers) // 2
     assert max(len(unit) for unit in units) <= 3
+
+
+def test_a_qdq_transformer_is_grouped_as_onnxruntime_fuses_it():
+    """The query, key and value MatMuls share one DequantizeLinear; each runs as a QLinearMatMul."""
+    _, units = corpus_plan("bert_int8_qdq")  # was planned each layer alone: units out of order
+    matmuls = [unit for unit in units if "MatMul" in unit]
+    assert len(matmuls) == 32
+    assert all(unit[-2:] == ["MatMul", "QuantizeLinear"] for unit in matmuls)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.generate import contracted, plan_model, specs_for_plan
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import RegistryError, UsageError
 from benanza.runtimes.base import Prepared, Runtime, get_runtime, runtime_names
@@ -77,6 +77,30 @@ def test_groups_never_share_a_layer(chain):
     assert groups == [[0, 1], [2, 3], [4]]
     flat = [i for g in groups for i in g]
     assert sorted(flat) == list(range(5))
+
+
+def test_a_layer_several_units_read_goes_before_all_of_them(build_model, process_proto):
+    """A QDQ model's DequantizeLinear feeding query, key and value MatMuls joins the first fused
+    node that claims it; ordered by last layer, that unit came after another reader, and the
+    whole model was planned each layer alone."""
+    processed = process_proto(
+        build_model(
+            [
+                helper.make_node("Relu", ["x"], ["r"]),
+                helper.make_node("Sigmoid", ["r"], ["s"]),
+                helper.make_node("Tanh", ["r"], ["t"]),
+            ],
+            [("x", TensorProto.FLOAT, [1, 4])],
+            [("s", TensorProto.FLOAT, None), ("t", TensorProto.FLOAT, None)],
+        )
+    )
+    # ORT fused Relu into the Tanh's node first; the Sigmoid's node reads x again
+    optimized = _optimized([helper.make_node("A", ["x"], ["t"]), helper.make_node("B", ["x"], ["s"])])
+    groups = groups_from_optimized(processed.graph, optimized)
+    assert groups == [[0, 2], [1]]
+    contracted(processed.graph, groups, ["a", "b"])  # the units form a graph in order
+    with pytest.raises(ValueError):  # ordered by last layer, they did not
+        contracted(processed.graph, [[1], [0, 2]], ["b", "a"])
 
 
 def test_a_float16_graph_groups_as_onnxruntime_runs_it_in_float32(build_model, process_proto):
