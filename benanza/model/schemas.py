@@ -84,8 +84,10 @@ _SOURCES: dict[str, SchemaSource] = {}
 
 
 def register_source(name: str, source: SchemaSource) -> None:
-    """Add a registry of schemas, asked after those registered before it."""
+    """Add a registry of schemas, asked after those registered before it (register before use:
+    what ``benanza.model.extract`` derived from a schema is cached)."""
     _SOURCES[name] = source
+    op_schema.cache_clear()
 
 
 def schema_sources() -> tuple[str, ...]:
