@@ -1,7 +1,9 @@
 """The corpus of today's models in ``corpus/``: committed structure only, listed, and processed.
 
-Whether every node is shaped and benchmarked is not asserted here yet (issue 14 parts 1-3);
-``benchmarks/corpus_status.py`` reports it per model.
+Every node of every corpus model is shaped and becomes a layer at batch 1, the QOperator int8
+models' ONNX Runtime contrib ops (``com.microsoft::QLinearAdd``...) included; ONNX Runtime
+groups the layers of QDQ, QOperator and float16 graphs as it runs them.
+``benchmarks/corpus_status.py`` reports the same per model, with timings.
 """
 
 from __future__ import annotations
@@ -15,11 +17,13 @@ import pytest
 from onnx import helper
 
 from benanza.bench.build import build_onnx
+from benanza.bench.generate import plan_model
 from benanza.model.graph import InputKind
 from benanza.model.load import has_data, load_model, model_tensors, structure_only
 from benanza.model.network import network_of
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_shape_overrides
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
 MANIFEST = json.loads((CORPUS / "corpus.json").read_text())
@@ -80,6 +84,8 @@ def test_a_corpus_model_loads_structure_only_and_processes_at_batch_1(name):
     graph = processed.graph
     assert graph.layers
     assert {t.name: list(t.shape) for t in graph.inputs} == entry["shapes_at_batch_1"]
+    assert graph.unsupported == (), [(u.node, u.reason) for u in graph.unsupported[:3]]
+    assert len(graph.layers) + graph.constant_nodes == len(processed.proto.graph.node)
 
 
 @pytest.mark.parametrize("name", ["resnet18", "resnet18_int8_qop", "bert_fp16"])
@@ -110,3 +116,44 @@ def test_stripped_weights_are_synthesised_with_their_shapes_and_dtypes(name):
             )
             checked += 1
     assert checked > 0
+
+
+def corpus_plan(name: str):
+    entry = BY_NAME[name]
+    processed = process_model(CORPUS / entry["file"], batch=1, shapes=parse_shape_overrides(entry["shape_args"]))
+    plan = plan_model(processed, OnnxRuntimeCPU(threads=1))
+    assert plan.notes == ()  # grouped from ONNX Runtime's optimized graph, in layer order
+    assert sorted(i for unit in plan.units for i in unit) == list(range(len(processed.graph.layers)))
+    return processed.graph, [[processed.graph.layers[i].op_type for i in unit] for unit in plan.units]
+
+
+def test_a_qoperator_model_runs_each_contrib_node_as_one_unit():
+    graph, units = corpus_plan("resnet18_int8_qop")
+    contrib = [layer.op_type for layer in graph.layers if layer.domain == "com.microsoft"]
+    assert sorted(set(contrib)) == ["QGemm", "QLinearAdd", "QLinearGlobalAveragePool"]
+    assert all(len(unit) == 1 for unit in units)  # ORT runs QOperator nodes as they are
+
+
+def test_a_qdq_model_is_grouped_as_onnxruntime_fuses_it():
+    _, units = corpus_plan("resnet18_int8_qdq")
+    convs = [unit for unit in units if "Conv" in unit]
+    assert len(convs) == 20
+    # DequantizeLinear -> Conv -> QuantizeLinear runs as one QLinearConv; a Conv sharing its
+    # DequantizeLinear with another (a downsampling branch) leaves it to that one's unit
+    assert all(unit[-2:] == ["Conv", "QuantizeLinear"] for unit in convs)
+    assert sum(unit == ["DequantizeLinear", "Conv", "QuantizeLinear"] for unit in convs) >= 17
+
+
+def test_a_float16_model_is_not_planned_as_one_unit():
+    """ORT runs float16 on the CPU in float32 under renamed tensors; they map back to layers."""
+    graph, units = corpus_plan("resnet50_fp16")
+    assert len(units) > len(graph.layers) // 2
+    assert max(len(unit) for unit in units) <= 3
+
+
+def test_a_qdq_transformer_is_grouped_as_onnxruntime_fuses_it():
+    """The query, key and value MatMuls share one DequantizeLinear; each runs as a QLinearMatMul."""
+    _, units = corpus_plan("bert_int8_qdq")  # was planned each layer alone: units out of order
+    matmuls = [unit for unit in units if "MatMul" in unit]
+    assert len(matmuls) == 32
+    assert all(unit[-2:] == ["MatMul", "QuantizeLinear"] for unit in matmuls)

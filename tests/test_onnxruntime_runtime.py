@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.generate import contracted, plan_model, specs_for_plan
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import RegistryError, UsageError
 from benanza.runtimes.base import Prepared, Runtime, get_runtime, runtime_names
@@ -77,6 +77,57 @@ def test_groups_never_share_a_layer(chain):
     assert groups == [[0, 1], [2, 3], [4]]
     flat = [i for g in groups for i in g]
     assert sorted(flat) == list(range(5))
+
+
+def test_a_layer_several_units_read_goes_before_all_of_them(build_model, process_proto):
+    """A QDQ model's DequantizeLinear feeding query, key and value MatMuls joins the first fused
+    node that claims it; ordered by last layer, that unit came after another reader, and the
+    whole model was planned each layer alone."""
+    processed = process_proto(
+        build_model(
+            [
+                helper.make_node("Relu", ["x"], ["r"]),
+                helper.make_node("Sigmoid", ["r"], ["s"]),
+                helper.make_node("Tanh", ["r"], ["t"]),
+            ],
+            [("x", TensorProto.FLOAT, [1, 4])],
+            [("s", TensorProto.FLOAT, None), ("t", TensorProto.FLOAT, None)],
+        )
+    )
+    # ORT fused Relu into the Tanh's node first; the Sigmoid's node reads x again
+    optimized = _optimized([helper.make_node("A", ["x"], ["t"]), helper.make_node("B", ["x"], ["s"])])
+    groups = groups_from_optimized(processed.graph, optimized)
+    assert groups == [[0, 2], [1]]
+    contracted(processed.graph, groups, ["a", "b"])  # the units form a graph in order
+    with pytest.raises(ValueError):  # ordered by last layer, they did not
+        contracted(processed.graph, [[1], [0, 2]], ["b", "a"])
+
+
+def test_a_float16_graph_groups_as_onnxruntime_runs_it_in_float32(build_model, process_proto):
+    """ORT's CPU provider runs float16 Conv in float32 and renames every tensor it computes so
+    (``InsertedPrecisionFreeCast_<name>``); before, the output Cast's walk back through those
+    unknown names swallowed the whole model into one unit."""
+    rng = np.random.default_rng(0)
+    model = build_model(
+        [
+            helper.make_node("Cast", ["x"], ["xh"], to=TensorProto.FLOAT16),
+            helper.make_node("Conv", ["xh", "w1"], ["c1"], pads=[1] * 4),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+            helper.make_node("Cast", ["c2"], ["y"], to=TensorProto.FLOAT),
+        ],
+        [("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        {
+            "w1": rng.standard_normal((4, 3, 3, 3)).astype(np.float16),
+            "w2": rng.standard_normal((4, 4, 1, 1)).astype(np.float16),
+        },
+    )
+    processed = process_proto(model)
+    assert [layer.op_type for layer in processed.graph.layers] == ["Cast", "Conv", "Relu", "Conv", "Cast"]
+    groups = OnnxRuntimeCPU(threads=1).execution_groups(processed.graph, processed.proto)
+    # the input Cast is folded into the Conv that now reads x; the rest runs node by node
+    assert groups == [[0, 1], [2], [3], [4]]
 
 
 # -- kernel times from the profiler ------------------------------------------------------------

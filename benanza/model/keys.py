@@ -20,13 +20,15 @@ of ops:
   *setting*: the schema marks it NonDifferentiable (shapes, axes, pads, starts and ends,
   Resize scales and sizes, TopK's k, indices, masks), or leaves differentiability unmarked
   and types it with integers only or apart from the op's data (quantization scales and zero
-  points of QuantizeLinear, DequantizeLinear and QLinearConv);
+  points of QuantizeLinear, QLinearConv and ONNX Runtime's QLinearAdd or QGemm);
 - everything else is a weight: *learned* slots (Differentiable, or unmarked and typed like
   the data: Conv and Gemm weights and biases, normalisation scales, embedding tables) of any
-  size, and any constant larger than the threshold.
+  size, and any constant larger than the threshold (a quantized op's int8 weight: its slot
+  is typed with integers, like its zero point, so its size decides).
 
-An op without a schema (another domain) has no slots to read: there, a constant is a value
-when it is a single number or a small integer tensor (zero points, indices, shapes).
+Schemas come from ONNX, or from ONNX Runtime for its contrib ops (``benanza.model.schemas``).
+An op neither describes has no slots to read: there, a constant is a value when it is a
+single number or a small integer tensor (zero points, indices, shapes).
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ class Slot(StrEnum):
 
     LEARNED = "learned"  # Differentiable, or unmarked and typed like the op's data: weights, biases
     SETTING = "setting"  # NonDifferentiable, or unmarked and typed with integers or apart from the data
-    UNKNOWN = "unknown"  # no schema (an op of another domain)
+    UNKNOWN = "unknown"  # no schema (an op neither ONNX nor ONNX Runtime describes)
 
 
 def is_value(numel: int, dtype: str, slot: Slot) -> bool:

@@ -22,6 +22,7 @@ resolution; sum of the node durations of one run).
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
 import re
@@ -381,6 +382,9 @@ class OnnxRuntimeCPU:
         return groups_from_optimized(graph, optimized)
 
 
+_PRECISION_CAST_PREFIX = "InsertedPrecisionFreeCast_"
+
+
 def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list[list[int]]:
     """Map each node of a runtime-optimized graph back to the original layers it covers.
 
@@ -388,18 +392,29 @@ def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list
     tensors it writes (walking back from its outputs, stopping at its inputs and at layers
     already covered). Layers no node covers stay alone. Groups come back ordered by their
     last layer.
+
+    Where ORT runs a float16 graph in float32 (its CPU provider lacks most float16 kernels),
+    it renames every tensor it now computes in float32 to ``InsertedPrecisionFreeCast_<name>``
+    (``insert_cast_transformer.cc``); those names are read as the tensors they stand for, or a
+    single node's walk back would swallow the whole model.
     """
     producer: dict[str, int] = {}
     for layer in graph.layers:
         for t in layer.outputs:
             producer[t.name] = layer.index
+
+    def original(name: str) -> str:
+        if name not in producer and name.startswith(_PRECISION_CAST_PREFIX):
+            return name[len(_PRECISION_CAST_PREFIX) :]
+        return name
+
     assigned: dict[int, int] = {}
     groups: list[list[int]] = []
     for node in optimized.graph.node:
-        outs = [o for o in node.output if o in producer]
+        outs = [original(o) for o in node.output if original(o) in producer]
         if not outs:
             continue
-        stop = set(node.input)
+        stop = {original(x) for x in node.input}
         members: set[int] = set()
         stack = [producer[o] for o in outs]
         while stack:
@@ -417,4 +432,35 @@ def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list
             for m in members:
                 assigned[m] = gid
     groups.extend([i] for i in range(len(graph.layers)) if i not in assigned)
-    return sorted(groups, key=lambda g: g[-1])
+    return _in_dependency_order(graph, sorted(groups, key=lambda g: g[-1]))
+
+
+def _in_dependency_order(graph: ModelGraph, groups: list[list[int]]) -> list[list[int]]:
+    """Groups ordered so that each comes after every group it reads from, else by last layer.
+
+    Ordering by last layer alone misplaces a group that took a layer several groups read: a
+    QDQ model's ``DequantizeLinear`` feeding the query, key and value ``MatMul`` goes with the
+    first fused node that claims it, which may come after another reader. Groups that depend
+    on each other both ways stay ordered by last layer (the plan then says so).
+    """
+    owner = {i: g for g, members in enumerate(groups) for i in members}
+    after: list[set[int]] = [set() for _ in groups]
+    waiting = [0] * len(groups)
+    for a, b in graph.edges:
+        ga, gb = owner[a], owner[b]
+        if ga != gb and gb not in after[ga]:
+            after[ga].add(gb)
+            waiting[gb] += 1
+    ready = [g for g, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        g = heapq.heappop(ready)
+        order.append(g)
+        for nxt in after[g]:
+            waiting[nxt] -= 1
+            if waiting[nxt] == 0:
+                heapq.heappush(ready, nxt)
+    if len(order) != len(groups):  # a cycle between groups
+        return groups
+    return [groups[g] for g in order]
