@@ -10,7 +10,6 @@ canonical ones, such as explicit dilations, that an older opset does not accept)
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import numpy as np
@@ -18,17 +17,15 @@ import onnx
 from onnx import helper, numpy_helper
 
 from benanza.model.network import Network
+from benanza.model.schemas import op_schema
 
 # IR version written for built models: old enough for any onnxruntime we support.
 _IR_VERSION = 8
 
 
-@functools.lru_cache(maxsize=4096)
 def _schema_attributes(op_type: str, opset: int, domain: str) -> frozenset[str] | None:
-    try:
-        return frozenset(onnx.defs.get_schema(op_type, opset, domain).attributes)
-    except onnx.defs.SchemaError:
-        return None
+    schema = op_schema(op_type, opset, domain)
+    return schema.attributes if schema is not None else None
 
 
 def _elem_type(dtype: str) -> int:

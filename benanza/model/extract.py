@@ -28,6 +28,7 @@ from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeR
 from benanza.model.identity import model_identity
 from benanza.model.keys import Slot, is_value, key_fields, stable_id
 from benanza.model.load import has_data
+from benanza.model.schemas import Differentiation, OpSchema, op_schema
 
 # Generators without inputs that still produce new values each run: layers, not constants.
 RANDOM_OPS = frozenset(
@@ -58,40 +59,52 @@ def dtype_size(dtype: str) -> int:
         return 1
 
 
-@functools.lru_cache(maxsize=4096)
-def schema_of(op_type: str, opset: int, domain: str) -> onnx.defs.OpSchema | None:
-    """ONNX's schema of an op at an opset, or None (an op of another domain, an unknown op)."""
-    try:
-        return onnx.defs.get_schema(op_type, opset, domain)
-    except onnx.defs.SchemaError:
-        return None
+def schema_of(op_type: str, opset: int, domain: str) -> OpSchema | None:
+    """The op's schema at an opset, ONNX's or else ONNX Runtime's (contrib ops); None for an unknown op."""
+    return op_schema(op_type, opset, domain)
 
 
 _INTEGER_TYPES = frozenset(
     f"tensor({t})" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 )
+# Quantized tensors' element types: a slot allowing only these holds quantized data, a
+# quantized weight or its zero point; indices, shapes, lengths and integer biases are wider.
+_QUANTIZED_TYPES = frozenset(f"tensor({t})" for t in ("int4", "uint4", "int8", "uint8", "int16", "uint16"))
 
 
 @functools.lru_cache(maxsize=4096)
 def slot_kinds(op_type: str, opset: int, domain: str) -> tuple[Slot, ...]:
     """What each formal input of the op's schema holds; empty without a schema (see ``keys.is_value``).
 
+    Where the schema marks differentiability (most ONNX ops) that decides: differentiable is
+    learned, non-differentiable a setting. Otherwise (quantized ops, every ONNX Runtime contrib
+    op) the types decide:
+
+    - a slot allowing only quantized integer types (8 bits or fewer, 16) is learned: quantized
+      data, a quantized weight (QLinearConv's ``w``, QGemm's ``B``) or a zero point, which
+      ``is_value`` still keys by value when it is one number;
+    - any other integer slot is a setting: indices, shapes, axes, lengths, counts, masks,
+      int32 biases (values a kernel may branch on, so they are carried, never synthesised);
+    - a slot typed like the op's data (its first input) is learned: a second operand, a
+      weight, a bias; one typed apart from the data is a setting (scales).
+
     A variadic last input repeats its kind for every further input (``slot_of``).
     """
     schema = schema_of(op_type, opset, domain)
     if schema is None:
         return ()
-    allowed = {c.type_param_str: frozenset(c.allowed_type_strs) for c in schema.type_constraints}
     data_type = schema.inputs[0].type_str if schema.inputs else None
     kinds = []
     for param in schema.inputs:
-        category = param.differentiation_category
-        if category == onnx.defs.OpSchema.DifferentiationCategory.Differentiable:
+        allowed = schema.allowed_types(param)
+        if param.differentiation is Differentiation.DIFFERENTIABLE:
             kinds.append(Slot.LEARNED)
-        elif category == onnx.defs.OpSchema.DifferentiationCategory.NonDifferentiable:
+        elif param.differentiation is Differentiation.NON_DIFFERENTIABLE:
             kinds.append(Slot.SETTING)
-        elif allowed.get(param.type_str, frozenset({param.type_str})) <= _INTEGER_TYPES:
-            kinds.append(Slot.SETTING)  # zero points, indices, shapes
+        elif allowed <= _QUANTIZED_TYPES:
+            kinds.append(Slot.LEARNED)
+        elif allowed <= _INTEGER_TYPES:
+            kinds.append(Slot.SETTING)
         else:
             kinds.append(Slot.LEARNED if param.type_str == data_type else Slot.SETTING)
     return tuple(kinds)
@@ -108,11 +121,7 @@ def _schema_defaults(op_type: str, opset: int, domain: str) -> tuple[tuple[str, 
     schema = schema_of(op_type, opset, domain)
     if schema is None:
         return ()
-    out = []
-    for name, attr in schema.attributes.items():
-        if attr.default_value.type != AttributeProto.UNDEFINED:
-            out.append((name, _attr_value(attr.default_value)))
-    return tuple(out)
+    return tuple((name, _attr_value(default)) for name, default in schema.defaults.items())
 
 
 def _attr_value(attr: AttributeProto) -> Any:
@@ -328,7 +337,9 @@ def _make_layer(
         raise _UnsupportedNode(f"domain '{domain}' is not imported by the model")
     if schema_of(op_type, opset, domain) is None:
         label = f"{domain}::{op_type}" if domain else op_type
-        raise _UnsupportedNode(f"no ONNX operator schema for {label} at opset {opset}; cannot describe it")
+        raise _UnsupportedNode(
+            f"no operator schema for {label} at opset {opset} in ONNX or ONNX Runtime; cannot describe it"
+        )
     info = ops.lookup(op_type, domain)
     value_slots = info.value_inputs if info else {}
     kinds = slot_kinds(op_type, opset, domain)

@@ -50,6 +50,7 @@ from benanza.model.extract import (
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
 from benanza.model.load import has_data
+from benanza.model.schemas import Differentiation
 
 log = logging.getLogger(__name__)
 
@@ -272,8 +273,9 @@ class _Walk:
 
     def _infer_onnx(self, node: onnx.NodeProto, needed: list[str]) -> bool:
         domain = "" if _is_onnx_domain(node) else node.domain
-        schema = schema_of(node.op_type, self.opsets.get(domain, 0), domain)
-        if schema is None:
+        described = schema_of(node.op_type, self.opsets.get(domain, 0), domain)
+        schema = described.onnx_schema if described is not None else None
+        if schema is None:  # ONNX's inference knows only ONNX's schemas; contrib ops go to the next method
             return False
         types = {x: self._type_proto(x) for x in node_reads(node) if x in self.shape and x in self.elem}
         data = {
@@ -416,14 +418,12 @@ class _Walk:
         schema = schema_of(node.op_type, self.opsets.get("", 0), "")
         if schema is None or not schema.inputs:
             return 0
-        allowed = {c.type_param_str: set(c.allowed_type_strs) for c in schema.type_constraints}
-        non_differentiable = onnx.defs.OpSchema.DifferentiationCategory.NonDifferentiable
         for i, x in enumerate(node.input):
             if x == name:
                 param = schema.inputs[min(i, len(schema.inputs) - 1)]
-                if allowed.get(param.type_str, {param.type_str}) <= _INTEGER_TYPES:
+                if schema.allowed_types(param) <= _INTEGER_TYPES:
                     return 2
-                return 1 if param.differentiation_category == non_differentiable else 0
+                return 1 if param.differentiation is Differentiation.NON_DIFFERENTIABLE else 0
         return 0
 
     def _memory_refusal(self, fed: list[str]) -> str | None:
