@@ -796,7 +796,11 @@ def test_unknown_domain_reported(build_model, process_proto):
     by_node = {u.node: u for u in graph.unsupported}
     assert set(by_node) == {"foo", "after"}
     assert by_node["foo"].domain == "com.example"
-    assert "com.example::Foo" in by_node["foo"].reason and "no ONNX operator schema" in by_node["foo"].reason
+    assert (
+        "com.example::Foo" in by_node["foo"].reason
+        and "no operator schema" in by_node["foo"].reason
+        and "ONNX Runtime" in by_node["foo"].reason
+    )
     assert by_node["after"].reason == (
         "unknown shape of input 'b': neither ONNX nor ONNX Runtime can shape com.example::Foo "
         "(ONNX Runtime has no kernel for it)"

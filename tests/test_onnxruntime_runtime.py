@@ -79,6 +79,33 @@ def test_groups_never_share_a_layer(chain):
     assert sorted(flat) == list(range(5))
 
 
+def test_a_float16_graph_groups_as_onnxruntime_runs_it_in_float32(build_model, process_proto):
+    """ORT's CPU provider runs float16 Conv in float32 and renames every tensor it computes so
+    (``InsertedPrecisionFreeCast_<name>``); before, the output Cast's walk back through those
+    unknown names swallowed the whole model into one unit."""
+    rng = np.random.default_rng(0)
+    model = build_model(
+        [
+            helper.make_node("Cast", ["x"], ["xh"], to=TensorProto.FLOAT16),
+            helper.make_node("Conv", ["xh", "w1"], ["c1"], pads=[1] * 4),
+            helper.make_node("Relu", ["c1"], ["r1"]),
+            helper.make_node("Conv", ["r1", "w2"], ["c2"]),
+            helper.make_node("Cast", ["c2"], ["y"], to=TensorProto.FLOAT),
+        ],
+        [("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+        {
+            "w1": rng.standard_normal((4, 3, 3, 3)).astype(np.float16),
+            "w2": rng.standard_normal((4, 4, 1, 1)).astype(np.float16),
+        },
+    )
+    processed = process_proto(model)
+    assert [layer.op_type for layer in processed.graph.layers] == ["Cast", "Conv", "Relu", "Conv", "Cast"]
+    groups = OnnxRuntimeCPU(threads=1).execution_groups(processed.graph, processed.proto)
+    # the input Cast is folded into the Conv that now reads x; the rest runs node by node
+    assert groups == [[0, 1], [2], [3], [4]]
+
+
 # -- kernel times from the profiler ------------------------------------------------------------
 
 

@@ -41,7 +41,7 @@ FAST_ENV = {
 }
 FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--system", SYSTEM]
 FLOAT = TensorProto.FLOAT
-FROB_REASON = "no ONNX operator schema for com.example::Frob at opset 1"
+FROB_REASON = "no operator schema for com.example::Frob at opset 1 in ONNX or ONNX Runtime"
 
 
 def invoke(*args: str | Path):

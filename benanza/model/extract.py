@@ -67,9 +67,6 @@ def schema_of(op_type: str, opset: int, domain: str) -> OpSchema | None:
 _INTEGER_TYPES = frozenset(
     f"tensor({t})" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 )
-# Quantized tensors' element types: a slot allowing only these holds quantized data, a
-# quantized weight or its zero point; indices, shapes, lengths and integer biases are wider.
-_QUANTIZED_TYPES = frozenset(f"tensor({t})" for t in ("int4", "uint4", "int8", "uint8", "int16", "uint16"))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -78,17 +75,13 @@ def slot_kinds(op_type: str, opset: int, domain: str) -> tuple[Slot, ...]:
 
     Where the schema marks differentiability (most ONNX ops) that decides: differentiable is
     learned, non-differentiable a setting. Otherwise (quantized ops, every ONNX Runtime contrib
-    op) the types decide:
-
-    - a slot allowing only quantized integer types (8 bits or fewer, 16) is learned: quantized
-      data, a quantized weight (QLinearConv's ``w``, QGemm's ``B``) or a zero point, which
-      ``is_value`` still keys by value when it is one number;
-    - any other integer slot is a setting: indices, shapes, axes, lengths, counts, masks,
-      int32 biases (values a kernel may branch on, so they are carried, never synthesised);
-    - a slot typed like the op's data (its first input) is learned: a second operand, a
-      weight, a bias; one typed apart from the data is a setting (scales).
-
-    A variadic last input repeats its kind for every further input (``slot_of``).
+    op) the types decide. An integer slot is a setting: indices, shapes, axes, lengths, zero
+    points, integer biases, values a kernel may branch on and so carried, never synthesised.
+    A quantized int8 weight is integer too, but it is a weight by its size (``is_value``);
+    typing cannot tell it from its zero point, which shares its type parameter. Any other slot
+    is learned when typed like the op's data (its first input: a second operand, a weight, a
+    bias) and a setting when typed apart from it (scales). A variadic last input repeats its
+    kind for every further input (``slot_of``).
     """
     schema = schema_of(op_type, opset, domain)
     if schema is None:
@@ -96,14 +89,11 @@ def slot_kinds(op_type: str, opset: int, domain: str) -> tuple[Slot, ...]:
     data_type = schema.inputs[0].type_str if schema.inputs else None
     kinds = []
     for param in schema.inputs:
-        allowed = schema.allowed_types(param)
         if param.differentiation is Differentiation.DIFFERENTIABLE:
             kinds.append(Slot.LEARNED)
         elif param.differentiation is Differentiation.NON_DIFFERENTIABLE:
             kinds.append(Slot.SETTING)
-        elif allowed <= _QUANTIZED_TYPES:
-            kinds.append(Slot.LEARNED)
-        elif allowed <= _INTEGER_TYPES:
+        elif schema.allowed_types(param) <= _INTEGER_TYPES:
             kinds.append(Slot.SETTING)
         else:
             kinds.append(Slot.LEARNED if param.type_str == data_type else Slot.SETTING)

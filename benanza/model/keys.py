@@ -19,12 +19,12 @@ of ops:
 - a constant of at most ``VALUE_MAX_ELEMENTS`` elements is a value when its slot is a
   *setting*: the schema marks it NonDifferentiable (shapes, axes, pads, starts and ends,
   Resize scales and sizes, TopK's k, indices, masks), or leaves differentiability unmarked
-  and types it with wide integers (int32, int64: indices, lengths, integer biases) or apart
-  from the op's data (quantization scales);
+  and types it with integers only or apart from the op's data (quantization scales and zero
+  points of QuantizeLinear, QLinearConv and ONNX Runtime's QLinearAdd or QGemm);
 - everything else is a weight: *learned* slots (Differentiable, or unmarked and typed like
-  the data or with quantized integers: Conv and Gemm weights and biases, normalisation
-  scales, embedding tables, QLinearConv's and QGemm's int8 weights) of any size, and any
-  constant larger than the threshold.
+  the data: Conv and Gemm weights and biases, normalisation scales, embedding tables) of any
+  size, and any constant larger than the threshold (a quantized op's int8 weight: its slot
+  is typed with integers, like its zero point, so its size decides).
 
 Schemas come from ONNX, or from ONNX Runtime for its contrib ops (``benanza.model.schemas``).
 An op neither describes has no slots to read: there, a constant is a value when it is a
@@ -57,8 +57,8 @@ INTEGER_DTYPES = frozenset(
 class Slot(StrEnum):
     """What an operator schema says one input slot holds (``extract.slot_kinds`` reads it)."""
 
-    LEARNED = "learned"  # Differentiable, or unmarked and typed like the data or quantized: weights, biases
-    SETTING = "setting"  # NonDifferentiable, or unmarked and typed with wide integers or apart from the data
+    LEARNED = "learned"  # Differentiable, or unmarked and typed like the op's data: weights, biases
+    SETTING = "setting"  # NonDifferentiable, or unmarked and typed with integers or apart from the data
     UNKNOWN = "unknown"  # no schema (an op neither ONNX nor ONNX Runtime describes)
 
 

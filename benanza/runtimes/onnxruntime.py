@@ -381,6 +381,9 @@ class OnnxRuntimeCPU:
         return groups_from_optimized(graph, optimized)
 
 
+_PRECISION_CAST_PREFIX = "InsertedPrecisionFreeCast_"
+
+
 def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list[list[int]]:
     """Map each node of a runtime-optimized graph back to the original layers it covers.
 
@@ -388,18 +391,29 @@ def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list
     tensors it writes (walking back from its outputs, stopping at its inputs and at layers
     already covered). Layers no node covers stay alone. Groups come back ordered by their
     last layer.
+
+    Where ORT runs a float16 graph in float32 (its CPU provider lacks most float16 kernels),
+    it renames every tensor it now computes in float32 to ``InsertedPrecisionFreeCast_<name>``
+    (``insert_cast_transformer.cc``); those names are read as the tensors they stand for, or a
+    single node's walk back would swallow the whole model.
     """
     producer: dict[str, int] = {}
     for layer in graph.layers:
         for t in layer.outputs:
             producer[t.name] = layer.index
+
+    def original(name: str) -> str:
+        if name not in producer and name.startswith(_PRECISION_CAST_PREFIX):
+            return name[len(_PRECISION_CAST_PREFIX) :]
+        return name
+
     assigned: dict[int, int] = {}
     groups: list[list[int]] = []
     for node in optimized.graph.node:
-        outs = [o for o in node.output if o in producer]
+        outs = [original(o) for o in node.output if original(o) in producer]
         if not outs:
             continue
-        stop = set(node.input)
+        stop = {original(x) for x in node.input}
         members: set[int] = set()
         stack = [producer[o] for o in outs]
         while stack:

@@ -1,0 +1,281 @@
+"""ONNX Runtime's contrib ops (``com.microsoft``): described, shaped, keyed, benchmarked.
+
+ONNX's registry has no schema for the ops ONNX Runtime's quantizer writes in QOperator
+format (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearGlobalAveragePool, QGemm...); ONNX
+Runtime's own registry has, and benanza reads it where ONNX has none. Without that fallback
+every such node was "not benchmarkable" and the model had no bound. An op ONNX Runtime
+describes but cannot run here (a CUDA-only kernel) is still a layer: its benchmark is stored
+as failed with the reason, and the model's bound names it as missing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from benanza.bench.build import build_onnx
+from benanza.bench.generate import plan_model
+from benanza.cli import app
+from benanza.model.extract import schema_of, slot_kinds
+from benanza.model.graph import InputKind
+from benanza.model.keys import Slot
+from benanza.model.network import network_of
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for, session_options
+from benanza.store import open_store
+
+F = TensorProto.FLOAT
+U8 = TensorProto.UINT8
+MS = "com.microsoft"
+SYSTEM = "contrib-test-system"
+FAST_ENV = {
+    "BENANZA_DB": None,
+    "BENANZA_SYSTEM": None,
+    "BENANZA_HARNESS_WARMUP_RUNS": "1",
+    "BENANZA_HARNESS_MIN_SAMPLES": "3",
+    "BENANZA_HARNESS_KERNEL_RUNS": "2",
+}
+FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--system", SYSTEM]
+CONTRIB_OPS = ["QLinearSigmoid", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm"]
+
+
+def invoke(*args: str | Path):
+    return CliRunner().invoke(app, [str(a) for a in args], env=FAST_ENV)
+
+
+def qop_model(build_model, *, add_scale: float = 0.05, weight_seed: int = 0) -> onnx.ModelProto:
+    """A QOperator int8 graph as ``quantize_static`` writes one, with ONNX Runtime's contrib ops.
+
+    ``x -> QuantizeLinear -> QLinearSigmoid -> QLinearAdd(x, .) -> QLinearMul(., 8 per-channel
+    gains) -> QLinearGlobalAveragePool -> Flatten -> QGemm(int8 weight 8x32, int32 bias) ->
+    DequantizeLinear -> y``.
+    """
+    rng = np.random.default_rng(weight_seed)
+    inits = {
+        "s": np.array(0.02, np.float32),
+        "z": np.array(128, np.uint8),
+        "sig_s": np.array(1 / 256, np.float32),
+        "sig_z": np.array(0, np.uint8),
+        "add_s": np.array(add_scale, np.float32),
+        "gain": np.arange(8, dtype=np.uint8).reshape(1, 8, 1, 1) + 120,  # small: a value
+        "mul_s": np.array(0.03, np.float32),
+        "w": rng.integers(-127, 127, (8, 32), dtype=np.int8),  # large: a weight
+        "w_s": np.array(0.01, np.float32),
+        "w_z": np.array(0, np.int8),
+        "bias": np.arange(32, dtype=np.int32),
+        "y_s": np.array(0.1, np.float32),
+        "y_z": np.array(128, np.uint8),
+    }
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="quant"),
+        helper.make_node("QLinearSigmoid", ["xq", "s", "z", "sig_s", "sig_z"], ["sq"], name="sigmoid", domain=MS),
+        helper.make_node(
+            "QLinearAdd", ["xq", "s", "z", "sq", "sig_s", "sig_z", "add_s", "z"], ["aq"], name="add", domain=MS
+        ),
+        helper.make_node(
+            "QLinearMul", ["aq", "add_s", "z", "gain", "s", "z", "mul_s", "z"], ["mq"], name="mul", domain=MS
+        ),
+        helper.make_node(
+            "QLinearGlobalAveragePool", ["mq", "mul_s", "z", "mul_s", "z"], ["pq"], name="pool", domain=MS
+        ),
+        helper.make_node("Flatten", ["pq"], ["fq"], name="flatten"),
+        helper.make_node(
+            "QGemm", ["fq", "mul_s", "z", "w", "w_s", "w_z", "bias", "y_s", "y_z"], ["gq"], name="gemm", domain=MS
+        ),
+        helper.make_node("DequantizeLinear", ["gq", "y_s", "y_z"], ["y"], name="dequant"),
+    ]
+    return build_model(
+        nodes,
+        [("x", F, [1, 8, 6, 6])],
+        [("y", F, [1, 32])],
+        inits,
+        extra_opsets={MS: 1},
+        check=False,  # ONNX's checker knows no com.microsoft schema
+    )
+
+
+def layer_of(processed, op_type):
+    (layer,) = [lay for lay in processed.graph.layers if lay.op_type == op_type]
+    return layer
+
+
+def run_alone(processed, layer) -> onnx.ModelProto:
+    """The layer's benchmark model as a runtime gets it, run once in ONNX Runtime."""
+    _, network = network_of(processed.graph, [layer.index])
+    model = build_onnx(network)
+    session = ort.InferenceSession(
+        model.SerializeToString(), session_options("extended", 1), providers=["CPUExecutionProvider"]
+    )
+    outputs = session.run(None, feeds_for(model))
+    assert [list(o.shape) for o in outputs] == layer.output_shapes
+    return model
+
+
+# -- the schemas ----------------------------------------------------------------------------------
+
+
+def test_onnx_ops_are_described_by_onnx_and_contrib_ops_by_onnxruntime():
+    conv = schema_of("Conv", 17, "")
+    assert conv.source == "onnx" and conv.onnx_schema is not None
+    add = schema_of("QLinearAdd", 1, MS)
+    assert add.source == "onnxruntime" and add.onnx_schema is None
+    assert [p.name for p in add.inputs] == [
+        "A",
+        "A_scale",
+        "A_zero_point",
+        "B",
+        "B_scale",
+        "B_zero_point",
+        "C_scale",
+        "C_zero_point",
+    ]
+    assert add.allowed_types(add.inputs[0]) == {"tensor(int8)", "tensor(uint8)"}
+    assert schema_of("Frob", 1, "com.example") is None
+
+
+def test_onnxruntime_attribute_defaults_are_read():
+    softmax = schema_of("QLinearSoftmax", 1, MS)
+    assert helper.get_attribute_value(softmax.defaults["axis"]) == -1
+    assert "opset" in softmax.attributes and "opset" not in softmax.defaults  # required, no default
+    gemm = schema_of("QGemm", 1, MS)
+    assert helper.get_attribute_value(gemm.defaults["alpha"]) == 1.0
+    assert helper.get_attribute_value(gemm.defaults["transB"]) == 0
+
+
+def test_quantization_slots_from_either_registry():
+    # scales are typed apart from the data: settings; integer slots are settings (their size decides)
+    assert slot_kinds("QLinearAdd", 1, MS) == (Slot.SETTING,) * 8
+    assert slot_kinds("QLinearConv", 10, "") == (Slot.SETTING,) * 9
+    # a float slot typed like the data is learned (a second operand, a bias)
+    assert slot_kinds("BiasGelu", 1, MS) == (Slot.LEARNED, Slot.LEARNED)
+
+
+# -- a QOperator graph, end to end ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def qop(build_model, process_proto):
+    return process_proto(qop_model(build_model))
+
+
+def test_every_contrib_node_is_a_shaped_layer(qop):
+    graph = qop.graph
+    assert graph.unsupported == ()
+    assert [lay.op_type for lay in graph.layers if lay.domain == MS] == CONTRIB_OPS
+    assert layer_of(qop, "QGemm").output_shapes == [[1, 32]]
+    assert layer_of(qop, "QLinearGlobalAveragePool").output_shapes == [[1, 8, 1, 1]]
+    assert layer_of(qop, "QLinearAdd").opset == 1
+
+
+def test_scales_and_zero_points_are_values_and_int8_weights_are_weights(qop):
+    add = layer_of(qop, "QLinearAdd")
+    kinds = [i.kind for i in add.inputs]
+    assert (
+        kinds == [InputKind.ACTIVATION, InputKind.VALUE, InputKind.VALUE, InputKind.ACTIVATION] + [InputKind.VALUE] * 4
+    )
+    assert add.inputs[6].value == (pytest.approx(0.05),) and add.inputs[7].value == (128,)
+    mul = layer_of(qop, "QLinearMul")
+    assert mul.inputs[3].kind is InputKind.VALUE and mul.inputs[3].value == tuple(range(120, 128))
+    gemm = layer_of(qop, "QGemm")
+    by_slot = dict(zip(["A", "a_s", "a_z", "B", "b_s", "b_z", "C", "y_s", "y_z"], gemm.inputs, strict=True))
+    assert by_slot["B"].kind is InputKind.WEIGHT and by_slot["B"].tensor.dtype == "int8"
+    assert all(by_slot[s].kind is InputKind.VALUE for s in ("a_s", "a_z", "b_s", "b_z", "y_s", "y_z"))
+    assert by_slot["C"].kind is InputKind.VALUE and by_slot["C"].value == tuple(range(32))
+    assert dict(gemm.attributes) == {"alpha": 1.0, "transA": 0, "transB": 0}  # ONNX Runtime's defaults
+
+
+def test_contrib_layers_are_keyed_by_their_scales_not_their_weights(build_model, process_proto, qop):
+    other_scale = process_proto(qop_model(build_model, add_scale=0.07))
+    assert layer_of(other_scale, "QLinearAdd").layer_key != layer_of(qop, "QLinearAdd").layer_key
+    assert layer_of(other_scale, "QLinearSigmoid").layer_key == layer_of(qop, "QLinearSigmoid").layer_key
+    other_weights = process_proto(qop_model(build_model, weight_seed=1))
+    assert layer_of(other_weights, "QGemm").layer_key == layer_of(qop, "QGemm").layer_key
+
+
+@pytest.mark.parametrize("op_type", CONTRIB_OPS)
+def test_a_contrib_layer_alone_carries_its_domain_and_values_and_runs(qop, op_type):
+    layer = layer_of(qop, op_type)
+    model = run_alone(qop, layer)
+    assert {o.domain: o.version for o in model.opset_import}[MS] == 1
+    (node,) = model.graph.node
+    assert node.domain == MS
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    for pos, inp in enumerate(layer.inputs):
+        if inp.kind is InputKind.VALUE:
+            assert inits[node.input[pos]].ravel().tolist() == pytest.approx(list(inp.value))
+
+
+def test_onnxruntime_runs_a_qoperator_graph_node_by_node(qop):
+    units = OnnxRuntimeCPU(threads=1).execution_groups(qop.graph, qop.proto)
+    assert sorted(i for unit in units for i in unit) == list(range(len(qop.graph.layers)))
+    plan = plan_model(qop, OnnxRuntimeCPU(threads=1), (1,))
+    assert plan.notes == () and plan.not_benchmarked == ()
+
+
+def test_bench_run_measures_every_contrib_layer_and_the_bound_covers_them(build_model, tmp_path):
+    path = tmp_path / "qop.onnx"
+    onnx.save(qop_model(build_model), path)
+    uri = f"sqlite:///{tmp_path / 'qop.db'}"
+    result = invoke("bench", "run", path, "--db", uri, "--e2e", "-f", "json", *FAST_FLAGS)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert out["failed"] == 0 and out["measured"] > 0 and out["not_benchmarked"] == []
+    with open_store(uri, create=False) as store:
+        records = store.records(system=SYSTEM)
+    assert all(r.outcome == "ok" for r in records), [(r.label, r.reason) for r in records if r.outcome != "ok"]
+    labels = {r.label.split("[")[0].split(" ")[0] for r in records}
+    assert set(CONTRIB_OPS) <= labels, labels
+    bound = invoke("analyze", "lower-bound", path, "--db", uri, "-f", "json", *FAST_FLAGS[4:])
+    assert bound.exit_code == 0, bound.output
+    (row,) = json.loads(bound.stdout)
+    assert row["coverage"] == 1.0 and row["missing"] == []
+    assert row["sequential_ms"] > 0 and row["e2e_ms"] > 0
+
+
+# -- described but not runnable here --------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bias_add_file(tmp_path_factory, build_model) -> Path:
+    """``x -> Relu -> com.microsoft::BiasAdd(., bias, skip) -> Sigmoid``: ONNX Runtime has BiasAdd's schema,
+    but only a CUDA kernel."""
+    model = build_model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("BiasAdd", ["r", "bias", "skip"], ["a"], name="bias_add", domain=MS),
+            helper.make_node("Sigmoid", ["a"], ["y"], name="sigmoid"),
+        ],
+        [("x", F, [2, 4, 8]), ("skip", F, [2, 4, 8])],
+        [("y", F, [2, 4, 8])],
+        {"bias": np.ones(8, np.float32)},
+        extra_opsets={MS: 1},
+        check=False,
+    )
+    path = tmp_path_factory.mktemp("bias_add") / "bias_add.onnx"
+    onnx.save(model, path)
+    return path
+
+
+def test_a_described_op_without_a_kernel_is_stored_failed_and_the_bound_says_so(bias_add_file, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'bias_add.db'}"
+    result = invoke("bench", "run", bias_add_file, "--db", uri, "-f", "json", *FAST_FLAGS)
+    assert result.exit_code == 0, result.output
+    assert "Traceback" not in result.output
+    out = json.loads(result.stdout)
+    assert out["failed"] == 1 and out["measured"] == 2  # Relu and Sigmoid
+    with open_store(uri, create=False) as store:
+        (failed,) = store.records(system=SYSTEM, outcome="failed")
+    assert failed.label.startswith("BiasAdd") and "BiasAdd" in failed.reason and "\n" not in failed.reason
+    bound = invoke("analyze", "lower-bound", bias_add_file, "--db", uri, "-f", "json", *FAST_FLAGS[4:])
+    assert bound.exit_code == 0, bound.output
+    (row,) = json.loads(bound.stdout)
+    assert row["coverage"] == pytest.approx(2 / 3) and row["sequential_ms"] is None
+    (missing,) = row["missing"]
+    assert missing["name"] == "bias_add" and missing["domain"] == MS
+    assert missing["reason"].startswith("failed: ") and "BiasAdd" in missing["reason"]
