@@ -1,14 +1,15 @@
 """Turning a prepared (bound, folded, shape-inferred) ONNX model into a ``ModelGraph``.
 
 A node is a *constant node* when every input it reads is a constant (it then only
-computes weights or shapes) and is skipped; ``Shape`` and ``Size`` read only their input's
-shape, so once that shape is known their outputs are constants too, and a shape computation
-is never a layer. Every other node becomes a layer, unless it is control flow, has no
-operator schema, or has a tensor whose shape is not fully known: then it is reported as
-``Unsupported`` with the reason (from the shape resolution's ``ShapeReport`` where it knows
-one, such as a runtime value that decides the shape), and the model's other layers still
-come out. The model's identity (``ModelGraph.graph_key``) is taken here too, over every node,
-layer or not (``benanza.model.identity``).
+computes weights or shapes) and is skipped, unless ONNX Runtime keeps it to fuse it
+(``RUNTIME_KEPT_OPS``: a QDQ model's weight DequantizeLinear); ``Shape`` and ``Size`` read
+only their input's shape, so once that shape is known their outputs are constants too, and
+a shape computation is never a layer. Every other node becomes a layer, unless it is
+control flow, has no operator schema, or has a tensor whose shape is not fully known: then
+it is reported as ``Unsupported`` with the reason (from the shape resolution's
+``ShapeReport`` where it knows one, such as a runtime value that decides the shape), and
+the model's other layers still come out. The model's identity (``ModelGraph.graph_key``)
+is taken here too, over every node, layer or not (``benanza.model.identity``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ from benanza.model.schemas import Differentiation, OpSchema, op_schema
 RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 )
+# Ops ONNX Runtime never constant-folds, even of constants, so that its QDQ fusions can take
+# them (its ConstantFolding pass skips DequantizeLinear unless QDQ is disabled): a QDQ
+# model's DequantizeLinear of an int8 weight runs inside the fused QLinearConv or
+# QLinearMatMul, so it is a layer of that unit, never folded into a float weight.
+RUNTIME_KEPT_OPS = frozenset({"DequantizeLinear"})
 # Ops that read only their input's shape: constant once that shape is known.
 SHAPE_READERS = frozenset({"Shape", "Size"})
 
@@ -213,7 +219,12 @@ def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | 
         if (
             node.op_type == "Constant"
             or reads_shape
-            or (all(x in constants for x in present) and not _has_subgraph(node) and node.op_type not in RANDOM_OPS)
+            or (
+                all(x in constants for x in present)
+                and not _has_subgraph(node)
+                and node.op_type not in RANDOM_OPS
+                and not (node.op_type in RUNTIME_KEPT_OPS and domain_of(node) == "")
+            )
         ):
             constants.update(o for o in node.output if o)
             if node.op_type == "Constant" and node.output and node.attribute:

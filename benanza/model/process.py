@@ -11,6 +11,7 @@ import onnx
 from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph, ShapeReport
 from benanza.model.load import load_model
+from benanza.model.qdq import unique_dequantize
 from benanza.model.shapes import Binding, prepare_model
 
 
@@ -48,5 +49,6 @@ def process_model(
     """
     model = proto if proto is not None else load_model(path)
     prepared = prepare_model(model, path, batch, shapes, fits_here=fits_here)
-    graph = extract(prepared.proto, model_name(path), str(path), prepared.shapes)
-    return ProcessedModel(graph, prepared.proto, prepared.binding, prepared.shapes)
+    proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
+    graph = extract(proto, model_name(path), str(path), prepared.shapes)
+    return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)
