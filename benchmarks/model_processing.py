@@ -33,7 +33,7 @@ from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph
 from benanza.model.load import load_model
 from benanza.model.process import model_name, process_model
-from benanza.model.resolve import needs_resolution, resolve_shapes, shape_report
+from benanza.model.resolve import needs_resolution, resolve_if_needed
 from benanza.model.shapes import apply_binding, bind_shapes, fold_constants, infer_shapes, parse_shape_overrides
 from benanza.model.zoo import zoo_paths
 
@@ -105,13 +105,9 @@ def staged_once(items: list[Item]) -> dict[str, Any]:
         folded = timed("fold_s", row, lambda m=bound, i=item: fold_constants(m, i.path))
         inferred = timed("infer_s", row, lambda m=folded, i=item: infer_shapes(m, i.path))
 
-        def resolve(m=inferred, i=item):
-            if not needs_resolution(m):
-                return m, shape_report(m)
-            resolved_models.append(i.name)
-            return resolve_shapes(m, i.path)
-
-        prepared, report = timed("resolve_s", row, resolve)
+        prepared, report = timed("resolve_s", row, lambda m=inferred, i=item: resolve_if_needed(m, i.path))
+        if needs_resolution(inferred):
+            resolved_models.append(item.name)
         graph = timed("extract_s", row, lambda m=prepared, r=report, i=item: extract(m, i.name, str(i.path), r))
         graphs.append(graph)
         shaped_by.update(dict(report.shaped_by))

@@ -311,11 +311,9 @@ def prepare_model(
         olds = {old for old, _ in binding.rebatch.values()}
         model = _rebatch_reshapes(model, at_original, olds, batch)
     inferred = fold_and_infer(apply_binding(model, binding), path)
-    from benanza.model.resolve import needs_resolution, resolve_shapes, shape_report
+    from benanza.model.resolve import resolve_if_needed
 
-    if not needs_resolution(inferred):
-        return PreparedModel(inferred, binding, shape_report(inferred))
-    resolved, report = resolve_shapes(inferred, path)
+    resolved, report = resolve_if_needed(inferred, path)
     return PreparedModel(resolved, binding, report)
 
 
