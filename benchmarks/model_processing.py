@@ -32,7 +32,7 @@ from benanza.model.corpus import summarize
 from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph
 from benanza.model.load import load_model
-from benanza.model.process import model_name, process_model
+from benanza.model.process import cycle_collection_paused, model_name, process_model
 from benanza.model.resolve import needs_resolution, resolve_if_needed
 from benanza.model.shapes import apply_binding, bind_shapes, fold_constants, infer_shapes, parse_shape_overrides
 from benanza.model.zoo import zoo_paths
@@ -97,18 +97,18 @@ def staged_once(items: list[Item]) -> dict[str, Any]:
 
     for item in items:
         row: dict[str, float] = {}
-        proto = timed("load_s", row, lambda item=item: load_model(item.path))
-        binding = timed("bind_s", row, lambda p=proto, i=item: bind_shapes(p, i.path, i.batch, i.shapes))
-        if binding.rebatch:  # prepare_model's rebatch pass is not staged here
-            raise SystemExit(f"{item.name}: rebatched inputs; stage the model at its own batch")
-        bound = timed("bind_s", row, lambda p=proto, b=binding: apply_binding(p, b))
-        folded = timed("fold_s", row, lambda m=bound, i=item: fold_constants(m, i.path))
-        inferred = timed("infer_s", row, lambda m=folded, i=item: infer_shapes(m, i.path))
-
-        prepared, report = timed("resolve_s", row, lambda m=inferred, i=item: resolve_if_needed(m, i.path))
-        if needs_resolution(inferred):
-            resolved_models.append(item.name)
-        graph = timed("extract_s", row, lambda m=prepared, r=report, i=item: extract(m, i.name, str(i.path), r))
+        with cycle_collection_paused():  # as process_model runs
+            proto = timed("load_s", row, lambda item=item: load_model(item.path))
+            binding = timed("bind_s", row, lambda p=proto, i=item: bind_shapes(p, i.path, i.batch, i.shapes))
+            if binding.rebatch:  # prepare_model's rebatch pass is not staged here
+                raise SystemExit(f"{item.name}: rebatched inputs; stage the model at its own batch")
+            bound = timed("bind_s", row, lambda p=proto, b=binding: apply_binding(p, b))
+            folded = timed("fold_s", row, lambda m=bound, i=item: fold_constants(m, i.path))
+            inferred = timed("infer_s", row, lambda m=folded, i=item: infer_shapes(m, i.path))
+            prepared, report = timed("resolve_s", row, lambda m=inferred, i=item: resolve_if_needed(m, i.path))
+            if needs_resolution(inferred):
+                resolved_models.append(item.name)
+            graph = timed("extract_s", row, lambda m=prepared, r=report, i=item: extract(m, i.name, str(i.path), r))
         graphs.append(graph)
         shaped_by.update(dict(report.shaped_by))
         per_model[item.name] = row
