@@ -131,7 +131,12 @@ def check_same(items: list[Item], staged: list[ModelGraph]) -> None:
     for item, graph in zip(items, staged, strict=True):
         whole = process_model(item.path, batch=item.batch, shapes=item.shapes).graph
         if whole.layer_keys != graph.layer_keys or whole.graph_key != graph.graph_key:
-            raise SystemExit(f"{item.name}: the staged pipeline differs from process_model; fix this benchmark")
+            reasons = {u.reason for u in whole.unsupported} ^ {u.reason for u in graph.unsupported}
+            raise SystemExit(
+                f"{item.name}: the staged pipeline differs from process_model: layers {len(graph.layers)} staged, "
+                f"{len(whole.layers)} whole; shaped by {dict(graph.shaped_by)} staged, {dict(whole.shaped_by)} whole; "
+                f"reasons in one only: {sorted(reasons)[:3]}"
+            )
 
 
 def measure(items: list[Item], repeat: int, stage_runs: int) -> dict[str, Any]:
