@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -178,6 +179,7 @@ def main() -> None:
     parser.add_argument("--stage-runs", type=int, default=1, help="stage-by-stage runs per set (0: none)")
     parser.add_argument("--no-corpus", action="store_true", help="the zoo only")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     zoo = measure(zoo_items(), args.repeat, args.stage_runs)
     result: dict[str, Any] = {
         "benchmark": "model_processing",
@@ -195,7 +197,13 @@ def main() -> None:
             target_s_per_40_models=CORPUS_TARGET_S,
         )
         result["corpus"] = corpus
-    result["machine"] = {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()}
+    result["machine"] = {
+        "cpu": platform.processor() or platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        # other work on the machine slows every figure: the 1-minute load average before and after
+        "load_average_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+    }
     result["time"] = datetime.now(UTC).isoformat(timespec="seconds")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "model_processing.json").write_text(json.dumps(result, indent=2) + "\n")
@@ -207,7 +215,8 @@ def main() -> None:
             f"(min {res['total_s_min']:.2f}, max {res['total_s_max']:.2f}, {res['repeat']} runs)"
             + (f"; stages {_stages(res['stage_breakdown_s'])}" if "stage_breakdown_s" in res else "")
         )
-    print(f"zoo target < {ZOO_TARGET_S:.0f} s")
+    before, after = result["machine"]["load_average_1m"]
+    print(f"zoo target < {ZOO_TARGET_S:.0f} s; load average {before} -> {after} on {os.cpu_count()} CPUs")
     if "corpus" in result:
         c = result["corpus"]
         print(
