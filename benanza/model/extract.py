@@ -164,6 +164,8 @@ def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> l
     """Nodes in topological order, keeping file order wherever it is valid (exports are not always sorted)."""
     nodes = list(nodes)
     producers = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    if _in_order(nodes, producers, available):
+        return nodes  # what the sort below returns for a sorted graph, without its bookkeeping
     indegree = [0] * len(nodes)
     consumers: list[list[int]] = [[] for _ in nodes]
     for i, n in enumerate(nodes):
@@ -185,6 +187,15 @@ def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> l
         seen = set(order)
         order.extend(i for i in range(len(nodes)) if i not in seen)
     return [nodes[i] for i in order]
+
+
+def _in_order(nodes: list[onnx.NodeProto], producers: dict[str, int], available: set[str]) -> bool:
+    """Whether every node comes after the nodes that produce what it reads (file order is topological)."""
+    for i, n in enumerate(nodes):
+        for x in node_reads(n):
+            if x not in available and producers.get(x, -1) >= i:
+                return False
+    return True
 
 
 def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | None = None) -> ModelGraph:

@@ -46,8 +46,14 @@ def load_model(path: str | Path) -> onnx.ModelProto:
         raise ModelError(p, "is a directory; pass .onnx files or use a folder as a corpus")
     try:
         model = onnx.load(str(p), load_external_data=False)
+        there: dict[str, bool] = {}  # data file -> whether it is there (many tensors share one file)
         for tensor in model_tensors(model):
-            if uses_external_data(tensor) and (p.parent / ExternalDataInfo(tensor).location).is_file():
+            if not uses_external_data(tensor):
+                continue
+            location = ExternalDataInfo(tensor).location
+            if location not in there:
+                there[location] = (p.parent / location).is_file()
+            if there[location]:
                 load_external_data_for_tensor(tensor, str(p.parent))  # onnx checks the location
     except DecodeError as exc:
         raise ModelError(p, f"not an ONNX model (protobuf could not decode it: {one_line(exc)})") from None
@@ -98,7 +104,7 @@ def structure_only(model: onnx.ModelProto) -> int:
 
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model``, or a copy whose data-less tensors are empty: the checker looks for their files."""
-    if not structure_only(model):
+    if all(has_data(t) for t in model_tensors(model)):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)

@@ -62,9 +62,12 @@ _INTEGER_TYPES = frozenset(
 )
 
 
-def needs_resolution(model: onnx.ModelProto) -> bool:
-    """Whether a used tensor's shape is unknown, or a shape computation is left to fold."""
-    shapes = known_shapes(model)
+def needs_resolution(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]] | None = None) -> bool:
+    """Whether a used tensor's shape is unknown, or a shape computation is left to fold.
+
+    ``shapes``: ``known_shapes(model)`` where the caller has it already.
+    """
+    shapes = known_shapes(model) if shapes is None else shapes
     used = _used(model)
     for node in model.graph.node:
         if node.op_type in SHAPE_READERS and node.domain in ("", "ai.onnx"):
@@ -74,11 +77,28 @@ def needs_resolution(model: onnx.ModelProto) -> bool:
     return False
 
 
-def shape_report(
-    model: onnx.ModelProto, methods: Mapping[str, str] | None = None, reasons: Mapping[str, str] | None = None
-) -> ShapeReport:
-    """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named)."""
+def resolve_if_needed(
+    model: onnx.ModelProto, path: object, *, memory: Callable[[], Any] | None = None
+) -> tuple[onnx.ModelProto, ShapeReport]:
+    """``resolve_shapes`` where ``needs_resolution`` says so; else ``model`` as it is, with its ``shape_report``."""
     shapes = known_shapes(model)
+    if not needs_resolution(model, shapes):
+        return model, shape_report(model, shapes=shapes)
+    return resolve_shapes(model, path, memory=memory)
+
+
+def shape_report(
+    model: onnx.ModelProto,
+    methods: Mapping[str, str] | None = None,
+    reasons: Mapping[str, str] | None = None,
+    *,
+    shapes: Mapping[str, tuple[int, ...]] | None = None,
+) -> ShapeReport:
+    """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named).
+
+    ``shapes``: ``known_shapes(model)`` where the caller has it already.
+    """
+    shapes = known_shapes(model) if shapes is None else shapes
     methods = methods or {}
     counts = dict.fromkeys(SHAPE_METHODS, 0)
     for node in model.graph.node:
@@ -479,14 +499,15 @@ class _Walk:
             del m.graph.node[:]
             m.graph.node.extend(_without_dead_constants(kept, graph_outputs, set(self.runtime)))
         present = {o for n in m.graph.node for o in n.output if o}
-        listed = {vi.name for vi in m.graph.value_info}
+        listed: dict[str, list[onnx.ValueInfoProto]] = {}
+        for existing_vi in m.graph.value_info:
+            listed.setdefault(existing_vi.name, []).append(existing_vi)
         for name in self.method:
             if name in present and name in self.shape and name in self.elem:
                 vi = helper.make_tensor_value_info(name, self.elem[name], list(self.shape[name]))
                 if name in listed:
-                    for existing_vi in m.graph.value_info:
-                        if existing_vi.name == name:
-                            existing_vi.CopyFrom(vi)
+                    for existing_vi in listed[name]:
+                        existing_vi.CopyFrom(vi)
                 else:
                     m.graph.value_info.append(vi)
         for out in m.graph.output:
@@ -498,19 +519,37 @@ class _Walk:
 def _without_dead_constants(
     nodes: list[onnx.NodeProto], graph_outputs: set[str], runtime: set[str]
 ) -> list[onnx.NodeProto]:
-    """``nodes`` less the constant nodes nothing reads any more (the rest of a folded shape computation)."""
-    alive = list(nodes)
-    while True:
-        read = {x for n in alive for x in node_reads(n)} | graph_outputs
-        dead = [
-            n
-            for n in alive
-            if not any(o in runtime for o in n.output if o) and not any(o in read for o in n.output if o)
-        ]
-        if not dead:
-            return alive
-        gone = {id(n) for n in dead}
-        alive = [n for n in alive if id(n) not in gone]
+    """``nodes`` less the constant nodes nothing reads any more (the rest of a folded shape computation).
+
+    A node goes when none of its outputs is runtime, a graph output or read by a node that
+    stays; its inputs' readers are then counted down, so a dead chain goes in one pass.
+    """
+    readers: dict[str, int] = {}
+    for n in nodes:
+        for x in node_reads(n):
+            readers[x] = readers.get(x, 0) + 1
+    producers: dict[str, list[int]] = {}
+    for i, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producers.setdefault(o, []).append(i)
+
+    def dead(n: onnx.NodeProto) -> bool:
+        outs = [o for o in n.output if o]
+        return not any(o in runtime for o in outs) and not any(readers.get(o) or o in graph_outputs for o in outs)
+
+    gone: set[int] = set()
+    pending = [i for i, n in enumerate(nodes) if dead(n)]
+    while pending:
+        i = pending.pop()
+        if i in gone:
+            continue
+        gone.add(i)
+        for x in node_reads(nodes[i]):
+            readers[x] -= 1
+            if not readers[x]:
+                pending.extend(j for j in producers.get(x, ()) if j not in gone and dead(nodes[j]))
+    return [n for i, n in enumerate(nodes) if i not in gone]
 
 
 def _constant_value(attr: AttributeProto) -> np.ndarray | None:

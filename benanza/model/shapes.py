@@ -205,6 +205,11 @@ def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
 
 def fold_and_infer(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
     """Inline local functions, fold small constants, then infer all shapes."""
+    return infer_shapes(fold_constants(model, path), path)
+
+
+def fold_constants(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
+    """Inline local functions and fold small constants (onnxscript's optimizer, best effort)."""
     m = model
     if m.functions:
         from onnx import inliner
@@ -212,15 +217,20 @@ def fold_and_infer(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         m = inliner.inline_local_functions(m)
     try:
         import onnx_ir as ir
-        from onnxscript.optimizer import fold_constants
+        from onnxscript.optimizer import fold_constants as fold
 
         ir_model = ir.from_proto(m)
-        fold_constants(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
+        fold(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
         m = ir.to_proto(ir_model)
     except Exception as exc:  # the optimizer is best effort; inference below still runs
         log.warning("%s: constant folding skipped (%s)", path, exc)
+    return m
+
+
+def infer_shapes(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
+    """ONNX shape inference with data propagation over the whole graph."""
     try:
-        return onnx.shape_inference.infer_shapes(m, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:
         raise ModelError(path, f"shape inference failed: {one_line(exc)}") from None
 
@@ -301,11 +311,9 @@ def prepare_model(
         olds = {old for old, _ in binding.rebatch.values()}
         model = _rebatch_reshapes(model, at_original, olds, batch)
     inferred = fold_and_infer(apply_binding(model, binding), path)
-    from benanza.model.resolve import needs_resolution, resolve_shapes, shape_report
+    from benanza.model.resolve import resolve_if_needed
 
-    if not needs_resolution(inferred):
-        return PreparedModel(inferred, binding, shape_report(inferred))
-    resolved, report = resolve_shapes(inferred, path)
+    resolved, report = resolve_if_needed(inferred, path)
     return PreparedModel(resolved, binding, report)
 
 
