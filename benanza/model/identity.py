@@ -69,7 +69,7 @@ def graph_fields(
     """
     inits = {i.name: i for i in graph.initializer}
     runtime_inputs = [vi for vi in graph.input if vi.name not in inits]
-    scope = _Scope(graph, None, opsets)
+    scope = GraphScope(graph, None, opsets)
     for i, vi in enumerate(runtime_inputs):
         scope.refs[vi.name] = ["input", i]
     entries = scope.describe_nodes(nodes, layer_keys)
@@ -80,10 +80,15 @@ def graph_fields(
     }
 
 
-class _Scope:
-    """Canonical references to the tensors of one graph (the main graph or a subgraph)."""
+class GraphScope:
+    """Canonical references to the tensors of one graph (the main graph or a subgraph).
 
-    def __init__(self, graph: onnx.GraphProto, outer: _Scope | None, opsets: Mapping[str, int]) -> None:
+    ``const_ref`` describes a constant; a subclass may describe more of it (control-flow layer
+    keys take small constants by value, ``benanza.model.control_flow``), and its subgraphs'
+    scopes are of the same class.
+    """
+
+    def __init__(self, graph: onnx.GraphProto, outer: GraphScope | None, opsets: Mapping[str, int]) -> None:
         self.graph = graph
         self.outer = outer
         self.opsets = opsets
@@ -105,7 +110,7 @@ class _Scope:
         if name in self.refs:
             return self.refs[name]
         if name in self.consts:
-            return ["const"] if in_layer else _const_ref(self.consts[name])
+            return ["const"] if in_layer else self.const_ref(self.consts[name])
         if self.outer is not None:
             return ["outer", self.outer.ref(name)]
         return ["undefined"]  # a dangling name (the checker would refuse it); never its name
@@ -132,15 +137,18 @@ class _Scope:
                     self.refs[out] = ["node", pos, k]
         return entries
 
+    def const_ref(self, tensor: onnx.TensorProto) -> list[Any]:
+        return _const_ref(tensor)
+
     def _attribute(self, attr: AttributeProto) -> Any:
         if attr.type == AttributeProto.GRAPH:
-            return self._subgraph(attr.g)
+            return self.subgraph(attr.g)
         if attr.type == AttributeProto.GRAPHS:
-            return [self._subgraph(g) for g in attr.graphs]
+            return [self.subgraph(g) for g in attr.graphs]
         if attr.type == AttributeProto.TENSOR:
-            return _const_ref(attr.t)
+            return self.const_ref(attr.t)
         if attr.type == AttributeProto.TENSORS:
-            return [_const_ref(t) for t in attr.tensors]
+            return [self.const_ref(t) for t in attr.tensors]
         if attr.type == AttributeProto.SPARSE_TENSOR:
             return ["sparse", list(attr.sparse_tensor.dims), _dtype(attr.sparse_tensor.values.data_type)]
         if attr.type in (AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
@@ -153,8 +161,9 @@ class _Scope:
             return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
         return value
 
-    def _subgraph(self, graph: onnx.GraphProto) -> dict[str, Any]:
-        inner = _Scope(graph, self, self.opsets)
+    def subgraph(self, graph: onnx.GraphProto) -> dict[str, Any]:
+        """The canonical description of ``graph``, a subgraph of this scope."""
+        inner = type(self)(graph, self, self.opsets)
         for i, vi in enumerate(graph.input):
             inner.refs[vi.name] = ["arg", i]
         from benanza.model.extract import topological_nodes  # extract imports this module
