@@ -65,7 +65,8 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
     out_name = {}
     for pos, node in enumerate(network["nodes"]):
         domain = node["domain"]
-        opsets[domain] = max(opsets.get(domain, 0), node["opset"])
+        for d, version in ((domain, node["opset"]), *node.get("subgraph_opsets", {}).items()):
+            opsets[d] = max(opsets.get(d, 0), version)
         names: list[str] = []
         for i, ref in enumerate(node["inputs"]):
             kind = ref["kind"]

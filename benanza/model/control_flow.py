@@ -67,21 +67,44 @@ def captured_names(node: onnx.NodeProto) -> list[str]:
     return out
 
 
+def subgraph_domains(node: onnx.NodeProto) -> set[str]:
+    """Domains of the nodes inside the node's subgraphs, nested ones included ("" for ONNX's own)."""
+    out: set[str] = set()
+    for attr in subgraph_attributes(node):
+        for sub in graphs_of(attr):
+            for inner in sub.node:
+                out.add("" if inner.domain in ("", "ai.onnx") else inner.domain)
+                out |= subgraph_domains(inner)
+    return out
+
+
+def unbounded_loop_reason(node: onnx.NodeProto, values: Mapping[str, Sequence | None]) -> str | None:
+    """Why a ``Loop`` has no bound on its iterations but its body's condition (so running it may not end), or None.
+
+    Args:
+        values: input name -> its flattened values when it is a constant, else absent or None.
+    """
+    trip = node.input[0] if node.input else ""
+    if not trip:
+        return "Loop without a trip count M: the body's condition decides the iterations at run time"
+    m = values.get(trip)
+    if m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT:
+        return f"Loop's trip count M is {int(m[0])} (no limit): the body's condition decides the iterations at run time"
+    return None
+
+
 def loop_trip_reason(node: onnx.NodeProto, values: Mapping[str, tuple | None]) -> str | None:
     """Why a ``Loop`` cannot be benchmarked as one layer (its iterations are not fixed), or None.
 
     Args:
         values: input name -> its flattened values when it is a constant value, else None.
     """
-    trip = node.input[0] if node.input else ""
+    if (why := unbounded_loop_reason(node, values)) is not None:
+        return why
+    trip = node.input[0]
     cond = node.input[1] if len(node.input) > 1 else ""
-    if not trip:
-        return "Loop without a trip count M: the body's condition decides the iterations at run time"
-    m = values.get(trip)
-    if m is None:
+    if values.get(trip) is None:
         return f"Loop's trip count M '{trip}' is a runtime value; its iterations, and its cost, depend on it"
-    if int(m[0]) >= UNBOUNDED_TRIP_COUNT:
-        return f"Loop's trip count M is {int(m[0])} (no limit): the body's condition decides the iterations at run time"
     if cond and values.get(cond) is None:
         return f"Loop's condition '{cond}' is a runtime value; whether it runs at all depends on it"
     return None

@@ -406,6 +406,9 @@ def _make_layer(
         layer_key=stable_id(fields),
         captured=len(captures),
         subgraphs=tuple(subgraphs),
+        subgraph_opsets=tuple(
+            sorted((d, opsets[d]) for d in control_flow.subgraph_domains(node) if d in opsets and d != domain)
+        ),
     )
 
 

@@ -82,6 +82,7 @@ class Layer:
     layer_key: str
     captured: int = 0  # trailing inputs that are outer tensors read by subgraphs, not node inputs
     subgraphs: tuple[tuple[str, str | tuple[str, ...]], ...] = ()  # attribute -> encoded subgraph(s)
+    subgraph_opsets: tuple[tuple[str, int], ...] = ()  # other domains the subgraphs' nodes use -> opset
 
     @property
     def node_inputs(self) -> tuple[LayerInput, ...]:

@@ -74,6 +74,7 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
                 # control flow: the last ``captured`` inputs are read by the subgraphs, not the node
                 **({"captured": layer.captured} if layer.captured else {}),
                 **({"subgraphs": {k: _jsonable(v) for k, v in layer.subgraphs}} if layer.subgraphs else {}),
+                **({"subgraph_opsets": dict(layer.subgraph_opsets)} if layer.subgraph_opsets else {}),
             }
         )
     consumed_outside = _consumed_outside(graph, set(members))
