@@ -19,7 +19,7 @@ from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from benanza.bench.build import build_onnx
-from benanza.bench.generate import plan_model
+from benanza.bench.generate import model_key, plan_model
 from benanza.cli import app
 from benanza.model.graph import InputKind, Layer, ModelGraph
 from benanza.model.network import network_of
@@ -205,6 +205,27 @@ def test_keys_ignore_names_and_weight_values_but_follow_bodies_and_settings(proc
     assert trip["loop"].layer_key != keys["loop"]  # the trip count is a value
     scale = _by_name(process_proto(control_flow_model(scale=2.0)).graph)
     assert scale["scan"].layer_key != keys["scan"]  # a captured small constant is a value
+
+
+def test_the_model_identity_says_which_outer_tensor_a_subgraph_reads(build_model, process_proto):
+    """Same layers, same keys: only the tensor the branches capture differs, and so does the model."""
+
+    def model(captured: str) -> onnx.ModelProto:
+        branch = helper.make_graph([helper.make_node("Neg", [captured], ["o"])], "b", [], [_vi("o", F, [1, 4])])
+        return build_model(
+            [
+                helper.make_node("Relu", ["x"], ["h"], name="relu"),
+                helper.make_node("Sigmoid", ["x"], ["g"], name="sigmoid"),
+                helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch, name="if"),
+                helper.make_node("Add", ["h", "g"], ["z"], name="add"),
+            ],
+            [("x", F, [1, 4]), ("c", BOOL, [])],
+            [("y", F, [1, 4]), ("z", F, [1, 4])],
+        )
+
+    reads_h, reads_g = process_proto(model("h")).graph, process_proto(model("g")).graph
+    assert reads_h.layer_keys == reads_g.layer_keys
+    assert model_key(reads_h) != model_key(reads_g)
 
 
 def test_the_one_layer_model_of_each_control_flow_layer_is_valid_and_runs(processed):

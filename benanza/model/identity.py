@@ -2,7 +2,7 @@
 
 End-to-end results are stored under this key, so two models may share it only when ONNX
 Runtime would run the same computation on them. It covers every node, not only the layers:
-a model with a ``Loop`` (not a layer) must never take the end-to-end result of the model made
+a model with a ``Loop`` that is not a layer must never take the end-to-end result of the model made
 of its other layers.
 
 The fields (``graph_fields``), in the model's topological node order:
@@ -10,8 +10,10 @@ The fields (``graph_fields``), in the model's topological node order:
 - ``inputs``: shape and dtype of each runtime input, in order.
 - ``nodes``: a node that is a layer is its layer key (op type, domain, input and output
   shapes and dtypes, normalised attributes, small integer constants by value; see
-  ``benanza.model.keys``). Any other node (control flow, an op without a schema, a node with
-  an unknown shape, a constant producer) is its op type, domain, the opset of its domain, its
+  ``benanza.model.keys``; a control-flow layer's key covers its subgraphs, and its entry adds
+  ``captures``: where each outer tensor its subgraphs read comes from). Any other node (a
+  ``Loop`` whose iterations are not fixed, an op without a schema, a node with an unknown
+  shape, a constant producer) is its op type, domain, the opset of its domain, its
   attributes (a subgraph described by the same rules, recursively; a tensor by shape and dtype)
   and the shape and dtype of each output, with unknown dimensions as ``null``.
 - each node's ``in``: where each input comes from, by position: ``["input", i]`` (a runtime
@@ -119,7 +121,10 @@ class GraphScope:
         entries = []
         for pos, node in enumerate(nodes):
             if pos in layer_keys:
-                entries.append({"layer": layer_keys[pos], "in": [self.ref(x, in_layer=True) for x in node.input]})
+                entry = {"layer": layer_keys[pos], "in": [self.ref(x, in_layer=True) for x in node.input]}
+                if captures := _captures(node):  # a control-flow layer: where its subgraphs' outer tensors come from
+                    entry["captures"] = [self.ref(x, in_layer=True) for x in captures]
+                entries.append(entry)
             else:
                 domain = "" if node.domain in ("", "ai.onnx") else node.domain
                 entries.append(
@@ -175,6 +180,14 @@ class GraphScope:
             "nodes": inner.describe_nodes(nodes, {}),
             "outputs": [[inner.ref(o.name), _type_of(o.type)] for o in graph.output],
         }
+
+
+def _captures(node: onnx.NodeProto) -> list[str]:
+    if not any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+        return []
+    from benanza.model.control_flow import captured_names  # it imports this module
+
+    return captured_names(node)
 
 
 def _dtype(elem_type: int) -> str:
