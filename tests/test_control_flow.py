@@ -21,7 +21,9 @@ from typer.testing import CliRunner
 from benanza.bench.build import build_onnx
 from benanza.bench.generate import model_key, plan_model
 from benanza.cli import app
+from benanza.model.control_flow import decode_subgraph
 from benanza.model.graph import InputKind, Layer, ModelGraph
+from benanza.model.load import has_data
 from benanza.model.network import network_of
 from benanza.model.subgraphs import find_model_subgraphs, sequence_model, synthetic_inputs
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, session_options
@@ -284,6 +286,81 @@ def test_a_loop_whose_iterations_are_not_fixed_is_reported_with_the_reason(build
 
     fixed = process_proto(loop(trip_input=False, trip=3)).graph
     assert fixed.unsupported == () and fixed.layers[0].output_shapes == [[1, 4], [3, 1, 4]]
+
+
+def test_a_loop_whose_body_computes_its_condition_is_reported(build_model, process_proto):
+    """An early exit (``cond_out = Less(sum(acc), 20)``): synthetic data would decide the iterations."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["acc_in", "r"], ["acc_out"]),
+            helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
+            helper.make_node("Less", ["s", "lim"], ["cond_out"]),
+        ],
+        "body",
+        [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("acc_in", F, [2, 4])],
+        [_vi("cond_out", BOOL, []), _vi("acc_out", F, [2, 4])],
+        [numpy_helper.from_array(np.float32(20), "lim")],
+    )
+    model = build_model(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("Loop", ["m", "", "r"], ["y"], body=body, name="loop"),
+        ],
+        [("x", F, [2, 4])],
+        [("y", F, [2, 4])],
+        {"m": np.array(100, np.int64)},
+    )
+    graph = process_proto(model).graph
+    (node,) = graph.unsupported
+    assert node.node == "loop" and "early exit" in node.reason and "how many of its 100 run" in node.reason
+
+
+def test_a_body_with_weights_and_a_nested_loop_is_carried_without_its_weights(build_model, process_proto):
+    """The body's 16x16 weight travels as shape and dtype (its 1x16 constant by value); the nested Loop reads
+    a tensor two scopes up; the one-layer model still validates and runs."""
+    rng = np.random.default_rng(0)
+    inner = helper.make_graph(
+        [helper.make_node("Add", ["a_in", "h"], ["a_out"]), helper.make_node("Identity", ["c_in"], ["c_out"])],
+        "inner",
+        [_vi("j", I64, []), _vi("c_in", BOOL, []), _vi("a_in", F, [2, 16])],
+        [_vi("c_out", BOOL, []), _vi("a_out", F, [2, 16])],
+    )
+    bias = numpy_helper.from_array(rng.standard_normal((1, 16)).astype(np.float32), "bias_v")
+    body = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["acc_in", "w"], ["mm"]),
+            helper.make_node("Constant", [], ["bias"], value=bias),
+            helper.make_node("Add", ["mm", "bias"], ["mm2"]),
+            helper.make_node("Loop", ["two", "", "mm2"], ["acc_out"], body=inner),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("acc_in", F, [2, 16])],
+        [_vi("cond_out", BOOL, []), _vi("acc_out", F, [2, 16])],
+        [
+            numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "w"),
+            numpy_helper.from_array(np.array(2, np.int64), "two"),
+        ],
+    )
+    model = build_model(
+        [
+            helper.make_node("Relu", ["x"], ["h"], name="relu"),
+            helper.make_node("Loop", ["m", "", "h"], ["y"], body=body, name="loop"),
+        ],
+        [("x", F, [2, 16])],
+        [("y", F, [2, 16])],
+        {"m": np.array(3, np.int64)},
+    )
+    graph = process_proto(model).graph
+    assert graph.unsupported == ()
+    loop = _by_name(graph)["loop"]
+    _, network = network_of(graph, [loop.index])
+    carried = decode_subgraph(network["nodes"][0]["subgraphs"]["body"], ["bound"])
+    assert [(list(t.dims), has_data(t)) for t in carried.initializer] == [([16, 16], False), ([], True)]
+    built = build_onnx(network)
+    onnx.checker.check_model(built, full_check=True)
+    outputs = _session(built).run(None, synthetic_inputs(built))
+    assert [list(o.shape) for o in outputs] == loop.output_shapes == [[2, 16]]
 
 
 def test_profiled_kernel_time_counts_subgraph_nodes_once(processed):

@@ -21,9 +21,10 @@ run by the runtime as the model runs it. What this module adds to an ordinary la
   stripped to shape and dtype (synthetic data is filled in when the benchmark is built).
   ``decode_subgraph`` binds the captures to the names the built model gives them.
 
-A ``Loop`` is a layer only when its trip count is a constant the benchmark can repeat
-(``loop_trip_reason``): a runtime trip count, or none (a while loop whose condition the body
-computes from data), would make the benchmark measure some other number of iterations.
+A ``Loop`` is a layer only when its iterations are a constant the benchmark can repeat
+(``loop_trip_reason``): a runtime trip count, none or an unbounded one (a while loop), a
+runtime condition, or a body that computes its own condition (an early exit) would make the
+benchmark measure some other number of iterations than the model runs.
 """
 
 from __future__ import annotations
@@ -107,7 +108,32 @@ def loop_trip_reason(node: onnx.NodeProto, values: Mapping[str, tuple | None]) -
         return f"Loop's trip count M '{trip}' is a runtime value; its iterations, and its cost, depend on it"
     if cond and values.get(cond) is None:
         return f"Loop's condition '{cond}' is a runtime value; whether it runs at all depends on it"
+    body = next(a.g for a in subgraph_attributes(node) if a.name == "body")
+    if not _condition_passes_through(body):
+        limit = int(values[trip][0])
+        return f"Loop's body computes its condition (an early exit): the data decide how many of its {limit} run"
     return None
+
+
+def _condition_passes_through(body: onnx.GraphProto) -> bool:
+    """Whether the body's condition output is its condition input (directly or through Identity) or a constant true."""
+    if len(body.input) < 2 or len(body.output) < 1:
+        return True
+    cond_in, name = body.input[1].name, body.output[0].name
+    producers = {o: n for n in body.node for o in n.output}
+    constants = {t.name: t for t in body.initializer}
+    while name != cond_in:
+        node = producers.get(name)
+        if node is None:
+            tensor = constants.get(name)
+            return tensor is not None and bool(numpy_helper.to_array(tensor).all())
+        if node.op_type == "Identity":
+            name = node.input[0]
+        elif node.op_type == "Constant" and node.attribute and node.attribute[0].type == AttributeProto.TENSOR:
+            return bool(numpy_helper.to_array(node.attribute[0].t).all())
+        else:
+            return False
+    return True
 
 
 class _KeyScope(GraphScope):
@@ -216,4 +242,5 @@ def _strip_if_large(tensor: onnx.TensorProto) -> None:
     tensor.Clear()
     tensor.name, tensor.data_type = name, dtype
     tensor.dims.extend(dims)
+    tensor.raw_data = b""  # set_external_data needs the field present
     set_external_data(tensor, location=_STRIPPED)
