@@ -305,8 +305,11 @@ def _unknown(which: str, tensor: str, shapes: ShapeReport) -> str:
     return f"unknown shape of {which} '{tensor}'" + (f": {why}" if why else "")
 
 
+_SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+
+
 def _has_subgraph(node: onnx.NodeProto) -> bool:
-    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+    return any(a.type in _SUBGRAPH_TYPES for a in node.attribute)
 
 
 def _make_layer(
@@ -351,7 +354,7 @@ def _make_layer(
         else:
             inputs.append(LayerInput(spec, InputKind.WEIGHT))
     captures = control_flow.captured_names(node) if _has_subgraph(node) else []
-    if captures or _has_subgraph(node):
+    if captures or _has_subgraph(node):  # control flow: what its subgraphs read follows its own inputs
         inputs.extend(_captured_inputs(captures, types, constants, const_protos, shapes))
         if op_type == "Loop" and domain == "":
             values = {x: i.value for x, i in zip(node.input, inputs, strict=False) if i.kind is InputKind.VALUE}
@@ -369,11 +372,13 @@ def _make_layer(
         outputs.append(TensorSpec(x, shape, dtype))
 
     attrs: dict[str, Any] = dict(_schema_defaults(op_type, opset, domain))
-    attrs.update((a.name, _attr_value(a)) for a in node.attribute if not _is_subgraph_attr(a))
+    carried = control_flow.subgraph_attributes(node)
+    attrs.update((a.name, _attr_value(a)) for a in node.attribute if a.type not in _SUBGRAPH_TYPES)
     subgraphs = []
-    for a in control_flow.subgraph_attributes(node):  # each keyed by its digest, carried canonical
-        digests = tuple(f"subgraph:{control_flow.subgraph_digest(g, captures, opsets)}" for g in _graphs(a))
-        encoded = tuple(control_flow.encode_subgraph(g, captures) for g in _graphs(a))
+    for a in carried:  # each keyed by its digest, carried canonical
+        graphs = control_flow.graphs_of(a)
+        digests = tuple(f"subgraph:{control_flow.subgraph_digest(g, captures, opsets)}" for g in graphs)
+        encoded = tuple(control_flow.encode_subgraph(g, captures) for g in graphs)
         single = a.type == AttributeProto.GRAPH
         attrs[a.name] = digests[0] if single else digests
         subgraphs.append((a.name, encoded[0] if single else encoded))
@@ -410,14 +415,6 @@ def _make_layer(
             sorted((d, opsets[d]) for d in control_flow.subgraph_domains(node) if d in opsets and d != domain)
         ),
     )
-
-
-def _is_subgraph_attr(attr: AttributeProto) -> bool:
-    return attr.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
-
-
-def _graphs(attr: AttributeProto) -> list[onnx.GraphProto]:
-    return [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
 
 
 def _captured_inputs(
