@@ -288,31 +288,38 @@ def test_a_loop_whose_iterations_are_not_fixed_is_reported_with_the_reason(build
     assert fixed.unsupported == () and fixed.layers[0].output_shapes == [[1, 4], [3, 1, 4]]
 
 
-def test_a_loop_whose_body_computes_its_condition_is_reported(build_model, process_proto):
-    """An early exit (``cond_out = Less(sum(acc), 20)``): synthetic data would decide the iterations."""
-    body = helper.make_graph(
-        [
-            helper.make_node("Add", ["acc_in", "r"], ["acc_out"]),
-            helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
-            helper.make_node("Less", ["s", "lim"], ["cond_out"]),
-        ],
-        "body",
-        [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("acc_in", F, [2, 4])],
-        [_vi("cond_out", BOOL, []), _vi("acc_out", F, [2, 4])],
-        [numpy_helper.from_array(np.float32(20), "lim")],
-    )
-    model = build_model(
-        [
-            helper.make_node("Relu", ["x"], ["r"], name="relu"),
-            helper.make_node("Loop", ["m", "", "r"], ["y"], body=body, name="loop"),
-        ],
-        [("x", F, [2, 4])],
-        [("y", F, [2, 4])],
-        {"m": np.array(100, np.int64)},
-    )
-    graph = process_proto(model).graph
-    (node,) = graph.unsupported
+def test_a_loop_whose_body_computes_its_condition_from_data_is_reported(build_model, process_proto):
+    """An early exit (``cond_out = Less(sum(acc), 20)``): synthetic data would decide the iterations.
+
+    A condition on the iteration number alone (``i < 3``) runs the same iterations whatever the data."""
+
+    def model(condition: list[onnx.NodeProto], limit: np.ndarray) -> onnx.ModelProto:
+        body = helper.make_graph(
+            [helper.make_node("Add", ["acc_in", "r"], ["acc_out"]), *condition],
+            "body",
+            [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("acc_in", F, [2, 4])],
+            [_vi("cond_out", BOOL, []), _vi("acc_out", F, [2, 4])],
+            [numpy_helper.from_array(limit, "lim")],
+        )
+        return build_model(
+            [
+                helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                helper.make_node("Loop", ["m", "", "r"], ["y"], body=body, name="loop"),
+            ],
+            [("x", F, [2, 4])],
+            [("y", F, [2, 4])],
+            {"m": np.array(100, np.int64)},
+        )
+
+    early_exit = [
+        helper.make_node("ReduceSum", ["acc_out"], ["s"], keepdims=0),
+        helper.make_node("Less", ["s", "lim"], ["cond_out"]),
+    ]
+    (node,) = process_proto(model(early_exit, np.float32(20))).graph.unsupported
     assert node.node == "loop" and "early exit" in node.reason and "how many of its 100 run" in node.reason
+
+    counted = process_proto(model([helper.make_node("Less", ["i", "lim"], ["cond_out"])], np.int64(3))).graph
+    assert counted.unsupported == () and [layer.op_type for layer in counted.layers] == ["Relu", "Loop"]
 
 
 def test_a_body_with_weights_and_a_nested_loop_is_carried_without_its_weights(build_model, process_proto):

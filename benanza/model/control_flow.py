@@ -23,7 +23,7 @@ run by the runtime as the model runs it. What this module adds to an ordinary la
 
 A ``Loop`` is a layer only when its iterations are a constant the benchmark can repeat
 (``loop_trip_reason``): a runtime trip count, none or an unbounded one (a while loop), a
-runtime condition, or a body that computes its own condition (an early exit) would make the
+runtime condition, or a body whose condition reads the data (an early exit) would make the
 benchmark measure some other number of iterations than the model runs.
 """
 
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 import onnx
 from onnx import AttributeProto, numpy_helper
@@ -94,11 +94,14 @@ def unbounded_loop_reason(node: onnx.NodeProto, values: Mapping[str, Sequence | 
     return None
 
 
-def loop_trip_reason(node: onnx.NodeProto, values: Mapping[str, tuple | None]) -> str | None:
+def loop_trip_reason(
+    node: onnx.NodeProto, values: Mapping[str, tuple | None], outer_constants: Collection[str] = ()
+) -> str | None:
     """Why a ``Loop`` cannot be benchmarked as one layer (its iterations are not fixed), or None.
 
     Args:
         values: input name -> its flattened values when it is a constant value, else None.
+        outer_constants: the enclosing graph's constants (its body's condition may read them).
     """
     if (why := unbounded_loop_reason(node, values)) is not None:
         return why
@@ -109,31 +112,30 @@ def loop_trip_reason(node: onnx.NodeProto, values: Mapping[str, tuple | None]) -
     if cond and values.get(cond) is None:
         return f"Loop's condition '{cond}' is a runtime value; whether it runs at all depends on it"
     body = next(a.g for a in subgraph_attributes(node) if a.name == "body")
-    if not _condition_passes_through(body):
+    if not _condition_is_fixed(body, outer_constants):
         limit = int(values[trip][0])
-        return f"Loop's body computes its condition (an early exit): the data decide how many of its {limit} run"
+        return f"Loop's body computes its condition from data (an early exit): they decide how many of its {limit} run"
     return None
 
 
-def _condition_passes_through(body: onnx.GraphProto) -> bool:
-    """Whether the body's condition output is its condition input (directly or through Identity) or a constant true."""
-    if len(body.input) < 2 or len(body.output) < 1:
+def _condition_is_fixed(body: onnx.GraphProto, outer_constants: Collection[str]) -> bool:
+    """Whether the body's condition output follows from the iteration number and constants alone.
+
+    Then the iterations are the same whatever the data (``cond = i < 3``). A condition that
+    reads a loop-carried value, a scan input or an outer activation (an early exit on the data)
+    is not, nor one drawn at random.
+    """
+    from benanza.model.extract import RANDOM_OPS, node_reads, topological_nodes  # extract imports this module
+
+    if len(body.input) < 2 or not body.output:
         return True
-    cond_in, name = body.input[1].name, body.output[0].name
-    producers = {o: n for n in body.node for o in n.output}
-    constants = {t.name: t for t in body.initializer}
-    while name != cond_in:
-        node = producers.get(name)
-        if node is None:
-            tensor = constants.get(name)
-            return tensor is not None and bool(numpy_helper.to_array(tensor).all())
-        if node.op_type == "Identity":
-            name = node.input[0]
-        elif node.op_type == "Constant" and node.attribute and node.attribute[0].type == AttributeProto.TENSOR:
-            return bool(numpy_helper.to_array(node.attribute[0].t).all())
-        else:
-            return False
-    return True
+    fixed = {body.input[0].name, body.input[1].name} | {t.name for t in body.initializer}
+    available = {vi.name for vi in body.input} | {t.name for t in body.initializer}
+    for node in topological_nodes(body.node, available):
+        reads = node_reads(node)
+        if node.op_type not in RANDOM_OPS and all(x in fixed or x in outer_constants for x in reads):
+            fixed.update(o for o in node.output if o)
+    return body.output[0].name in fixed
 
 
 class _KeyScope(GraphScope):

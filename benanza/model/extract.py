@@ -358,7 +358,7 @@ def _make_layer(
         inputs.extend(_captured_inputs(captures, types, constants, const_protos, shapes))
         if op_type == "Loop" and domain == "":
             values = {x: i.value for x, i in zip(node.input, inputs, strict=False) if i.kind is InputKind.VALUE}
-            if (why := control_flow.loop_trip_reason(node, values)) is not None:
+            if (why := control_flow.loop_trip_reason(node, values, constants)) is not None:
                 raise _UnsupportedNode(why)
     outputs: list[TensorSpec] = []
     for x in node.output:
