@@ -724,22 +724,18 @@ def if_model(build_model):
     )
 
 
-def test_if_reported_and_other_layers_kept(build_model, process_proto):
+def test_if_is_one_layer_that_reads_what_its_branches_capture(build_model, process_proto):
     graph = process_proto(if_model(build_model)).graph
-    assert [u.to_dict() for u in graph.unsupported] == [
-        {
-            "node": "branch",
-            "op_type": "If",
-            "domain": "",
-            "reason": "control flow (If runs subgraphs); not benchmarked as one layer",
-        }
-    ]
+    assert graph.unsupported == ()
     index = {lay.name: lay.index for lay in graph.layers}
-    assert set(index) == {"before", "after", "beside"}
-    assert graph.layers[index["after"]].input_shapes == [[2, 4]]  # both branches agree on the shape
-    # the If branches read 'before's output: the order survives as an edge around the If
-    assert graph.edges == ((index["before"], index["after"]),)
-    assert graph.summary()["unsupported"] == 1
+    assert set(index) == {"before", "branch", "after", "beside"}
+    branch = graph.layers[index["branch"]]
+    # the runtime condition, then 'before's output, which both branches read from the outer scope
+    assert [(i.tensor.name, i.kind) for i in branch.inputs] == [("cond", "activation"), ("a", "activation")]
+    assert branch.captured == 1 and [i.tensor.name for i in branch.node_inputs] == ["cond"]
+    assert branch.output_shapes == [[2, 4]]  # both branches agree on the shape
+    assert {name for name, _ in branch.subgraphs} == {"then_branch", "else_branch"}
+    assert graph.edges == ((index["before"], index["branch"]), (index["branch"], index["after"]))
 
 
 def loop_model(build_model):
@@ -772,7 +768,7 @@ def test_loop_reported_and_downstream_shaped_by_running_it(build_model, process_
     graph = process_proto(loop_model(build_model)).graph
     (loop,) = graph.unsupported
     assert (loop.node, loop.op_type) == ("loop", "Loop")
-    assert "control flow" in loop.reason
+    assert "trip count M 'trips' is a runtime value" in loop.reason  # a benchmark could not repeat it
     # ONNX shape inference does not see through the loop-carried value; ONNX Runtime runs the
     # Loop with 1 and 2 trips, the shape does not change, so 'after' is keyed
     assert [lay.name for lay in graph.layers] == ["before", "after", "beside"]
@@ -954,7 +950,7 @@ def test_unsorted_if_capturing_a_later_tensor(build_model, process_proto):
         check=False,
     )
     graph = process_proto(model).graph
-    assert [u.node for u in graph.unsupported] == ["branch"]
-    assert [lay.name for lay in graph.layers] == ["before", "after"]
-    assert graph.layers[1].input_shapes == [[2, 4]]
-    assert graph.edges == ((0, 1),)
+    assert graph.unsupported == ()
+    assert [lay.name for lay in graph.layers] == ["before", "branch", "after"]
+    assert graph.layers[2].input_shapes == [[2, 4]]
+    assert graph.edges == ((0, 1), (1, 2))

@@ -1,4 +1,4 @@
-"""Nodes benanza cannot benchmark (control flow, ops of unknown domains): model identity and coverage.
+"""Nodes benanza cannot benchmark (a while loop, ops of unknown domains): model identity and coverage.
 
 A model's identity covers its whole graph, so a model with a ``Loop`` never takes the
 end-to-end result of the model made of its other layers; coverage counts the nodes that are
@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
 from benanza.analysis.lower_bound import lower_bound
@@ -48,12 +48,17 @@ def invoke(*args: str | Path):
     return CliRunner().invoke(app, [str(a) for a in args], env=FAST_ENV)
 
 
-def loop_body(op: str = "Add") -> onnx.GraphProto:
-    """A Loop body that adds the captured ``r`` to its carried value each iteration."""
+def loop_body(op: str = "Add", trip: int = 3) -> onnx.GraphProto:
+    """A while-loop body: adds the captured ``r`` to its carried value while ``i < trip``.
+
+    Its Loop has no trip count M: the body's condition decides the iterations at run time, so a
+    benchmark could not repeat them and the Loop is not benchmarked.
+    """
     return helper.make_graph(
         [
             helper.make_node(op, ["acc_in", "r"], ["acc_out"]),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+            helper.make_node("Constant", [], ["last"], value=numpy_helper.from_array(np.array(trip - 1))),
+            helper.make_node("Less", ["i", "last"], ["cond_out"]),
         ],
         "body",
         [
@@ -75,13 +80,13 @@ def loop_model(build_model):
     def build(trip: int = 3, op: str = "Add", prefix: str = "") -> onnx.ModelProto:
         nodes = [
             helper.make_node("Relu", [f"{prefix}x"], ["r"], name=f"{prefix}relu"),
-            helper.make_node("Loop", ["trip", "", "r"], [f"{prefix}y"], name=f"{prefix}loop", body=loop_body(op)),
+            helper.make_node("Loop", ["", "go", "r"], [f"{prefix}y"], name=f"{prefix}loop", body=loop_body(op, trip)),
         ]
         return build_model(
             nodes,
             [(f"{prefix}x", FLOAT, [1, 4])],
             [(f"{prefix}y", FLOAT, [1, 4])],
-            {"trip": np.array(trip, dtype=np.int64)},
+            {"go": np.array(True)},
         )
 
     return build
@@ -161,7 +166,7 @@ def test_a_model_with_an_unbenchmarked_node_has_no_lower_bound(loop_model, proce
     assert row.composed_ms == {1: None}
     assert row.e2e_ms == pytest.approx(1.0)  # the whole model still ran end to end
     (loop,) = [m for m in row.missing if m["op_type"] == "Loop"]
-    assert loop["name"] == "loop" and "control flow" in loop["reason"]
+    assert loop["name"] == "loop" and "the body's condition decides the iterations" in loop["reason"]
 
 
 def test_run_on_a_loop_model_after_its_layer_alone_measures_its_own_end_to_end(model_files, tmp_path):
@@ -178,14 +183,14 @@ def test_run_on_a_loop_model_after_its_layer_alone_measures_its_own_end_to_end(m
     assert loop_row["coverage"] == 0.5, loop_row  # was 100%: the Loop did not count
     assert loop_row["sequential_ms"] is None and loop_row["parallel_ms"] is None
     assert [m["op_type"] for m in loop_row["missing"]] == ["Loop"]
-    assert "control flow" in loop_row["missing"][0]["reason"]
+    assert "the body's condition decides the iterations" in loop_row["missing"][0]["reason"]
     with open_store(uri, create=False) as store:
         e2e = store.records(system=SYSTEM, kind=str(SpecKind.MODEL))
     assert len({r.key for r in e2e}) == 2, [r.label for r in e2e]  # each model its own end-to-end record
     assert all(r.outcome == "ok" for r in e2e)
     assert loop_row["e2e_ms"] is not None and loop_row["e2e_ms"] != relu_row["e2e_ms"]
     (warning,) = _warnings(second.stderr)  # said per node, in one line
-    assert "loop (Loop) not benchmarked: control flow" in warning
+    assert "loop (Loop) not benchmarked: Loop without a trip count M" in warning
 
 
 # -- finding 5: an op of an unknown domain ---------------------------------------------------------

@@ -15,9 +15,11 @@ A figure with any input missing is ``None`` (never a sum that counts missing as 
 sum over what is present is given separately as ``partial_sequential_ms`` with
 ``coverage`` and the ``missing`` nodes, each with its reason. Coverage counts every node of
 the model that does work: the layers whose unit has data over the layers plus the nodes that
-are not layers because benanza cannot benchmark them (control flow, ops without a schema,
-unknown shapes). A model with such a node has no lower bound and no composition: the
-model runs them, the sums would not.
+are not layers because benanza cannot benchmark them (a ``Loop`` whose iterations are not
+fixed, ops without a schema, unknown shapes). A layer whose benchmark failed (a control-flow
+layer whose subgraph holds an op the runtime lacks) is missing with its stored error. A
+model with such a node has no lower bound and no composition: the model runs them, the sums
+would not.
 
 ``checks`` lists what contradicts the method in the figures themselves: a lower bound above
 the measured end-to-end latency (by more than ``LOWER_BOUND_SLACK``) means a kernel time was

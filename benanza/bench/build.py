@@ -5,7 +5,9 @@ change a kernel's cost); ``VALUE`` inputs keep their recorded values (a Resize's
 quantized op's scales and zero points: synthesised, they would change the op or be refused
 by ONNX Runtime); attributes are
 filtered to those the operator schema of the recorded opset knows (normalisation may add
-canonical ones, such as explicit dilations, that an older opset does not accept).
+canonical ones, such as explicit dilations, that an older opset does not accept). A
+control-flow node gets its carried subgraphs back, their captured outer tensors bound to the
+tensors the built model feeds in their place, and their large constants synthesised.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from benanza.model.control_flow import decode_subgraph, graphs_of, rename_reads, subgraph_attributes
+from benanza.model.load import with_synthetic_weights
 from benanza.model.network import Network
 from benanza.model.schemas import op_schema
 
@@ -58,7 +62,8 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
     out_name = {}
     for pos, node in enumerate(network["nodes"]):
         domain = node["domain"]
-        opsets[domain] = max(opsets.get(domain, 0), node["opset"])
+        for d, version in ((domain, node["opset"]), *node.get("subgraph_opsets", {}).items()):
+            opsets[d] = max(opsets.get(d, 0), version)
         names: list[str] = []
         for i, ref in enumerate(node["inputs"]):
             kind = ref["kind"]
@@ -81,9 +86,18 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
             out_name[(pos, j)] = f"n{pos}_o{j}"
             outs.append(out_name[(pos, j)])
         allowed = _schema_attributes(node["op_type"], node["opset"], domain)
+        subgraphs = node.get("subgraphs", {})
         attrs = {k: _attr(v) for k, v in node["attributes"].items() if allowed is None or k in allowed}
+        attrs = {k: v for k, v in attrs.items() if k not in subgraphs}
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        nodes.append(helper.make_node(node["op_type"], names, outs, name=f"n{pos}", domain=domain or None, **attrs))
+        captured = node.get("captured", 0)
+        node_inputs, bound = names[: len(names) - captured], names[len(names) - captured :]
+        for k, encoded in subgraphs.items():
+            graphs = [decode_subgraph(g, bound) for g in ([encoded] if isinstance(encoded, str) else encoded)]
+            attrs[k] = graphs[0] if isinstance(encoded, str) else graphs
+        nodes.append(
+            helper.make_node(node["op_type"], node_inputs, outs, name=f"n{pos}", domain=domain or None, **attrs)
+        )
     outputs = []
     rename = []
     for j, o in enumerate(network["outputs"]):
@@ -99,9 +113,13 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
         for k, name in enumerate(n.input):
             if name in mapping:
                 n.input[k] = mapping[name]
+        for attr in subgraph_attributes(n):  # a subgraph may capture a renamed output
+            for sub in graphs_of(attr):
+                rename_reads(sub, mapping)
     graph = helper.make_graph(nodes, "benanza_network", inputs, outputs, initializers)
     opset_imports = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
-    return helper.make_model(graph, opset_imports=opset_imports, ir_version=_IR_VERSION, producer_name="benanza")
+    model = helper.make_model(graph, opset_imports=opset_imports, ir_version=_IR_VERSION, producer_name="benanza")
+    return with_synthetic_weights(model, seed)  # a subgraph's large constants travel as shape and dtype
 
 
 def _attr(value: Any) -> Any:

@@ -63,8 +63,8 @@ def op_label(op_type: str, domain: str) -> str:
 def plan_report(plans: Iterable[ModelPlan]) -> dict[str, list[dict[str, str]]]:
     """What the plans leave out or plan in a lesser way, once per model (batch sizes and runtimes repeat it).
 
-    ``not_benchmarked``: nodes no benchmark covers (control flow, ops without a schema,
-    unknown shapes), with the reason. ``planning_notes``: a model planned without its runtime's
+    ``not_benchmarked``: nodes no benchmark covers (a ``Loop`` whose iterations are not fixed,
+    ops without a schema, unknown shapes), with the reason. ``planning_notes``: a model planned without its runtime's
     fusion groups, and why.
     """
     nodes: dict[tuple, dict[str, str]] = {}

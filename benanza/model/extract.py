@@ -4,12 +4,13 @@ A node is a *constant node* when every input it reads is a constant (it then onl
 computes weights or shapes) and is skipped, unless ONNX Runtime keeps it to fuse it
 (``RUNTIME_KEPT_OPS``: a QDQ model's weight DequantizeLinear); ``Shape`` and ``Size`` read
 only their input's shape, so once that shape is known their outputs are constants too, and
-a shape computation is never a layer. Every other node becomes a layer, unless it is
-control flow, has no operator schema, or has a tensor whose shape is not fully known: then
-it is reported as ``Unsupported`` with the reason (from the shape resolution's
-``ShapeReport`` where it knows one, such as a runtime value that decides the shape), and
-the model's other layers still come out. The model's identity (``ModelGraph.graph_key``)
-is taken here too, over every node, layer or not (``benanza.model.identity``).
+a shape computation is never a layer. Every other node becomes a layer, control flow included
+(one layer with its subgraphs, ``benanza.model.control_flow``), unless it has no operator
+schema, has a tensor whose shape is not fully known, or is a ``Loop`` whose iterations are not
+fixed: then it is reported as ``Unsupported`` with the reason (from the shape resolution's
+``ShapeReport`` where it knows one, such as a runtime value that decides the shape), and the
+model's other layers still come out. The model's identity (``ModelGraph.graph_key``) is taken
+here too, over every node, layer or not (``benanza.model.identity``).
 """
 
 from __future__ import annotations
@@ -24,10 +25,10 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
-from benanza.model import ops
+from benanza.model import control_flow, ops
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeReport, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
-from benanza.model.keys import Slot, is_value, key_fields, stable_id
+from benanza.model.keys import VALUE_MAX_ELEMENTS, Slot, is_value, key_fields, stable_id
 from benanza.model.load import has_data
 from benanza.model.schemas import Differentiation, OpSchema, op_schema
 
@@ -325,8 +326,11 @@ def _unknown(which: str, tensor: str, shapes: ShapeReport) -> str:
     return f"unknown shape of {which} '{tensor}'" + (f": {why}" if why else "")
 
 
+_SUBGRAPH_TYPES = (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+
+
 def _has_subgraph(node: onnx.NodeProto) -> bool:
-    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+    return any(a.type in _SUBGRAPH_TYPES for a in node.attribute)
 
 
 def _make_layer(
@@ -342,8 +346,6 @@ def _make_layer(
     shapes: ShapeReport,
 ) -> Layer:
     op_type = node.op_type
-    if op_type in ops.CONTROL_FLOW_OPS or _has_subgraph(node):
-        raise _UnsupportedNode(f"control flow ({op_type} runs subgraphs); not benchmarked as one layer")
     opset = opsets.get(domain)
     if opset is None:
         raise _UnsupportedNode(f"domain '{domain}' is not imported by the model")
@@ -374,6 +376,13 @@ def _make_layer(
             inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))
         else:
             inputs.append(LayerInput(spec, InputKind.WEIGHT))
+    captures = control_flow.captured_names(node) if _has_subgraph(node) else []
+    if captures or _has_subgraph(node):  # control flow: what its subgraphs read follows its own inputs
+        inputs.extend(_captured_inputs(captures, types, constants, const_protos, shapes))
+        if op_type == "Loop" and domain == "":
+            values = {x: i.value for x, i in zip(node.input, inputs, strict=False) if i.kind is InputKind.VALUE}
+            if (why := control_flow.loop_trip_reason(node, values, constants)) is not None:
+                raise _UnsupportedNode(why)
     outputs: list[TensorSpec] = []
     for x in node.output:
         if not x:
@@ -386,7 +395,16 @@ def _make_layer(
         outputs.append(TensorSpec(x, shape, dtype))
 
     attrs: dict[str, Any] = dict(_schema_defaults(op_type, opset, domain))
-    attrs.update((a.name, _attr_value(a)) for a in node.attribute)
+    carried = control_flow.subgraph_attributes(node)
+    attrs.update((a.name, _attr_value(a)) for a in node.attribute if a.type not in _SUBGRAPH_TYPES)
+    subgraphs = []
+    for a in carried:  # each keyed by its digest, carried canonical
+        graphs = control_flow.graphs_of(a)
+        digests = tuple(f"subgraph:{control_flow.subgraph_digest(g, captures, opsets)}" for g in graphs)
+        encoded = tuple(control_flow.encode_subgraph(g, captures) for g in graphs)
+        single = a.type == AttributeProto.GRAPH
+        attrs[a.name] = digests[0] if single else digests
+        subgraphs.append((a.name, encoded[0] if single else encoded))
     ctx = ops.OpContext(tuple(None if i.kind is InputKind.ABSENT else i.tensor for i in inputs), tuple(outputs), opset)
     flops: int | None = None
     if info is not None:
@@ -414,4 +432,37 @@ def _make_layer(
         flops=flops,
         bytes_moved=bytes_moved,
         layer_key=stable_id(fields),
+        captured=len(captures),
+        subgraphs=tuple(subgraphs),
+        subgraph_opsets=tuple(
+            sorted((d, opsets[d]) for d in control_flow.subgraph_domains(node) if d in opsets and d != domain)
+        ),
     )
+
+
+def _captured_inputs(
+    captures: list[str],
+    types: dict[str, tuple[tuple[int, ...] | None, str]],
+    constants: set[str],
+    const_protos: dict[str, onnx.TensorProto],
+    shapes: ShapeReport,
+) -> list[LayerInput]:
+    """The outer tensors a control-flow node's subgraphs read, as extra layer inputs.
+
+    Nothing says what a subgraph does with a captured constant, so a small one (at most
+    ``VALUE_MAX_ELEMENTS``: a shape, a bound) is carried by value and a larger one is a weight.
+    """
+    out = []
+    for x in captures:
+        shape, dtype = types.get(x, (None, ""))
+        if shape is None:
+            raise _UnsupportedNode(_unknown("captured outer tensor", x, shapes))
+        spec = TensorSpec(x, shape, dtype)
+        proto = const_protos.get(x)
+        if x not in constants:
+            out.append(LayerInput(spec, InputKind.ACTIVATION))
+        elif proto is not None and has_data(proto) and spec.numel <= VALUE_MAX_ELEMENTS:
+            out.append(LayerInput(spec, InputKind.VALUE, tuple(numpy_helper.to_array(proto).ravel().tolist())))
+        else:
+            out.append(LayerInput(spec, InputKind.WEIGHT))
+    return out

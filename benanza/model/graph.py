@@ -61,7 +61,13 @@ class LayerInput:
 
 @dataclass(frozen=True, slots=True)
 class Layer:
-    """One benchmarkable node of a model, with everything its key is made of."""
+    """One benchmarkable node of a model, with everything its key is made of.
+
+    A control-flow node (``benanza.model.control_flow``) is one layer with its subgraphs:
+    the outer tensors they read follow the node's own inputs in ``inputs`` (the last
+    ``captured`` of them), and ``subgraphs`` carries each subgraph attribute's canonical
+    graph (one encoded graph, or a tuple for a ``GRAPHS`` attribute) for the benchmark.
+    """
 
     index: int  # position in the model's topological order of layers
     name: str
@@ -74,6 +80,14 @@ class Layer:
     flops: int | None  # arithmetic operations, a multiply-add counted as 2
     bytes_moved: int  # bytes of every input and output tensor, read or written once
     layer_key: str
+    captured: int = 0  # trailing inputs that are outer tensors read by subgraphs, not node inputs
+    subgraphs: tuple[tuple[str, str | tuple[str, ...]], ...] = ()  # attribute -> encoded subgraph(s)
+    subgraph_opsets: tuple[tuple[str, int], ...] = ()  # other domains the subgraphs' nodes use -> opset
+
+    @property
+    def node_inputs(self) -> tuple[LayerInput, ...]:
+        """The inputs of the node itself, without the tensors its subgraphs capture."""
+        return self.inputs[: len(self.inputs) - self.captured]
 
     @property
     def attrs(self) -> dict[str, AttrValue]:
@@ -108,6 +122,7 @@ class Layer:
             "attributes": {k: list(v) if isinstance(v, tuple) else v for k, v in self.attributes},
             "flops": self.flops,
             "bytes": self.bytes_moved,
+            **({"captured_inputs": self.captured} if self.captured else {}),
         }
 
 

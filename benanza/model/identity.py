@@ -2,7 +2,7 @@
 
 End-to-end results are stored under this key, so two models may share it only when ONNX
 Runtime would run the same computation on them. It covers every node, not only the layers:
-a model with a ``Loop`` (not a layer) must never take the end-to-end result of the model made
+a model with a ``Loop`` that is not a layer must never take the end-to-end result of the model made
 of its other layers.
 
 The fields (``graph_fields``), in the model's topological node order:
@@ -10,8 +10,10 @@ The fields (``graph_fields``), in the model's topological node order:
 - ``inputs``: shape and dtype of each runtime input, in order.
 - ``nodes``: a node that is a layer is its layer key (op type, domain, input and output
   shapes and dtypes, normalised attributes, small integer constants by value; see
-  ``benanza.model.keys``). Any other node (control flow, an op without a schema, a node with
-  an unknown shape, a constant producer) is its op type, domain, the opset of its domain, its
+  ``benanza.model.keys``; a control-flow layer's key covers its subgraphs, and its entry adds
+  ``captures``: where each outer tensor its subgraphs read comes from). Any other node (a
+  ``Loop`` whose iterations are not fixed, an op without a schema, a node with an unknown
+  shape, a constant producer) is its op type, domain, the opset of its domain, its
   attributes (a subgraph described by the same rules, recursively; a tensor by shape and dtype)
   and the shape and dtype of each output, with unknown dimensions as ``null``.
 - each node's ``in``: where each input comes from, by position: ``["input", i]`` (a runtime
@@ -69,7 +71,7 @@ def graph_fields(
     """
     inits = {i.name: i for i in graph.initializer}
     runtime_inputs = [vi for vi in graph.input if vi.name not in inits]
-    scope = _Scope(graph, None, opsets)
+    scope = GraphScope(graph, None, opsets)
     for i, vi in enumerate(runtime_inputs):
         scope.refs[vi.name] = ["input", i]
     entries = scope.describe_nodes(nodes, layer_keys)
@@ -80,10 +82,15 @@ def graph_fields(
     }
 
 
-class _Scope:
-    """Canonical references to the tensors of one graph (the main graph or a subgraph)."""
+class GraphScope:
+    """Canonical references to the tensors of one graph (the main graph or a subgraph).
 
-    def __init__(self, graph: onnx.GraphProto, outer: _Scope | None, opsets: Mapping[str, int]) -> None:
+    ``const_ref`` describes a constant; a subclass may describe more of it (control-flow layer
+    keys take small constants by value, ``benanza.model.control_flow``), and its subgraphs'
+    scopes are of the same class.
+    """
+
+    def __init__(self, graph: onnx.GraphProto, outer: GraphScope | None, opsets: Mapping[str, int]) -> None:
         self.graph = graph
         self.outer = outer
         self.opsets = opsets
@@ -105,7 +112,7 @@ class _Scope:
         if name in self.refs:
             return self.refs[name]
         if name in self.consts:
-            return ["const"] if in_layer else _const_ref(self.consts[name])
+            return ["const"] if in_layer else self.const_ref(self.consts[name])
         if self.outer is not None:
             return ["outer", self.outer.ref(name)]
         return ["undefined"]  # a dangling name (the checker would refuse it); never its name
@@ -114,7 +121,10 @@ class _Scope:
         entries = []
         for pos, node in enumerate(nodes):
             if pos in layer_keys:
-                entries.append({"layer": layer_keys[pos], "in": [self.ref(x, in_layer=True) for x in node.input]})
+                entry = {"layer": layer_keys[pos], "in": [self.ref(x, in_layer=True) for x in node.input]}
+                if captures := _captures(node):  # a control-flow layer: where its subgraphs' outer tensors come from
+                    entry["captures"] = [self.ref(x, in_layer=True) for x in captures]
+                entries.append(entry)
             else:
                 domain = "" if node.domain in ("", "ai.onnx") else node.domain
                 entries.append(
@@ -132,15 +142,18 @@ class _Scope:
                     self.refs[out] = ["node", pos, k]
         return entries
 
+    def const_ref(self, tensor: onnx.TensorProto) -> list[Any]:
+        return _const_ref(tensor)
+
     def _attribute(self, attr: AttributeProto) -> Any:
         if attr.type == AttributeProto.GRAPH:
-            return self._subgraph(attr.g)
+            return self.subgraph(attr.g)
         if attr.type == AttributeProto.GRAPHS:
-            return [self._subgraph(g) for g in attr.graphs]
+            return [self.subgraph(g) for g in attr.graphs]
         if attr.type == AttributeProto.TENSOR:
-            return _const_ref(attr.t)
+            return self.const_ref(attr.t)
         if attr.type == AttributeProto.TENSORS:
-            return [_const_ref(t) for t in attr.tensors]
+            return [self.const_ref(t) for t in attr.tensors]
         if attr.type == AttributeProto.SPARSE_TENSOR:
             return ["sparse", list(attr.sparse_tensor.dims), _dtype(attr.sparse_tensor.values.data_type)]
         if attr.type in (AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
@@ -153,8 +166,9 @@ class _Scope:
             return [v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in value]
         return value
 
-    def _subgraph(self, graph: onnx.GraphProto) -> dict[str, Any]:
-        inner = _Scope(graph, self, self.opsets)
+    def subgraph(self, graph: onnx.GraphProto) -> dict[str, Any]:
+        """The canonical description of ``graph``, a subgraph of this scope."""
+        inner = type(self)(graph, self, self.opsets)
         for i, vi in enumerate(graph.input):
             inner.refs[vi.name] = ["arg", i]
         from benanza.model.extract import topological_nodes  # extract imports this module
@@ -166,6 +180,14 @@ class _Scope:
             "nodes": inner.describe_nodes(nodes, {}),
             "outputs": [[inner.ref(o.name), _type_of(o.type)] for o in graph.output],
         }
+
+
+def _captures(node: onnx.NodeProto) -> list[str]:
+    if not any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+        return []
+    from benanza.model.control_flow import captured_names  # it imports this module
+
+    return captured_names(node)
 
 
 def _dtype(elem_type: int) -> str:

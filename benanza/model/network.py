@@ -4,7 +4,9 @@ A ``Network`` is plain data (JSON-able) describing one or more layers and how th
 wired: it can be shipped to another process or machine and turned back into a runnable
 ONNX model with synthetic weights (``benanza.bench.build``). ``VALUE`` inputs (shapes, axes,
 pads, Resize scales, quantization scales and zero points, bounds: ``benanza.model.keys.is_value``)
-keep their real values; weights are only shapes and dtypes.
+keep their real values; weights are only shapes and dtypes. A control-flow layer's node also
+carries its canonical subgraphs and how many of its inputs they capture
+(``benanza.model.control_flow``).
 
 A single layer's network key is its layer key; a multi-layer network's key hashes the
 member layer keys in order together with the wiring, so identical sequences in different
@@ -69,6 +71,10 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
                 "inputs": refs,
                 "outputs": [{"shape": list(o.shape), "dtype": o.dtype} for o in layer.outputs],
                 "layer_key": layer.layer_key,
+                # control flow: the last ``captured`` inputs are read by the subgraphs, not the node
+                **({"captured": layer.captured} if layer.captured else {}),
+                **({"subgraphs": {k: _jsonable(v) for k, v in layer.subgraphs}} if layer.subgraphs else {}),
+                **({"subgraph_opsets": dict(layer.subgraph_opsets)} if layer.subgraph_opsets else {}),
             }
         )
     consumed_outside = _consumed_outside(graph, set(members))
@@ -90,6 +96,10 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
             }
         )
     return key, network
+
+
+def _jsonable(encoded: str | tuple[str, ...]) -> str | list[str]:
+    return encoded if isinstance(encoded, str) else list(encoded)
 
 
 def _consumed_outside(graph: ModelGraph, members: set[int]) -> set[str]:

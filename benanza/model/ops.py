@@ -18,9 +18,6 @@ from typing import Any
 
 from benanza.model.graph import TensorSpec
 
-# Ops whose nodes carry subgraphs or control flow; never benchmarked as one layer.
-CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-
 
 @dataclass(frozen=True, slots=True)
 class OpContext:

@@ -39,6 +39,7 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.errors import one_line
+from benanza.model.control_flow import unbounded_loop_reason
 from benanza.model.extract import (
     RANDOM_OPS,
     SHAPE_READERS,
@@ -349,6 +350,11 @@ class _Walk:
         if any(x not in self.shape or x not in self.elem for x in reads):
             self._unresolved(needed, "an input's shape or type is unknown (a sequence or an optional value)")
             return
+        if node.op_type == "Loop" and _is_onnx_domain(node):  # synthetic data may never end a while loop
+            trips = {x: self.values[x].ravel().tolist() for x in node.input[:1] if x in self.values}
+            if (why := unbounded_loop_reason(node, trips)) is not None:
+                self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {why}")
+                return
         fed = [x for x in reads if x not in self.values]
         varied = [x for x in fed if x in self.runtime and math.prod(self.shape[x])]  # an empty tensor has no value
         decided = [x for x in varied if self.elem[x] == onnx.TensorProto.STRING]

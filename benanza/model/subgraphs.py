@@ -35,7 +35,7 @@ import onnx
 from onnx import helper
 
 from benanza.errors import SplitError, UsageError, one_line
-from benanza.model.extract import topological_nodes
+from benanza.model.extract import node_reads, topological_nodes
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.keys import stable_id
 from benanza.model.load import with_synthetic_weights
@@ -200,7 +200,7 @@ def _index_proto(processed: ProcessedModel) -> _ProtoIndex:
             break
         layer = graph.layers[len(layer_nodes)]
         node_name = node.name or f"{node.op_type}_{pos}"  # extract()'s layer name
-        if node_name == layer.name and [i.tensor.name for i in layer.inputs] == list(node.input):
+        if node_name == layer.name and [i.tensor.name for i in layer.node_inputs] == list(node.input):
             layer_nodes.append(pos)
     if len(layer_nodes) != len(graph.layers):
         missing = graph.layers[len(layer_nodes)]
@@ -209,9 +209,8 @@ def _index_proto(processed: ProcessedModel) -> _ProtoIndex:
     consumers: dict[str, set[int]] = {}
     for pos, node in enumerate(nodes):
         producer.update((o, pos) for o in node.output if o)
-        for x in node.input:
-            if x:
-                consumers.setdefault(x, set()).add(pos)
+        for x in node_reads(node):  # a control-flow node reads what its subgraphs capture too
+            consumers.setdefault(x, set()).add(pos)
     types = {vi.name: vi.type for vi in (*proto.graph.input, *proto.graph.value_info, *proto.graph.output)}
     return _ProtoIndex(
         nodes=nodes,

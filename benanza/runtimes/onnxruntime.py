@@ -38,7 +38,7 @@ from benanza.bench.build import build_onnx, synthetic_array
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
-from benanza.model.extract import dtype_name
+from benanza.model.extract import dtype_name, node_reads
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
 from benanza.runtimes.base import register_runtime
@@ -278,18 +278,27 @@ def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
     """Per-run kernel time (seconds) from ORT profiler events.
 
     Node events (``cat == "Node"``, names ending ``_kernel_time``) are assigned to the
-    ``model_run`` session event whose interval holds them; durations are microseconds.
+    ``model_run`` session event whose interval holds them; durations are microseconds. A
+    node inside another node's interval is a node of its subgraph (a ``Loop`` body's nodes
+    are profiled within the ``Loop``'s own event): counted in the enclosing node, never twice.
     """
     runs = sorted(
         (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"
     )
     totals = [0.0] * len(runs)
-    for e in events:
-        if e.get("cat") != "Node" or not str(e.get("name", "")).endswith("_kernel_time"):
-            continue
+    nodes = sorted(
+        (e["ts"], -e["dur"])
+        for e in events
+        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")
+    )
+    outer_start, outer_end = -1.0, -1.0
+    for ts, neg_dur in nodes:
+        if outer_start <= ts and ts - neg_dur <= outer_end:
+            continue  # within the enclosing control-flow node's event
+        outer_start, outer_end = ts, ts - neg_dur
         for i, (start, end) in enumerate(runs):
-            if start <= e["ts"] <= end:
-                totals[i] += e["dur"] * 1e-6
+            if start <= ts <= end:
+                totals[i] += -neg_dur * 1e-6
                 break
     return totals
 
@@ -414,7 +423,7 @@ def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list
         outs = [original(o) for o in node.output if original(o) in producer]
         if not outs:
             continue
-        stop = {original(x) for x in node.input}
+        stop = {original(x) for x in node_reads(node)}  # a control-flow node's captured outer tensors too
         members: set[int] = set()
         stack = [producer[o] for o in outs]
         while stack:
