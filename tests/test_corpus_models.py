@@ -1,7 +1,7 @@
 """The corpus of today's models in ``corpus/``: committed structure only, listed, and processed.
 
-Whether every node is shaped and benchmarked is not asserted here yet (issue 14 parts 1-3);
-``benchmarks/corpus_status.py`` reports it per model.
+Whether every node is shaped, checked against ONNX Runtime and benchmarked is asserted in
+``test_corpus_end_to_end.py``; ``benchmarks/corpus_status.py`` reports it per model.
 """
 
 from __future__ import annotations
