@@ -1,14 +1,30 @@
-"""Benchmarking time: unique layers vs every model whole, and the cost of one more model.
+"""Benchmarking time: DLBricks' speed-up, unique layers vs every model whole, one more family member.
 
-Every benchmark runs the same fixed number of timed calls (``--runs``), so the comparison
-is about *what* is run, not about adaptive stopping:
+Every benchmark runs through benanza's own pipeline (``run_specs`` into a SQLite store, the
+harness's statistical stopping rule from ``HarnessSettings`` and ``BENANZA_HARNESS_*``,
+kernel times included), so the benchmarks of the layers and of the models differ only in
+*what* they run. Models are taken in order; for each, the model is benchmarked whole, then
+the unique layers (and ONNX Runtime's fused groups) it adds to those already stored. Both
+sides therefore spread over the same period of a shared machine.
 
-1. whole models: prepare and run each zoo model ``runs`` times;
-2. unique layers: prepare and run each unique layer (over the corpus) ``runs`` times;
-3. one more model: with the other models' layers stored, how many new layers the last
-   model adds and how long they take.
+Figures (``benchmarks/results/benchmarking_time_<set>.json``):
 
-    python benchmarks/benchmarking_time.py [--runs 20] [--threads N]
+1. ``dlbricks``: DLBricks' benchmarking-time speed-up (Li et al., section 4.2): the sum over
+   models of the end-to-end latency divided by the sum over the *unique* layers (their
+   granularity G = 1 benchmarks) of the layer latency, each latency the 20% trimmed mean of
+   one call, as in DLBricks. It is the ratio of benchmarking times when every benchmark runs
+   the same number of calls (their 100), fixed costs left out. Given for every model and for
+   the models whose every node is a benchmarked layer (in the others the layers cover less
+   than the model runs, which flatters the figure).
+2. ``wall_clock``: wall seconds to benchmark every model whole vs the unique layers, at the
+   same stopping rule, preparation, kernel times and store writes included; and with the
+   fused groups that ``benanza bench`` also measures.
+3. ``adding``: the wall seconds to benchmark what one more model adds once others are
+   stored (one more ResNet depth, an int8 or fp16 variant of a stored model) vs benchmarking
+   it whole; summed from the same run's per-benchmark times. ``adding_last`` gives the same
+   for every model added after all the others.
+
+    python benchmarks/benchmarking_time.py [--set corpus|zoo] [--models NAME ...] [--threads 1] [--tag TAG]
 """
 
 from __future__ import annotations
@@ -16,86 +32,300 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import statistics
+import tempfile
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
-from benanza.bench.generate import specs_for_plan, unique_specs
-from benanza.bench.spec import SpecKind
-from benanza.local import plan_models
+from benanza.bench.execute import run_specs
+from benanza.bench.generate import ModelPlan, plan_model, specs_for_plan
+from benanza.bench.harness import HarnessSettings
+from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.local import open_local
+from benanza.model.process import process_model
+from benanza.model.shapes import parse_shape_overrides
 from benanza.model.zoo import zoo_paths
-from benanza.runtimes.base import get_runtime
 
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "corpus"
 RESULTS = Path(__file__).parent / "results"
+# (model, models already stored): one more family member, and a variant of a stored model
+FAMILY_ADDITIONS = (
+    ("resnet101", ("resnet18", "resnet34", "resnet50")),
+    ("resnet50", ("resnet18", "resnet34", "resnet101")),
+    ("resnet50_fp16", ("resnet18", "resnet34", "resnet50", "resnet101")),
+    ("resnet50_int8_qdq", ("resnet18", "resnet18_int8_qdq", "resnet34", "resnet50", "resnet101")),
+    ("bert_fp16", ("bert", "roberta", "distilbert")),
+    ("gpt2_int8_dynamic", ("gpt2", "bert", "bert_int8_dynamic")),
+    ("vit_small_patch16_224", ("deit_tiny_patch16_224", "yolos_tiny")),
+    ("light_zfnet512", ("light_bvlc_alexnet", "light_vgg19")),
+)
 
 
-def timed_runs(runtime, specs, runs: int) -> float:
-    """Wall seconds to prepare each spec and call it ``runs`` times (plus one warm-up)."""
-    start = time.perf_counter()
-    for spec in specs:
-        prepared = runtime.prepare(spec)
-        try:
-            for _ in range(runs + 1):
-                prepared.call()
-        finally:
-            prepared.close()
-    return time.perf_counter() - start
+@dataclass(frozen=True)
+class Entry:
+    name: str
+    path: Path
+    overrides: dict[str, tuple[int, ...]] | None
+    fully_benchmarked: bool = True
+
+
+def corpus_entries() -> list[Entry]:
+    manifest = json.loads((CORPUS / "corpus.json").read_text())
+    return [Entry(e["name"], CORPUS / e["file"], parse_shape_overrides(e["shape_args"]) or None) for e in manifest]
+
+
+def zoo_entries() -> list[Entry]:
+    return [Entry(p.stem, p, None) for p in zoo_paths()]
+
+
+def plan_of(entry: Entry, runtime: Any) -> ModelPlan:
+    processed = process_model(entry.path, 1, entry.overrides)
+    return plan_model(processed, runtime, batch=1, overrides=entry.overrides)
+
+
+def trimmed_s(record: Any) -> float | None:
+    return float(record.stats["trimmed_mean"]) if record.outcome == "ok" and record.stats else None
+
+
+def measure_in_order(ctx: Any, plans: Sequence[ModelPlan]) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Per spec id: kind, wall seconds, latency, outcome; per model its spec ids. Models in order."""
+    per_spec: dict[str, dict[str, Any]] = {}
+    per_model: list[dict[str, Any]] = []
+    for plan in plans:
+        specs = specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=True)
+        model = next(s for s in specs if s.kind is SpecKind.MODEL)
+        parts = [s for s in specs if s.kind in (SpecKind.LAYER, SpecKind.GROUP)]
+        for batch in ([model], [s for s in parts if s.spec_id not in per_spec]):
+            if batch:
+                run_timed(ctx, batch, per_spec, plan.model)
+        per_model.append(
+            {
+                "model": plan.model,
+                "model_spec": model.spec_id,
+                "layers": [s.spec_id for s in parts if s.kind is SpecKind.LAYER],
+                "groups": [s.spec_id for s in parts if s.kind is SpecKind.GROUP],
+                "layer_count": len(plan.graph.layers),
+                "not_benchmarkable": len(plan.graph.unsupported),
+            }
+        )
+        m = per_spec[model.spec_id]
+        new = [i for i in per_model[-1]["layers"] if per_spec[i]["first_for"] == plan.model]
+        print(
+            f"{plan.model:34s} whole {m['wall_s']:6.2f} s  e2e {1e3 * (m['latency_s'] or 0):8.2f} ms  "
+            f"new layers {len(new):4d} {sum(per_spec[i]['wall_s'] for i in new):6.2f} s",
+            flush=True,
+        )
+    return per_spec, per_model
+
+
+def run_timed(ctx: Any, specs: Sequence[BenchmarkSpec], per_spec: dict[str, dict[str, Any]], model: str) -> None:
+    """``run_specs`` on ``specs``; each spec's wall time is the time since the previous one finished."""
+    last = [time.perf_counter()]
+    order: list[str] = []
+
+    def progress(spec: BenchmarkSpec, record: Any) -> None:
+        now = time.perf_counter()
+        order.append(spec.spec_id)
+        per_spec[spec.spec_id] = {
+            "kind": str(spec.kind),
+            "label": spec.label,
+            "wall_s": now - last[0],
+            "latency_s": trimmed_s(record),
+            "outcome": str(record.outcome),
+            "stopped_by": (record.stats or {}).get("stopped_by"),
+            "first_for": model,
+        }
+        last[0] = now
+
+    summary = run_specs(
+        specs, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, progress=progress
+    )
+    if order:  # the last batch of store writes happens after the last progress call
+        per_spec[order[-1]]["wall_s"] += time.perf_counter() - last[0]
+    for spec in specs:  # not run: the memory free at the time did not admit it (said, not hidden)
+        if spec.spec_id not in per_spec:
+            why = summary.deferred_reason or f"not run ({summary.to_dict()})"
+            print(f"  {spec.label}: {why}", flush=True)
+            per_spec[spec.spec_id] = {
+                "kind": str(spec.kind),
+                "label": spec.label,
+                "wall_s": 0.0,
+                "latency_s": None,
+                "outcome": "deferred",
+                "stopped_by": None,
+                "first_for": model,
+            }
+
+
+def total(per_spec: dict[str, dict[str, Any]], ids: Sequence[str] | set[str], field: str) -> float:
+    return sum(per_spec[i][field] or 0.0 for i in ids)
+
+
+def adding(
+    per_spec: dict[str, dict[str, Any]], by_name: dict[str, dict[str, Any]], model: str, stored: Sequence[str]
+) -> dict[str, Any]:
+    """What benchmarking ``model`` costs with ``stored`` models' layers (and groups) in the store."""
+    have = {i for m in stored for i in by_name[m]["layers"] + by_name[m]["groups"]}
+    mine = by_name[model]
+    new_layers = sorted(set(mine["layers"]) - have)
+    new_parts = sorted(set(mine["layers"] + mine["groups"]) - have)
+    whole = per_spec[mine["model_spec"]]["wall_s"]
+    cost, cost_parts = total(per_spec, new_layers, "wall_s"), total(per_spec, new_parts, "wall_s")
+    return {
+        "model": model,
+        "stored": list(stored),
+        "unique_layers": len(set(mine["layers"])),
+        "new_layers": len(new_layers),
+        "new_layers_s": cost,
+        "new_layers_and_groups": len(new_parts),
+        "new_layers_and_groups_s": cost_parts,
+        "whole_model_s": whole,
+        "new_over_whole": cost / whole if whole else None,
+        "new_with_groups_over_whole": cost_parts / whole if whole else None,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=20)
-    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--set", choices=("corpus", "zoo"), default="corpus")
+    parser.add_argument("--models", "--only", nargs="*", help="model names (corpus.json names or zoo file stems)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads (1: steadier on a shared machine)")
+    parser.add_argument("--tag", default="", help="suffix of the result file, e.g. 'before'")
     args = parser.parse_args()
-    runtime = get_runtime("onnxruntime", threads=args.threads)
-    paths = zoo_paths()
-    plans = plan_models(paths, runtime, (1,), None, ())
-    variant = runtime.variant()
-    per_plan = [specs_for_plan(p, runtime.name, variant, e2e=True) for p in plans]
-    models = [s for specs in per_plan for s in specs if s.kind is SpecKind.MODEL]
-    layers_of = [[s for s in specs if s.kind is SpecKind.LAYER] for specs in per_plan]
-    unique_layers = unique_specs(s for specs in layers_of for s in specs)
-    total_layers = sum(len(p.graph.layers) for p in plans)
+    entries = corpus_entries() if args.set == "corpus" else zoo_entries()
+    if args.models:
+        unknown = set(args.models) - {e.name for e in entries}
+        if unknown:
+            parser.error(f"unknown models for --set {args.set}: {', '.join(sorted(unknown))}")
+        entries = [e for e in entries if e.name in args.models]
+    settings = HarnessSettings.from_env()
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="benanza-bt-") as tmp:
+        ctx = open_local(
+            db=f"sqlite:///{tmp}/bt.db",
+            runtime_options={"threads": args.threads},
+            system="benchmarking-time",
+            settings=settings,
+        )
+        try:
+            plans = [plan_of(e, ctx.runtime) for e in entries]
+            planned_s = time.perf_counter() - started
+            per_spec, per_model = measure_in_order(ctx, plans)
+        finally:
+            ctx.close()
+    by_name = {m["model"]: m for m in per_model}
+    models = [m["model_spec"] for m in per_model]
+    layers = sorted({i for m in per_model for i in m["layers"]})
+    groups = sorted({i for m in per_model for i in m["groups"]} - set(layers))
+    complete = [m for m in per_model if not m["not_benchmarkable"]]
+    complete_layers = sorted({i for m in complete for i in m["layers"]})
 
-    t_models = timed_runs(runtime, models, args.runs)
-    t_layers = timed_runs(runtime, unique_layers, args.runs)
-    # one more model: the last zoo model added after the others are stored
-    stored = {s.spec_id for specs in layers_of[:-1] for s in specs}
-    new_layers = [s for s in unique_specs(layers_of[-1]) if s.spec_id not in stored]
-    t_new = timed_runs(runtime, new_layers, args.runs)
-    t_last_whole = timed_runs(runtime, [models[-1]], args.runs)
+    def dlbricks(ms: Sequence[dict[str, Any]], ls: Sequence[str]) -> dict[str, Any]:
+        e2e = total(per_spec, [m["model_spec"] for m in ms], "latency_s")
+        parts = total(per_spec, ls, "latency_s")
+        return {
+            "models": len(ms),
+            "layers": sum(m["layer_count"] for m in ms),
+            "unique_layers": len(ls),
+            "sum_e2e_ms": 1e3 * e2e,
+            "sum_unique_layers_ms": 1e3 * parts,
+            "speedup": e2e / parts if parts else None,
+        }
 
+    whole_s = total(per_spec, models, "wall_s")
+    layers_s = total(per_spec, layers, "wall_s")
+    groups_s = total(per_spec, groups, "wall_s")
+    outcomes: dict[str, dict[str, int]] = {}
+    for rec in per_spec.values():
+        kind = outcomes.setdefault(rec["kind"], {})
+        kind[rec["outcome"]] = kind.get(rec["outcome"], 0) + 1
+    stops: dict[str, dict[str, int]] = {}
+    for rec in per_spec.values():
+        kind = stops.setdefault(rec["kind"], {})
+        kind[str(rec["stopped_by"])] = kind.get(str(rec["stopped_by"]), 0) + 1
+    names = set(by_name)
+    others = [m["model"] for m in per_model]
+    last = [adding(per_spec, by_name, m, [o for o in others if o != m]) for m in others] if len(others) > 1 else []
     result = {
         "benchmark": "benchmarking_time",
-        "runs_per_benchmark": args.runs,
-        "models": len(models),
-        "layers_total": total_layers,
-        "layers_unique": len(unique_layers),
-        "whole_models_s": t_models,
-        "unique_layers_s": t_layers,
-        "speedup_unique_vs_whole": t_models / t_layers if t_layers else None,
-        "one_more_model": {
-            "model": plans[-1].model,
-            "new_unique_layers": len(new_layers),
-            "of_its_unique_layers": len(unique_specs(layers_of[-1])),
-            "new_layers_s": t_new,
-            "whole_model_s": t_last_whole,
+        "set": args.set,
+        "batch": 1,
+        "models": len(per_model),
+        "dlbricks": {
+            "definition": "sum over models of e2e latency / sum over unique layers of layer latency "
+            "(20% trimmed mean per call; DLBricks section 4.2, G = 1)",
+            "all_models": dlbricks(per_model, layers),
+            "fully_benchmarked_models": dlbricks(complete, complete_layers),
         },
-        "variant": variant,
+        "wall_clock": {
+            "whole_models_s": whole_s,
+            "unique_layers": len(layers),
+            "unique_layers_s": layers_s,
+            "whole_over_unique_layers": whole_s / layers_s if layers_s else None,
+            "unique_groups": len(groups),
+            "unique_groups_s": groups_s,
+            "whole_over_layers_and_groups": whole_s / (layers_s + groups_s) if layers_s + groups_s else None,
+            "median_layer_s": statistics.median(per_spec[i]["wall_s"] for i in layers) if layers else None,
+            "median_model_s": statistics.median(per_spec[i]["wall_s"] for i in models) if models else None,
+            "planning_s": planned_s,
+        },
+        "outcomes": outcomes,
+        "stopped_by": stops,
+        "adding": [adding(per_spec, by_name, m, s) for m, s in FAMILY_ADDITIONS if {m, *s} <= names],
+        "adding_last": {
+            "models": len(last),
+            "cheaper_than_whole": sum(1 for a in last if a["new_over_whole"] is not None and a["new_over_whole"] < 1),
+            "median_new_over_whole": statistics.median(a["new_over_whole"] for a in last) if last else None,
+            "per_model": last,
+        },
+        "per_model": [
+            {
+                "model": m["model"],
+                "layers": m["layer_count"],
+                "unique_layers": len(set(m["layers"])),
+                "not_benchmarkable": m["not_benchmarkable"],
+                "whole_s": per_spec[m["model_spec"]]["wall_s"],
+                "e2e_ms": 1e3 * (per_spec[m["model_spec"]]["latency_s"] or 0.0),
+            }
+            for m in per_model
+        ],
+        "harness": settings.model_dump(),
+        "threads": args.threads,
         "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "benchmarking_time.json").write_text(json.dumps(result, indent=2) + "\n")
+    name = f"benchmarking_time_{args.set}{'_' + args.tag if args.tag else ''}.json"
+    if not args.models or args.tag:
+        (RESULTS / name).write_text(json.dumps(result, indent=1) + "\n")
+    d, w = result["dlbricks"], result["wall_clock"]
     print(
-        f"{len(models)} models whole: {t_models:.1f} s; {len(unique_layers)} unique of {total_layers} layers: "
-        f"{t_layers:.1f} s (whole/unique = {result['speedup_unique_vs_whole']:.2f}x), {args.runs} runs each"
+        f"\nDLBricks speed-up (sum e2e / sum unique layers): {d['all_models']['speedup']:.2f}x over "
+        f"{d['all_models']['models']} models, {d['fully_benchmarked_models']['speedup'] or 0:.2f}x over the "
+        f"{d['fully_benchmarked_models']['models']} fully benchmarked"
     )
-    o = result["one_more_model"]
     print(
-        f"adding {o['model']} after the others: {o['new_unique_layers']} new of {o['of_its_unique_layers']} unique "
-        f"layers, {t_new:.2f} s (the model whole: {t_last_whole:.2f} s)"
+        f"wall clock: {len(models)} models whole {whole_s:.1f} s; {len(layers)} unique layers {layers_s:.1f} s "
+        f"(whole/unique = {w['whole_over_unique_layers'] or 0:.2f}x); with {len(groups)} fused groups "
+        f"{layers_s + groups_s:.1f} s ({w['whole_over_layers_and_groups'] or 0:.2f}x)"
     )
+    for a in result["adding"]:
+        print(
+            f"adding {a['model']} to {', '.join(a['stored'])}: {a['new_layers']} new of {a['unique_layers']} "
+            f"unique layers, {a['new_layers_s']:.2f} s ({a['new_layers_and_groups_s']:.2f} s with groups) vs "
+            f"{a['whole_model_s']:.2f} s whole"
+        )
+    if last:
+        al = result["adding_last"]
+        print(
+            f"each model added last: cheaper than whole for {al['cheaper_than_whole']} of {al['models']}, "
+            f"median new/whole {al['median_new_over_whole']:.2f}"
+        )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ QOperator int8 models' ONNX Runtime contrib ops (``com.microsoft::QLinearAdd``..
 model's weight ``DequantizeLinear``s are layers, copied per reader as ONNX Runtime does); ONNX Runtime
 groups the layers of QDQ, QOperator and float16 graphs as it runs them.
 ``benchmarks/corpus_status.py`` reports the same per model, with timings.
+The whole corpus benchmarked is asserted in ``test_corpus_end_to_end.py``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_device, measure_interleaved
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.bench.stats import describe
+from benanza.bench.stats import TRIM_PROPORTION, describe, trimmed_mean_sorted, trimmed_stderr_sorted
 from benanza.errors import UsageError
 from benanza.runtimes import base
 from benanza.runtimes.base import Prepared, Runtime, get_runtime
@@ -87,7 +87,9 @@ def test_deterministic_fn_stops_by_noise_once_stderr_is_met() -> None:
 def test_real_fast_fn_stops_by_noise() -> None:
     t = measure(trivial, settings(target_rel_stderr=0.05, max_time_s=5.0))
     assert t.stopped_by == "noise"
-    assert t.stats.rel_stderr <= 0.05
+    ordered = sorted(t.samples)  # the mean, or the 20% trimmed mean, known to 5%
+    trimmed_rse = trimmed_stderr_sorted(ordered) / trimmed_mean_sorted(ordered, TRIM_PROPORTION)
+    assert min(t.stats.rel_stderr, trimmed_rse) <= 0.05
     assert t.total_s < 5.0
 
 
@@ -100,6 +102,24 @@ def test_warmup_and_calibration_sample_kept() -> None:
     assert t.stats.n == 5
     assert clock.calls == 3 + (2 * 8192 - 1) + 4 * 8192
     assert all(s == pytest.approx(30e-9) for s in t.samples)
+
+
+def test_rare_stalls_stop_by_the_trimmed_mean_not_the_time_cap() -> None:
+    # one call in ten stalls for 1 ms: the plain standard error stays far above 1%, the 20%
+    # trimmed mean's (the statistic compositions use) is met at once
+    clock = FakeClock()
+    fn = clock.call_taking(1000, 1010, 990, 1005, 995, 1000, 1002, 998, 1000, 1_000_000)
+    t = measure(fn, settings(warmup_runs=0, min_samples=10, min_time_s=0.0, min_sample_time_s=0.0), clock=clock)
+    assert (t.stopped_by, t.stats.n) == ("noise", 10)
+    assert t.stats.rel_stderr > 0.5  # the plain rule alone would have run to the cap
+    assert t.stats.trimmed_mean == pytest.approx(1000e-9, rel=0.01)
+
+
+def test_stalls_in_more_than_a_fifth_of_the_samples_still_run_to_the_cap() -> None:
+    clock = FakeClock()
+    fn = clock.call_taking(1000, 1_000_000, 1000, 1000)  # a quarter of the calls stall: trimming cannot hide it
+    t = measure(fn, settings(warmup_runs=0, min_samples=10, min_time_s=0.0, min_sample_time_s=0.0), clock=clock)
+    assert t.stopped_by == "time_cap"
 
 
 def test_time_cap_stops_noisy_fn_exactly() -> None:
@@ -187,7 +207,7 @@ def test_exceptions_propagate() -> None:
 def test_settings_defaults_validation_and_frozen() -> None:
     s = HarnessSettings()
     assert (s.warmup_runs, s.min_samples, s.max_samples) == (3, 10, 100_000)
-    assert (s.min_time_s, s.max_time_s, s.target_rel_stderr) == (0.05, 2.0, 0.01)
+    assert (s.min_time_s, s.max_time_s, s.target_rel_stderr) == (0.01, 2.0, 0.01)
     assert (s.min_sample_time_s, s.kernel_runs) == (2e-4, 20)
     with pytest.raises(ValidationError):
         s.max_time_s = 1.0  # type: ignore[misc]

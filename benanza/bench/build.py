@@ -12,6 +12,9 @@ tensors the built model feeds in their place, and their large constants synthesi
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -49,9 +52,47 @@ def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> n
     return np.zeros(shape, dtype=dt)
 
 
+# Synthetic weights are drawn once per (shape, dtype, seed) and shared, read-only, by every
+# benchmark that needs them (the same weight recurs in a layer, its fused group, its family's
+# other depths and the whole model), up to this many bytes held; the least recently used go first.
+WEIGHT_CACHE_BYTES = 256 << 20
+_weights: OrderedDict[tuple[tuple[int, ...], str, int, int], bytes] = OrderedDict()
+_weights_lock = threading.Lock()
+
+
+def synthetic_weight(shape: Sequence[int], dtype: str | np.dtype, seed: int = 0, slot: int = 0) -> bytes:
+    """The raw data of ``synthetic_array(shape, dtype)`` for a weight, cached.
+
+    The values depend only on (shape, dtype, seed, slot), not on which other weights were
+    drawn before, so that a weight is drawn once however many benchmarks hold it. ``slot``
+    (the input position the weight takes in its node) keeps a node's weights of one shape
+    apart: a BatchNormalization's scale, bias, mean and variance.
+    """
+    key = (tuple(int(d) for d in shape), np.dtype(dtype).name, seed, slot)
+    with _weights_lock:
+        if key in _weights:
+            _weights.move_to_end(key)
+            return _weights[key]
+    rng = np.random.default_rng([seed, slot, len(key[0]), *key[0]])
+    data = synthetic_array(list(key[0]), dtype, rng).tobytes()
+    if len(data) <= WEIGHT_CACHE_BYTES // 4:
+        with _weights_lock:
+            _weights[key] = data
+            held = sum(len(v) for v in _weights.values())
+            while held > WEIGHT_CACHE_BYTES:
+                held -= len(_weights.popitem(last=False)[1])
+    return data
+
+
+def weight_tensor(name: str, shape: Sequence[int], dtype: str, seed: int = 0, slot: int = 0) -> onnx.TensorProto:
+    """An initializer of synthetic data (``synthetic_weight``)."""
+    tensor = onnx.TensorProto(name=name, data_type=_elem_type(dtype), dims=list(shape))
+    tensor.raw_data = synthetic_weight(shape, dtype, seed, slot)
+    return tensor
+
+
 def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
     """A runnable ONNX model of ``network``; inputs ``in{i}``, outputs ``out{j}``."""
-    rng = np.random.default_rng(seed)
     inputs = [
         helper.make_tensor_value_info(f"in{i}", _elem_type(t["dtype"]), t["shape"])
         for i, t in enumerate(network["inputs"])
@@ -77,9 +118,9 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
                 name = f"n{pos}_c{i}"
                 if kind == "value":
                     arr = np.asarray(ref["value"], dtype=np.dtype(ref["dtype"])).reshape(ref["shape"])
+                    initializers.append(numpy_helper.from_array(arr, name))
                 else:
-                    arr = synthetic_array(ref["shape"], ref["dtype"], rng)
-                initializers.append(numpy_helper.from_array(arr, name))
+                    initializers.append(weight_tensor(name, ref["shape"], ref["dtype"], seed, i))
                 names.append(name)
         outs = []
         for j, _ in enumerate(node["outputs"]):

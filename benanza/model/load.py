@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper
@@ -125,18 +124,21 @@ def with_synthetic_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelP
     """
     if not structure_only(model):
         return model
-    from benanza.bench.build import synthetic_array
+    from benanza.bench.build import synthetic_weight
 
-    rng = np.random.default_rng(seed)
     filled = onnx.ModelProto()
     filled.CopyFrom(model)
+    slots: dict[str, int] = {}  # a weight's input position in the node that reads it, as in built layers
+    for node in filled.graph.node:
+        for i, name in enumerate(node.input):
+            slots.setdefault(name, i)
     for tensor in model_tensors(filled):
         if has_data(tensor):
             continue
-        values = synthetic_array(list(tensor.dims), helper.tensor_dtype_to_np_dtype(tensor.data_type), rng)
+        dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
-        tensor.raw_data = values.tobytes()
+        tensor.raw_data = synthetic_weight(list(tensor.dims), dtype, seed, slots.get(tensor.name, 0))
     return filled
 
 

@@ -22,7 +22,10 @@ resolution; sum of the node durations of one run).
 
 from __future__ import annotations
 
+import atexit
+import functools
 import heapq
+import itertools
 import json
 import os
 import re
@@ -172,18 +175,18 @@ class _OrtProfiler:
         self, model_bytes: bytes, feeds: dict[str, np.ndarray], opt_level: str, threads: int, precalls: int = 0
     ) -> None:
         ort = _ort()
-        self._tmp = tempfile.TemporaryDirectory(prefix="benanza-prof-")
         so = session_options(opt_level, threads, profile=True)
-        so.profile_file_prefix = str(Path(self._tmp.name) / "ort")
+        so.profile_file_prefix = str(_profile_dir() / f"ort-{next(_PROFILES)}")
         self._feeds = feeds
         self._every = precalls + 1
+        self._file: Path | None = None
         self.run_times: list[float] = []
+        self._session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
         try:
-            self._session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
             for _ in range(PROFILE_WARMUP):
                 self._session.run(None, self._feeds)
         except BaseException:
-            self._tmp.cleanup()
+            self.close()
             raise
 
     def run(self) -> None:
@@ -195,14 +198,32 @@ class _OrtProfiler:
 
         ``run_times`` then holds the same runs' whole durations in the profiled session.
         """
-        events = json.loads(Path(self._session.end_profiling()).read_text())
+        self._file = Path(self._session.end_profiling())
+        events = json.loads(self._file.read_text())
         kept = slice(PROFILE_WARMUP + self._every - 1, None, self._every)
         self.run_times = run_times_from_profile(events)[kept]
         return kernel_times_from_profile(events)[kept]
 
     def close(self) -> None:
+        """Ends profiling if ``finish`` did not, and removes the profile's file."""
+        if self._session is not None and self._file is None:
+            self._file = Path(self._session.end_profiling())
         self._session = None
-        self._tmp.cleanup()
+        if self._file is not None:
+            self._file.unlink(missing_ok=True)
+
+
+# One folder per process for every profiling session's file (each removed once read): a
+# folder per benchmark cost ~10 ms of directory creation and removal on a busy VM's disk,
+# a fifth of a small layer's fixed cost (benchmarks/fixed_cost.py).
+_PROFILES = itertools.count()
+
+
+@functools.cache
+def _profile_dir() -> Path:
+    folder = tempfile.TemporaryDirectory(prefix="benanza-prof-")
+    atexit.register(folder.cleanup)
+    return Path(folder.name)
 
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
