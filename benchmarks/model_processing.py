@@ -34,6 +34,7 @@ from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph
 from benanza.model.load import load_model
 from benanza.model.process import cycle_collection_paused, model_name, process_model
+from benanza.model.qdq import unique_dequantize
 from benanza.model.resolve import needs_resolution, resolve_if_needed
 from benanza.model.shapes import apply_binding, bind_shapes, fold_constants, infer_shapes, parse_shape_overrides
 from benanza.model.zoo import zoo_paths
@@ -44,7 +45,7 @@ ZOO_TARGET_S = 3.0
 CORPUS_TARGET_S = 10.0
 CORPUS_TARGET_MODELS = 40
 _RUN_STAGES = ("process_s", "dedup_jaccard_s", "total_s")
-STAGES = ("load_s", "bind_s", "fold_s", "infer_s", "resolve_s", "extract_s")
+STAGES = ("load_s", "bind_s", "fold_s", "infer_s", "resolve_s", "qdq_s", "extract_s")
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ def staged_once(items: list[Item]) -> dict[str, Any]:
             prepared, report = timed("resolve_s", row, lambda m=inferred, i=item: resolve_if_needed(m, i.path))
             if needs_resolution(inferred):
                 resolved_models.append(item.name)
-            graph = timed("extract_s", row, lambda m=prepared, r=report, i=item: extract(m, i.name, str(i.path), r))
+            unique = timed("qdq_s", row, lambda m=prepared: unique_dequantize(m))
+            graph = timed("extract_s", row, lambda m=unique, r=report, i=item: extract(m, i.name, str(i.path), r))
         graphs.append(graph)
         shaped_by.update(dict(report.shaped_by))
         per_model[item.name] = row
