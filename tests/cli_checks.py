@@ -1,4 +1,4 @@
-"""Checks shared by the CLI tests: what a handled user error looks like."""
+"""Checks shared by the CLI tests: what a handled user error looks like, and fast harness settings."""
 
 from __future__ import annotations
 
@@ -14,3 +14,18 @@ def one_line_error(result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+# The harness's shortest settings, for CLI runs whose point is that benchmarks run, not their precision.
+FAST_ENV = {
+    "BENANZA_DB": None,
+    "BENANZA_SYSTEM": None,
+    "BENANZA_HARNESS_WARMUP_RUNS": "1",
+    "BENANZA_HARNESS_MIN_SAMPLES": "3",
+    "BENANZA_HARNESS_KERNEL_RUNS": "2",
+}
+
+
+def fast_flags(system: str) -> list[str]:
+    """``bench``/``run`` flags to go with ``FAST_ENV``, on one thread, as ``system``."""
+    return ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--system", system]

@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from cli_checks import FAST_ENV, fast_flags
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
@@ -34,14 +35,7 @@ F = TensorProto.FLOAT
 U8 = TensorProto.UINT8
 MS = "com.microsoft"
 SYSTEM = "contrib-test-system"
-FAST_ENV = {
-    "BENANZA_DB": None,
-    "BENANZA_SYSTEM": None,
-    "BENANZA_HARNESS_WARMUP_RUNS": "1",
-    "BENANZA_HARNESS_MIN_SAMPLES": "3",
-    "BENANZA_HARNESS_KERNEL_RUNS": "2",
-}
-FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--system", SYSTEM]
+FAST_FLAGS = fast_flags(SYSTEM)
 CONTRIB_OPS = ["QLinearSigmoid", "QLinearAdd", "QLinearMul", "QLinearGlobalAveragePool", "QGemm"]
 
 

@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from cli_checks import FAST_ENV, fast_flags
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
@@ -30,15 +31,8 @@ from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, session_options
 
 F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 WIDTH = 96  # above the value limit: the captured weight ``w`` is synthesised, not carried
-FAST_ENV = {
-    "BENANZA_DB": None,
-    "BENANZA_SYSTEM": None,
-    "BENANZA_HARNESS_WARMUP_RUNS": "1",
-    "BENANZA_HARNESS_MIN_SAMPLES": "3",
-    "BENANZA_HARNESS_KERNEL_RUNS": "2",
-}
 SYSTEM = "control-flow-test"
-FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--system", SYSTEM]
+FAST_FLAGS = fast_flags(SYSTEM)
 ANALYZE_FLAGS = ["--threads", "1", "--system", SYSTEM]
 CONTROL_FLOW = ("If", "Loop", "Scan")
 

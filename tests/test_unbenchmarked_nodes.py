@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from cli_checks import FAST_ENV, fast_flags
 from onnx import TensorProto, helper, numpy_helper
 from typer.testing import CliRunner
 
@@ -32,14 +33,7 @@ from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import Outcome, make_record, open_store
 
 SYSTEM = "unbenchmarked-test-system"
-FAST_ENV = {
-    "BENANZA_DB": None,
-    "BENANZA_SYSTEM": None,
-    "BENANZA_HARNESS_WARMUP_RUNS": "1",
-    "BENANZA_HARNESS_MIN_SAMPLES": "3",
-    "BENANZA_HARNESS_KERNEL_RUNS": "2",
-}
-FAST_FLAGS = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--system", SYSTEM]
+FAST_FLAGS = fast_flags(SYSTEM)
 FLOAT = TensorProto.FLOAT
 FROB_REASON = "no operator schema for com.example::Frob at opset 1 in ONNX or ONNX Runtime"
 

@@ -248,18 +248,7 @@ class _Site:
         s, root = self.survey, ""
         answers = [a for m in s.models if (a := self.answer(m, root, with_model=True))]
         latest = [(m, f) for m in s.models for f in m.latest]
-        entries = [
-            (
-                f"{m.model} b{m.batch_size}",
-                f.row.system,
-                f.row.sequential_ms,
-                _smallest_g(f.row.composed_ms),
-                f.row.e2e_ms,
-                (f.e2e_spread.low_ms, f.e2e_spread.high_ms) if f.e2e_spread else None,
-            )
-            for m, f in latest
-            if f.row.variant is not None
-        ]
+        entries = [_bound_entry(f"{m.model} b{m.batch_size}", f) for m, f in latest if f.row.variant is not None]
         headline_figure = (
             self.figure(
                 "headline",
@@ -436,17 +425,7 @@ class _Site:
         key = slug(Path(rel).stem)
         answers = [a for m in batches if (a := self.answer(m, root, with_model=False))]
         latest = [(m, f) for m in batches for f in m.latest if f.row.variant is not None]
-        entries = [
-            (
-                f"{f.row.system} b{m.batch_size}",
-                f.row.system,
-                f.row.sequential_ms,
-                _smallest_g(f.row.composed_ms),
-                f.row.e2e_ms,
-                (f.e2e_spread.low_ms, f.e2e_spread.high_ms) if f.e2e_spread else None,
-            )
-            for m, f in latest
-        ]
+        entries = [_bound_entry(f"{f.row.system} b{m.batch_size}", f) for m, f in latest]
         bounds_figure = (
             self.figure(
                 f"model_{key}_bounds",
@@ -907,6 +886,19 @@ def _heatmap(corpus, path: Path) -> Path:
 
 def _model_count(m) -> dict[str, Any]:
     return {"model": m.model, "layers": m.layers, "unique_layers": m.unique_layers, "unsupported": m.unsupported}
+
+
+def _bound_entry(label: str, figure: SystemFigures) -> tuple[Any, ...]:
+    """One bar of a bounds chart: label, system, sequential bound, composed (smallest G), e2e, e2e spread."""
+    row, spread = figure.row, figure.e2e_spread
+    return (
+        label,
+        row.system,
+        row.sequential_ms,
+        _smallest_g(row.composed_ms),
+        row.e2e_ms,
+        (spread.low_ms, spread.high_ms) if spread else None,
+    )
 
 
 def _smallest_g(composed: Mapping[int, float | None]) -> float | None:
