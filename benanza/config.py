@@ -73,6 +73,11 @@ SYSTEM_LABEL = "system"  # Ray node label key: system=NAME
 RESOURCE_PREFIX = "system:"  # Ray custom resource: system:NAME
 ZOO_PREFIX = "zoo:"
 DEFAULTS_SOURCE = "<embedded defaults>"
+# The main job's defaults, the same for `benanza run` and `benanza fleet run` with no config: DLBricks
+# sequences of 1 and 3 layers (the composition's G = 1 and a fused neighbourhood), and a shorter time cap
+# than the harness's own, so the zoo takes minutes on a laptop.
+MAIN_JOB_GRANULARITIES = (1, 3)
+MAIN_JOB_HARNESS: Mapping[str, float] = {"min_time_s": 0.02, "max_time_s": 0.5}
 
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
 
@@ -559,12 +564,19 @@ def load_fleet_config(path: str | os.PathLike[str], environ: Mapping[str, str] |
 
 
 def default_fleet_config() -> FleetConfig:
-    """The embedded defaults: this machine as the only (CPU) system, in-process Ray, default DB, the zoo."""
+    """The embedded defaults: this machine as the only (CPU) system, in-process Ray, default DB, the zoo.
+
+    The DLBricks granularities and harness settings are the main job's, as `benanza run` uses them.
+    """
     from benanza.fingerprint import default_system_name
 
     name = default_system_name()
     try:
-        return FleetConfig(systems=[SystemConfig(name=name)])
+        return FleetConfig(
+            systems=[SystemConfig(name=name)],
+            granularities=list(MAIN_JOB_GRANULARITIES),
+            harness=dict(MAIN_JOB_HARNESS),
+        )
     except ValidationError as exc:
         raise ConfigError(
             DEFAULTS_SOURCE, f"{_first_problem(exc)}: set BENANZA_SYSTEM to a valid system name"

@@ -115,7 +115,10 @@ def test_defaults_are_this_machine_in_process_ray_default_db_and_the_zoo(monkeyp
     assert config.ray == RayConfig() and config.ray.address is None and not config.ray.local_cluster
     assert config.db is None and config.models == [] and config.batch_sizes == [1] and config.dtypes == ["float32"]
     assert config.model_paths() == zoo_paths()
-    assert config.harness_settings(environ={}) == HarnessSettings()
+    # the main job's settings, as `benanza run` has them
+    assert config.granularities == [1, 3]
+    assert config.harness_settings(environ={}) == HarnessSettings(min_time_s=0.02, max_time_s=0.5)
+    assert config.harness_settings(environ={"BENANZA_HARNESS_MAX_TIME_S": "0.05"}).max_time_s == 0.05
     assert config.source is None
 
 

@@ -423,6 +423,11 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     laptop = out["systems"]["laptop"]
     assert laptop["measured"] == laptop["total"] == out["measured"] > 0 and laptop["stack_id"]
     assert (tmp_path / "benanza.db").exists()  # the default store, in the working directory
+    # the main job ends with the model's lower bounds on this system, from what the run stored
+    (bound,) = out["lower_bounds"]
+    assert (bound["model"], bound["system"], bound["stack_id"]) == ("chain", "laptop", laptop["stack_id"])
+    assert bound["coverage"] == 1.0 and bound["sequential_ms"] > 0 and bound["e2e_ms"] > 0
+    assert set(bound["composed_ms"]) == {"1", "3"} and all(v > 0 for v in bound["composed_ms"].values())
     status = subprocess.run(
         [sys.executable, "-m", "benanza", "fleet", "status", "--models", str(model), "--format", "json"],
         capture_output=True,

@@ -11,6 +11,7 @@ import typer
 
 from benanza.cli.common import FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_count, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.config import MAIN_JOB_GRANULARITIES, MAIN_JOB_HARNESS
 from benanza.report.output import OutputFormat, console, emit
 
 bench_app = typer.Typer(help="Benchmark unique layers, execution groups, sequences and models.", no_args_is_help=True)
@@ -53,6 +54,8 @@ ScheduleOpt = Annotated[
     ),
 ]
 
+
+_MAIN_JOB_GRANULARITY = ",".join(map(str, MAIN_JOB_GRANULARITIES))
 
 # Which command-line flags each runtime takes; a flag given to a runtime that has none is an error.
 RUNTIME_FLAGS = {
@@ -225,7 +228,7 @@ def _warn_deferred(summary) -> None:
 def _analyze(ctx, plans, format, plot, compare=False, config=None):
     from benanza.local import analyze
 
-    _report_lower_bounds(ctx.store, analyze(ctx, plans), format, plot, compare=compare, config=config)
+    report_lower_bounds(ctx.store, analyze(ctx, plans), format, plot, compare=compare, config=config)
 
 
 @analyze_app.command("lower-bound")
@@ -296,10 +299,10 @@ def lower_bound_cmd(
             granularities=requested.granularities,
             opt_level=opt_level,
         )
-        _report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=True)
+        report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=True)
 
 
-def _report_lower_bounds(store, rows, format, plot, *, compare=False, config=None, by_system=False):
+def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None, by_system=False):
     """Lower-bound rows as JSON or a table, or the comparison across systems.
 
     The comparison replaces the rows with --compare and joins the table when the rows hold
@@ -421,14 +424,14 @@ def run_command(
     models: ModelsArg = None,
     batch: BatchesOpt = "1",
     shape: ShapeOpt = None,
-    granularity: GranOpt = "1,3",
+    granularity: GranOpt = _MAIN_JOB_GRANULARITY,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     threads: ThreadsOpt = None,
     opt_level: OptLevelOpt = "extended",
     system: SystemOpt = None,
-    min_time: MinTimeOpt = 0.02,
-    max_time: MaxTimeOpt = 0.5,
+    min_time: MinTimeOpt = MAIN_JOB_HARNESS["min_time_s"],
+    max_time: MaxTimeOpt = MAIN_JOB_HARNESS["max_time_s"],
     schedule: ScheduleOpt = None,
     runtime: RuntimeOpt = "onnxruntime",
     ep: EpOpt = None,

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from benanza.cli.bench import report_lower_bounds
 from benanza.cli.common import FormatOpt, ShapeOpt, handles_errors, parse_int_list
 from benanza.cli.store_options import DB_FLAG, DbFileOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit
@@ -64,7 +66,12 @@ def run(
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Benchmark what every system lacks for its current software stack; print a summary.
+    """Benchmark what every system lacks for its current software stack; print a summary and the lower bounds.
+
+    With no arguments this is benanza's main job: this machine as the only system, Ray in this
+    process, the SQLite database ``benanza.db`` here, the zoo of the ``onnx`` wheel. It ends
+    with each model's lower bounds next to its composed and end-to-end latency per system
+    (JSON: ``lower_bounds``), as ``benanza analyze lower-bound --system`` prints them.
 
     Exits 2 when nothing asked for could be measured or reused (every model invalid, no
     system with a worker, ...), with one ``error:`` line per reason; a run that measured or
@@ -82,14 +89,50 @@ def run(
         with FleetProgress(console(sys.stderr)) as progress:
             summary = run_fleet(cfg, progress=progress)
     data = summary.to_dict()
-    if not emit(format, data, [{"system": name, **s} for name, s in data["systems"].items()]):
-        console().print(summary_table(data))
+    with _analysis_store(cfg, summary.ok) as store:
+        bounds = _lower_bounds(store, cfg, summary) if store is not None else []
+        data["lower_bounds"] = [row.to_dict() for row in bounds]
+        if not emit(format, data, [{"system": name, **s} for name, s in data["systems"].items()]):
+            console().print(summary_table(data))
+            if bounds:
+                report_lower_bounds(store, bounds, format, None, by_system=len(data["systems"]) > 1)
     for line in plan_warnings(data):
         print(f"warning: {line}", file=sys.stderr)
     for problem in data["problems"]:
         print(f"{'warning' if data['ok'] else 'error'}: {problem}", file=sys.stderr)
     if not data["ok"]:
         raise typer.Exit(2)
+
+
+@contextlib.contextmanager
+def _analysis_store(cfg, ok: bool):
+    """The run's store opened read-only for its lower bounds; None when nothing was stored or it cannot be opened."""
+    from benanza.errors import BenanzaError
+    from benanza.store.base import open_store
+
+    if not ok:
+        yield None
+        return
+    try:
+        store = open_store(cfg.db, read_only=True)
+    except BenanzaError as exc:
+        print(f"warning: lower bounds not computed: {exc}", file=sys.stderr)
+        yield None
+        return
+    with store:
+        yield store
+
+
+def _lower_bounds(store, cfg, summary):
+    """The run's lower-bound rows; a failure to analyze is a warning, since the measurements are stored."""
+    from benanza.errors import BenanzaError
+    from benanza.fleet.bounds import run_lower_bounds
+
+    try:
+        return run_lower_bounds(store, cfg, summary)
+    except BenanzaError as exc:
+        print(f"warning: lower bounds not computed: {exc}", file=sys.stderr)
+        return []
 
 
 @app.command("status")

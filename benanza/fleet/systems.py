@@ -54,7 +54,9 @@ def _ray() -> Any:
     try:
         import ray
     except ModuleNotFoundError:
-        raise UsageError("the fleet needs Ray: pip install 'benanza[fleet]'") from None
+        raise UsageError(
+            "the fleet needs Ray, a dependency of benanza this environment lacks: reinstall benanza (pip install .)"
+        ) from None
     return ray
 
 

@@ -250,4 +250,6 @@ def _import_builtin(scheme: str) -> None:
     except ModuleNotFoundError as exc:
         if exc.name == module:
             return  # that backend is not part of this installation: the registry error lists what is
-        raise StoreError(f"the {scheme} store needs the {exc.name!r} package (pip install 'benanza[fleet]')") from None
+        raise StoreError(
+            f"the {scheme} store needs the {exc.name!r} package, a dependency of benanza: reinstall it (pip install .)"
+        ) from None

@@ -1,4 +1,4 @@
-"""The fleet's performance database: MongoDB through pymongo (``pip install 'benanza[fleet]'``).
+"""The fleet's performance database: MongoDB through pymongo.
 
 URIs are MongoDB connection strings; the path names the database (default ``benanza``)::
 

@@ -1,0 +1,35 @@
+"""The lower bounds a fleet run ends with: each model it planned, on each system that took part.
+
+Computed from what the run stored, by the same analysis as ``benanza analyze lower-bound
+--system``, so the fleet's main command answers the question the tool exists for, not
+only how many benchmarks it ran.
+"""
+
+from __future__ import annotations
+
+from benanza.analysis.lower_bound import LowerBound
+from benanza.config import FleetConfig
+from benanza.fleet.driver import FleetSummary
+from benanza.local import analyze_stored
+from benanza.store.base import Store
+
+
+def run_lower_bounds(store: Store, config: FleetConfig, summary: FleetSummary) -> list[LowerBound]:
+    """One row per (model, system, batch size) of the run.
+
+    Models that failed to load and systems without a stack are left out: the summary's
+    problems name them.
+    """
+    systems = [name for name, result in summary.systems.items() if result.stack_id and not result.error]
+    failed = {error["model"] for error in summary.model_errors}
+    paths = [path for path in config.model_paths() if str(path) not in failed]
+    if not systems or not paths:
+        return []
+    return analyze_stored(
+        store,
+        paths,
+        systems,
+        batches=list(config.batch_sizes),
+        overrides=config.shape_overrides() or None,
+        granularities=config.granularities,
+    )
