@@ -232,6 +232,46 @@ def test_a_local_cluster_listens_on_loopback_only_and_refuses_a_driver_without_i
     assert cluster.address in errors[0] and "no token was found" in errors[0] and "RAY_AUTH_TOKEN_PATH" in errors[0]
 
 
+def scrape_benanza_metrics() -> dict[tuple[str, str], float]:
+    """``(metric, system) -> value`` summed over every node's Prometheus endpoint (Ray's metrics agents)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values: dict[tuple[str, str], float] = {}
+    for node in ray.nodes():
+        if not node["Alive"]:
+            continue
+        url = f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name.startswith("ray_benanza_") and "system" in sample.labels:
+                    key = (sample.name, sample.labels["system"])
+                    values[key] = values.get(key, 0.0) + sample.value
+    return values
+
+
+@pytest.mark.slow
+def test_the_ray_metrics_endpoint_shows_each_systems_benchmark_counters(cluster, tmp_path: Path, two_models) -> None:
+    """Ray's dashboard monitoring: what a Prometheus scraping the nodes sees of a real run, per system."""
+    done = ("ray_benanza_benchmarks_done_total", "sys-c")
+    before = scrape_benanza_metrics().get(done, 0.0)  # the module's cluster may have run sys-c already
+    cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'metrics.db'}", systems=("sys-c",))
+    measured = run_fleet(cfg).to_dict()["systems"]["sys-c"]["measured"]
+    assert measured > 0
+    seen: dict[tuple[str, str], float] = {}
+    deadline = time.monotonic() + 60  # Ray exports every few seconds
+    while time.monotonic() < deadline:
+        seen = scrape_benanza_metrics()
+        if seen.get(done, 0.0) - before == measured and ("ray_benanza_benchmarks_queued", "sys-c") in seen:
+            break
+        time.sleep(1)
+    assert seen.get(done, 0.0) - before == measured, seen
+    assert seen[("ray_benanza_benchmarks_queued", "sys-c")] == 0, seen  # the driver's gauge: nothing left
+
+
 def test_a_system_without_a_node_is_reported_at_once(cluster, tmp_path: Path, two_models) -> None:
     cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'g.db'}", systems=("sys-a", "ghost"))
     started = time.monotonic()
