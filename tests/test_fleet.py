@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -272,11 +273,10 @@ def test_the_ray_metrics_endpoint_shows_each_systems_benchmark_counters(cluster,
     assert seen[("ray_benanza_benchmarks_queued", "sys-c")] == 0, seen  # the driver's gauge: nothing left
 
 
+@pytest.mark.timeout(120)  # a hang guard: an actor whose system has no node would stay pending forever
 def test_a_system_without_a_node_is_reported_at_once(cluster, tmp_path: Path, two_models) -> None:
     cfg = fleet_config(two_models[:1], f"sqlite:///{tmp_path / 'g.db'}", systems=("sys-a", "ghost"))
-    started = time.monotonic()
     out = run_fleet(cfg).to_dict()
-    assert time.monotonic() - started < 60
     assert "no alive Ray node carries" in out["systems"]["ghost"]["error"]
     assert out["systems"]["ghost"]["measured"] == 0
     assert out["systems"]["sys-a"]["measured"] == out["systems"]["sys-a"]["total"] > 0
@@ -333,6 +333,25 @@ def test_two_drivers_on_the_same_plan_measure_each_spec_once(cluster, tmp_path: 
         assert not store.leases()  # every lease released
 
 
+def wait_for_no_workers(timeout_s: float = 60) -> None:
+    """Until no process of this machine is a ``SystemWorker`` actor (Ray titles them ``ray::SystemWorker...``)."""
+    import psutil
+
+    def workers() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            if any(part.startswith("ray::SystemWorker") for part in proc.info["cmdline"] or ()):
+                found.append(proc)
+        return found
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not workers():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"SystemWorker actors still alive after {timeout_s:.0f} s")
+
+
 @pytest.mark.slow
 def test_a_killed_driver_restarted_finishes_only_the_rest_without_waiting_out_old_leases(
     cluster, tmp_path: Path, two_models
@@ -375,6 +394,9 @@ def test_a_killed_driver_restarted_finishes_only_the_rest_without_waiting_out_ol
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     killed_at = time.time()
+    # Ray stops a dead driver's actors a moment later; one may store its chunk meanwhile, so
+    # what was stored is read once none is left
+    wait_for_no_workers()
     with open_store(db) as store:
         before = {r.spec_id for r in store.records(system="sys-a")}
         orphans = store.leases()
@@ -383,12 +405,10 @@ def test_a_killed_driver_restarted_finishes_only_the_rest_without_waiting_out_ol
     assert all(x["heartbeat_at"] <= killed_at < x["expires_at"] for x in orphans)
     lease_s = FleetConfig.model_fields["lease_s"].default
     assert all(x["expires_at"] - x["heartbeat_at"] == pytest.approx(lease_s) for x in orphans)
-    started = time.monotonic()
     try:
         rerun = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180)
     except subprocess.TimeoutExpired:
         pytest.fail("the rerun waited out the killed driver's leases")
-    elapsed = time.monotonic() - started
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     out = json.loads(rerun.stdout)["systems"]["sys-a"]
     assert 0 < len(before) < out["total"]
@@ -397,8 +417,13 @@ def test_a_killed_driver_restarted_finishes_only_the_rest_without_waiting_out_ol
     with open_store(db) as store:
         assert len(store.records(system="sys-a")) == out["total"]
         assert not store.leases()
-    # the rerun waited at most one lease_s for the orphans (not the 600 s leases of old)
-    assert elapsed < lease_s + 60, elapsed
+    # the orphans were taken over once their lease_s had run out, not before: measured after they expired
+    expired = max(x["expires_at"] for x in orphans)
+    taken = {x["spec_id"] for x in orphans}
+    with open_store(db) as store:
+        measured = [datetime.fromisoformat(r.measured_at).timestamp() for r in store.records(system="sys-a")
+                    if r.spec_id in taken]  # fmt: skip
+    assert len(measured) == len(taken) and min(measured) >= expired
 
 
 def test_results_reach_mongodb_over_the_wire_and_survive_an_outage(

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 import resource
-import time
 from pathlib import Path
 
 import numpy as np
@@ -73,18 +72,17 @@ def _peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+@pytest.mark.timeout(180)  # a hang guard: nothing the size of the batch is ever built or run
 @pytest.mark.parametrize("schedule", ["sequential", "interleaved"])
-def test_a_huge_batch_is_stored_as_skipped_in_seconds_without_allocating(fan_out, huge_batch, tmp_path, schedule):
+def test_a_huge_batch_is_stored_as_skipped_without_allocating(fan_out, huge_batch, tmp_path, schedule):
     db = f"sqlite:///{tmp_path / 'guard.db'}"
-    peak_before, started = _peak_rss(), time.perf_counter()
+    peak_before = _peak_rss()
     result = _invoke(
         "bench", "run", fan_out, "--batch", huge_batch, "-g", "1,3", "--e2e", "--db", db,
         "--threads", "1", "--schedule", schedule, "--min-time", "0.001", "--max-time", "0.05", "-f", "json",
     )  # fmt: skip
-    elapsed = time.perf_counter() - started
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
-    assert elapsed < 30, f"{elapsed:.0f} s"
     assert _peak_rss() - peak_before < huge_batch * IMAGE_BYTES  # not even the input was allocated
     with open_store(db, create=False) as store:
         records = store.records(system="guard")
@@ -103,12 +101,11 @@ def test_a_huge_batch_is_stored_as_skipped_in_seconds_without_allocating(fan_out
         ["models", "inspect", "MODEL", "--batch", "100000000"],
     ],
 )
+@pytest.mark.timeout(120)  # a hang guard: refused when bound, before any allocation
 def test_an_input_larger_than_memory_is_refused_when_bound(args, zoo_path, tmp_path):
     model = zoo_path("squeezenet")
     args = [str(model) if a == "MODEL" else f"sqlite:///{tmp_path / 'x.db'}" if a == "DB" else a for a in args]
-    started = time.perf_counter()
     line = one_line_error(_invoke(*args))
-    assert time.perf_counter() - started < 30
     assert str(model) in line and "'data_0'" in line
     gib = re.findall(r"(\d+\.\d) GiB", line)
     assert len(gib) == 2 and float(gib[0]) > float(gib[1]) == round(PHYSICAL / GIB, 1), line
@@ -170,6 +167,7 @@ def test_what_does_not_fit_the_free_memory_now_is_not_run_and_not_stored(fan_out
         assert (second.measured, second.deferred) == (len(specs), 0)
 
 
+@pytest.mark.timeout(180)  # a hang guard
 def test_a_fleet_worker_stores_what_cannot_fit_as_skipped_without_allocating(fan_out, huge_batch, tmp_path):
     pytest.importorskip("ray")
     from benanza.config import SystemConfig
@@ -184,12 +182,11 @@ def test_a_fleet_worker_stores_what_cannot_fit_as_skipped_without_allocating(fan
     runtime = worker.runtimes["onnxruntime:threads=1"]
     plan = plan_model(process_model(fan_out, huge_batch), runtime, (1,), batch=huge_batch)
     specs = specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True)
-    peak_before, started = _peak_rss(), time.perf_counter()
+    peak_before = _peak_rss()
     try:
         out = worker.run([s.to_dict() for s in specs])
     finally:
         worker.close()
-    assert time.perf_counter() - started < 30
     assert _peak_rss() - peak_before < huge_batch * IMAGE_BYTES
     assert set(out["outcomes"].values()) == {"skipped"} and len(out["outcomes"]) == len(specs)
     with open_store(db, create=False) as store:
