@@ -20,6 +20,7 @@ import importlib.util
 import os
 import platform
 import socket
+from collections.abc import Iterable
 from typing import Any
 
 from benanza.model.keys import stable_id
@@ -46,10 +47,22 @@ def default_system_name() -> str:
     return os.environ.get(SYSTEM_ENV) or socket.gethostname()
 
 
-def system_fingerprint() -> dict[str, Any]:
-    """CPU model, cores, memory, OS and host of this machine (values, never formatted)."""
+def system_fingerprint(runtimes: Iterable[Any] = ()) -> dict[str, Any]:
+    """CPU model, cores, memory, OS and host of this machine (values, never formatted).
+
+    Args:
+        runtimes: the runtimes the system measures with; one that drives a device (the GPU
+            runtime's ``system()``) adds that device's ``gpu_*`` keys (name, UUID, memory,
+            compute capability), at the top level beside the CPU's. Every path that
+            registers a system (``benanza run``, the fleet's workers) calls this.
+    """
     cpuinfo = _read_cpuinfo()
-    return {
+    devices: dict[str, Any] = {}
+    for runtime in runtimes:
+        describe = getattr(runtime, "system", None)
+        if describe is not None:
+            devices.update(describe())
+    return devices | {
         "cpu_model": _cpu_model(cpuinfo),
         "logical_cores": os.cpu_count(),
         "physical_cores": _physical_cores(cpuinfo),

@@ -62,11 +62,7 @@ def open_local(
     sid = stack_id(stack)
     name = system or default_system_name()
     store = open_store(db)
-    fingerprint = system_fingerprint()
-    devices = getattr(rt, "system", None)  # a GPU runtime adds its device (name, UUID, memory)
-    if devices is not None:
-        fingerprint["gpu"] = devices()
-    store.register_system(name, fingerprint)
+    store.register_system(name, system_fingerprint([rt]))
     store.register_stack(name, sid, stack)
     return LocalContext(store, rt, name, sid, stack, settings or HarnessSettings())
 

@@ -106,3 +106,52 @@ def test_numpys_configuration_is_read_once_per_process() -> None:
     misses = fingerprint._numpy.cache_info().misses
     assert stack_fingerprint() == first and system_fingerprint()
     assert misses <= 1 and fingerprint._numpy.cache_info().misses == misses
+
+
+# -- a device's fingerprint: the same, whichever path registers the system ------------------------
+
+DEVICE = {"gpu_name": "Test Board 80GB", "gpu_uuid": "GPU-0000", "gpu_memory_bytes": 80 * 2**30, "gpu_count": 1}
+
+
+@pytest.fixture
+def device_runtime(monkeypatch: pytest.MonkeyPatch):
+    """The null runtime driving a (described) device, as the GPU runtime's ``system()`` describes its board.
+
+    Registered as ``null-device`` for the test only.
+    """
+    from benanza.runtimes import base
+    from benanza.runtimes.null import NullRuntime
+
+    class DeviceNullRuntime(NullRuntime):
+        def system(self) -> dict:
+            return dict(DEVICE)
+
+    base.runtime_names()  # the built-in runtimes registered first
+    monkeypatch.setitem(base._RUNTIMES, "null-device", DeviceNullRuntime)
+    return DeviceNullRuntime
+
+
+def test_a_device_joins_the_system_fingerprint_at_the_top_level_on_every_path(tmp_path, device_runtime) -> None:
+    """`benanza run` (local) and a fleet worker store the same device keys, and comparisons name the board.
+
+    The two paths once differed: the local one nested the device under ``gpu`` (shown as a
+    dict's text in comparisons), the fleet's worker stored none.
+    """
+    from benanza.analysis.compare import gpu_names
+    from benanza.config import SystemConfig
+    from benanza.fleet.worker import SystemWorker
+    from benanza.local import open_local
+    from benanza.store.base import open_store
+
+    assert system_fingerprint([device_runtime()]).items() >= DEVICE.items()
+    db = f"sqlite:///{tmp_path / 'x.db'}"
+    ctx = open_local(db, "null-device", system="local-box")
+    ctx.close()
+    worker = SystemWorker(SystemConfig(name="fleet-box", runtimes=["null-device"]).model_dump(mode="json"), db, {})
+    worker.close()
+    with open_store(db, read_only=True) as store:
+        stored = {s["name"]: s["fingerprint"] for s in store.systems()}
+    for name in ("local-box", "fleet-box"):
+        assert stored[name].items() >= DEVICE.items(), stored[name]
+        assert "gpu" not in stored[name] and gpu_names(stored[name]) == ["Test Board 80GB"]
+    assert gpu_names(system_fingerprint()) == []  # a CPU system names no board

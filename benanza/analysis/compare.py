@@ -337,13 +337,16 @@ def hardware_summary(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def gpu_names(fingerprint: Mapping[str, Any]) -> list[str]:
-    """GPU models named by a fingerprint: ``gpus`` (names or documents with name/model) or ``gpu_model``."""
+    """GPU models named by a fingerprint: its ``gpu_name`` (``fingerprint.system_fingerprint``), or a ``gpus`` list.
+
+    ``gpus`` (names, or documents with ``name``) is what a hand-written system entry may hold.
+    """
     gpus = fingerprint.get("gpus")
     if isinstance(gpus, list):
-        names = [g.get("name") or g.get("model") if isinstance(g, Mapping) else g for g in gpus]
+        names = [g.get("name") if isinstance(g, Mapping) else g for g in gpus]
         return [str(n) for n in names if n]
-    single = fingerprint.get("gpu_model") or fingerprint.get("gpu")
-    return [str(single)] if single else []
+    single = fingerprint.get("gpu_name")
+    return [str(single)] if isinstance(single, str) and single else []
 
 
 def _counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:

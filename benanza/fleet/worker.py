@@ -120,7 +120,7 @@ class SystemWorker:
         """Open the store and register this system; an unreachable store means spilling."""
         try:
             self.store = open_store(db)
-            fingerprint = {**system_fingerprint(), "config": self.config.model_dump(mode="json")}
+            fingerprint = {**system_fingerprint(self.runtimes.values()), "config": self.config.model_dump(mode="json")}
             self.store.register_system(self.name, fingerprint)
             for target in self.targets.values():
                 target["new_stack"] = self.store.register_stack(self.name, target["stack_id"], target["stack"])
