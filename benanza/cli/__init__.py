@@ -2,31 +2,11 @@
 
 from __future__ import annotations
 
-import sys
-
-import click
 import typer
-from typer.core import TyperGroup
 
 from benanza import __version__
 from benanza.cli import analyze, bench, db, fleet, models, report
-from benanza.errors import BenanzaError
-
-
-class BenanzaGroup(TyperGroup):
-    """The root command: the one place where a ``BenanzaError`` becomes one line and exit status 2.
-
-    Every command runs inside the root group's ``invoke``, so no command handles errors itself;
-    anything else (a bug) keeps its traceback.
-    """
-
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except BenanzaError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise typer.Exit(2) from None
-
+from benanza.cli.common import BenanzaGroup
 
 app = typer.Typer(
     cls=BenanzaGroup,

@@ -11,6 +11,7 @@ import typer
 from benanza.analysis.compare import compare_systems
 from benanza.cli.common import (
     BatchesOpt,
+    BenanzaGroup,
     EpOpt,
     FormatOpt,
     GranOpt,
@@ -39,7 +40,9 @@ from benanza.report.output import OutputFormat, console, emit
 from benanza.report.plots import lower_bound_bars, unit_breakdown
 from benanza.store import open_store
 
-app = typer.Typer(help="Lower bounds and composed estimates from the performance database.", no_args_is_help=True)
+app = typer.Typer(
+    cls=BenanzaGroup, help="Lower bounds and composed estimates from the performance database.", no_args_is_help=True
+)
 
 
 def analyze_plans(ctx, plans, format, plot, compare=False, config=None):

@@ -12,6 +12,7 @@ from benanza.cli.analyze import analyze_plans
 from benanza.cli.common import (
     MAIN_JOB_GRANULARITY,
     BatchesOpt,
+    BenanzaGroup,
     EpOpt,
     FormatOpt,
     GranOpt,
@@ -39,7 +40,9 @@ from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.config import MAIN_JOB_HARNESS
 from benanza.report.output import OutputFormat, emit
 
-app = typer.Typer(help="Benchmark unique layers, execution groups, sequences and models.", no_args_is_help=True)
+app = typer.Typer(
+    cls=BenanzaGroup, help="Benchmark unique layers, execution groups, sequences and models.", no_args_is_help=True
+)
 
 
 @app.command("run")

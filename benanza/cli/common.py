@@ -2,21 +2,40 @@
 
 A command's signature lists the options it takes from here; no command declares its own
 variant of one (the database options are in ``store_options``). Errors are handled once, by
-the root command (``benanza.cli.BenanzaGroup``).
+``BenanzaGroup``, the class of every command group.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 
 from benanza.config import MAIN_JOB_GRANULARITIES
-from benanza.errors import UsageError
+from benanza.errors import BenanzaError, UsageError
 from benanza.model.load import expand_model_paths
 from benanza.model.zoo import zoo_paths
 from benanza.report.output import OutputFormat
+
+
+class BenanzaGroup(TyperGroup):
+    """The one place where a ``BenanzaError`` becomes one line on stderr and exit status 2.
+
+    Every command group (the root and each noun's) is one; a command runs inside its group's
+    ``invoke``, so no command handles errors itself. Anything else (a bug) keeps its traceback.
+    """
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BenanzaError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+
 
 MAIN_JOB_GRANULARITY = ",".join(map(str, MAIN_JOB_GRANULARITIES))  # --granularity of the main job's commands
 

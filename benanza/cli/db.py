@@ -7,13 +7,17 @@ from typing import Any
 
 import typer
 
-from benanza.cli.common import FormatOpt
+from benanza.cli.common import BenanzaGroup, FormatOpt
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit, table
 from benanza.store import open_store
 from benanza.store.records import Outcome
 
-app = typer.Typer(help="The performance database: systems, software stacks and stored results.", no_args_is_help=True)
+app = typer.Typer(
+    cls=BenanzaGroup,
+    help="The performance database: systems, software stacks and stored results.",
+    no_args_is_help=True,
+)
 
 
 @app.callback()

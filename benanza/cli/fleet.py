@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from benanza.cli.analyze import report_lower_bounds
-from benanza.cli.common import BatchesOpt, FormatOpt, ModelsOpt, ShapeOpt, parse_int_list
+from benanza.cli.common import BatchesOpt, BenanzaGroup, FormatOpt, ModelsOpt, ShapeOpt, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.config import default_fleet_config, load_fleet_config
 from benanza.errors import BenanzaError
@@ -23,7 +23,11 @@ from benanza.report.fleet import FleetProgress, status_table, summary_table
 from benanza.report.output import OutputFormat, console, emit
 from benanza.store.base import default_uri, open_store
 
-app = typer.Typer(help="Benchmark a corpus on every system of a fleet (Ray + a shared database).", no_args_is_help=True)
+app = typer.Typer(
+    cls=BenanzaGroup,
+    help="Benchmark a corpus on every system of a fleet (Ray + a shared database).",
+    no_args_is_help=True,
+)
 
 ConfigArg = Annotated[
     Path | None,

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from benanza.cli.common import BatchesOpt, FormatOpt, ModelsArg, ShapeOpt, model_paths, one_batch, parse_count
+from benanza.cli.common import (
+    BatchesOpt,
+    BenanzaGroup,
+    FormatOpt,
+    ModelsArg,
+    ShapeOpt,
+    model_paths,
+    one_batch,
+    parse_count,
+)
 from benanza.model.corpus import summarize
 from benanza.model.process import model_name, process_model
 from benanza.model.shapes import parse_shape_overrides
@@ -17,7 +26,9 @@ from benanza.report.output import OutputFormat, console, emit, table
 from benanza.report.plots import similarity_heatmap
 
 app = typer.Typer(
-    help="Turn ONNX models into layers, find repeats, split into runnable sequences.", no_args_is_help=True
+    cls=BenanzaGroup,
+    help="Turn ONNX models into layers, find repeats, split into runnable sequences.",
+    no_args_is_help=True,
 )
 
 
