@@ -172,8 +172,12 @@ class StoreContract:
     lease_ids = 400  # ids that concurrent drivers claim
 
     @pytest.fixture
-    def store(self, store_uri: str) -> Iterator[Store]:
-        with open_store(store_uri) as store:
+    def clock(self) -> ManualClock:
+        return ManualClock()
+
+    @pytest.fixture
+    def store(self, store_uri: str, clock: ManualClock) -> Iterator[Store]:
+        with open_store(store_uri, clock=clock) as store:
             yield store
 
     def test_is_a_store(self, store: Store) -> None:
@@ -270,11 +274,11 @@ class StoreContract:
         assert systems[0]["fingerprint"] == {"cpu_model": "A", "logical_cores": 8}
         assert systems[0]["first_seen"] <= systems[0]["last_seen"]
 
-    def test_register_stack_is_new_once_per_system(self, store: Store) -> None:
+    def test_register_stack_is_new_once_per_system(self, store: Store, clock: ManualClock) -> None:
         stack = {"python": {"version": "3.11.7"}, "onnxruntime": "1.32.0"}
         assert store.register_stack(SYSTEM, "s1", stack) is True
         [before] = store.stacks()
-        time.sleep(0.002)
+        clock.advance(0.002)
         assert store.register_stack(SYSTEM, "s1", stack) is False
         assert store.register_stack("sys-b", "s1", stack) is True
         assert store.register_stack(SYSTEM, "s2", {**stack, "onnxruntime": "1.33.0"}) is True
@@ -397,11 +401,12 @@ class StoreContract:
                 bad()
         assert store.leases() == []
 
-    def test_an_expired_lease_can_be_taken_over(self, store: Store) -> None:
+    def test_an_expired_lease_can_be_taken_over(self, store: Store, clock: ManualClock) -> None:
         ids = [record_for(i).spec_id for i in range(4)]
         assert store.claim(SYSTEM, STACK, ids, "crashed", ttl_s=0.5) == set(ids)
+        clock.advance(0.49)
         assert store.claim(SYSTEM, STACK, ids, "other", ttl_s=60) == set()
-        time.sleep(0.6)
+        clock.advance(0.02)
         assert store.leases() == []  # expired leases are not listed
         assert store.claim(SYSTEM, STACK, ids[:3], "other", ttl_s=60) == set(ids[:3])
         assert store.claim(SYSTEM, STACK, ids, "crashed", ttl_s=60) == {ids[3]}  # back again: only what is left
@@ -410,29 +415,32 @@ class StoreContract:
             ids[3]: "crashed",
         }
 
-    def test_a_lease_lives_while_its_owner_heartbeats_and_is_taken_over_soon_after_it_stops(self, store: Store) -> None:
+    def test_a_lease_lives_while_its_owner_heartbeats_and_is_taken_over_soon_after_it_stops(
+        self, store: Store, clock: ManualClock
+    ) -> None:
         ids = [record_for(i).spec_id for i in range(4)]
-        before = time.time()
+        before = clock()
         assert store.claim(SYSTEM, STACK, ids, "driver-a", ttl_s=1.0) == set(ids)
         assert store.claim("sys-b", STACK, ids[:1], "driver-a", ttl_s=1.0) == set(ids[:1])
         assert store.claim(SYSTEM, STACK, ["other"], "driver-b", ttl_s=60) == {"other"}
         leases = store.leases(SYSTEM)
         assert {x["spec_id"]: x["owner"] for x in leases} == {**dict.fromkeys(ids, "driver-a"), "other": "driver-b"}
         mine = [x for x in leases if x["owner"] == "driver-a"]
-        assert all(before <= x["heartbeat_at"] <= time.time() for x in mine)
+        assert all(x["heartbeat_at"] == before for x in mine)
         assert all(x["expires_at"] == pytest.approx(x["heartbeat_at"] + 1.0) for x in mine)
         # its heartbeats keep every lease of the owner (on any system) for longer than one ttl
-        started = time.monotonic()
-        while time.monotonic() - started < 2.5:
-            time.sleep(0.3)
+        for _ in range(8):
+            clock.advance(0.3)
             assert store.heartbeat("driver-a", ttl_s=1.0) == 5
             assert store.claim(SYSTEM, STACK, ids, "driver-b", ttl_s=60) == set()
         beat = {x["spec_id"]: x["heartbeat_at"] for x in store.leases(SYSTEM) if x["owner"] == "driver-a"}
-        assert all(t > before + 2.0 for t in beat.values())
+        assert all(t == pytest.approx(before + 2.4) for t in beat.values())
         other = next(x for x in store.leases(SYSTEM) if x["owner"] == "driver-b")
-        assert other["expires_at"] > time.time() + 50  # another owner's heartbeat does not touch it
-        # the owner stops: within one ttl its leases are anyone's
-        time.sleep(1.1)
+        assert other["expires_at"] == pytest.approx(before + 60)  # another owner's heartbeat does not touch it
+        # the owner stops: just before one ttl its leases hold, just after they are anyone's
+        clock.advance(0.99)
+        assert store.claim(SYSTEM, STACK, ids, "driver-b", ttl_s=60) == set()
+        clock.advance(0.02)
         assert store.claim(SYSTEM, STACK, ids, "driver-b", ttl_s=60) == set(ids)
         assert store.heartbeat("driver-a", ttl_s=1.0) <= 1  # what was taken over stays taken
         assert {x["spec_id"]: x["owner"] for x in store.leases(SYSTEM)} == dict.fromkeys([*ids, "other"], "driver-b")
@@ -614,6 +622,19 @@ def test_closed_store_says_so(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(StoreError, match="closed"):
         store.records()
+
+
+class ManualClock:
+    """A store's clock that moves only when a test advances it: lease expiries without sleeping."""
+
+    def __init__(self, start: float | None = None) -> None:
+        self.now = time.time() if start is None else start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
 
 
 def sql_statements(store: SqliteStore) -> list[str]:

@@ -5,19 +5,21 @@ from __future__ import annotations
 import typer
 
 from benanza import __version__
-from benanza.cli import bench, db, fleet, models, report
+from benanza.cli import analyze, bench, db, fleet, models, report
+from benanza.cli.common import BenanzaGroup
 
 app = typer.Typer(
+    cls=BenanzaGroup,
     help="benanza: how fast your models could run on each of your machines, and why they don't.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
 app.add_typer(models.app, name="models")
-app.add_typer(bench.bench_app, name="bench")
-app.add_typer(bench.analyze_app, name="analyze")
+app.add_typer(bench.app, name="bench")
+app.add_typer(analyze.app, name="analyze")
 app.add_typer(db.app, name="db")
 app.add_typer(fleet.app, name="fleet")
-app.command("run")(bench.handles_errors(bench.run_command))
+app.command("run")(bench.run_command)
 app.command("report")(report.report_command)
 
 

@@ -1,44 +1,60 @@
-"""What every command shares: error handling, common options, model loading."""
+"""What every command shares: its options, each declared once with one spelling, and their parsing.
+
+A command's signature lists the options it takes from here; no command declares its own
+variant of one (the database options are in ``store_options``). Errors are handled once, by
+``BenanzaGroup``, the class of every command group.
+"""
 
 from __future__ import annotations
 
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
+import click
 import typer
+from typer.core import TyperGroup
 
-from benanza.errors import BenanzaError
+from benanza.config import MAIN_JOB_GRANULARITIES
+from benanza.errors import BenanzaError, UsageError
+from benanza.model.load import expand_model_paths
+from benanza.model.zoo import zoo_paths
 from benanza.report.output import OutputFormat
 
-F = TypeVar("F", bound=Callable[..., Any])
 
+class BenanzaGroup(TyperGroup):
+    """The one place where a ``BenanzaError`` becomes one line on stderr and exit status 2.
 
-def handles_errors(fn: F) -> F:
-    """Turn a ``BenanzaError`` into one line on stderr and exit status 2 (no traceback)."""
+    Every command group (the root and each noun's) is one; a command runs inside its group's
+    ``invoke``, so no command handles errors itself. Anything else (a bug) keeps its traceback.
+    """
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def invoke(self, ctx: click.Context) -> object:
         try:
-            return fn(*args, **kwargs)
+            return super().invoke(ctx)
         except BenanzaError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None
 
-    return wrapper  # type: ignore[return-value]
 
+MAIN_JOB_GRANULARITY = ",".join(map(str, MAIN_JOB_GRANULARITIES))  # --granularity of the main job's commands
 
 FormatOpt = Annotated[
     OutputFormat, typer.Option("--format", "-f", help="table for people; json or csv (the JSON's columns) for programs")
 ]
 # Numeric flags are taken as text and parsed by ``parse_count``/``parse_int_list``: a bad value is
 # then a one-line ``UsageError`` like every other error, not click's usage box.
-BatchOpt = Annotated[
+BatchesOpt = Annotated[
     str | None,
-    typer.Option("--batch", "-b", metavar="N", help="bind the leading (batch) dimension of every input"),
+    typer.Option(
+        "--batch",
+        "-b",
+        metavar="N[,N...]",
+        help="batch sizes, comma-separated: bind the leading dimension of every input (default: the model's own)",
+        show_default=False,
+    ),
 ]
+GranOpt = Annotated[str, typer.Option("--granularity", "-g", help="DLBricks sequence sizes G, comma-separated")]
 ShapeOpt = Annotated[
     list[str] | None,
     typer.Option("--shape", "-s", help="bind an input's shape, NAME=1x3x640x640 (repeatable)"),
@@ -47,19 +63,63 @@ ModelsArg = Annotated[
     list[Path] | None,
     typer.Argument(help="ONNX files or folders of them (default: the zoo in the onnx wheel)", show_default=False),
 ]
+ModelsOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the zoo in the onnx wheel"),
+]
+ThreadsOpt = Annotated[str | None, typer.Option("--threads", metavar="N", help="intra-op threads (default: all cores)")]
+OptLevelOpt = Annotated[str, typer.Option("--opt-level", help="ONNX Runtime graph optimisation level")]
+SystemOpt = Annotated[str | None, typer.Option("--system", help="system name (default: $BENANZA_SYSTEM or hostname)")]
+SystemsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--system",
+        help="stored systems to analyze: names (repeatable or comma-separated) or 'all' (default: this machine)",
+    ),
+]
+StackOpt = Annotated[str, typer.Option("--stack", help="with --system: 'latest' stack of each system, 'all', or an id")]
+MinTimeOpt = Annotated[float | None, typer.Option("--min-time", help="minimum seconds of samples per benchmark")]
+MaxTimeOpt = Annotated[float | None, typer.Option("--max-time", help="time cap in seconds per benchmark")]
+RuntimeOpt = Annotated[
+    str, typer.Option("--runtime", help="onnxruntime (CPU, or --ep cuda) or cudnn (the GPU runtime)")
+]
+EpOpt = Annotated[str | None, typer.Option("--ep", help="onnxruntime: execution provider, cpu or cuda")]
+PrecisionOpt = Annotated[
+    str | None, typer.Option("--precision", help="cudnn: float32, float16 or bfloat16 (default float32)")
+]
+TensorCoresOpt = Annotated[
+    bool | None,
+    typer.Option("--tensor-cores/--no-tensor-cores", help="cudnn: allow tensor cores (float32: TF32); default on"),
+]
+ScheduleOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--schedule",
+        help="sequential (one benchmark after another) or interleaved (each model's benchmarks sampled together "
+        "in rounds, so host drift hits the parts and the whole alike; holds a model's benchmarks in memory at once)",
+    ),
+]
 
 
 def model_paths(models: list[Path] | None) -> list[Path]:
-    from benanza.model.load import expand_model_paths
-    from benanza.model.zoo import zoo_paths
-
     return expand_model_paths(list(models)) if models else zoo_paths()
+
+
+def parse_batches(text: str | None) -> list[int | None]:
+    """``--batch``: its batch sizes, or ``[None]`` (the model's own batch dimension) when not given."""
+    return parse_int_list(text, "--batch") if text else [None]
+
+
+def one_batch(text: str | None, command: str) -> int | None:
+    """``--batch`` of a command that looks at one binding of a model: at most one size."""
+    batches = parse_batches(text)
+    if len(batches) > 1:
+        raise UsageError(f"{command} takes one batch size, got --batch {text}")
+    return batches[0]
 
 
 def parse_int_list(text: str, flag: str) -> list[int]:
     """``"1,8"`` -> ``[1, 8]``; anything but positive integers is a one-line ``UsageError``."""
-    from benanza.errors import UsageError
-
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -71,8 +131,6 @@ def parse_int_list(text: str, flag: str) -> list[int]:
 
 def parse_count(text: str | None, flag: str, minimum: int = 1) -> int | None:
     """One integer flag of at least ``minimum`` (None when not given); else a one-line ``UsageError``."""
-    from benanza.errors import UsageError
-
     if text is None:
         return None
     kind = "a positive integer" if minimum == 1 else f"an integer of at least {minimum}"

@@ -7,12 +7,17 @@ from typing import Any
 
 import typer
 
-from benanza.cli.common import FormatOpt, handles_errors
+from benanza.cli.common import BenanzaGroup, FormatOpt
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit, table
+from benanza.store import open_store
 from benanza.store.records import Outcome
 
-app = typer.Typer(help="The performance database: systems, software stacks and stored results.", no_args_is_help=True)
+app = typer.Typer(
+    cls=BenanzaGroup,
+    help="The performance database: systems, software stacks and stored results.",
+    no_args_is_help=True,
+)
 
 
 @app.callback()
@@ -21,10 +26,8 @@ def _db() -> None:
 
 
 @app.command("ls")
-@handles_errors
 def ls(db: DbOpt = None, db_file: DbFileOpt = None, format: FormatOpt = OutputFormat.table) -> None:
     """Systems, their software stacks, and result counts per runtime, kind and outcome (the URI shown masked)."""
-    from benanza.store import open_store
 
     with open_store(store_uri(db, db_file), read_only=True) as store:
         listing = {

@@ -9,24 +9,29 @@ from typing import Annotated
 
 import typer
 
-from benanza.cli.bench import report_lower_bounds
-from benanza.cli.common import FormatOpt, ShapeOpt, handles_errors, parse_int_list
-from benanza.cli.store_options import DB_FLAG, DbFileOpt, store_uri
+from benanza.cli.analyze import report_lower_bounds
+from benanza.cli.common import BatchesOpt, BenanzaGroup, FormatOpt, ModelsOpt, ShapeOpt, parse_int_list
+from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.config import default_fleet_config, load_fleet_config
+from benanza.errors import BenanzaError
+from benanza.fleet.bounds import run_lower_bounds
+from benanza.fleet.driver import plan_corpus, run_fleet
+from benanza.fleet.status import fleet_status
+from benanza.model.shapes import parse_shape_overrides
+from benanza.report.bench import plan_warnings
+from benanza.report.fleet import FleetProgress, status_table, summary_table
 from benanza.report.output import OutputFormat, console, emit
+from benanza.store.base import default_uri, open_store
 
-app = typer.Typer(help="Benchmark a corpus on every system of a fleet (Ray + a shared database).", no_args_is_help=True)
+app = typer.Typer(
+    cls=BenanzaGroup,
+    help="Benchmark a corpus on every system of a fleet (Ray + a shared database).",
+    no_args_is_help=True,
+)
 
 ConfigArg = Annotated[
     Path | None,
     typer.Argument(help="fleet config (TOML, e.g. configs/local-fleet.toml); default: this machine alone"),
-]
-DbOpt = Annotated[
-    str | None,
-    typer.Option(
-        DB_FLAG,
-        help="store URI (sqlite:///x.db, mongodb://...); overrides the config; prefer --db-file or $BENANZA_DB "
-        "for a URI with a password",
-    ),
 ]
 
 
@@ -37,9 +42,6 @@ def _config(config: Path | None, db, address: str | None = None, models=None, ba
     environment's, else the default); workers are handed this URI rather than reading their
     own environment, so a URI that comes from a secret file on the driver reaches them too.
     """
-    from benanza.config import default_fleet_config, load_fleet_config
-    from benanza.model.shapes import parse_shape_overrides
-    from benanza.store.base import default_uri
 
     batches = parse_int_list(batch, "--batch") if batch else None
     parse_shape_overrides(shape)  # a bad --shape is one line naming the flag, before the config is read
@@ -49,14 +51,10 @@ def _config(config: Path | None, db, address: str | None = None, models=None, ba
 
 
 @app.command("run")
-@handles_errors
 def run(
     config: ConfigArg = None,
-    models: Annotated[
-        list[Path] | None,
-        typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the config's"),
-    ] = None,
-    batch: Annotated[str | None, typer.Option("--batch", "-b", help="batch sizes, e.g. 1,8")] = None,
+    models: ModelsOpt = None,
+    batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -78,9 +76,6 @@ def run(
     reused something exits 0 and prints a ``warning:`` line per model or system that failed.
     Both lists are the summary's ``problems``.
     """
-    from benanza.fleet.driver import run_fleet
-    from benanza.report.bench import plan_warnings
-    from benanza.report.fleet import FleetProgress, summary_table
 
     cfg = _config(config, store_uri(db, db_file), address, models, batch, shape)
     if quiet:
@@ -107,8 +102,6 @@ def run(
 @contextlib.contextmanager
 def _analysis_store(cfg, ok: bool):
     """The run's store opened read-only for its lower bounds; None when nothing was stored or it cannot be opened."""
-    from benanza.errors import BenanzaError
-    from benanza.store.base import open_store
 
     if not ok:
         yield None
@@ -125,8 +118,6 @@ def _analysis_store(cfg, ok: bool):
 
 def _lower_bounds(store, cfg, summary):
     """The run's lower-bound rows; a failure to analyze is a warning, since the measurements are stored."""
-    from benanza.errors import BenanzaError
-    from benanza.fleet.bounds import run_lower_bounds
 
     try:
         return run_lower_bounds(store, cfg, summary)
@@ -136,23 +127,16 @@ def _lower_bounds(store, cfg, summary):
 
 
 @app.command("status")
-@handles_errors
 def status(
     config: ConfigArg = None,
-    models: Annotated[
-        list[Path] | None, typer.Option("--models", "-m", help="ONNX file or folder (repeatable)")
-    ] = None,
-    batch: Annotated[str | None, typer.Option("--batch", "-b", help="batch sizes, e.g. 1,8")] = None,
+    models: ModelsOpt = None,
+    batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Systems, their stacks, and what each still lacks (no Ray needed)."""
-    from benanza.fleet.driver import plan_corpus
-    from benanza.fleet.status import fleet_status
-    from benanza.report.fleet import status_table
-    from benanza.store.base import open_store
 
     cfg = _config(config, store_uri(db, db_file), None, models, batch, shape)
     corpus = plan_corpus(cfg)

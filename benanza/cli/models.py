@@ -7,28 +7,41 @@ from typing import Annotated
 
 import typer
 
-from benanza.cli.common import BatchOpt, FormatOpt, ModelsArg, ShapeOpt, handles_errors, model_paths, parse_count
-from benanza.report.output import OutputFormat, console, emit
+from benanza.cli.common import (
+    BatchesOpt,
+    BenanzaGroup,
+    FormatOpt,
+    ModelsArg,
+    ShapeOpt,
+    model_paths,
+    one_batch,
+    parse_count,
+)
+from benanza.model.corpus import summarize
+from benanza.model.process import model_name, process_model
+from benanza.model.shapes import parse_shape_overrides
+from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
+from benanza.report.models import corpus_tables, inspect_tables
+from benanza.report.output import OutputFormat, console, emit, table
+from benanza.report.plots import similarity_heatmap
 
 app = typer.Typer(
-    help="Turn ONNX models into layers, find repeats, split into runnable sequences.", no_args_is_help=True
+    cls=BenanzaGroup,
+    help="Turn ONNX models into layers, find repeats, split into runnable sequences.",
+    no_args_is_help=True,
 )
 
 
 @app.command()
-@handles_errors
 def inspect(
     model: Annotated[Path, typer.Argument(help="an ONNX file")],
-    batch: BatchOpt = None,
+    batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Every layer of one model with its key, shapes, attributes and FLOPs."""
-    from benanza.model.process import process_model
-    from benanza.model.shapes import parse_shape_overrides
-    from benanza.report.models import inspect_tables
 
-    batch_size, overrides = parse_count(batch, "--batch"), parse_shape_overrides(shape)
+    batch_size, overrides = one_batch(batch, "models inspect"), parse_shape_overrides(shape)
     graph = process_model(model, batch_size, overrides).graph
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
@@ -45,26 +58,19 @@ def inspect(
 
 
 @app.command()
-@handles_errors
 def dedup(
     models: ModelsArg = None,
-    batch: BatchOpt = None,
+    batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     plot: Annotated[Path | None, typer.Option(help="save the Jaccard similarity heatmap as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Layer counts and unique layers per model and for the corpus, repeats, Jaccard similarity."""
-    from benanza.model.corpus import summarize
-    from benanza.model.process import process_model
-    from benanza.model.shapes import parse_shape_overrides
-    from benanza.report.models import corpus_tables
 
-    batch_size, overrides = parse_count(batch, "--batch"), parse_shape_overrides(shape)
+    batch_size, overrides = one_batch(batch, "models dedup"), parse_shape_overrides(shape)
     graphs = [process_model(p, batch_size, overrides).graph for p in model_paths(models)]
     summary = summarize(graphs)
     if plot is not None:
-        from benanza.report.plots import similarity_heatmap
-
         similarity_heatmap(summary, plot)
     document = {**summary.to_dict(), "unsupported": {g.model: [u.to_dict() for u in g.unsupported] for g in graphs}}
     # CSV: the JSON's ``models``, each with its row of the Jaccard matrix (``jaccard.MODEL``)
@@ -78,7 +84,6 @@ def dedup(
 
 
 @app.command()
-@handles_errors
 def split(
     models: ModelsArg = None,
     granularity: Annotated[
@@ -87,17 +92,13 @@ def split(
     out: Annotated[
         Path, typer.Option(help="folder for the sequence models (one folder per model in it; nothing outside)")
     ] = Path("split-out"),
-    batch: BatchOpt = None,
+    batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
-    from benanza.model.process import model_name, process_model
-    from benanza.model.shapes import parse_shape_overrides
-    from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
-    from benanza.report.output import table
 
-    grain, batch_size = parse_count(granularity, "--granularity"), parse_count(batch, "--batch")
+    grain, batch_size = parse_count(granularity, "--granularity"), one_batch(batch, "models split")
     overrides = parse_shape_overrides(shape)
     paths = model_paths(models)
     for path in paths:  # every model's folder checked before anything is written

@@ -8,28 +8,34 @@ from typing import Annotated
 
 import typer
 
-from benanza.cli.common import ShapeOpt, handles_errors, model_paths, parse_int_list
+from benanza.cli.common import (
+    MAIN_JOB_GRANULARITY,
+    BatchesOpt,
+    GranOpt,
+    ModelsOpt,
+    OptLevelOpt,
+    ShapeOpt,
+    model_paths,
+    parse_batches,
+    parse_int_list,
+)
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.model.shapes import parse_shape_overrides
 from benanza.report.output import OutputFormat, emit
+from benanza.report.site import write_site
+from benanza.store import open_store
+from benanza.survey import survey
 
 
-@handles_errors
 def report_command(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="folder for the site (created; its report files replaced)")
     ] = Path("site"),
-    models: Annotated[
-        list[Path] | None,
-        typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the zoo in the onnx wheel"),
-    ] = None,
-    batch: Annotated[str, typer.Option("--batch", "-b", help="batch sizes, comma-separated")] = "1",
+    models: ModelsOpt = None,
+    batch: BatchesOpt = "1",
     shape: ShapeOpt = None,
-    granularity: Annotated[
-        str, typer.Option("--granularity", "-g", help="DLBricks sequence sizes G, comma-separated")
-    ] = "1,3",
-    opt_level: Annotated[str, typer.Option("--opt-level", help="ONNX Runtime level the plans are made at")] = (
-        "extended"
-    ),
+    granularity: GranOpt = MAIN_JOB_GRANULARITY,
+    opt_level: OptLevelOpt = "extended",
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     format: Annotated[
@@ -44,12 +50,8 @@ def report_command(
     (fingerprint, stacks, slowest layers, cost) and the corpus; every table also as CSV.
     Models are MODELS files (default: the zoo); a stored model without a file is listed.
     """
-    from benanza.model.shapes import parse_shape_overrides
-    from benanza.report.site import write_site
-    from benanza.store import open_store
-    from benanza.survey import survey
 
-    batches = parse_int_list(batch, "--batch")
+    batches = parse_batches(batch)
     grans = parse_int_list(granularity, "--granularity")
     overrides = parse_shape_overrides(shape)
     paths = model_paths(models)

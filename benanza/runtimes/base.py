@@ -92,6 +92,16 @@ def get_runtime(name: str, **options: Any) -> Runtime:
     return factory(**options)
 
 
+def runtime_options(name: str) -> tuple[str, ...]:
+    """The options a runtime takes: its factory's keyword parameters, declared once, there."""
+    _load_builtin()
+    try:
+        factory = _RUNTIMES[name]
+    except KeyError:
+        raise RegistryError("runtime", name, list(_RUNTIMES)) from None
+    return tuple(inspect.signature(factory).parameters)
+
+
 def check_options(name: str, factory: RuntimeFactory, options: Mapping[str, Any]) -> None:
     """``UsageError`` naming the runtime's options when ``options`` holds one it does not take."""
     try:

@@ -41,7 +41,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import time
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, Protocol, Self, runtime_checkable
 
 from benanza.errors import RegistryError, StoreError, UsageError
@@ -130,11 +132,24 @@ class Store(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
+Clock = Callable[[], float]  # UTC epoch seconds, as ``time.time``
+
+
 class StoreBase:
-    """Context-manager support and argument checks shared by the backends."""
+    """Context-manager support, argument checks and the clock shared by the backends.
+
+    ``clock`` gives the times a store writes (lease heartbeats and expiries, when a system
+    or stack was first and last seen); a backend takes it as ``clock=`` and tests inject
+    one they advance instead of sleeping.
+    """
 
     uri: StoreURI
     transactional_upsert = False
+    clock: Clock = staticmethod(time.time)
+
+    def now_iso(self) -> str:
+        """The clock's time as ISO-8601 UTC, the timestamp format of every store."""
+        return datetime.fromtimestamp(self.clock(), UTC).isoformat(timespec="microseconds")
 
     @property
     def shown_uri(self) -> str:
@@ -170,8 +185,9 @@ class StoreBase:
 
 
 StoreFactory = Callable[..., Store]
-"""Called as ``factory(uri, create=..., read_only=...)`` with a ``StoreURI``; ``create=False`` must not create a
-missing database, and ``read_only=True`` (which comes with ``create=False``) must write nothing while opening."""
+"""Called as ``factory(uri, create=..., read_only=...)`` with a ``StoreURI``, and ``clock=`` when one is given;
+``create=False`` must not create a missing database, and ``read_only=True`` (which comes with ``create=False``) must
+write nothing while opening."""
 
 _STORES: dict[str, StoreFactory] = {}
 # Built-in backends are imported only when their scheme is asked for (pymongo stays optional).
@@ -215,7 +231,9 @@ def uri_scheme(uri: str | StoreURI) -> str:
     return uri.scheme
 
 
-def open_store(uri: str | StoreURI | None = None, *, create: bool = True, read_only: bool = False) -> Store:
+def open_store(
+    uri: str | StoreURI | None = None, *, create: bool = True, read_only: bool = False, clock: Clock | None = None
+) -> Store:
     """The store a URI names (default: ``default_uri()``).
 
     Args:
@@ -226,6 +244,7 @@ def open_store(uri: str | StoreURI | None = None, *, create: bool = True, read_o
         read_only: for commands that only read (``benanza db ls``, ``analyze systems``,
             ``fleet status``): open without writing anything, so a database this process
             cannot write can still be read; implies ``create=False``.
+        clock: the store's clock (``StoreBase.clock``); default ``time.time``.
 
     Raises:
         RegistryError: no store is registered for the URI's scheme.
@@ -240,7 +259,8 @@ def open_store(uri: str | StoreURI | None = None, *, create: bool = True, read_o
         factory = _STORES[scheme]
     except KeyError:
         raise RegistryError("store scheme", scheme, store_schemes()) from None
-    return factory(uri, create=create and not read_only, read_only=read_only)
+    options = {} if clock is None else {"clock": clock}
+    return factory(uri, create=create and not read_only, read_only=read_only, **options)
 
 
 def _import_builtin(scheme: str) -> None:

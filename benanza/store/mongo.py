@@ -60,8 +60,8 @@ from pymongo.errors import (
 from pymongo.uri_parser import parse_uri
 
 from benanza.errors import StoreError, UsageError, one_line
-from benanza.store.base import StoreBase, register_store
-from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
+from benanza.store.base import Clock, StoreBase, register_store
+from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.store.uri import StoreURI, mask_uri
 
 __all__ = ["MongoStore", "database_of_uri", "mask_uri"]  # mask_uri: store/uri.py's, kept importable here
@@ -154,6 +154,7 @@ class MongoStore(StoreBase):
         backoff_s: float = 0.1,
         max_backoff_s: float = 2.0,
         retry_window_s: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
         """Connect, check (or create) the benanza database and its indexes.
 
@@ -173,7 +174,10 @@ class MongoStore(StoreBase):
             retry_window_s: no retry starts later than this after the first attempt (an
                 unreachable server costs ``serverSelectionTimeoutMS`` per attempt); default
                 ``$BENANZA_DB_RETRY_WINDOW_S`` or 20 s.
+            clock: the times it writes (``StoreBase.clock``); default ``time.time``.
         """
+        if clock is not None:
+            self.clock = clock
         self.uri = StoreURI.of(uri)
         uri = self.uri.reveal()  # to connect with; never shown
         self.read_only = read_only
@@ -236,7 +240,7 @@ class MongoStore(StoreBase):
                 "write the meta document",
                 lambda: self._meta.update_one(
                     {"_id": META_ID},
-                    {"$setOnInsert": {"db_schema_version": DB_SCHEMA_VERSION, "created_at": utc_now()}},
+                    {"$setOnInsert": {"db_schema_version": DB_SCHEMA_VERSION, "created_at": self.now_iso()}},
                     upsert=True,
                 ),
             )
@@ -344,7 +348,7 @@ class MongoStore(StoreBase):
         return found
 
     def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
-        now = utc_now()
+        now = self.now_iso()
         self._call(
             f"register system {name!r}",
             lambda: self._systems.update_one(
@@ -358,7 +362,7 @@ class MongoStore(StoreBase):
         )
 
     def register_stack(self, system: str, stack_id: str, stack: dict[str, Any]) -> bool:
-        now = utc_now()
+        now = self.now_iso()
         result = self._call(
             f"register stack {stack_id!r} of {system!r}",
             lambda: self._stacks.update_one(
@@ -414,7 +418,7 @@ class MongoStore(StoreBase):
         self._call(  # expired leases are anyone's: drop them so the collection stays small
             "drop expired leases",
             lambda: self._leases.delete_many(
-                {"system": system, "stack_id": stack_id, "expires_at": {"$lte": time.time()}}
+                {"system": system, "stack_id": stack_id, "expires_at": {"$lte": self.clock()}}
             ),
         )
         present = self._present_among(system, stack_id, wanted)
@@ -430,7 +434,7 @@ class MongoStore(StoreBase):
         return held - measured_meanwhile
 
     def _claim_chunk(self, system: str, stack_id: str, spec_ids: list[str], owner: str, ttl_s: float) -> set[str]:
-        now = time.time()
+        now = self.clock()
         mine_or_expired = [{"owner": owner}, {"expires_at": {"$lte": now}}]
         update = {"$set": {"owner": owner, "heartbeat_at": now, "expires_at": now + ttl_s}}
         # ``$and`` rather than the identity fields beside ``$or``: the same filter for MongoDB, and
@@ -462,14 +466,14 @@ class MongoStore(StoreBase):
         self._check_heartbeat(owner, ttl_s)
 
         def beat() -> int:
-            now = time.time()
+            now = self.clock()
             update = {"$set": {"heartbeat_at": now, "expires_at": now + ttl_s}}
             return self._leases.update_many({"owner": owner}, update).matched_count
 
         return self._call("renew leases", beat)
 
     def leases(self, system: str | None = None) -> list[dict[str, Any]]:
-        query: dict[str, Any] = {"expires_at": {"$gt": time.time()}}
+        query: dict[str, Any] = {"expires_at": {"$gt": self.clock()}}
         if system is not None:
             query["system"] = system
         docs = self._call("read leases", lambda: list(self._leases.find(query, {"_id": 0})))

@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 import orjson
 
 from benanza.errors import StoreError, UsageError
-from benanza.store.base import StoreBase, register_store
-from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, utc_now
+from benanza.store.base import Clock, StoreBase, register_store
+from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.store.uri import StoreURI
 
 DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
@@ -157,6 +157,7 @@ class SqliteStore(StoreBase):
         create: bool = True,
         read_only: bool = False,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
+        clock: Clock | None = None,
     ) -> None:
         """Open (or create) the database; see the module docstring for what is refused.
 
@@ -167,6 +168,7 @@ class SqliteStore(StoreBase):
             read_only: open the file read-only (``create`` is then ignored: a missing file is
                 a ``StoreError``); every write is refused with a ``StoreError``.
             busy_timeout_s: how long a writer waits for another writer's lock.
+            clock: the times it writes (``StoreBase.clock``); default ``time.time``.
         """
         if isinstance(uri, StoreURI) or (isinstance(uri, str) and "://" in uri):
             self.uri = StoreURI.of(uri)
@@ -175,6 +177,8 @@ class SqliteStore(StoreBase):
             self.path = Path(uri).expanduser().absolute()
             self.uri = StoreURI(f"sqlite:///{self.path}")
         self.busy_timeout_s = busy_timeout_s
+        if clock is not None:
+            self.clock = clock
         self.read_only = read_only
         self._read_only_uri = f"{self.path.as_uri()}?mode=ro"  # immutable=1 added where SQLite needs it
         self._local = threading.local()
@@ -318,7 +322,7 @@ class SqliteStore(StoreBase):
                 c.execute(_LEASE_HEARTBEAT)
             c.execute(_LEASE_OWNER_INDEX)
             c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(DB_SCHEMA_VERSION),))
-            c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('created_at', ?)", (utc_now(),))
+            c.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('created_at', ?)", (self.now_iso(),))
             c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
         self._write(create)
@@ -440,7 +444,7 @@ class SqliteStore(StoreBase):
         return found
 
     def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
-        now, doc = utc_now(), _json(fingerprint)
+        now, doc = self.now_iso(), _json(fingerprint)
         self._write(
             lambda c: c.execute(
                 "INSERT INTO systems (name, fingerprint, first_seen, last_seen) VALUES (?, ?, ?, ?) "
@@ -450,7 +454,7 @@ class SqliteStore(StoreBase):
         )
 
     def register_stack(self, system: str, stack_id: str, stack: dict[str, Any]) -> bool:
-        now, doc = utc_now(), _json(stack)
+        now, doc = self.now_iso(), _json(stack)
 
         def register(c: sqlite3.Connection) -> bool:
             inserted = c.execute(
@@ -512,7 +516,7 @@ class SqliteStore(StoreBase):
         ids = _json(wanted)
 
         def claim(c: sqlite3.Connection) -> set[str]:
-            now = time.time()  # inside the write lock: no other claim runs between reading and using it
+            now = self.clock()  # inside the write lock: no other claim runs between reading and using it
             c.execute(_DROP_EXPIRED, (system, stack_id, now))
             rows = c.execute(_CLAIM, (system, stack_id, owner, now + ttl_s, ids, SCHEMA_VERSION, now)).fetchall()
             return {r[0] for r in rows}
@@ -523,7 +527,7 @@ class SqliteStore(StoreBase):
         self._check_heartbeat(owner, ttl_s)
 
         def beat(c: sqlite3.Connection) -> int:
-            now = time.time()
+            now = self.clock()
             return c.execute(_HEARTBEAT, (now, now + ttl_s, owner)).rowcount
 
         return self._write(beat)
@@ -535,7 +539,7 @@ class SqliteStore(StoreBase):
 
     def leases(self, system: str | None = None) -> list[dict[str, Any]]:
         sql = "SELECT system, stack_id, spec_id, owner, heartbeat_at, expires_at FROM leases WHERE expires_at > ?"
-        params: list[Any] = [time.time()]
+        params: list[Any] = [self.clock()]
         if system is not None:
             sql += " AND system = ?"
             params.append(system)

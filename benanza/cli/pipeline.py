@@ -1,0 +1,129 @@
+"""What the commands that benchmark share: the system's context from their flags, plans, progress, summaries.
+
+``benanza run``, ``bench run`` and ``analyze`` (on this machine) open the same context: the
+store, this system's runtime with the options its flags give, and the harness settings
+(flags over ``BENANZA_HARNESS_*``).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from benanza.bench.generate import ModelPlan, plan_report
+from benanza.bench.harness import HarnessSettings
+from benanza.cli.common import model_paths, parse_batches, parse_count, parse_int_list
+from benanza.errors import UsageError
+from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
+from benanza.model.shapes import parse_shape_overrides
+from benanza.report.bench import plan_warnings
+from benanza.report.output import console
+from benanza.runtimes.base import runtime_options
+from benanza.store.uri import StoreURI
+
+
+def open_context(
+    db: StoreURI | None,
+    runtime: str = "onnxruntime",
+    *,
+    system: str | None = None,
+    min_time: float | None = None,
+    max_time: float | None = None,
+    schedule: str | None = None,
+    **flags: object,
+) -> LocalContext:
+    """This system's context from the command's flags; ``flags`` are the runtime flags it was given.
+
+    A runtime takes the flags its factory declares (``runtimes.base.runtime_options``).
+
+    A runtime flag (``--threads``, ``--precision``...) that was set but that the runtime does
+    not declare is a ``UsageError``; one left at its default is dropped.
+    """
+    if "threads" in flags:
+        flags["threads"] = parse_count(flags["threads"], "--threads")
+    harness = {"min_time_s": min_time, "max_time_s": max_time, "schedule": schedule}
+    settings = HarnessSettings.from_env(**{k: v for k, v in harness.items() if v is not None})
+    takes = set(runtime_options(runtime))
+    stray = [k for k, v in flags.items() if v is not None and k not in takes and k in _STRICT_FLAGS]
+    if stray:
+        raise UsageError(f"--{stray[0].replace('_', '-')} is not an option of runtime {runtime!r}")
+    options = {k: v for k, v in flags.items() if k in takes and v is not None}
+    return open_local(db, runtime, options, system, settings)
+
+
+# GPU flags are refused by a runtime without them; --threads and --opt-level have defaults and are ignored
+_STRICT_FLAGS = ("ep", "precision", "tensor_cores")
+
+
+@dataclass(frozen=True)
+class Requested:
+    """The parsed --batch, --shape and --granularity flags."""
+
+    batches: list[int | None]
+    overrides: dict[str, tuple[int, ...]]
+    granularities: list[int]
+
+
+def requested(batch: str | None, shape: list[str] | None, granularity: str) -> Requested:
+    """Parse the flags that bind the models, before anything is opened: a bad one is one line."""
+    return Requested(
+        parse_batches(batch),
+        parse_shape_overrides(shape),
+        parse_int_list(granularity, "--granularity") if granularity else [],
+    )
+
+
+def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -> list[ModelPlan]:
+    """Each model's plan per batch size, with a warning line for what no benchmark covers."""
+    plans = plan_models(model_paths(models), ctx.runtime, wanted.batches, wanted.overrides, wanted.granularities)
+    warn_plans(plans)
+    return plans
+
+
+def warn_plans(plans: Sequence[ModelPlan]) -> None:
+    """Every node no benchmark covers, and every model planned without its fusion groups: one line each."""
+    for line in plan_warnings(plan_report(plans)):
+        print(f"warning: {line}", file=sys.stderr)
+
+
+def bench_with_progress(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool, retry_failed: bool, quiet: bool):
+    """``local.bench`` with a progress bar on stderr (none when ``quiet``)."""
+    total = len(specs_for(ctx, plans, e2e))
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        console=console(file=sys.stderr),
+        disable=quiet,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(f"benchmarking on {ctx.system}", total=total)
+        bar.update(task, completed=0)
+
+        def progress(spec, record):
+            bar.update(task, advance=1, description=f"{spec.kind}: {spec.label[:40]}")
+
+        return bench(ctx, plans, e2e=e2e, retry_failed=retry_failed, progress=progress)
+
+
+def print_summary(ctx, summary) -> None:
+    deferred = f", deferred {summary.deferred}" if summary.deferred else ""
+    console().print(
+        f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
+        f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}{deferred}"
+    )
+
+
+def warn_deferred(summary) -> None:
+    """One line on stderr for benchmarks the memory guard held back: not stored, a later run retries."""
+    if summary.deferred:
+        print(
+            f"warning: {summary.deferred} benchmark(s) not run for lack of free memory, not stored "
+            f"(the largest {summary.deferred_reason}); a later run retries them",
+            file=sys.stderr,
+        )
