@@ -23,6 +23,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from benanza.host_memory import memory_bytes
 from benanza.model.keys import stable_id
 
 SYSTEM_ENV = "BENANZA_SYSTEM"
@@ -163,11 +164,3 @@ def _cpu_model(cpuinfo: list[dict[str, str]]) -> str:
 def _physical_cores(cpuinfo: list[dict[str, str]]) -> int | None:
     cores = {(e.get("physical id", "0"), e["core id"]) for e in cpuinfo if "core id" in e}
     return len(cores) or None
-
-
-def memory_bytes() -> int | None:
-    """Physical memory of this machine in bytes, or None where the OS does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (AttributeError, ValueError, OSError):
-        return None

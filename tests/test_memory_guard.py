@@ -25,7 +25,7 @@ from benanza.bench.execute import run_specs
 from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.spec import SpecKind
 from benanza.cli import app
-from benanza.fingerprint import memory_bytes
+from benanza.host_memory import memory_bytes
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import Outcome, open_store
 
@@ -150,7 +150,7 @@ def test_a_conv_layer_estimate_counts_weights_inputs_and_activations():
 @pytest.mark.parametrize("schedule", ["sequential", "interleaved"])
 def test_what_does_not_fit_the_free_memory_now_is_not_run_and_not_stored(fan_out, tmp_path, fast_harness, schedule):
     """Free memory cannot be taken away for real on a shared machine: the reading is injected."""
-    from benanza.bench.memory import SystemMemory
+    from benanza.host_memory import SystemMemory
     from benanza.model.process import process_model
 
     runtime = OnnxRuntimeCPU(threads=1)

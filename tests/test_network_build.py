@@ -10,8 +10,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from benanza.bench.build import build_onnx, synthetic_array
+from benanza.bench.build import build_onnx
 from benanza.model.network import network_of
+from benanza.model.synthetic import synthetic_array
 from benanza.runtimes.onnxruntime import feeds_for, session_options
 
 

@@ -18,7 +18,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from benanza.bench.memory import SystemMemory
+from benanza.host_memory import SystemMemory
 from benanza.model.graph import InputKind
 from benanza.model.shapes import apply_binding, bind_shapes, fold_and_infer
 

@@ -12,8 +12,6 @@ tensors the built model feeds in their place, and their large constants synthesi
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +23,7 @@ from benanza.model.control_flow import decode_subgraph, graphs_of, rename_reads,
 from benanza.model.load import with_synthetic_weights
 from benanza.model.network import Network
 from benanza.model.schemas import op_schema
+from benanza.model.synthetic import synthetic_weight
 
 # IR version written for built models: old enough for any onnxruntime we support.
 _IR_VERSION = 8
@@ -37,51 +36,6 @@ def _schema_attributes(op_type: str, opset: int, domain: str) -> frozenset[str] 
 
 def _elem_type(dtype: str) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-
-
-def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
-    """Random data of a shape and dtype: floats in [-1, 1), integers and booleans as zeros.
-
-    Zeros for integers keep index-like inputs (Gather indices, shapes) in range. Always an
-    array, a 0-d one for shape ``[]`` (numpy's arithmetic on it gives a scalar, which ONNX
-    Runtime refuses as a feed).
-    """
-    dt = np.dtype(dtype)
-    if dt.kind == "f":
-        return np.asarray(rng.random(shape, dtype=np.float32) * 2 - 1, dtype=dt)
-    return np.zeros(shape, dtype=dt)
-
-
-# Synthetic weights are drawn once per (shape, dtype, seed) and shared, read-only, by every
-# benchmark that needs them (the same weight recurs in a layer, its fused group, its family's
-# other depths and the whole model), up to this many bytes held; the least recently used go first.
-WEIGHT_CACHE_BYTES = 256 << 20
-_weights: OrderedDict[tuple[tuple[int, ...], str, int, int], bytes] = OrderedDict()
-_weights_lock = threading.Lock()
-
-
-def synthetic_weight(shape: Sequence[int], dtype: str | np.dtype, seed: int = 0, slot: int = 0) -> bytes:
-    """The raw data of ``synthetic_array(shape, dtype)`` for a weight, cached.
-
-    The values depend only on (shape, dtype, seed, slot), not on which other weights were
-    drawn before, so that a weight is drawn once however many benchmarks hold it. ``slot``
-    (the input position the weight takes in its node) keeps a node's weights of one shape
-    apart: a BatchNormalization's scale, bias, mean and variance.
-    """
-    key = (tuple(int(d) for d in shape), np.dtype(dtype).name, seed, slot)
-    with _weights_lock:
-        if key in _weights:
-            _weights.move_to_end(key)
-            return _weights[key]
-    rng = np.random.default_rng([seed, slot, len(key[0]), *key[0]])
-    data = synthetic_array(list(key[0]), dtype, rng).tobytes()
-    if len(data) <= WEIGHT_CACHE_BYTES // 4:
-        with _weights_lock:
-            _weights[key] = data
-            held = sum(len(v) for v in _weights.values())
-            while held > WEIGHT_CACHE_BYTES:
-                held -= len(_weights.popitem(last=False)[1])
-    return data
 
 
 def weight_tensor(name: str, shape: Sequence[int], dtype: str, seed: int = 0, slot: int = 0) -> onnx.TensorProto:

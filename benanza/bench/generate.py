@@ -14,10 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.errors import PlanningError
+from benanza.model.dtypes import itemsize
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
@@ -279,19 +278,6 @@ def weight_bytes(graph: ModelGraph) -> int:
 
 
 # ONNX element types numpy does not name, by their size in bytes (int4/uint4 round up to 1)
-_ITEMSIZE = {"bfloat16": 2, "float8e4m3fn": 1, "float8e4m3fnuz": 1, "float8e5m2": 1, "float8e5m2fnuz": 1}
-
-
-def itemsize(dtype: str) -> int:
-    """Bytes per element of a dtype name; 1 for the sub-byte and 8-bit types numpy does not name."""
-    if dtype in _ITEMSIZE:
-        return _ITEMSIZE[dtype]
-    try:
-        return np.dtype(dtype).itemsize
-    except TypeError:  # float8/int4 variants and other ONNX types numpy does not name
-        return 1
-
-
 def unique_specs(specs: Iterable[BenchmarkSpec]) -> list[BenchmarkSpec]:
     """De-duplicate by spec id, keeping the first occurrence (its payload) and the order."""
     out: dict[str, BenchmarkSpec] = {}

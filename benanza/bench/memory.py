@@ -23,38 +23,28 @@ peak RSS on this project's harness, one benchmark per fresh process):
   (constant folding, shape inference, binding) before its sessions are made, each step
   holding another copy for a moment. Two 4096x4096 MatMuls (128 MiB) peaked at 955 MiB.
 
-The estimate is compared with the system's memory (``refusal``): a benchmark that needs more
-than the physical memory can never run here and is stored as skipped with the reason; one
-that needs more than is free right now (``psutil``'s available memory less a reserve for the
-rest of the machine) is not run and not stored, so a later run retries it.
+The estimate is compared with the system's memory (``benanza.host_memory.refusal``): a
+benchmark that needs more than the physical memory can never run here and is stored as
+skipped with the reason; one that needs more than is free right now (``psutil``'s available
+memory less a reserve for the rest of the machine) is not run and not stored, so a later run
+retries it.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from benanza.bench.generate import itemsize, weight_bytes
+from benanza.bench.generate import weight_bytes
 from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.host_memory import MemoryReader, MemoryRefusal, SystemMemory, refusal, system_memory  # noqa: F401
+from benanza.model.dtypes import tensor_bytes
 from benanza.model.graph import InputKind, ModelGraph
 
 ACTIVATION_COPIES = 4
 WEIGHT_COPIES = 4
 MODEL_WEIGHT_COPIES = 8
-RESERVE_FRACTION = 0.05  # of physical memory, left to the OS, the store and other processes
-RESERVE_MIN_BYTES = 256 << 20
-GIB = 1 << 30
-
-
-def tensor_bytes(shape: Iterable[int], dtype: str) -> int:
-    return math.prod(int(d) for d in shape) * itemsize(dtype)
-
-
-def gib(n: int) -> str:
-    """Bytes as GiB with one decimal, as every message of the guard writes them."""
-    return f"{n / GIB:.1f}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,57 +149,3 @@ class HostMemoryUser(Protocol):
 def needed_bytes(runtime: Any, spec: BenchmarkSpec) -> int | None:
     """The host memory ``spec`` will hold on ``runtime``, or None where the runtime does not say."""
     return runtime.host_memory_bytes(spec) if isinstance(runtime, HostMemoryUser) else None
-
-
-@dataclass(frozen=True, slots=True)
-class SystemMemory:
-    """The system's memory at one moment: physical (from the fingerprint) and available (psutil)."""
-
-    physical: int | None
-    available: int | None
-
-    @property
-    def reserve(self) -> int:
-        """Memory a benchmark leaves to everything else: 5% of physical memory, at least 256 MiB."""
-        return max(RESERVE_MIN_BYTES, int((self.physical or 0) * RESERVE_FRACTION))
-
-    @property
-    def free_now(self) -> int | None:
-        """What a benchmark may take now: available memory less the reserve (None: unknown)."""
-        return None if self.available is None else max(0, self.available - self.reserve)
-
-
-MemoryReader = Callable[[], SystemMemory]
-
-
-def system_memory() -> SystemMemory:
-    """This machine's memory now."""
-    import psutil
-
-    from benanza.fingerprint import memory_bytes
-
-    return SystemMemory(memory_bytes(), psutil.virtual_memory().available)
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryRefusal:
-    """Why a benchmark is not run: never (it needs more than physical memory) or not now."""
-
-    never: bool
-    needed: int
-    reason: str
-
-
-def refusal(needed: int | None, memory: SystemMemory) -> MemoryRefusal | None:
-    """None when ``needed`` bytes fit; else whether they never can here, and why, in one line."""
-    if needed is None:
-        return None
-    if memory.physical is not None and needed > memory.physical:
-        return MemoryRefusal(True, needed, f"needs ~{gib(needed)} GiB, the system has {gib(memory.physical)} GiB")
-    free = memory.free_now
-    if free is not None and needed > free:
-        of = f" of the system's {gib(memory.physical)} GiB" if memory.physical is not None else ""
-        return MemoryRefusal(
-            False, needed, f"needs ~{gib(needed)} GiB, {gib(memory.available or 0)} GiB{of} is free now"
-        )
-    return None

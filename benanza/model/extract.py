@@ -26,6 +26,7 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.model import control_flow, ops
+from benanza.model.dtypes import itemsize
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeReport, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
 from benanza.model.keys import VALUE_MAX_ELEMENTS, Slot, is_value, key_fields, stable_id
@@ -56,14 +57,6 @@ def dtype_name(elem_type: int) -> str:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
         return onnx.TensorProto.DataType.Name(elem_type).lower()
-
-
-@functools.cache
-def dtype_size(dtype: str) -> int:
-    try:
-        return np.dtype(dtype).itemsize
-    except TypeError:
-        return 1
 
 
 def schema_of(op_type: str, opset: int, domain: str) -> OpSchema | None:
@@ -418,7 +411,7 @@ def _make_layer(
             raise _UnsupportedNode(f"cannot normalise {op_type} attributes: {exc!r}") from None
     attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
     tensors = (*(i.tensor for i in inputs if i.kind is not InputKind.ABSENT), *outputs)
-    bytes_moved = sum(t.numel * dtype_size(t.dtype) for t in tensors)
+    bytes_moved = sum(t.numel * itemsize(t.dtype) for t in tensors)
     fields = key_fields(op_type, domain, inputs, outputs, dict(attributes), value_slots)
     return Layer(
         index=index,

@@ -24,6 +24,7 @@ from onnx import TensorProto, helper
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from benanza.errors import BenanzaError, ModelError, one_line
+from benanza.model.synthetic import synthetic_weight
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -119,13 +120,11 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
 def with_synthetic_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelProto:
     """``model`` runnable by ONNX Runtime: a copy with synthetic data in every data-less tensor.
 
-    The data follows the benchmarks' rule (``bench.build.synthetic_array``): floats in
+    The data follows the benchmarks' rule (``model.synthetic``): floats in
     [-1, 1), integers and booleans zero. A model with all its data is returned as it is.
     """
     if not structure_only(model):
         return model
-    from benanza.bench.build import synthetic_weight
-
     filled = onnx.ModelProto()
     filled.CopyFrom(model)
     slots: dict[str, int] = {}  # a weight's input position in the node that reads it, as in built layers

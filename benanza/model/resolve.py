@@ -39,7 +39,9 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.errors import one_line
+from benanza.host_memory import refusal, system_memory
 from benanza.model.control_flow import unbounded_loop_reason
+from benanza.model.dtypes import tensor_bytes
 from benanza.model.extract import (
     RANDOM_OPS,
     SHAPE_READERS,
@@ -61,6 +63,10 @@ _NO_KERNEL = ("NOT_IMPLEMENTED", "Could not find an implementation", "is not a r
 _INTEGER_TYPES = frozenset(
     f"tensor({t})" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 )
+
+# Copies of a node's tensors ONNX Runtime may hold while it runs to show its output shapes: the
+# allowance the benchmarks' memory guard makes for activations (``bench.memory.ACTIVATION_COPIES``).
+RUN_COPIES = 4
 
 
 def needs_resolution(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]] | None = None) -> bool:
@@ -132,7 +138,7 @@ def resolve_shapes(
     Args:
         model: a bound, folded and shape-inferred model (``shapes.fold_and_infer``).
         path: the model's file, for log messages.
-        memory: returns the system's memory now (``benanza.bench.memory.SystemMemory``), which
+        memory: returns the system's memory now (``benanza.host_memory.SystemMemory``), which
             decides whether ONNX Runtime may run a node; this machine's by default.
     """
     walk = _Walk(model, memory)
@@ -454,11 +460,9 @@ class _Walk:
 
     def _memory_refusal(self, fed: list[str]) -> str | None:
         """The memory guard's reason when the node's synthetic inputs and outputs cannot fit, else None."""
-        from benanza.bench.memory import ACTIVATION_COPIES, refusal, system_memory, tensor_bytes
-
         inputs = sum(tensor_bytes(self.shape[x], dtype_name(self.elem[x])) for x in fed)
         # the outputs are unknown until it runs: counted as large as the inputs, held as activations are
-        needed = inputs + inputs * ACTIVATION_COPIES
+        needed = inputs + inputs * RUN_COPIES
         refused = refusal(needed, (self.memory or system_memory)())
         return refused.reason if refused is not None else None
 

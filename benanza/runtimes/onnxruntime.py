@@ -37,13 +37,14 @@ from typing import Any
 import numpy as np
 import onnx
 
-from benanza.bench.build import build_onnx, synthetic_array
+from benanza.bench.build import build_onnx
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
 from benanza.model.extract import dtype_name, node_reads
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
+from benanza.model.synthetic import synthetic_array
 from benanza.runtimes.base import register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")

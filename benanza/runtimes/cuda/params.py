@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from benanza.bench.generate import itemsize
+from benanza.model.dtypes import itemsize
 
 Shape = tuple[int, ...]
 

@@ -1,0 +1,27 @@
+"""Sizes of tensor element types, by their numpy-style names ("float32", "bfloat16", "float8e4m3fn")."""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+_ITEMSIZE = {"bfloat16": 2, "float8e4m3fn": 1, "float8e4m3fnuz": 1, "float8e5m2": 1, "float8e5m2fnuz": 1}
+
+
+@functools.cache
+def itemsize(dtype: str) -> int:
+    """Bytes per element of a dtype name; 1 for the sub-byte and 8-bit types numpy does not name."""
+    if dtype in _ITEMSIZE:
+        return _ITEMSIZE[dtype]
+    try:
+        return np.dtype(dtype).itemsize
+    except TypeError:  # float8/int4 variants and other ONNX types numpy does not name
+        return 1
+
+
+def tensor_bytes(shape: Iterable[int], dtype: str) -> int:
+    """Bytes of a dense tensor of ``shape`` and ``dtype``."""
+    return math.prod(int(d) for d in shape) * itemsize(dtype)
