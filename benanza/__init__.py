@@ -34,7 +34,7 @@ _EXPORTS = {
     "open_local": "benanza.local",
     "plan_models": "benanza.local",
     "analyze": "benanza.local",
-    "analyze_stored": "benanza.local",
+    "analyze_stored": "benanza.analysis.stored",
     "LowerBound": "benanza.analysis.lower_bound",
     "FleetConfig": "benanza.config",
     "SystemConfig": "benanza.config",

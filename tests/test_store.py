@@ -297,10 +297,10 @@ class StoreContract:
         store.upsert([record_for(i) for i in range(3)])
         slim = store.records(payload=False)
         assert [r.identity() for r in slim] == [r.identity() for r in store.records()]
-        assert all(r.samples == () and r.kernel_samples == () for r in slim)
+        assert all(r.samples == () and r.kernel_samples == () and r.spec == {} for r in slim)
         assert [r.stats for r in slim] == [r.stats for r in store.records()]
         assert store.records(keys=["key0000001"], payload=False)[0] == dataclasses.replace(
-            record_for(1), samples=(), kernel_samples=()
+            record_for(1), samples=(), kernel_samples=(), spec={}
         )
 
     def test_plans_round_trip_and_replace_by_identity(self, store: Store) -> None:

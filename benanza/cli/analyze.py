@@ -1,4 +1,10 @@
-"""`benanza analyze ...`: lower bounds, optimisation analyses and systems, from the performance database."""
+"""`benanza analyze ...`: lower bounds, optimisation analyses and systems, from the performance database.
+
+Every command reads the database only (stored plans and records, ``benanza.analysis.stored``):
+no model file is loaded and no runtime is built, so results can be analysed read-only on a
+machine that has neither. MODELS name the models to show (files, whose stem is the name, or
+names); without them every stored model is shown.
+"""
 
 from __future__ import annotations
 
@@ -9,30 +15,35 @@ from typing import Annotated
 import typer
 
 from benanza.analysis.compare import compare_systems
+from benanza.analysis.stored import (
+    ALL,
+    PlanSelection,
+    analyze_stored,
+    prices,
+    stored_analyses,
+    stored_optimizations,
+    system_reports,
+)
 from benanza.cli.common import (
     BatchesOpt,
     BenanzaGroup,
     EpOpt,
     FormatOpt,
     GranOpt,
-    ModelsArg,
-    OptLevelOpt,
     PrecisionOpt,
-    RuntimeOpt,
     ShapeOpt,
     StackOpt,
+    StoredModelsArg,
     SystemsOpt,
     TensorCoresOpt,
     ThreadsOpt,
-    model_paths,
+    model_names,
     one_batch,
     parse_count,
 )
-from benanza.cli.pipeline import open_context, plans_for, requested
+from benanza.cli.pipeline import requested
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
-from benanza.errors import UsageError
-from benanza.local import analyze, analyze_stored, optimize, prices, system_reports
-from benanza.model.shapes import parse_shape_overrides
+from benanza.fingerprint import default_system_name
 from benanza.report.bench import lower_bound_table
 from benanza.report.compare import comparison_table, systems_tables
 from benanza.report.optimize import op_type_table, optimizations_table
@@ -40,26 +51,45 @@ from benanza.report.output import OutputFormat, console, emit
 from benanza.report.plots import lower_bound_bars, unit_breakdown
 from benanza.store import open_store
 
+# Filters on the stored plans' runtime and variant (None: any); a stored variant names its settings
+StoredRuntimeOpt = Annotated[
+    str | None, typer.Option("--runtime", help="only this runtime's results (onnxruntime, cudnn); default any")
+]
+StoredOptLevelOpt = Annotated[
+    str | None, typer.Option("--opt-level", help="only results of this ONNX Runtime optimisation level")
+]
+
 app = typer.Typer(
     cls=BenanzaGroup, help="Lower bounds and composed estimates from the performance database.", no_args_is_help=True
 )
 
 
-def analyze_plans(ctx, plans, format, plot, compare=False, config=None):
-    """This machine's lower bounds of ``plans`` from its current stack's records, rendered."""
-    report_lower_bounds(ctx.store, analyze(ctx, plans), format, plot, compare=compare, config=config)
+def _selection(models, wanted, runtime=None, **variant) -> PlanSelection:
+    return PlanSelection.of(
+        models=model_names(models),
+        batches=wanted.batches,
+        runtime=runtime,
+        variant=variant,
+        granularities=wanted.granularities,
+        shapes=wanted.overrides,
+    )
+
+
+def _systems(system: list[str] | None) -> list[str]:
+    """--system values, or this machine's name ($BENANZA_SYSTEM or the hostname)."""
+    return list(system) if system else [default_system_name()]
 
 
 @app.command("lower-bound")
 def lower_bound_cmd(
-    models: ModelsArg = None,
+    models: StoredModelsArg = None,
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
-    granularity: GranOpt = "1,2,3,4,5",
+    granularity: GranOpt = "",
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     threads: ThreadsOpt = None,
-    opt_level: OptLevelOpt = "extended",
+    opt_level: StoredOptLevelOpt = None,
     system: SystemsOpt = None,
     stack: StackOpt = "latest",
     compare: Annotated[bool, typer.Option("--compare", help="print the comparison across systems instead")] = False,
@@ -68,7 +98,7 @@ def lower_bound_cmd(
         typer.Option("--config", help="fleet config TOML whose systems' price_per_hour replace stored ones"),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="save bars (and per-layer breakdowns beside it) as PNG")] = None,
-    runtime: RuntimeOpt = "onnxruntime",
+    runtime: StoredRuntimeOpt = None,
     ep: EpOpt = None,
     precision: PrecisionOpt = None,
     tensor_cores: TensorCoresOpt = None,
@@ -76,42 +106,21 @@ def lower_bound_cmd(
 ) -> None:
     """Sequential and parallel lower bounds, DLBricks composition and end-to-end latency.
 
-    Without --system: this machine's current stack and runtime settings. With --system:
-    what the named systems stored (each system's latest stack unless --stack says otherwise),
-    with a comparison across them; plans are made with the local ONNX Runtime.
+    From the stored plans and records of the named systems (default: this machine's name),
+    each system's latest stack unless --stack says otherwise; one row per stored plan (model,
+    batch size, runtime variant). --runtime, --threads, --opt-level, --ep, --precision and
+    --tensor-cores select among the stored variants; --granularity the G values shown
+    (default: every stored one). With several systems or stacks, a comparison across them.
     """
     wanted = requested(batch, shape, granularity)
-    if not system:
-        if stack != "latest":
-            raise UsageError("--stack selects stored stacks and needs --system")
-        ctx = open_context(
-            store_uri(db, db_file),
-            runtime,
-            threads=threads,
-            opt_level=opt_level,
-            ep=ep,
-            precision=precision,
-            tensor_cores=tensor_cores,
-        )
-        try:
-            analyze_plans(ctx, plans_for(ctx, models, wanted), format, plot, compare, config)
-        finally:
-            ctx.close()
-        return
-    parse_count(threads, "--threads")  # not used with --system, but a bad value is still an error
-    paths = model_paths(models)
+    if threads is not None:
+        parse_count(threads, "--threads")  # a bad value is an error, not a filter that matches nothing
+    selection = _selection(
+        models, wanted, runtime, threads=threads, opt=opt_level, ep=ep, precision=precision, tensor_cores=tensor_cores
+    )
     with open_store(store_uri(db, db_file), read_only=True) as store:
-        rows = analyze_stored(
-            store,
-            paths,
-            system,
-            stack=stack,
-            batches=wanted.batches,
-            overrides=wanted.overrides,
-            granularities=wanted.granularities,
-            opt_level=opt_level,
-        )
-        report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=True)
+        rows = analyze_stored(store, _systems(system), stack=stack, selection=selection)
+        report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=bool(system))
 
 
 def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None, by_system=False):
@@ -156,24 +165,29 @@ def _plot(rows, plot, several_systems):
 
 @app.command("optimizations")
 def optimizations_cmd(
-    models: ModelsArg = None,
+    models: StoredModelsArg = None,
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
-    runtime: RuntimeOpt = "cudnn",
+    system: SystemsOpt = None,
+    stack: StackOpt = "latest",
+    runtime: StoredRuntimeOpt = "cudnn",
     precision: PrecisionOpt = None,
     tensor_cores: TensorCoresOpt = None,
     by_op: Annotated[bool, typer.Option("--by-op", help="also the default-vs-best table per op type")] = False,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Benanza's analyses on this GPU: algorithm choice, tensor cores, fusion, parallelism, framework gap."""
+    """Benanza's analyses: algorithm choice, tensor cores, fusion, parallelism, framework gap.
+
+    From the stored plans and records of the named systems (default: this machine's name)
+    for --runtime (default cudnn, the GPU runtime whose records hold every candidate).
+    """
     wanted = requested(batch, shape, "")
-    ctx = open_context(store_uri(db, db_file), runtime, precision=precision, tensor_cores=tensor_cores)
-    try:
-        rows = optimize(ctx, plans_for(ctx, models, wanted))
-    finally:
-        ctx.close()
+    selection = _selection(models, wanted, runtime, precision=precision, tensor_cores=tensor_cores)
+    with open_store(store_uri(db, db_file), read_only=True) as store:
+        analyses = stored_analyses(store, _systems(system), stack=stack, selection=selection)
+    rows = [stored_optimizations(a) for a in analyses]
     if emit(format, [r.to_dict() for r in rows]):
         return
     console().print(optimizations_table(rows))
@@ -186,7 +200,7 @@ def optimizations_cmd(
 
 @app.command("systems")
 def systems_cmd(
-    models: ModelsArg = None,
+    models: StoredModelsArg = None,
     system: SystemsOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -197,12 +211,12 @@ def systems_cmd(
 ) -> None:
     """Per system: hardware, stacks over time, records by kind and outcome, slowest layers, corpus coverage.
 
-    The corpus (for coverage) is MODELS at one batch size, or the zoo when none are given.
+    The corpus (for coverage) is the stored models (or MODELS) at one batch size, from their stored plans.
     """
-    batch_size, overrides = one_batch(batch, "analyze systems"), parse_shape_overrides(shape)
+    batch_size = one_batch(batch, "analyze systems") or 1
     slowest = parse_count(top, "--top", minimum=0)
-    paths = model_paths(models)
+    selection = PlanSelection.of(models=model_names(models), shapes=requested(None, shape, "").overrides)
     with open_store(store_uri(db, db_file), read_only=True) as store:
-        reports = system_reports(store, system or ["all"], paths, batch=batch_size, overrides=overrides, top=slowest)
+        reports = system_reports(store, system or [ALL], batch=batch_size, top=slowest, selection=selection)
     if not emit(format, [r.to_dict() for r in reports]):
         console().print(systems_tables(reports))

@@ -84,9 +84,9 @@ class Store(Protocol):
     ) -> list[BenchmarkRecord]:
         """Current-schema records matching every given filter, in identity order.
 
-        ``payload=False`` leaves out the raw samples (``samples`` and ``kernel_samples`` are
-        empty; ``stats`` and ``kernel_stats`` are kept): what analysis reads, at a fraction
-        of the bytes.
+        ``payload=False`` leaves out the raw samples and the spec document (``samples``,
+        ``kernel_samples`` and ``spec`` are empty; the identity, ``label``, ``stats`` and
+        ``kernel_stats`` are kept): what analysis reads, at a fraction of the bytes.
         """
         ...
 

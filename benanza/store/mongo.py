@@ -331,7 +331,7 @@ class MongoStore(StoreBase):
         outcome: str | None = None,
         payload: bool = True,
     ) -> list[BenchmarkRecord]:
-        projection = {"_id": 0} if payload else {"_id": 0, "samples": 0, "kernel_samples": 0}
+        projection = {"_id": 0} if payload else {"_id": 0, "samples": 0, "kernel_samples": 0, "spec": 0}
         query: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
         for field, value in (
             ("system", system),

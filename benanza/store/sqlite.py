@@ -122,7 +122,7 @@ ON CONFLICT ({_PLAN_IDENTITY}) DO UPDATE SET
 """
 _PUT_PLAN_DOC = "INSERT INTO plan_docs (plan_id, doc) VALUES (?, ?) ON CONFLICT (plan_id) DO NOTHING"
 # A record without its raw samples (``records(payload=False)``), cut out by SQLite before decoding
-_NO_PAYLOAD = "json_remove(doc, '$.samples', '$.kernel_samples')"
+_NO_PAYLOAD = "json_remove(doc, '$.samples', '$.kernel_samples', '$.spec')"
 # Added to a ``leases`` table made before leases had heartbeats (older versions ignore it).
 _LEASE_HEARTBEAT = "ALTER TABLE leases ADD COLUMN heartbeat_at REAL"
 _LEASE_OWNER_INDEX = "CREATE INDEX IF NOT EXISTS leases_owner ON leases (owner)"
