@@ -9,6 +9,7 @@ names); without them every stored model is shown.
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -80,6 +81,15 @@ def _systems(system: list[str] | None) -> list[str]:
     return list(system) if system else [default_system_name()]
 
 
+def _warn_nothing_stored(store, systems) -> None:
+    print(
+        f"warning: {store.shown_uri}: no stored plan of these models on {', '.join(systems)} "
+        "(measure them first with benanza run or benanza fleet run; a database from before plans "
+        "were stored needs a new run, which reuses its results)",
+        file=sys.stderr,
+    )
+
+
 @app.command("lower-bound")
 def lower_bound_cmd(
     models: StoredModelsArg = None,
@@ -120,6 +130,8 @@ def lower_bound_cmd(
     )
     with open_store(store_uri(db, db_file), read_only=True) as store:
         rows = analyze_stored(store, _systems(system), stack=stack, selection=selection)
+        if not rows:
+            _warn_nothing_stored(store, _systems(system))
         report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=bool(system))
 
 
@@ -187,6 +199,8 @@ def optimizations_cmd(
     selection = _selection(models, wanted, runtime, precision=precision, tensor_cores=tensor_cores)
     with open_store(store_uri(db, db_file), read_only=True) as store:
         analyses = stored_analyses(store, _systems(system), stack=stack, selection=selection)
+        if not analyses:
+            _warn_nothing_stored(store, _systems(system))
     rows = [stored_optimizations(a) for a in analyses]
     if emit(format, [r.to_dict() for r in rows]):
         return
