@@ -38,6 +38,7 @@ from benanza.analysis.stored import (
     system_reports,
 )
 from benanza.bench.spec import SpecKind
+from benanza.errors import UsageError
 from benanza.model.corpus import CorpusSummary, summarize
 from benanza.store.base import Store
 
@@ -139,6 +140,9 @@ def survey(
 ) -> Survey:
     """Everything the report shows, from the store alone (see the module docstring).
 
+    Raises:
+        UsageError: a model named in ``models`` has no stored plan.
+
     Args:
         models: model names or files (their stem names the model); default every stored one.
         batches: batch sizes to report (None in it, or none given: every stored one); the
@@ -151,6 +155,11 @@ def survey(
     order = {name: tuple(s["stack_id"] for s in docs) for name, docs in stacks.items()}
     latest = {name: (latest_stack(docs) or {}).get("stack_id") for name, docs in stacks.items()}
     plans = store.plans() if systems else []
+    if selection.models is not None:
+        unknown = sorted(selection.models - {p.model for p in plans})
+        if unknown:
+            stored = ", ".join(sorted({p.model for p in plans})) or "none"
+            raise UsageError(f"{store.shown_uri}: no stored plan of model {', '.join(unknown)}; stored: {stored}")
     analyses = stored_analyses(store, [ALL], stack=ALL, selection=selection, plans=plans) if systems else []
     grouped: dict[tuple[str, int], list[StoredAnalysis]] = defaultdict(list)
     for a in analyses:
