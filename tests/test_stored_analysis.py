@@ -1,0 +1,148 @@
+"""Analysis and the report read the performance database only (issue 15): its stored plans and records.
+
+A small model is measured for real (``benanza run``, ONNX Runtime, one thread, a millisecond
+harness) into a temporary SQLite file; then the model file is deleted. ``analyze`` and
+``report`` run in a fresh process where ONNX Runtime cannot be imported, as on a laptop
+reading a GPU fleet's database: they must give the figures ``run`` printed, and leave the
+database file unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cli_checks import FAST_ENV, fast_flags
+from typer.testing import CliRunner
+
+from benanza.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+SYSTEM = "gpu-box"  # where the results were measured; the analysing process is told nothing else
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def no_runtime(tmp_path_factory) -> Path:
+    """A folder that, first on ``PYTHONPATH``, makes ``import onnxruntime`` fail."""
+    folder = tmp_path_factory.mktemp("blocked")
+    (folder / "onnxruntime").mkdir()
+    (folder / "onnxruntime" / "__init__.py").write_text('raise ImportError("ONNX Runtime is not installed here")\n')
+    return folder
+
+
+def benanza(*args: str | Path, blocked: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``python -m benanza ARGS`` in a fresh process without ONNX Runtime and without $BENANZA_SYSTEM."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BENANZA_")}
+    env["PYTHONPATH"] = os.pathsep.join([str(blocked), str(REPO)])
+    return subprocess.run(
+        [sys.executable, "-m", "benanza", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory, conv_chain):
+    """(database URI, its file, the rows ``benanza run`` printed); the model file is gone."""
+    folder = tmp_path_factory.mktemp("measured")
+    model = folder / "chain.onnx"
+    model.write_bytes(conv_chain("reshape").SerializeToString())
+    path = folder / "perf.db"
+    uri = f"sqlite:///{path}"
+    result = CliRunner().invoke(
+        app,
+        ["run", str(model), "--db", uri, "--granularity", "1,2", "--format", "json", *fast_flags(SYSTEM)],
+        env=FAST_ENV,
+    )
+    assert result.exit_code == 0, result.output
+    model.unlink()
+    return uri, path, json.loads(result.stdout)
+
+
+def test_lower_bounds_need_neither_the_model_file_nor_the_runtime(measured, no_runtime, tmp_path):
+    uri, path, printed = measured
+    before = _digest(path)
+    done = benanza(
+        "analyze", "lower-bound", "--db", uri, "--system", SYSTEM, "-f", "json", blocked=no_runtime, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == printed  # the same figures run printed, from the database alone
+    (row,) = printed
+    assert row["coverage"] == 1.0 and row["sequential_ms"] > 0 and set(row["composed_ms"]) == {"1", "2"}
+    # a model named by its file (which is not here) or by its name selects the same row
+    for name in ("chain.onnx", "chain"):
+        done = benanza(
+            "analyze",
+            "lower-bound",
+            name,
+            "--db",
+            uri,
+            "--system",
+            SYSTEM,
+            "-f",
+            "json",
+            blocked=no_runtime,
+            cwd=tmp_path,
+        )
+        assert json.loads(done.stdout) == printed, done.stderr
+    assert _digest(path) == before  # analysis never writes
+
+
+def test_systems_and_optimizations_from_the_database_alone(measured, no_runtime, tmp_path):
+    uri, _, _ = measured
+    done = benanza("analyze", "systems", "--db", uri, "-f", "json", blocked=no_runtime, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (report,) = json.loads(done.stdout)
+    assert report["system"] == SYSTEM
+    assert report["coverage"]["models"] == 1 and report["coverage"]["share"] == 1.0
+    done = benanza(
+        "analyze", "optimizations", "--runtime", "onnxruntime", "--system", SYSTEM, "--db", uri, "-f", "json",
+        blocked=no_runtime, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)
+    assert row["model"] == "chain" and row["system"] == SYSTEM
+
+
+def test_the_report_covers_every_stored_model_from_the_database_alone(measured, no_runtime, tmp_path):
+    uri, path, _ = measured
+    before = _digest(path)
+    out = tmp_path / "site"
+    done = benanza("report", "--db", uri, "--out", out, "-f", "json", blocked=no_runtime, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (out / "models" / "chain.html").is_file() and (out / f"systems/{SYSTEM}.html").is_file()
+    headline = (out / "index.html").read_text()
+    assert "chain" in headline and SYSTEM in headline
+    assert _digest(path) == before
+
+
+def test_analysis_and_report_modules_import_no_model_loading_and_no_runtime():
+    modules = (
+        "benanza.analysis.stored",
+        "benanza.analysis.breakdown",
+        "benanza.analysis.history",
+        "benanza.survey",
+        "benanza.report.site",
+        "benanza.store.sqlite",
+    )
+    probe = (
+        f"import sys\nfor m in {modules!r}: __import__(m)\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxruntime', 'ray') "
+        "or m in ('benanza.model.load', 'benanza.model.process', 'benanza.bench.generate', 'benanza.local') "
+        "or m.startswith('benanza.runtimes')))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
