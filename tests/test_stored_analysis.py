@@ -146,3 +146,28 @@ def test_analysis_and_report_modules_import_no_model_loading_and_no_runtime():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_after_a_fleet_run_analysis_needs_neither_the_model_file_nor_the_runtime(conv_chain, no_runtime, tmp_path):
+    model = tmp_path / "chain.onnx"
+    model.write_bytes(conv_chain("maxpool").SerializeToString())
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BENANZA_", "RAY_"))}
+    env.update(
+        PYTHONPATH=str(REPO),
+        BENANZA_SYSTEM="laptop",
+        BENANZA_HARNESS_MIN_TIME_S="0.001",
+        BENANZA_HARNESS_MAX_TIME_S="0.05",
+        BENANZA_HARNESS_KERNEL_RUNS="2",
+    )
+    run = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+    done = subprocess.run(run, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (bound,) = json.loads(done.stdout)["lower_bounds"]
+    model.unlink()
+    uri = f"sqlite:///{tmp_path / 'benanza.db'}"
+    done = benanza(
+        "analyze", "lower-bound", "--db", uri, "--system", "laptop", "-f", "json", blocked=no_runtime, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [bound] and bound["coverage"] == 1.0
