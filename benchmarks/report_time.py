@@ -118,6 +118,7 @@ def main() -> None:
         command = [sys.executable, "-m", "benanza", "report", "--db", f"sqlite:///{path}", "--out", str(out)]
         env = {**os.environ, "BENANZA_DB": "", "BENANZA_DB_FILE": ""}
         env = {k: v for k, v in env.items() if v}
+        load = [round(x, 2) for x in os.getloadavg()]
         start = time.perf_counter()
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - start
@@ -130,6 +131,7 @@ def main() -> None:
         "command": "python benchmarks/report_time.py " + " ".join(sys.argv[1:]),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_average_before": load,  # 1, 5, 15 min: above the CPU count, the figure was measured under load
         "database": layout,
         "report_s": round(seconds, 2),
         "target_s": TARGET_S,
