@@ -463,14 +463,20 @@ class SqliteStore(StoreBase):
                 params.append(str(value) if column != "batch_size" else int(value))
         doc = "doc" if payload else _NO_PAYLOAD
         base = f"SELECT rowid, {doc} FROM results WHERE {' AND '.join(where)}"
-        if keys is None:
-            rows = self._read(f"{base} ORDER BY {_IDENTITY}", params)
-        else:
-            wanted = sorted(set(keys))
-            rows = []
-            for i in range(0, len(wanted), _KEYS_PER_QUERY):
-                chunk = wanted[i : i + _KEYS_PER_QUERY]
-                rows += self._read(f"{base} AND key IN ({', '.join('?' * len(chunk))})", [*params, *chunk])
+        try:
+            if keys is None:
+                rows = self._read(f"{base} ORDER BY {_IDENTITY}", params)
+            else:
+                wanted = sorted(set(keys))
+                rows = []
+                for i in range(0, len(wanted), _KEYS_PER_QUERY):
+                    chunk = wanted[i : i + _KEYS_PER_QUERY]
+                    rows += self._read(f"{base} AND key IN ({', '.join('?' * len(chunk))})", [*params, *chunk])
+        except StoreError as exc:
+            if payload or "malformed JSON" not in str(exc):
+                raise
+            # SQLite's json_remove read a damaged document: the same message as decoding it here
+            raise self._fail("damaged: a stored record is not valid JSON (SQLite: malformed JSON)") from None
         found = [self._record_of(rowid, doc) for rowid, doc in rows]
         found = [r for r in found if r.schema_version == SCHEMA_VERSION]
         if keys is not None:
