@@ -18,12 +18,61 @@ from pathlib import Path
 
 import pytest
 from cli_checks import FAST_ENV, fast_flags
+from test_store import plan_for
 from typer.testing import CliRunner
 
+from benanza.analysis.stored import PlanSelection, analyze_stored
+from benanza.bench.stats import describe
 from benanza.cli import app
+from benanza.store import BenchmarkRecord, Outcome
+from benanza.store.sqlite import SqliteStore
 
 REPO = Path(__file__).resolve().parents[1]
 SYSTEM = "gpu-box"  # where the results were measured; the analysing process is told nothing else
+
+
+def _stored(key: str, kind: str, call_ms: float, *, variant: str = "opt=all,threads=1") -> BenchmarkRecord:
+    """A stored result of ``key`` on sys-a: its call latency, and half of it inside kernels."""
+    calls, kernels = [call_ms / 1e3] * 5, [call_ms / 2e3] * 3
+    return BenchmarkRecord(
+        system="sys-a",
+        stack_id="s1",
+        runtime="onnxruntime",
+        kind=kind,
+        key=key,
+        batch_size=1,
+        dtype="float32",
+        variant=variant,
+        spec_id=f"{key}-{variant}",
+        label=key,
+        outcome=Outcome.OK,
+        samples=calls,
+        stats=describe(calls).to_dict(),
+        kernel_samples=kernels,
+        kernel_stats=describe(kernels).to_dict(),
+    )
+
+
+def test_plans_of_two_runs_with_other_granularities_are_read_as_one(tmp_path):
+    """``tiny`` (Conv -> Relu -> Add as units Conv+Relu and Add) planned once with G = 1 and once with G = 3."""
+    with SqliteStore(tmp_path / "perf.db") as store:
+        store.register_system("sys-a", {})
+        store.register_stack("sys-a", "s1", {"runtime": "onnxruntime"})
+        store.put_plans("sys-a", "s1", [plan_for("tiny", grans=(1,)), plan_for("tiny", grans=(3,))])
+        layers = [_stored(f"tiny-L{i}", "layer", 1.0 + i) for i in range(3)]
+        store.upsert([*layers, _stored("tiny-U0", "group", 2.0), _stored("tiny-S1", "sequence", 5.0)])
+        store.upsert([_stored("tiny-S3", "sequence", 4.0), _stored("tiny-model", "model", 4.5)])
+        store.upsert([_stored("tiny-U0", "group", 50.0, variant="opt=basic,threads=1")])  # another variant's
+        (row,) = analyze_stored(store, ["sys-a"])
+        assert row.composed_ms == {1: pytest.approx(5.0), 3: pytest.approx(4.0)}
+        assert row.sequential_ms == pytest.approx(1.0 + 1.5)  # kernels of U0 (2 ms call) and L2 (3 ms call)
+        assert row.sequential_unfused_ms == pytest.approx(0.5 + 1.0 + 1.5)
+        assert row.e2e_ms == pytest.approx(4.5) and row.coverage == 1.0 and row.variant == "opt=all,threads=1"
+        (only_3,) = analyze_stored(store, ["sys-a"], selection=PlanSelection.of(granularities=[3, 5]))
+        assert only_3.composed_ms == {3: pytest.approx(4.0)}
+        assert analyze_stored(store, ["sys-a"], selection=PlanSelection.of(variant={"opt": "basic"})) == []
+        assert analyze_stored(store, ["sys-a"], selection=PlanSelection.of(models=["other.onnx"])) == []
+        assert len(analyze_stored(store, ["sys-a"], selection=PlanSelection.of(models=["tiny.onnx"]))) == 1
 
 
 def _digest(path: Path) -> str:
