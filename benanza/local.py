@@ -19,6 +19,7 @@ from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.bench.execute import RunSummary, run_specs
 from benanza.bench.generate import ModelPlan, batch_size_of, model_key, plan_model, specs_for_plan, unique_specs
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.records import BenchmarkRecord
 from benanza.bench.spec import BenchmarkSpec, SpecKind, variant_id
 from benanza.errors import BenanzaError, UsageError
 from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
@@ -26,7 +27,6 @@ from benanza.model.graph import ModelGraph
 from benanza.model.process import ProcessedModel, process_model
 from benanza.runtimes.base import Runtime, get_runtime
 from benanza.store.base import Store, open_store
-from benanza.store.records import BenchmarkRecord
 
 
 @dataclass

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from benanza.bench.execute import isolated_runner, run_specs
+from benanza.bench.execute import isolated_runner, run_spec, run_specs
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.spec import BenchmarkSpec, SpecKind
@@ -61,7 +61,7 @@ class FaultyRuntime:
 
 @pytest.fixture
 def runner():
-    r = IsolatedRunner(FaultyRuntime, QUICK, system="sys", stack_id="stack")
+    r = IsolatedRunner(FaultyRuntime, run_spec, QUICK, system="sys", stack_id="stack")
     yield r
     r.close()
 

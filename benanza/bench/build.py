@@ -19,11 +19,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from benanza.model.control_flow import decode_subgraph, graphs_of, rename_reads, subgraph_attributes
+from benanza.model.control_flow import decode_subgraph, rename_reads
 from benanza.model.load import with_synthetic_weights
 from benanza.model.network import Network
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import synthetic_weight
+from benanza.model.walks import graphs_of, subgraph_attributes
 
 # IR version written for built models: old enough for any onnxruntime we support.
 _IR_VERSION = 8

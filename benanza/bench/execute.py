@@ -24,11 +24,12 @@ from typing import Any
 
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
-from benanza.bench.memory import MemoryReader, MemoryRefusal, needed_bytes, refusal, spec_memory, system_memory
+from benanza.bench.memory import needed_bytes, spec_memory
+from benanza.bench.records import BenchmarkRecord, Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
 from benanza.bench.stats import describe
 from benanza.errors import UnsupportedLayer, one_line
-from benanza.store.records import BenchmarkRecord, Outcome, make_record
+from benanza.host_memory import MemoryReader, MemoryRefusal, refusal, system_memory
 
 log = logging.getLogger(__name__)
 
@@ -442,7 +443,7 @@ def isolated_runner(runtime: Any, settings: HarnessSettings, *, system: str, sta
     """A worker process for a runtime that asks for one (``isolated = True``: the GPU runtime), else None."""
     if not getattr(runtime, "isolated", False):
         return None
-    return IsolatedRunner(runtime.factory(), settings, system=system, stack_id=stack_id)
+    return IsolatedRunner(runtime.factory(), run_spec, settings, system=system, stack_id=stack_id)
 
 
 def interleaving(runtime: Any, settings: HarnessSettings) -> bool:

@@ -9,14 +9,13 @@ the runtime's grouping.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benanza.bench.memory import graph_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.errors import PlanningError
-from benanza.model.dtypes import itemsize
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
@@ -249,8 +248,6 @@ def specs_for_plan(
             )
         )
     if e2e:
-        from benanza.bench.memory import graph_memory  # the memory guard's estimate of the model run end to end
-
         dtype = plan.graph.inputs[0].dtype if plan.graph.inputs else "float32"
         specs.append(
             BenchmarkSpec(
@@ -267,17 +264,6 @@ def specs_for_plan(
     return specs
 
 
-def weight_bytes(graph: ModelGraph) -> int:
-    """Bytes of the model's constant layer inputs (weights and values), for memory estimates."""
-    total = 0
-    for layer in graph.layers:
-        for inp in layer.inputs:
-            if inp.kind in (InputKind.WEIGHT, InputKind.VALUE):
-                total += math.prod(inp.tensor.shape) * itemsize(inp.tensor.dtype)
-    return total
-
-
-# ONNX element types numpy does not name, by their size in bytes (int4/uint4 round up to 1)
 def unique_specs(specs: Iterable[BenchmarkSpec]) -> list[BenchmarkSpec]:
     """De-duplicate by spec id, keeping the first occurrence (its payload) and the order."""
     out: dict[str, BenchmarkSpec] = {}

@@ -18,17 +18,19 @@ from collections.abc import Callable
 from typing import Any
 
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.records import BenchmarkRecord, Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
-from benanza.store.records import BenchmarkRecord, Outcome, make_record
 
 RuntimeFactory = Callable[[], Any]
+# How a spec is measured in the child: ``execute.run_spec`` (passed in, since execute uses this module).
+Measure = Callable[..., BenchmarkRecord]
 START_METHOD = "spawn"
 
 
-def _serve(factory: RuntimeFactory, settings: HarnessSettings, system: str, stack_id: str, conn: Any) -> None:
+def _serve(
+    factory: RuntimeFactory, run_spec: Measure, settings: HarnessSettings, system: str, stack_id: str, conn: Any
+) -> None:
     """The child's loop: build the runtime once, then measure each spec it is sent."""
-    from benanza.bench.execute import run_spec
-
     runtime = factory()
     try:
         while True:
@@ -65,11 +67,14 @@ class IsolatedRunner:
     Args:
         factory: a picklable callable that builds the runtime in the child
             (``functools.partial(get_runtime, name, **options)``).
+        run_spec: what measures one spec in the child (``benanza.bench.execute.run_spec``), picklable.
         settings, system, stack_id: as for ``run_spec``.
     """
 
-    def __init__(self, factory: RuntimeFactory, settings: HarnessSettings, *, system: str, stack_id: str) -> None:
-        self._factory, self._settings = factory, settings
+    def __init__(
+        self, factory: RuntimeFactory, run_spec: Measure, settings: HarnessSettings, *, system: str, stack_id: str
+    ) -> None:
+        self._factory, self._run_spec, self._settings = factory, run_spec, settings
         self._system, self._stack_id = system, stack_id
         self._context = multiprocessing.get_context(START_METHOD)
         self._process: Any = None
@@ -84,7 +89,7 @@ class IsolatedRunner:
         parent, child = self._context.Pipe()
         self._process = self._context.Process(
             target=_serve,
-            args=(self._factory, self._settings, self._system, self._stack_id, child),
+            args=(self._factory, self._run_spec, self._settings, self._system, self._stack_id, child),
             name="benanza-benchmark-worker",
             daemon=True,
         )

@@ -36,9 +36,7 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from benanza.bench.generate import weight_bytes
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.host_memory import MemoryReader, MemoryRefusal, SystemMemory, refusal, system_memory  # noqa: F401
 from benanza.model.dtypes import tensor_bytes
 from benanza.model.graph import InputKind, ModelGraph
 
@@ -105,6 +103,16 @@ def network_memory(network: Mapping[str, Any]) -> MemoryEstimate:
     kept = {(o["node"], o["output"]) for o in network.get("outputs", ())}
     inputs = sum(tensor_bytes(t["shape"], t["dtype"]) for t in network.get("inputs", ()))
     return MemoryEstimate(weights, inputs, peak_live_bytes(steps, kept))
+
+
+def weight_bytes(graph: ModelGraph) -> int:
+    """Bytes of the model's constant layer inputs (weights and values), for memory estimates."""
+    total = 0
+    for layer in graph.layers:
+        for inp in layer.inputs:
+            if inp.kind in (InputKind.WEIGHT, InputKind.VALUE):
+                total += tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
+    return total
 
 
 def graph_memory(graph: ModelGraph) -> MemoryEstimate:

@@ -28,13 +28,13 @@ from benanza.bench.execute import (
     run_spec,
 )
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.records import BenchmarkRecord, Outcome
 from benanza.bench.spec import BenchmarkSpec, variant_id
 from benanza.config import SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, one_line
 from benanza.fingerprint import stack_fingerprint, stack_id, system_fingerprint
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
-from benanza.store.records import BenchmarkRecord, Outcome
 from benanza.store.spill import ResilientWriter, SpillFile, default_spill_dir, drain
 from benanza.store.uri import StoreURI
 

@@ -7,6 +7,7 @@ skipped (stored as an outcome, never dropped).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -114,7 +115,12 @@ def check_options(name: str, factory: RuntimeFactory, options: Mapping[str, Any]
         ) from None
 
 
+# The modules that register the runtimes shipped with benanza, imported by name on first use, as
+# ``store.base`` does for stores: the registry depends on none of them (each imports this module), and
+# the cuda module imports no GPU library until a runtime is made.
+_BUILTIN = ("benanza.runtimes.null", "benanza.runtimes.onnxruntime", "benanza.runtimes.cuda.runtime")
+
+
 def _load_builtin() -> None:
-    # Importing registers; heavy backends (cuda) register lazily-importing factories.
-    from benanza.runtimes import null, onnxruntime  # noqa: F401
-    from benanza.runtimes.cuda import runtime as cuda_runtime  # noqa: F401  (imports no GPU library)
+    for module in _BUILTIN:
+        importlib.import_module(module)  # registers its runtimes

@@ -41,10 +41,11 @@ from benanza.bench.build import build_onnx
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
-from benanza.model.extract import dtype_name, node_reads
+from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
 from benanza.model.synthetic import synthetic_array
+from benanza.model.walks import node_reads
 from benanza.runtimes.base import register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
