@@ -214,14 +214,14 @@ def plan_model(
 
 
 def _kind_of(network: Network, unit_keys: set[str], key: str) -> SpecKind:
-    if network["layers"] == 1:
+    if network.layers == 1:
         return SpecKind.LAYER
     return SpecKind.GROUP if key in unit_keys else SpecKind.SEQUENCE
 
 
 def _label(network: Network) -> str:
-    ops = [n["op_type"] for n in network["nodes"]]
-    first = network["inputs"][0]["shape"] if network["inputs"] else []
+    ops = [n.op_type for n in network.nodes]
+    first = network.inputs[0].shape if network.inputs else ()
     shape = "x".join(map(str, first))
     return f"{'+'.join(ops) if len(ops) <= 4 else '+'.join(ops[:3]) + f'+..({len(ops)})'} {shape}".strip()
 
@@ -234,7 +234,7 @@ def specs_for_plan(
     unit_keys = set(plan.unit_keys)
     specs = []
     for key, net in plan.networks.items():
-        dtype = net["inputs"][0]["dtype"] if net["inputs"] else net["nodes"][0]["outputs"][0]["dtype"]
+        dtype = net.inputs[0].dtype if net.inputs else net.nodes[0].outputs[0].dtype
         specs.append(
             BenchmarkSpec(
                 kind=_kind_of(net, unit_keys, key),

@@ -373,7 +373,7 @@ class OnnxRuntimeCPU:
             path = (spec.model or {}).get("path")
             if not path or not Path(path).exists():
                 return f"model file not available on this system: {path}"
-        elif not spec.network:
+        elif spec.network is None:
             return "spec carries no network to build"
         if self.ep == "cuda":
             return cuda_provider_missing()
@@ -386,8 +386,10 @@ class OnnxRuntimeCPU:
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
             model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
+        elif spec.network is None:
+            raise UsageError(f"spec {spec.key} carries no network to build")
         else:
-            model = build_onnx(spec.network or {})
+            model = build_onnx(spec.network)
         if self.ep == "cuda":
             return OrtCudaModel(model)
         return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads)

@@ -118,11 +118,10 @@ def _builders(params: LayerParams, fused: bool) -> list[tuple[str, Builder]]:
 
 def spec_params(spec: BenchmarkSpec, precision: str) -> LayerParams | Unsupported:
     """The one library call a layer or group spec needs, at ``precision``."""
-    network = spec.network or {}
-    nodes = network.get("nodes") or []
-    if not nodes:
+    network = spec.network
+    if network is None or not network.nodes:
         return Unsupported("spec carries no network")
-    if spec.kind is SpecKind.GROUP or len(nodes) > 1:
+    if spec.kind is SpecKind.GROUP or len(network.nodes) > 1:
         return fused_conv(network, precision)
     return layer_params(network, 0, precision)
 
