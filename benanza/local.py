@@ -44,9 +44,7 @@ class LocalContext:
 
     def close(self) -> None:
         self.store.close()
-        close_runtime = getattr(self.runtime, "close", None)
-        if close_runtime is not None:
-            close_runtime()
+        self.runtime.close()
 
 
 def open_local(

@@ -18,7 +18,7 @@ from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import SpecKind
 from benanza.errors import GpuError, UnsupportedLayer, UsageError
 from benanza.model.network import Network
-from benanza.runtimes.base import get_runtime, runtime_names
+from benanza.runtimes.base import Runtime, get_runtime, runtime_names
 from benanza.runtimes.cuda.candidate import Candidate
 from benanza.runtimes.cuda.params import ConvParams, DataMovementParams, PoolParams
 from benanza.runtimes.cuda.runtime import CudnnRuntime, GpuPrepared
@@ -186,7 +186,7 @@ def test_a_layer_that_computes_is_never_free():
         prepared_with([], FakeDevice({}), params=pool)
 
 
-class SelfMeasuringRuntime:
+class SelfMeasuringRuntime(Runtime):
     """A runtime whose prepared benchmarks measure themselves, as the GPU runtime's do."""
 
     name = "null"

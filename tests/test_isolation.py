@@ -11,6 +11,7 @@ from benanza.bench.harness import HarnessSettings
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.model.network import Network, NetworkNode
+from benanza.runtimes.base import Runtime
 from benanza.runtimes.null import NullPrepared
 from benanza.store import Outcome, open_store
 
@@ -23,7 +24,7 @@ def spec(label: str) -> BenchmarkSpec:
     return BenchmarkSpec(SpecKind.LAYER, f"key-{label}", 1, "float32", "faulty", label=label, network=net)
 
 
-class FaultyRuntime:
+class FaultyRuntime(Runtime):
     """Measures like the null runtime; ``crash`` kills its process, ``poison`` breaks it for good.
 
     Defined at module level so that a spawned worker process can build it from a pickle.

@@ -19,7 +19,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_import_contracts_in_pyproject_are_kept() -> None:
     pytest.importorskip("importlinter")
     run = subprocess.run(
-        [sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()", "--no-cache"],
+        [
+            sys.executable,
+            "-c",
+            "from importlinter.cli import lint_imports_command; lint_imports_command()",
+            "--no-cache",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benanza.bench.contract import Runtime
 from benanza.bench.memory import graph_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.errors import PlanningError
@@ -21,6 +22,7 @@ from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
 from benanza.model.network import Network, network_of
 from benanza.model.process import ProcessedModel
+from benanza.model.subgraphs import find_model_subgraphs
 
 
 @dataclass(frozen=True)
@@ -147,20 +149,18 @@ def contracted(graph: ModelGraph, units: Sequence[Sequence[int]], keys: Sequence
 
 def plan_model(
     processed: ProcessedModel,
-    runtime: Any,
+    runtime: Runtime,
     granularities: Iterable[int] = (),
     batch: int | None = None,
     overrides: Mapping[str, tuple[int, ...]] | None = None,
 ) -> ModelPlan:
     """The plan of one processed model on ``runtime`` (grouping from the runtime if it can)."""
-    from benanza.model.subgraphs import find_model_subgraphs
-
     graph = processed.graph
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
     notes: list[str] = []
-    if hasattr(runtime, "execution_groups") and graph.layers:
+    if graph.layers:
         try:
-            groups = runtime.execution_groups(graph, processed.proto)
+            groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
     networks: dict[str, Network] = {}

@@ -17,11 +17,12 @@ import multiprocessing
 from collections.abc import Callable
 from typing import Any
 
+from benanza.bench.contract import Runtime
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.records import BenchmarkRecord, Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
 
-RuntimeFactory = Callable[[], Any]
+RuntimeFactory = Callable[[], Runtime]
 # How a spec is measured in the child: ``execute.run_spec`` (passed in, since execute uses this module).
 Measure = Callable[..., BenchmarkRecord]
 START_METHOD = "spawn"
@@ -46,17 +47,12 @@ def _serve(
     except (EOFError, KeyboardInterrupt):
         return
     finally:
-        close = getattr(runtime, "close", None)
-        if close is not None:
-            close()
+        runtime.close()
 
 
-def _healthy(runtime: Any) -> bool:
-    check = getattr(runtime, "healthy", None)
-    if check is None:
-        return True
+def _healthy(runtime: Runtime) -> bool:
     try:
-        return bool(check())
+        return bool(runtime.healthy())
     except Exception:
         return False
 
@@ -98,7 +94,7 @@ class IsolatedRunner:
         self._conn = parent
         self.started += 1
 
-    def run(self, spec: BenchmarkSpec, runtime: Any) -> BenchmarkRecord:
+    def run(self, spec: BenchmarkSpec, runtime: Runtime) -> BenchmarkRecord:
         """One spec's record; a child that dies while measuring it gives a failed record."""
         if self._process is None or not self._process.is_alive():
             self._start()

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
 
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.model.dtypes import tensor_bytes
@@ -146,17 +145,3 @@ def spec_memory(spec: BenchmarkSpec) -> MemoryEstimate:
     if spec.network is None:
         return MemoryEstimate(0, 0, 0)
     return network_memory(spec.network)
-
-
-@runtime_checkable
-class HostMemoryUser(Protocol):
-    """A runtime whose benchmarks live in host memory and that says how much each holds."""
-
-    def host_memory_bytes(self, spec: BenchmarkSpec) -> int | None:
-        """Estimated host memory of one prepared benchmark of ``spec``; None: not on the host."""
-        ...
-
-
-def needed_bytes(runtime: Any, spec: BenchmarkSpec) -> int | None:
-    """The host memory ``spec`` will hold on ``runtime``, or None where the runtime does not say."""
-    return runtime.host_memory_bytes(spec) if isinstance(runtime, HostMemoryUser) else None

@@ -46,7 +46,7 @@ from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
 from benanza.model.synthetic import synthetic_array
 from benanza.model.walks import node_reads
-from benanza.runtimes.base import register_runtime
+from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
 EXECUTION_PROVIDERS = ("cpu", "cuda")
@@ -122,7 +122,7 @@ def ort_message(exc: BaseException) -> str:
     return re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", one_line(exc))
 
 
-class _OrtPrepared:
+class _OrtPrepared(Prepared):
     def __init__(self, model_bytes: bytes, feeds: dict[str, np.ndarray], opt_level: str, threads: int) -> None:
         ort = _ort()
         self._bytes, self._feeds = model_bytes, feeds
@@ -165,7 +165,7 @@ class _OrtPrepared:
         self._run = None
 
 
-class _OrtProfiler:
+class _OrtProfiler(KernelProfiler):
     """A profiling session: ``run`` once per wanted run, then ``finish`` for per-run kernel times.
 
     Kept apart from the timed session because profiling slows every call down. Its first
@@ -245,7 +245,7 @@ def cuda_provider_missing() -> str | None:
     return None
 
 
-class OrtCudaModel:
+class OrtCudaModel(Prepared):
     """A model in ONNX Runtime's CUDA execution provider, inputs and outputs bound on the device.
 
     The call is ``run_with_iobinding``: ONNX Runtime launches every kernel and synchronises its
@@ -327,7 +327,7 @@ def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
 
 
 @register_runtime("onnxruntime")
-class OnnxRuntimeCPU:
+class OnnxRuntimeCPU(Runtime):
     """ONNX Runtime, CPU execution provider."""
 
     name = "onnxruntime"
