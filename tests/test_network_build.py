@@ -16,6 +16,7 @@ from benanza.bench.build import build_onnx
 from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.model.network import InputRef, Network, NetworkOutput, NetworkTensor, RefKind, network_of
 from benanza.model.synthetic import synthetic_array
+from benanza.runtimes.null import NullRuntime
 from benanza.runtimes.onnxruntime import feeds_for, session_options
 
 
@@ -179,14 +180,14 @@ def test_network_keys_documents_and_spec_ids_are_those_of_plain_dict_networks(ch
     for members, (key, doc_hash) in CHAIN_NETWORKS.items():
         got_key, network = network_of(chain.graph, members)
         assert (got_key, _doc_hash(network)) == (key, doc_hash), members
-    plan = plan_model(chain, None, granularities=(2,))
+    plan = plan_model(chain, NullRuntime(), granularities=(2,))
     specs = specs_for_plan(plan, "onnxruntime", {"threads": 1})
     assert {s.key: s.spec_id for s in specs if s.network is not None} == CHAIN_SPEC_IDS
 
 
 @pytest.mark.parametrize("name", ZOO_MODELS)
 def test_every_zoo_network_survives_its_document(zoo_model, name):
-    plan = plan_model(zoo_model(name), None, granularities=(2, 4))
+    plan = plan_model(zoo_model(name), NullRuntime(), granularities=(2, 4))
     assert len(plan.networks) > len(plan.graph.unique_layer_keys)  # layers and sequences
     for key, network in plan.networks.items():
         doc = network.to_doc()
