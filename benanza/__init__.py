@@ -29,7 +29,7 @@ _EXPORTS = {
     "process_model": "benanza.model.process",
     "plan_model": "benanza.bench.generate",
     "HarnessSettings": "benanza.bench.harness",
-    "BenchmarkRecord": "benanza.store.records",
+    "BenchmarkRecord": "benanza.bench.records",
     "open_store": "benanza.store.base",
     "open_local": "benanza.local",
     "plan_models": "benanza.local",

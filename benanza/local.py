@@ -20,12 +20,12 @@ from benanza.bench.execute import RunSummary, run_specs
 from benanza.bench.generate import ModelPlan, plan_model, specs_for_plan, unique_specs
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import stored_plans
+from benanza.bench.records import BenchmarkRecord
 from benanza.bench.spec import BenchmarkSpec, variant_id
 from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
 from benanza.model.process import process_model
 from benanza.runtimes.base import Runtime, get_runtime
 from benanza.store.base import Store, open_store
-from benanza.store.records import BenchmarkRecord
 
 
 @dataclass
@@ -43,9 +43,7 @@ class LocalContext:
 
     def close(self) -> None:
         self.store.close()
-        close_runtime = getattr(self.runtime, "close", None)
-        if close_runtime is not None:
-            close_runtime()
+        self.runtime.close()
 
 
 def open_local(

@@ -34,6 +34,7 @@ from benanza.bench.plans import PLAN_SCHEMA_VERSION, PlanLayer, StoredPlan
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.cli.db import app as db_app
 from benanza.errors import RegistryError, StoreError, UsageError
+from benanza.model.network import Network, NetworkTensor
 from benanza.store import (
     SCHEMA_VERSION,
     BenchmarkRecord,
@@ -61,7 +62,7 @@ def spec_for(i: int, *, runtime: str = "onnxruntime", kind: SpecKind = SpecKind.
         runtime=runtime,
         variant=canonical_variant({"threads": 1, "opt": "all"}),
         label=f"Conv #{i}",
-        network={"inputs": [{"shape": [batch, 3, 8, 8], "dtype": "float32"}], "nodes": [], "layers": 1},
+        network=Network((NetworkTensor((batch, 3, 8, 8), "float32"),), (), (), 1),
     )
 
 

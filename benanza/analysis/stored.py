@@ -24,10 +24,10 @@ from benanza.analysis.compare import SystemReport, latest_stack, system_prices, 
 from benanza.analysis.lower_bound import LowerBound, lower_bound
 from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.bench.plans import StoredPlan
+from benanza.bench.records import BenchmarkRecord
 from benanza.bench.spec import SpecKind
 from benanza.errors import UsageError
 from benanza.store.base import Store
-from benanza.store.records import BenchmarkRecord
 
 ALL = "all"
 LATEST = "latest"
@@ -281,20 +281,10 @@ def stored_optimizations(analysis: StoredAnalysis) -> Optimizations:
     )
 
 
-def prices(store: Store, config: Path | None = None) -> dict[str, float | None]:
-    """USD per hour by system: ``config.price_per_hour`` of the stored fingerprints, overridden by a fleet config.
-
-    Raises:
-        UsageError: the config cannot be read (or this installation has no fleet config support).
-    """
-    overrides: dict[str, float | None] = {}
-    if config is not None:
-        try:
-            from benanza.config import load_fleet_config
-        except ImportError:
-            raise UsageError(f"{config}: fleet configs need benanza.config, which this installation lacks") from None
-        overrides = {s.name: s.price_per_hour for s in load_fleet_config(config).systems}
-    return system_prices(store.systems(), overrides)
+def prices(store: Store, overrides: Mapping[str, float | None] | None = None) -> dict[str, float | None]:
+    """USD per hour by system: ``config.price_per_hour`` of the stored fingerprints, ``overrides`` (a fleet
+    config's prices, read by the caller) first."""
+    return system_prices(store.systems(), dict(overrides or {}))
 
 
 def corpus_plans(plans: Iterable[StoredPlan], batch: int | None = None) -> list[StoredPlan]:

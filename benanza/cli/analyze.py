@@ -44,6 +44,7 @@ from benanza.cli.common import (
 )
 from benanza.cli.pipeline import requested
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.config import load_fleet_config
 from benanza.fingerprint import default_system_name
 from benanza.report.bench import lower_bound_table
 from benanza.report.compare import comparison_table, systems_tables
@@ -79,6 +80,13 @@ def _selection(models, wanted, runtime=None, **variant) -> PlanSelection:
 def _systems(system: list[str] | None) -> list[str]:
     """--system values, or this machine's name ($BENANZA_SYSTEM or the hostname)."""
     return list(system) if system else [default_system_name()]
+
+
+def config_prices(config: Path | None) -> dict[str, float | None]:
+    """The ``price_per_hour`` of each system of a fleet config (none without one)."""
+    if config is None:
+        return {}
+    return {s.name: s.price_per_hour for s in load_fleet_config(config).systems}
 
 
 def _warn_nothing_stored(store, systems) -> None:
@@ -145,7 +153,7 @@ def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None
     if plot is not None:
         _plot(rows, plot, several)
     if compare or (several and format is OutputFormat.table):
-        comparisons = compare_systems(rows, prices(store, config))
+        comparisons = compare_systems(rows, prices(store, config_prices(config)))
         if emit(format, [c.to_dict() for c in comparisons], _comparison_rows(comparisons)):
             return
         if not compare:

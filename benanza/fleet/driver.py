@@ -38,6 +38,7 @@ from typing import Any
 
 from benanza.bench.generate import plan_model, plan_report, specs_for_plan, unique_specs
 from benanza.bench.plans import StoredPlan
+from benanza.bench.records import Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import FleetConfig, SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, UsageError, one_line
@@ -47,7 +48,6 @@ from benanza.fleet.worker import SystemWorker
 from benanza.model.process import process_model
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
-from benanza.store.records import Outcome, make_record
 
 log = logging.getLogger(__name__)
 

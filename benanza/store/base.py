@@ -50,8 +50,8 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, Self, runtime_checkable
 
 from benanza.bench.plans import StoredPlan
+from benanza.bench.records import BenchmarkRecord
 from benanza.errors import RegistryError, StoreError, UsageError
-from benanza.store.records import BenchmarkRecord
 from benanza.store.uri import DEFAULT_URI, StoreURI, resolve_store_uri
 
 

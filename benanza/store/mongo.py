@@ -60,9 +60,9 @@ from pymongo.errors import (
 from pymongo.uri_parser import parse_uri
 
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
+from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError, one_line
 from benanza.store.base import Clock, StoreBase, register_store
-from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.store.uri import StoreURI, mask_uri
 
 __all__ = ["MongoStore", "database_of_uri", "mask_uri"]  # mask_uri: store/uri.py's, kept importable here

@@ -31,9 +31,9 @@ from typing import Any, TypeVar
 import orjson
 
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
+from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError
 from benanza.store.base import Clock, StoreBase, register_store
-from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.store.uri import StoreURI
 
 DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
