@@ -33,4 +33,10 @@ benanza.leases.createIndex({ system: 1, stack_id: 1, spec_id: 1 }, { name: "leas
 // A driver renews all its leases at once (heartbeat): by owner.
 benanza.leases.createIndex({ owner: 1 }, { name: "lease_owner", unique: false });
 
+// A plan (the units a model was benchmarked as) per identity; its content is stored once in plan_docs.
+benanza.plans.createIndex(
+  { system: 1, stack_id: 1, runtime: 1, variant: 1, model_key: 1, batch_size: 1, granularities: 1 },
+  { name: "plan", unique: true },
+);
+
 print(`benanza: user ${user} and indexes created in database ${dbName}`);
