@@ -7,6 +7,8 @@ systems (``analyze_stored``, ``system_reports``) reads what any system wrote to 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,9 +18,19 @@ from typing import Any
 from benanza.analysis.compare import SystemReport, latest_stack, system_prices, system_report
 from benanza.analysis.lower_bound import LowerBound, lower_bound
 from benanza.analysis.optimize import Optimizations, optimizations
+from benanza.analysis.regressions import (
+    DEFAULT_SETTINGS,
+    ModelUnits,
+    RegressionReport,
+    RegressionSettings,
+    Subject,
+    compare_stacks,
+    history_changes,
+)
 from benanza.bench.execute import RunSummary, run_specs
 from benanza.bench.generate import ModelPlan, batch_size_of, model_key, plan_model, specs_for_plan, unique_specs
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, SpecKind, variant_id
 from benanza.errors import BenanzaError, UsageError
 from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
@@ -426,3 +438,141 @@ def system_reports(
             )
         )
     return reports
+
+
+# -- regressions ------------------------------------------------------------------------------
+
+
+def model_units(
+    model_records: Iterable[BenchmarkRecord], paths: Iterable[Path] = (), opt_level: str = "extended"
+) -> tuple[list[ModelUnits], list[str]]:
+    """The execution units of the models behind end-to-end records (and of ``paths``), with notes.
+
+    The one place the regression analysis learns a model's units: planned here with the local
+    runtime (``planning_runtime``) from the model file an end-to-end record names. Stored plans
+    can replace this body without changing its callers.
+    """
+    wanted: dict[tuple[str, Any, str, str, str], None] = {}
+    for r in model_records:
+        if r.kind != SpecKind.MODEL:
+            continue
+        model = r.spec.get("model") or {}
+        if model.get("path"):
+            shapes = json.dumps(model.get("shapes") or {}, sort_keys=True)
+            wanted[(str(model["path"]), model.get("batch"), shapes, r.runtime, r.variant)] = None
+    for path in paths:
+        wanted[(str(path), None, "{}", "onnxruntime", "")] = None
+    units, notes, done = [], [], set()
+    for path, batch, shapes, runtime, variant in wanted:
+        if not Path(path).exists():
+            notes.append(f"{path}: model file not here; its change is not attributed to units")
+            continue
+        overrides = {k: tuple(v) for k, v in json.loads(shapes).items()} or None
+        try:
+            processed = process_model(Path(path), batch, overrides, fits_here=False)
+            plan = plan_model(processed, planning_runtime(runtime, variant or None, opt_level), (), batch, overrides)
+        except BenanzaError as exc:
+            notes.append(f"{path}: cannot be planned here ({exc}); its change is not attributed to units")
+            continue
+        if (plan.model_key, plan.batch_size) in done:
+            continue
+        done.add((plan.model_key, plan.batch_size))
+        counts = Counter(plan.unit_keys)
+        units.append(ModelUnits(plan.model, plan.model_key, plan.batch_size, tuple(counts.items())))
+    return units, notes
+
+
+@dataclass(frozen=True)
+class StoredRegressions:
+    """One system's regression report with the head records the changes came from (for ``--repro``)."""
+
+    report: RegressionReport
+    head_records: Mapping[Subject, BenchmarkRecord]
+    stacks: Mapping[str, Mapping[str, Any]]  # stack id -> fingerprint
+
+
+def regressions(
+    store: Store,
+    systems: Iterable[str],
+    *,
+    base: str | None = None,
+    head: str | None = None,
+    history: bool = False,
+    paths: Iterable[Path] = (),
+    settings: RegressionSettings = DEFAULT_SETTINGS,
+) -> list[StoredRegressions]:
+    """Per system: its head stack against the stack before it (or ``base``), or with ``history`` its runs over time.
+
+    Raises:
+        UsageError: an unknown system or stack, or ``base`` without two stacks to compare.
+    """
+    names = resolve_systems(store, systems)
+    paths = list(paths)
+    out = []
+    for system in names:
+        stacks = store.stacks(system)
+        order = [s["stack_id"] for s in stacks]
+        fingerprints = {s["stack_id"]: s["stack"] for s in stacks}
+        for wanted in (base, head):
+            if wanted is not None and wanted not in fingerprints:
+                raise UsageError(
+                    f"{store.shown_uri}: system {system!r} has no stack {wanted!r}; known: {', '.join(order)}"
+                )
+        newest = latest_stack(stacks)
+        head_id = head or (newest["stack_id"] if newest else None)
+        if head_id is None:
+            continue
+        if history:
+            records = store.records(system=system, stack_id=head_id) + store.repeats(system, head_id)
+            units, notes = model_units(records, paths)
+            report = history_changes(system, head_id, records, models=units, settings=settings)
+        else:
+            base_id = base or next((s for s in reversed(order[: order.index(head_id)]) if s != head_id), None)
+            if base_id is None:
+                report = RegressionReport(
+                    system,
+                    "stacks",
+                    head_id,
+                    head_id,
+                    (),
+                    (),
+                    (),
+                    settings,
+                    (f"{system} has one stack: nothing to compare",),
+                )
+                out.append(StoredRegressions(report, {}, fingerprints))
+                continue
+            records = []
+            for sid in (base_id, head_id):
+                records += store.records(system=system, stack_id=sid) + store.repeats(system, sid)
+            units, notes = model_units([r for r in records if r.stack_id == head_id], paths)
+            report = compare_stacks(
+                system, records, base=base_id, head=head_id, stacks=fingerprints, models=units, settings=settings
+            )
+        report = dataclasses.replace(report, notes=report.notes + tuple(notes))
+        current = store.records(system=system, stack_id=head_id, outcome="ok")
+        out.append(StoredRegressions(report, {Subject.of(r): r for r in current}, fingerprints))
+    return out
+
+
+def repro_targets(found: StoredRegressions) -> list[ReproTarget]:
+    """The flagged regressions of a report whose head record holds a network, as ``write_repro`` targets."""
+    targets = []
+    for change in found.report.regressions:
+        record = found.head_records.get(change.subject)
+        network = (record.spec or {}).get("network") if record is not None else None
+        if network:
+            targets.append(
+                ReproTarget(
+                    kind=change.subject.kind,
+                    key=change.subject.key,
+                    label=change.label,
+                    runtime=change.subject.runtime,
+                    variant=change.subject.variant,
+                    change=change.ratio - 1,
+                    low=change.low - 1,
+                    high=change.high - 1,
+                    network=network,
+                )
+            )
+    return targets

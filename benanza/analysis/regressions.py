@@ -87,6 +87,9 @@ class RegressionSettings:
         }
 
 
+DEFAULT_SETTINGS = RegressionSettings()
+
+
 @dataclass(frozen=True, slots=True, order=True)
 class Subject:
     """What one series measures on a system: a record's identity without system and stack."""
@@ -492,7 +495,7 @@ def compare_stacks(
     head: str,
     stacks: Mapping[str, Mapping[str, Any]],
     models: Sequence[ModelUnits] = (),
-    settings: RegressionSettings = RegressionSettings(),
+    settings: RegressionSettings = DEFAULT_SETTINGS,
 ) -> RegressionReport:
     """One system's ``head`` stack against its ``base`` stack.
 
@@ -547,7 +550,7 @@ def history_changes(
     records: Iterable[BenchmarkRecord],
     *,
     models: Sequence[ModelUnits] = (),
-    settings: RegressionSettings = RegressionSettings(),
+    settings: RegressionSettings = DEFAULT_SETTINGS,
 ) -> RegressionReport:
     """One stack's runs over time: per subject, the change across its last change point.
 
