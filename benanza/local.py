@@ -115,8 +115,9 @@ def bench(
     e2e: bool = False,
     retry_failed: bool = False,
     progress: Callable[..., None] | None = None,
+    repeat: bool = False,
 ) -> RunSummary:
-    """Benchmark what the store lacks for this system and stack."""
+    """Benchmark what the store lacks for this system and stack (everything again with ``repeat``)."""
     groups = spec_groups(ctx, plans, e2e)
     return run_specs(
         unique_specs(s for group in groups for s in group),
@@ -126,6 +127,7 @@ def bench(
         system=ctx.system,
         stack_id=ctx.stack_id,
         retry_failed=retry_failed,
+        repeat=repeat,
         progress=progress,
         groups=groups,
     )

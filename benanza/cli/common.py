@@ -102,6 +102,14 @@ ScheduleOpt = Annotated[
 ]
 
 # -- regressions (``analyze regressions``, ``fleet status``) ----------------------------------
+RepeatOpt = Annotated[
+    bool,
+    typer.Option(
+        "--repeat",
+        help="measure again what is stored for this stack; the replaced results are kept as repeats "
+        "($BENANZA_KEEP_REPEATS, default 10), from which analyze regressions learns the noise",
+    ),
+]
 ThresholdOpt = Annotated[
     str, typer.Option("--threshold", metavar="FRACTION", help="smallest change flagged: 0.05 or 5% (5% slower/faster)")
 ]
