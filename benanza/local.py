@@ -578,3 +578,23 @@ def repro_targets(found: StoredRegressions) -> list[ReproTarget]:
                 )
             )
     return targets
+
+
+def new_regressions(store: Store, system: str, settings: RegressionSettings = DEFAULT_SETTINGS) -> int | None:
+    """How many benchmarks a system's current stack flags as regressions against the stack before it.
+
+    None when the system has fewer than two stacks. What ``fleet status`` shows; ``analyze
+    regressions`` says which, why and by how much.
+    """
+    stacks = store.stacks(system)
+    current = latest_stack(stacks)
+    order = [s["stack_id"] for s in stacks]
+    if current is None or order.index(current["stack_id"]) == 0:
+        return None
+    head = current["stack_id"]
+    base = order[order.index(head) - 1]
+    records = []
+    for sid in (base, head):
+        records += store.records(system=system, stack_id=sid, outcome="ok") + store.repeats(system, sid)
+    report = compare_stacks(system, records, base=base, head=head, stacks={}, settings=settings)
+    return len(report.regressions)

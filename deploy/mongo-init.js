@@ -32,5 +32,10 @@ benanza.stacks.createIndex({ system: 1, stack_id: 1 }, { name: "stack", unique: 
 benanza.leases.createIndex({ system: 1, stack_id: 1, spec_id: 1 }, { name: "lease", unique: true });
 // A driver renews all its leases at once (heartbeat): by owner.
 benanza.leases.createIndex({ owner: 1 }, { name: "lease_owner", unique: false });
+// Earlier runs of a result (repeats, bounded per identity): one per identity and time.
+benanza.repeats.createIndex(
+  { system: 1, stack_id: 1, runtime: 1, kind: 1, key: 1, batch_size: 1, dtype: 1, variant: 1, measured_at: 1 },
+  { name: "repeat", unique: true },
+);
 
 print(`benanza: user ${user} and indexes created in database ${dbName}`);

@@ -427,3 +427,15 @@ def test_two_real_onnxruntime_releases(old_onnxruntime: Path, tmp_path: Path) ->
     assert all(c["base_runs"] == 2 and c["head_runs"] == 2 for c in doc["changes"])
     [model] = doc["models"]
     assert model["figure"] == "e2e" and model["units"]
+
+
+def test_fleet_status_counts_the_new_regressions(two_stacks) -> None:
+    uri, slowed = two_stacks
+    path = next(p for p in zoo_paths() if p.stem == "light_squeezenet")
+    result = CliRunner().invoke(app, ["fleet", "status", "--models", str(path), "--db", uri, "--format", "json"])
+    assert result.exit_code == 0, result.output
+    [row] = [r for r in json.loads(result.output) if r["name"] == SYSTEM]
+    report = CliRunner().invoke(app, ["analyze", "regressions", "--system", SYSTEM, "--db", uri, "-f", "json"])
+    assert row["regressions"] == json.loads(report.output)[0]["regressions"] >= len(slowed)
+    table = CliRunner().invoke(app, ["fleet", "status", "--models", str(path), "--db", uri])
+    assert "regressions" in table.output
