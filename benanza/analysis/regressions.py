@@ -264,8 +264,20 @@ class ModelChange:
     def significant(self) -> bool:
         return self.change.significant if self.change is not None else bool(self.causes)
 
+    @property
+    def units_change(self) -> float | None:
+        """The change of the model's units together (relative to its base), None without units."""
+        if not self.units or not self.base_ms:
+            return None
+        return sum(u.delta_ms for u in self.units) / self.base_ms
+
     def summary(self, top: int = 3) -> str:
-        """``+12.0% end to end; 80% of it from 3 units: Conv 1x64x56x56, ...``."""
+        """``+12.0% end to end; 80% of it from 3 units: Conv 1x64x56x56, ...``.
+
+        A significant end-to-end change that no flagged unit accounts for says how much its
+        units moved together: far less than the model means the change is outside the units
+        (the framework between kernels, or the machine while the model ran).
+        """
         what = "end to end" if self.figure == "e2e" else "sum of units"
         text = f"{self.ratio - 1:+.1%} {what}"
         causes = self.causes
@@ -274,6 +286,8 @@ class ModelChange:
             more = f" and {len(causes) - top} more" if len(causes) > top else ""
             count = "1 unit" if len(causes) == 1 else f"{len(causes)} units"
             text += f"; {self.explained:.0%} of it from {count}: {names}{more}"
+        elif self.figure == "e2e" and self.units_change is not None:
+            text += f"; no flagged unit accounts for it (its units together {self.units_change:+.1%})"
         return text
 
     def to_dict(self) -> dict[str, Any]:
@@ -290,6 +304,7 @@ class ModelChange:
             "interval": [self.change.low - 1, self.change.high - 1] if self.change else None,
             "significant": self.significant,
             "explained": self.explained,
+            "units_change": self.units_change,
             "summary": self.summary(),
             "units": [u.to_dict() for u in self.units],
             "missing_units": self.missing_units,

@@ -47,6 +47,7 @@ def regression_group(report: RegressionReport, *, show_all: bool = False, top_un
                 [
                     "kind",
                     "unit",
+                    "key",
                     ("base ms", "right"),
                     ("head ms", "right"),
                     ("change", "right"),
@@ -57,7 +58,8 @@ def regression_group(report: RegressionReport, *, show_all: bool = False, top_un
                 (
                     (
                         c.subject.kind,
-                        c.label or c.subject.key[:16],
+                        c.label,
+                        c.subject.key[:8],
                         c.base_ms,
                         c.head_ms,
                         _pct(c.ratio - 1),
