@@ -29,6 +29,7 @@ from benanza.analysis.regressions import (
     attribute,
     change_point,
     compare_runs,
+    compare_stacks,
     history_changes,
     stack_diff,
 )
@@ -439,3 +440,35 @@ def test_fleet_status_counts_the_new_regressions(two_stacks) -> None:
     assert row["regressions"] == json.loads(report.output)[0]["regressions"] >= len(slowed)
     table = CliRunner().invoke(app, ["fleet", "status", "--models", str(path), "--db", uri])
     assert "regressions" in table.output
+
+
+def test_a_run_of_too_few_samples_is_left_out() -> None:
+    """A time-capped run of one sample (the process descheduled through it) is no figure to compare."""
+    rng = np.random.default_rng(4)
+
+    def record(stack: str, hour: int, samples: tuple[float, ...]) -> BenchmarkRecord:
+        return BenchmarkRecord(
+            system=SYSTEM,
+            stack_id=stack,
+            runtime="onnxruntime",
+            kind="layer",
+            key="k",
+            batch_size=1,
+            dtype="float32",
+            variant="threads=1",
+            spec_id="k",
+            label="Conv k",
+            outcome=Outcome.OK,
+            samples=samples,
+            measured_at=f"2026-11-01T{hour:02d}:00:00",
+        )
+
+    records = [
+        record(OLD, 1, (0.5,)),
+        record(OLD, 2, _samples(rng, 1e-4, 0.01)),
+        record(NEW, 3, _samples(rng, 1e-4, 0.01)),
+    ]
+    report = compare_stacks(SYSTEM, records, base=OLD, head=NEW, stacks=FINGERPRINTS)
+    [change] = report.changes
+    assert change.base_runs == 1 and not change.significant and 0.9 < change.ratio < 1.1
+    assert "1 runs with fewer than 5 samples left out" in report.notes

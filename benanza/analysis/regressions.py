@@ -69,6 +69,8 @@ class RegressionSettings:
         threshold: smallest relative change flagged (0.05: 5% slower or faster).
         confidence: of the intervals (0.99).
         resamples: bootstrap resamples per interval.
+        min_samples: a run with fewer samples is left out (a time-capped run of one or two
+            samples, one of which the process spent descheduled, is no figure to compare).
         min_noise: floor of the run-to-run noise in change-point detection (relative), so that
             a benchmark whose runs agree to the microsecond does not break on any wobble.
     """
@@ -77,6 +79,7 @@ class RegressionSettings:
     confidence: float = 0.99
     resamples: int = 999
     min_noise: float = 0.01
+    min_samples: int = 5
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,6 +87,7 @@ class RegressionSettings:
             "confidence": self.confidence,
             "resamples": self.resamples,
             "min_noise": self.min_noise,
+            "min_samples": self.min_samples,
         }
 
 
@@ -131,12 +135,12 @@ class Series:
         return tuple(r for r in self.runs if r.stack_id == stack_id)
 
 
-def series_of(records: Iterable[BenchmarkRecord]) -> dict[Subject, Series]:
-    """Current records and repeats as series: ok records with samples, one per (subject, stack, time)."""
+def series_of(records: Iterable[BenchmarkRecord], min_samples: int = 1) -> dict[Subject, Series]:
+    """Current records and repeats as series: ok records of ``min_samples`` or more, by (subject, stack, time)."""
     runs: dict[Subject, dict[tuple[str, str], Run]] = {}
     labels: dict[Subject, str] = {}
     for r in records:
-        if r.outcome != Outcome.OK or not r.samples:
+        if r.outcome != Outcome.OK or len(r.samples) < max(min_samples, 1):
             continue
         subject = Subject.of(r)
         labels.setdefault(subject, r.label)
@@ -519,14 +523,15 @@ def compare_stacks(
         stacks: stack id -> its fingerprint (``Store.stacks``), for the stack diff.
         models: the models whose changes are attributed to their units.
     """
-    series = series_of(r for r in records if r.system == system and r.stack_id in (base, head))
+    records = [r for r in records if r.system == system and r.stack_id in (base, head)]
+    series = series_of(records, settings.min_samples)
     floor = system_noise(series.values(), (base, head))
     changes = []
     for s in series.values():
         before, after = s.on(base), s.on(head)
         if before and after:
             changes.append(compare_runs(s, before, after, base=base, head=head, settings=settings, floor=floor))
-    notes = []
+    notes = _short_runs(records, settings.min_samples)
     if floor is None:
         notes.append("no repeats on either stack: intervals hold the within-run noise only (run again to learn more)")
     ordered = _ordered(changes)
@@ -572,7 +577,8 @@ def history_changes(
     A subject without a change point (or with fewer than three runs) is compared last run
     against the runs before it, and is flagged only if that passes the same test.
     """
-    series = series_of(r for r in records if r.system == system and r.stack_id == stack_id)
+    records = [r for r in records if r.system == system and r.stack_id == stack_id]
+    series = series_of(records, settings.min_samples)
     floor = system_noise(series.values(), (stack_id,))
     changes, points = [], {}
     for s in series.values():
@@ -597,7 +603,9 @@ def history_changes(
             change = _unflagged(change)
         changes.append(change)
     ordered = _ordered(changes)
-    notes = [] if floor is not None else ["no subject has two runs on this stack: no history to compare"]
+    notes = _short_runs(records, settings.min_samples)
+    if floor is None:
+        notes.append("no subject has two runs on this stack: no history to compare")
     return RegressionReport(
         system=system,
         mode="history",
@@ -610,6 +618,12 @@ def history_changes(
         notes=tuple(notes),
         change_points=points,
     )
+
+
+def _short_runs(records: Sequence[BenchmarkRecord], min_samples: int) -> list[str]:
+    """The note saying how many ok runs were left out for having too few samples."""
+    short = sum(1 for r in records if r.outcome == Outcome.OK and r.samples and len(r.samples) < min_samples)
+    return [f"{short} runs with fewer than {min_samples} samples left out"] if short else []
 
 
 def _unflagged(change: Change) -> Change:
