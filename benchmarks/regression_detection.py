@@ -165,7 +165,7 @@ def part_false_alarms(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         base += ["--max-time", str(args.max_time)]
     runner = CliRunner()
     walls = []
-    for repeat in ([], ["--repeat"], ["--repeat"]):
+    for repeat in [] if args.analyze_only else ([], ["--repeat"], ["--repeat"]):
         started = time.perf_counter()
         done = runner.invoke(app, [*base, *repeat])
         if done.exit_code != 0:
@@ -296,6 +296,11 @@ def main() -> None:
     parser.add_argument("--ort-dir", help="stacks part: where the older release is (installed there if missing)")
     parser.add_argument("--share", type=float, default=0.1, help="power part: share of units slowed")
     parser.add_argument("--work", help="folder for the databases (default: a temporary one)")
+    parser.add_argument(
+        "--analyze-only",
+        action="store_true",
+        help="false-alarms: report on the runs already in --work, measure nothing",
+    )
     args = parser.parse_args()
     if args.part == "stacks" and args.max_time is None:
         args.max_time = 0.3
