@@ -46,12 +46,10 @@ import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from statistics import median
+from statistics import NormalDist, median
 from typing import Any
 
 import numpy as np
-import ruptures
-from scipy import stats as scipy_stats
 
 from benanza.bench.spec import SpecKind
 from benanza.model.keys import stable_id
@@ -391,6 +389,8 @@ def bootstrap_log_ratio(
     estimate = float(_log_median_ratio(b, h))
     if len(b) < 2 or len(h) < 2:
         return estimate, estimate, estimate
+    from scipy import stats as scipy_stats  # imported when used: scipy.stats costs every command ~1 s to import
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a side whose samples are all equal: a degenerate, zero-width interval
         result = scipy_stats.bootstrap(
@@ -459,7 +459,7 @@ def compare_runs(
     own = _pooled_noise([base_runs, head_runs])
     noise = max(x for x in (own, floor) if x is not None) if own is not None or floor is not None else None
     if noise:
-        z = float(scipy_stats.norm.ppf(0.5 + settings.confidence / 2))
+        z = NormalDist().inv_cdf(0.5 + settings.confidence / 2)
         widen = z * noise * math.sqrt(1 / len(base_runs) + 1 / len(head_runs))
         low, high = low - widen, high + widen
     ratio = math.exp(estimate)
@@ -553,6 +553,8 @@ def compare_stacks(
 
 def change_point(log_medians: Sequence[float], min_noise: float) -> int | None:
     """The last change point of a series (index of the first run after it), or None; ruptures' Pelt."""
+    import ruptures  # imported when used, like scipy.stats (it imports scipy)
+
     n = len(log_medians)
     if n < 3:
         return None
