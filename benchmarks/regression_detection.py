@@ -112,8 +112,34 @@ def install_old_onnxruntime(version: str, folder: Path) -> Path:
 
 
 def part_stacks(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    old = install_old_onnxruntime(args.old_ort, Path(args.ort_dir or work / f"ort-{args.old_ort}"))
     db = f"sqlite:///{work / 'stacks.db'}"
+    runs = [] if args.analyze_only else _measure_stacks(args, work, db)
+    [doc], table = _report(db)
+    units = [c for c in doc["changes"] if c["kind"] in UNIT_KINDS]
+    return {
+        "runs": runs,
+        "stack_diff": doc["stack_diff"],
+        "compared": doc["compared"],
+        "units_compared": len(units),
+        "regressions": doc["regressions"],
+        "improvements": doc["improvements"],
+        "notes": doc["notes"],
+        "flagged": [
+            {k: c[k] for k in ("kind", "label", "base_ms", "head_ms", "change", "low", "high", "direction")}
+            for c in doc["changes"]
+            if c["significant"]
+        ],
+        "models": [
+            {k: m[k] for k in ("model", "figure", "base_ms", "head_ms", "change", "interval", "summary")}
+            for m in doc["models"]
+        ],
+        "report_table": table,
+    }
+
+
+def _measure_stacks(args: argparse.Namespace, work: Path, db: str) -> list[dict[str, Any]]:
+    """Each onnxruntime release measures the models twice (the second with --repeat) into ``db``."""
+    old = install_old_onnxruntime(args.old_ort, Path(args.ort_dir or work / f"ort-{args.old_ort}"))
     models = [str(p) for p in _models(args.models)]
     command = [sys.executable, "-m", "benanza", "bench", "run", *models, "--db", db, "--system", SYSTEM]
     command += ["--threads", str(args.threads), "--e2e", "--max-time", str(args.max_time), "--format", "json"]
@@ -136,26 +162,7 @@ def part_stacks(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     "wall_s": round(time.perf_counter() - started, 1),
                 }
             )
-    [doc], table = _report(db)
-    units = [c for c in doc["changes"] if c["kind"] in UNIT_KINDS]
-    return {
-        "runs": runs,
-        "stack_diff": doc["stack_diff"],
-        "compared": doc["compared"],
-        "units_compared": len(units),
-        "regressions": doc["regressions"],
-        "improvements": doc["improvements"],
-        "flagged": [
-            {k: c[k] for k in ("kind", "label", "base_ms", "head_ms", "change", "low", "high", "direction")}
-            for c in doc["changes"]
-            if c["significant"]
-        ],
-        "models": [
-            {k: m[k] for k in ("model", "figure", "base_ms", "head_ms", "change", "interval", "summary")}
-            for m in doc["models"]
-        ],
-        "report_table": table,
-    }
+    return runs
 
 
 def part_false_alarms(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -312,7 +319,7 @@ def main() -> None:
     parser.add_argument(
         "--analyze-only",
         action="store_true",
-        help="false-alarms: report on the runs already in --work, measure nothing",
+        help="stacks, false-alarms: report on the runs already in --work, measure nothing",
     )
     args = parser.parse_args()
     if args.part == "stacks" and args.max_time is None:
