@@ -37,7 +37,8 @@ Statistics, from maintained libraries:
 
 A model's change is attributed to its units: each unit's change in milliseconds times how
 often the model runs it, as a share of the model's change (end to end where measured, else
-the sum of its units).
+the sum of its units, where a unit that is not flagged counts as unchanged: summing the
+point estimates of changes within the noise of dozens of units would add their noise up).
 """
 
 from __future__ import annotations
@@ -654,10 +655,10 @@ def attribute(changes: Sequence[Change], models: Sequence[ModelUnits]) -> tuple[
             missing = len(unit_changes) - len(known)
             if e2e is not None:
                 figure, base_ms, head_ms = "e2e", e2e.base_ms, e2e.head_ms
-            else:
+            else:  # a unit's change within its noise is taken as no change: its point estimate is noise
                 figure = "sum of units"
                 base_ms = sum(count * c.base_ms for _, count, c in known)
-                head_ms = sum(count * c.head_ms for _, count, c in known)
+                head_ms = base_ms + sum(count * c.delta_ms for _, count, c in known if c.significant)
             total = head_ms - base_ms
             shares = [
                 UnitShare(
