@@ -247,6 +247,7 @@ class ModelChange:
     change: Change | None  # the end-to-end record's change, with its interval
     units: tuple[UnitShare, ...]  # largest contribution in the model's direction first
     missing_units: int  # units without a figure on both sides
+    threshold: float = 0.0  # smallest change flagged (``RegressionSettings.threshold``)
 
     @property
     def ratio(self) -> float:
@@ -265,7 +266,10 @@ class ModelChange:
 
     @property
     def significant(self) -> bool:
-        return self.change.significant if self.change is not None else bool(self.causes)
+        """End to end: its own test; a sum of units: flagged units moved it by at least the threshold."""
+        if self.change is not None:
+            return self.change.significant
+        return bool(self.causes) and abs(self.ratio - 1) >= self.threshold
 
     @property
     def units_change(self) -> float | None:
@@ -543,7 +547,7 @@ def compare_stacks(
         head=head,
         stack_diff=stack_diff(stacks.get(base, {}), stacks.get(head, {})),
         changes=ordered,
-        models=attribute(ordered, models),
+        models=attribute(ordered, models, settings.threshold),
         settings=settings,
         notes=tuple(notes),
     )
@@ -616,7 +620,7 @@ def history_changes(
         head=stack_id,
         stack_diff=(),
         changes=ordered,
-        models=attribute(ordered, models),
+        models=attribute(ordered, models, settings.threshold),
         settings=settings,
         notes=tuple(notes),
         change_points=points,
@@ -636,7 +640,9 @@ def _unflagged(change: Change) -> Change:
 # -- attribution -----------------------------------------------------------------------------
 
 
-def attribute(changes: Sequence[Change], models: Sequence[ModelUnits]) -> tuple[ModelChange, ...]:
+def attribute(
+    changes: Sequence[Change], models: Sequence[ModelUnits], threshold: float = DEFAULT_SETTINGS.threshold
+) -> tuple[ModelChange, ...]:
     """Each model's change with its units' shares; models with no figure on both sides are left out."""
     by_subject: dict[tuple[str, str, int, str], Change] = {}
     for c in changes:
@@ -687,6 +693,7 @@ def attribute(changes: Sequence[Change], models: Sequence[ModelUnits]) -> tuple[
                     change=e2e,
                     units=tuple(shares),
                     missing_units=missing,
+                    threshold=threshold,
                 )
             )
     return tuple(sorted(out, key=lambda m: (not m.significant, -abs(m.ratio - 1), m.model)))
