@@ -168,7 +168,7 @@ def _check_dtype(name: str) -> str:
 def _dtype_names() -> frozenset[str]:
     import onnx
 
-    from benanza.model.extract import dtype_name
+    from benanza.model.dtypes import dtype_name
 
     skip = {onnx.TensorProto.UNDEFINED, onnx.TensorProto.STRING}  # no tensors to benchmark
     return frozenset(dtype_name(t) for t in onnx.TensorProto.DataType.values() if t not in skip)

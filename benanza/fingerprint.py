@@ -23,6 +23,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from benanza.bench.contract import Runtime
 from benanza.host_memory import memory_bytes
 from benanza.model.keys import stable_id
 
@@ -48,7 +49,7 @@ def default_system_name() -> str:
     return os.environ.get(SYSTEM_ENV) or socket.gethostname()
 
 
-def system_fingerprint(runtimes: Iterable[Any] = ()) -> dict[str, Any]:
+def system_fingerprint(runtimes: Iterable[Runtime] = ()) -> dict[str, Any]:
     """CPU model, cores, memory, OS and host of this machine (values, never formatted).
 
     Args:
@@ -60,9 +61,7 @@ def system_fingerprint(runtimes: Iterable[Any] = ()) -> dict[str, Any]:
     cpuinfo = _read_cpuinfo()
     devices: dict[str, Any] = {}
     for runtime in runtimes:
-        describe = getattr(runtime, "system", None)
-        if describe is not None:
-            devices.update(describe())
+        devices.update(runtime.system())
     return devices | {
         "cpu_model": _cpu_model(cpuinfo),
         "logical_cores": os.cpu_count(),

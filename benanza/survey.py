@@ -1,16 +1,16 @@
 """What the whole performance database holds, analysed: the input of ``benanza report``.
 
-``survey`` reads the store and the model files once and calls the analysis functions the
-CLI calls (``local.stored_analyses`` for lower bounds on every system and stack,
-``local.system_reports``, ``model.corpus.summarize``, ``analysis.optimize``,
-``analysis.breakdown``, ``analysis.history``, ``analysis.compare``); ``benanza.report.site``
-only renders the ``Survey`` it returns.
+``survey`` reads the store only (its stored plans and its records, without raw samples)
+and calls the analysis functions the CLI calls (``analysis.stored.stored_analyses`` for
+lower bounds on every system and stack, ``analysis.stored.system_reports``,
+``model.corpus.summarize``, ``analysis.optimize``, ``analysis.breakdown``,
+``analysis.history``, ``analysis.compare``); ``benanza.report.site`` only renders the
+``Survey`` it returns.
 
-Model files are needed to turn stored layer results into a model's figures (its layers,
-fusion groups and sequences). The models analysed are the files given (default: the zoo);
-stored end-to-end results of a model that is not among them are listed in ``unmatched``
-(its label, batch size and the systems that measured it), since without its file nothing
-else can be computed for it.
+The models are those the store has plans of (every one, or those named): no model file is
+read. Stored end-to-end results of a model without a stored plan (a database written
+before plans were stored) are listed in ``unmatched`` (its label, batch size and the
+systems that measured it), since without its plan nothing else can be computed for it.
 """
 
 from __future__ import annotations
@@ -26,19 +26,20 @@ from benanza.analysis.breakdown import Spread, UnitShare, spread, unit_breakdown
 from benanza.analysis.compare import Comparison, SystemReport, compare_systems, latest_stack
 from benanza.analysis.history import FigureChange, UnitHistory, stack_changes, unit_history
 from benanza.analysis.lower_bound import LowerBound
-from benanza.analysis.optimize import Optimizations, optimizations
-from benanza.bench.generate import batch_size_of
-from benanza.bench.spec import SpecKind
-from benanza.local import (
+from benanza.analysis.optimize import Optimizations
+from benanza.analysis.stored import (
     ALL,
+    PlanSelection,
     StoredAnalysis,
-    parse_variant,
+    corpus_plans,
     prices,
     stored_analyses,
+    stored_optimizations,
     system_reports,
 )
+from benanza.bench.spec import SpecKind
+from benanza.errors import UsageError
 from benanza.model.corpus import CorpusSummary, summarize
-from benanza.model.process import process_model
 from benanza.store.base import Store
 
 GPU_RUNTIMES = ("cudnn",)  # runtimes whose records hold every candidate (algorithm choice, tensor cores)
@@ -117,14 +118,6 @@ class Survey:
         }
 
 
-def _tensor_core_variant(variant: str | None) -> str | None:
-    """The same variant with tensor cores forbidden, when ``variant`` allows them."""
-    parsed = parse_variant(variant)
-    if parsed.get("tensor_cores") != "True":
-        return None
-    return ",".join(f"{k}={'False' if k == 'tensor_cores' else v}" for k, v in parsed.items())
-
-
 def _optimizations(a: StoredAnalysis) -> Optimizations:
     """Benanza's analyses of one row: every one for a GPU runtime's records, else those of the bounds alone.
 
@@ -133,70 +126,57 @@ def _optimizations(a: StoredAnalysis) -> Optimizations:
     """
     row = a.row
     if row.runtime in GPU_RUNTIMES and row.variant is not None:
-        other = _tensor_core_variant(row.variant)
-        without = {r.key: r for r in a.records if r.variant == other and r.batch_size == row.batch_size}
-        return optimizations(
-            a.plan,
-            a.results,
-            system=row.system,
-            stack_id=row.stack_id,
-            runtime=row.runtime,
-            variant=row.variant,
-            without_tensor_cores=without or None,
-        )
+        return stored_optimizations(a)
     return Optimizations(row.model, row.system, row.stack_id, row.variant, row.batch_size, row, None, None)
 
 
 def survey(
     store: Store,
-    paths: Sequence[Path],
+    models: Iterable[str | Path] | None = None,
     *,
-    batches: Sequence[int | None] = (None,),
-    overrides: Mapping[str, tuple[int, ...]] | None = None,
-    granularities: Iterable[int] = (),
-    opt_level: str = "extended",
+    batches: Sequence[int | None] | None = None,
+    granularities: Iterable[int] | None = None,
     top: int = 10,
 ) -> Survey:
-    """Everything the report shows, from the store and the model files (see the module docstring)."""
+    """Everything the report shows, from the store alone (see the module docstring).
+
+    Raises:
+        UsageError: a model named in ``models`` has no stored plan.
+
+    Args:
+        models: model names or files (their stem names the model); default every stored one.
+        batches: batch sizes to report (None in it, or none given: every stored one); the
+            first one given is the corpus's batch size (default: each model's smallest).
+        granularities: the composition's G values to report (default: every stored one).
+    """
+    selection = PlanSelection.of(models=models, batches=batches, granularities=granularities)
     systems = [s["name"] for s in store.systems()]
-    loaded = [
-        (path, batch, process_model(path, batch, overrides, fits_here=False)) for path in paths for batch in batches
-    ]
-    processed = [(batch, model) for _, batch, model in loaded]
     stacks = {name: store.stacks(name) for name in systems}
     order = {name: tuple(s["stack_id"] for s in docs) for name, docs in stacks.items()}
     latest = {name: (latest_stack(docs) or {}).get("stack_id") for name, docs in stacks.items()}
-    analyses = (
-        stored_analyses(
-            store,
-            processed,
-            [ALL],
-            stack=ALL,
-            overrides=overrides,
-            granularities=granularities,
-            opt_level=opt_level,
-        )
-        if systems
-        else []
-    )
+    plans = store.plans() if systems else []
+    if selection.models is not None:
+        unknown = sorted(selection.models - {p.model for p in plans})
+        if unknown:
+            stored = ", ".join(sorted({p.model for p in plans})) or "none"
+            raise UsageError(f"{store.shown_uri}: no stored plan of model {', '.join(unknown)}; stored: {stored}")
+    analyses = stored_analyses(store, [ALL], stack=ALL, selection=selection, plans=plans) if systems else []
     grouped: dict[tuple[str, int], list[StoredAnalysis]] = defaultdict(list)
     for a in analyses:
         grouped[(a.row.model, a.row.batch_size)].append(a)
-    models = []
-    for path, _, model in loaded:
-        graph = model.graph
-        batch_size = batch_size_of(graph)
-        group = grouped.get((graph.model, batch_size), [])
+    models_figures = []
+    for (_, batch_size), group in sorted(grouped.items()):
+        plan = group[0].plan
         newest = [a for a in group if latest.get(a.row.system) == a.row.stack_id]
-        models.append(
+        models_figures.append(
             ModelFigures(
-                model=graph.model,
-                path=str(path),
+                model=plan.model,
+                path=plan.path,
                 batch_size=batch_size,
-                layers=len(graph.layers),
-                unique_layers=len(graph.unique_layer_keys),
+                layers=len(plan.layers),
+                unique_layers=len({layer.layer_key for layer in plan.layers}),
                 not_benchmarked=tuple(
-                    {"node": u.node, "op_type": u.op_type, "reason": u.reason} for u in graph.unsupported
+                    {"node": u.node, "op_type": u.op_type, "reason": u.reason} for u in plan.unsupported
                 ),
                 latest=tuple(
                     SystemFigures(
@@ -211,41 +191,34 @@ def survey(
                 history=unit_history([a.row for a in group], order),
             )
         )
-    first_batch = [m.graph for b, m in processed if b == batches[0]]
-    corpus = summarize(first_batch)
-    coverage_batch = batch_size_of(first_batch[0]) if first_batch else 1
+    selected = [p for p in plans if selection.admits(p)]
+    first = batches[0] if batches else None
+    corpus = corpus_plans(selected, first)
+    coverage_batch = first if first is not None else (min(p.batch_size for p in corpus) if corpus else 1)
     reports = (
-        system_reports(store, [ALL], (), batch=coverage_batch, overrides=overrides, top=top, graphs=first_batch)
-        if systems
-        else []
+        system_reports(store, [ALL], batch=coverage_batch, top=top, selection=selection, plans=plans) if systems else []
     )
-    latest_rows = [f.row for m in models for f in m.latest]
+    latest_rows = [f.row for m in models_figures for f in m.latest]
     comparisons = compare_systems(latest_rows, prices(store)) if latest_rows else []
-    known = {a.plan.model_key for a in analyses} | _model_keys(processed)
+    known = {p.model_key for p in plans}
     return Survey(
         db=store.shown_uri,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
         systems=tuple(reports),
         stack_order=order,
-        models=tuple(models),
-        corpus=corpus,
+        models=tuple(models_figures),
+        corpus=summarize([p.graph for p in corpus]),
         comparisons=tuple(comparisons),
         changes=tuple(stack_changes([a.row for a in analyses], order)),
         unmatched=_unmatched(store, known),
-        model_paths=tuple(str(p) for p in paths),
+        model_paths=tuple(sorted({p.path for p in corpus})),
     )
-
-
-def _model_keys(processed: Sequence[tuple[int | None, Any]]) -> set[str]:
-    from benanza.bench.generate import model_key
-
-    return {model_key(m.graph) for _, m in processed}
 
 
 def _unmatched(store: Store, known: set[str]) -> tuple[dict[str, Any], ...]:
     """Stored end-to-end results whose model is not among the files analysed: label, batch size, systems."""
     found: dict[tuple[str, str, int], set[str]] = defaultdict(set)
-    for r in store.records(kind=str(SpecKind.MODEL)):
+    for r in store.records(kind=str(SpecKind.MODEL), payload=False):
         if r.key not in known:
             found[(r.label, r.key, r.batch_size)].add(r.system)
     return tuple(

@@ -26,6 +26,7 @@ from typing import Any
 
 from benanza.bench.harness import HarnessSettings, Timing, measure
 from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.model.network import Network
 from benanza.runtimes.null import NullRuntime
 
 RESULTS = Path(__file__).parent / "results"
@@ -51,22 +52,24 @@ def onnxruntime_call_overhead(repeat: int) -> dict[str, Any]:
     """
     from benanza.runtimes.base import get_runtime
 
-    network = {
-        "inputs": [{"shape": [1], "dtype": "float32"}],
-        "nodes": [
-            {
-                "op_type": "Identity",
-                "domain": "",
-                "opset": 13,
-                "attributes": {},
-                "inputs": [{"kind": "input", "input": 0}],
-                "outputs": [{"shape": [1], "dtype": "float32"}],
-                "layer_key": "identity",
-            }
-        ],
-        "outputs": [{"node": 0, "output": 0}],
-        "layers": 1,
-    }
+    network = Network.from_doc(
+        {
+            "inputs": [{"shape": [1], "dtype": "float32"}],
+            "nodes": [
+                {
+                    "op_type": "Identity",
+                    "domain": "",
+                    "opset": 13,
+                    "attributes": {},
+                    "inputs": [{"kind": "input", "input": 0}],
+                    "outputs": [{"shape": [1], "dtype": "float32"}],
+                    "layer_key": "identity",
+                }
+            ],
+            "outputs": [{"node": 0, "output": 0}],
+            "layers": 1,
+        }
+    )
     runtime = get_runtime("onnxruntime", threads=1)
     spec = BenchmarkSpec(SpecKind.LAYER, "identity", 1, "float32", "onnxruntime", network=network)
     prepared = runtime.prepare(spec)

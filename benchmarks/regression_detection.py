@@ -44,10 +44,12 @@ from typing import Any
 from typer.testing import CliRunner
 
 from benanza.analysis.regressions import UNIT_KINDS
+from benanza.analysis.stored_regressions import regressions
 from benanza.bench.execute import run_specs
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.plans import stored_plans
 from benanza.cli import app
-from benanza.local import open_local, plan_models, regressions, specs_for
+from benanza.local import open_local, plan_models, specs_for
 from benanza.model.zoo import zoo_paths
 
 RESULTS = Path(__file__).parent / "results"
@@ -241,6 +243,7 @@ def part_power(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     paths = _models(args.models)
     try:
         plans = plan_models(paths, ctx.runtime)
+        ctx.store.put_plans(ctx.system, ctx.stack_id, stored_plans(plans, ctx.runtime.name, ctx.variant))
         specs = specs_for(ctx, plans, e2e=False)
         units = {k for p in plans for k in p.unit_keys}
         slowed = [s for s in specs if s.key in units and _chosen(s.key, args.share)]
@@ -257,7 +260,7 @@ def part_power(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 )
             walls.append(round(time.perf_counter() - started, 1))
         store = ctx.store
-        [found] = regressions(store, [SYSTEM], history=True, paths=paths)
+        [found] = regressions(store, [SYSTEM], history=True)
     finally:
         ctx.close()
     report = found.report

@@ -2,8 +2,9 @@
 
 Builds a SQLite database through the store's own ``upsert``: every benchmark the zoo needs
 at batch 1 (layers, execution groups, DLBricks sequences G = 1, 3, whole models; the specs
-``benanza run`` measures) on ``--systems`` systems, each with ``--stacks`` software stacks,
-until ``--records`` records are stored. Samples are synthetic (20 call and 10 kernel
+``benanza run`` measures) on ``--systems`` systems, each with as many software stacks as it
+takes to store ``--records`` records, with the zoo's plans stored for every stack (as
+``benanza run`` stores them). Samples are synthetic (20 call and 10 kernel
 samples per record, lognormal around a per-benchmark latency; statistics derived by
 ``bench.stats.describe``) since only the report's time is measured here. Then times the
 command a user runs, in a fresh process:
@@ -28,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benanza.bench.generate import specs_for_plan, unique_specs
+from benanza.bench.plans import stored_plans
+from benanza.bench.spec import variant_id
 from benanza.bench.stats import describe
 from benanza.fingerprint import stack_id, system_fingerprint
 from benanza.local import plan_models
@@ -41,14 +44,15 @@ TARGET_S = 30.0
 
 
 def zoo_specs():
+    """The zoo's specs at batch 1 (G = 1, 3) and its plans as ``benanza run`` stores them."""
     runtime = get_runtime("onnxruntime", threads=1, opt_level="extended")
     plans = plan_models(zoo_paths(), runtime, (1,), None, (1, 3))
     specs = unique_specs(s for p in plans for s in specs_for_plan(p, runtime.name, runtime.variant(), e2e=True))
-    return specs
+    return specs, stored_plans(plans, runtime.name, variant_id(runtime.variant()))
 
 
 def fill(path: Path, records: int, systems: int) -> dict[str, int]:
-    specs = zoo_specs()
+    specs, plans = zoo_specs()
     pairs = -(-records // len(specs))  # (system, stack) pairs needed
     stacks = -(-pairs // systems)
     rng = random.Random(0)
@@ -66,6 +70,7 @@ def fill(path: Path, records: int, systems: int) -> dict[str, int]:
                 stack = {"runtime": "onnxruntime", "onnxruntime": f"1.{20 + k}.0", "python": {"version": "3.11.9"}}
                 sid = stack_id(stack)
                 store.register_stack(system, sid, stack)
+                store.put_plans(system, sid, plans)
                 batch = []
                 for spec in specs[: records - written]:
                     mean = base[spec.spec_id] * speed * (1 - 0.02 * k)
@@ -86,7 +91,13 @@ def fill(path: Path, records: int, systems: int) -> dict[str, int]:
                         )
                     )
                 written += store.upsert(batch)
-    return {"records": written, "specs_per_stack": len(specs), "systems": systems, "stacks_per_system": stacks}
+    return {
+        "records": written,
+        "specs_per_stack": len(specs),
+        "plans_per_stack": len(plans),
+        "systems": systems,
+        "stacks_per_system": stacks,
+    }
 
 
 def main() -> None:
@@ -107,6 +118,7 @@ def main() -> None:
         command = [sys.executable, "-m", "benanza", "report", "--db", f"sqlite:///{path}", "--out", str(out)]
         env = {**os.environ, "BENANZA_DB": "", "BENANZA_DB_FILE": ""}
         env = {k: v for k, v in env.items() if v}
+        load = [round(x, 2) for x in os.getloadavg()]
         start = time.perf_counter()
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - start
@@ -119,6 +131,7 @@ def main() -> None:
         "command": "python benchmarks/report_time.py " + " ".join(sys.argv[1:]),
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "load_average_before": load,  # 1, 5, 15 min: above the CPU count, the figure was measured under load
         "database": layout,
         "report_s": round(seconds, 2),
         "target_s": TARGET_S,

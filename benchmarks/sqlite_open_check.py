@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
+from benanza.model.network import Network, NetworkTensor
 from benanza.store import Outcome, make_record
 from benanza.store.sqlite import SqliteStore
 
@@ -45,7 +46,7 @@ def record(i: int):
         runtime="onnxruntime",
         variant=canonical_variant({"threads": 1, "opt": "all"}),
         label=f"Conv #{i}",
-        network={"inputs": [{"shape": [1, 3, 8, 8], "dtype": "float32"}], "nodes": [], "layers": 1},
+        network=Network((NetworkTensor((1, 3, 8, 8), "float32"),), (), (), 1),
     )
     return make_record(
         spec,

@@ -113,17 +113,17 @@ def test_lower_bound_json_contract(benched, model_file):
     assert row["parallel_ms"] <= row["sequential_ms"] * (1 + 1e-9)
 
 
-def test_lower_bound_without_results_is_uncovered(tmp_path, model_file):
-    # this machine (named by $BENANZA_SYSTEM), analyzed where nothing was measured yet
-    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+def test_analysis_of_what_was_not_measured_says_so(tmp_path, benched, model_file):
+    # analysis reads stored plans only: a database that does not exist is an error, never created
+    empty = tmp_path / "empty.db"
     flags = ("--granularity", "1,2", "--threads", "1")
-    rows = json_of(invoke("analyze", "lower-bound", model_file, "--db", empty, "-f", "json", *flags, env=LOCAL))
-    (row,) = rows
-    assert row["system"] == SYSTEM and row["variant"] == "ep=cpu,opt=extended,threads=1"
-    assert row["coverage"] == 0.0
-    assert row["sequential_ms"] is None and row["parallel_ms"] is None and row["e2e_ms"] is None
-    assert row["composed_ms"] == {"1": None, "2": None}
-    assert [m["index"] for m in row["missing"]] == [0, 1, 2, 3, 4]
+    line = one_line_error(invoke("analyze", "lower-bound", model_file, "--db", f"sqlite:///{empty}", *flags, env=LOCAL))
+    assert "no database here" in line and not empty.exists()
+    # a model this system never measured: no row, and a warning that says why
+    uri, _, _ = benched
+    result = invoke("analyze", "lower-bound", "other_model.onnx", "--db", uri, "-f", "json", *flags, env=LOCAL)
+    assert result.exit_code == 0 and json.loads(result.stdout) == []
+    assert "no stored plan" in result.stderr and "benanza run" in result.stderr
 
 
 def test_this_machine_and_the_stored_system_agree(benched, model_file):
@@ -174,7 +174,7 @@ def test_run_benchmarks_and_analyzes(model_file, tmp_path):
 
 def test_a_missing_model_file_is_a_one_line_error(tmp_path):
     missing = tmp_path / "no_such_model.onnx"
-    for command in (("bench", "run", missing, *FAST_FLAGS), ("analyze", "lower-bound", missing)):
+    for command in (("bench", "run", missing, *FAST_FLAGS),):
         result = invoke(*command, "--db", f"sqlite:///{tmp_path / 'x.db'}", "--format", "json")
         line = one_line_error(result)
         assert str(missing) in line and "no such file" in line

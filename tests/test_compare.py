@@ -12,6 +12,9 @@ computed by hand:
   0.4 ms, no end-to-end results, and no result for the MaxPool layer of ``pool``; no stored
   price.
 
+Each copy system also holds ``sys-a``'s stored plans, placed on its own stacks and variant,
+as its own ``benanza run`` would have stored them: analysis reads nothing else.
+
 ``chain`` runs as 3 units (fused Conv+BN+Relu, Conv, Reshape); ``pool`` likewise with a
 MaxPool tail.
 """
@@ -34,10 +37,11 @@ from benanza.analysis.compare import (
     system_prices,
 )
 from benanza.analysis.lower_bound import LowerBound
+from benanza.analysis.stored import PlanSelection, analyze_stored, system_reports
 from benanza.bench.stats import describe
 from benanza.cli import app
 from benanza.fingerprint import stack_id, system_fingerprint
-from benanza.local import analyze_stored, bench, open_local, plan_models, system_reports
+from benanza.local import bench, open_local, plan_models
 from benanza.store import open_store
 
 THREADS_1 = "ep=cpu,opt=extended,threads=1"
@@ -46,7 +50,7 @@ STACK_B_OLD = {"runtime": "onnxruntime", "onnxruntime": "1.0.0", "onnx": "1.17.0
 STACK_B_NEW = {**STACK_B_OLD, "onnxruntime": "1.1.0"}
 STACK_C = {"runtime": "onnxruntime", "onnxruntime": "1.1.0", "onnx": "1.17.0", "python": {"version": "3.11.9"}}
 B_OLD, B_NEW, C1 = stack_id(STACK_B_OLD), stack_id(STACK_B_NEW), stack_id(STACK_C)
-ENV = {"BENANZA_DB": None, "BENANZA_SYSTEM": None}
+ENV = {"BENANZA_DB": None, "BENANZA_SYSTEM": "sys-a"}
 
 
 def _timed(record, call_s: float, kernel_s: float, **changes):
@@ -102,6 +106,11 @@ def fleet_db(tmp_path_factory, models, fast_harness):
         decoy = next(r for r in real if r.kind == "layer")
         copies.append(_timed(decoy, 0.1, 0.1, system="sys-c", stack_id=C1))  # threads=1: the minority
         store.upsert(copies)
+        measured = store.plans(system="sys-a")
+        assert {p.model for p in measured} == {"chain", "pool"}
+        store.put_plans("sys-b", B_OLD, measured)
+        store.put_plans("sys-b", B_NEW, measured)
+        store.put_plans("sys-c", C1, [dataclasses.replace(p, variant=THREADS_2) for p in measured])
     finally:
         ctx.close()
     return uri, ctx.stack_id, maxpool_key
@@ -145,7 +154,7 @@ def test_one_row_per_model_system_and_latest_stack(fleet_db, models):
     assert b["sequential_ms"] == pytest.approx(1.5) and b["parallel_ms"] == pytest.approx(1.5)
     assert b["e2e_ms"] == pytest.approx(4.0) and b["variant"] == THREADS_1
     assert b["composed_ms"]["1"] == pytest.approx(3.0)  # 3 units of 1 ms call latency
-    # the most common variant wins over the decoy, and the decoy's 100 ms is not used
+    # the stored plan's variant, not the decoy's: its 100 ms is not used
     c = rows[("chain", "sys-c")]
     assert c["variant"] == THREADS_2 and c["sequential_ms"] == pytest.approx(0.6)
 
@@ -181,7 +190,7 @@ def test_unknown_system_or_stack_is_a_one_line_error(fleet_db, models):
     for flags, words in (
         (["--system", "sys-b,nope"], ["unknown system 'nope'", "known: sys-a, sys-b, sys-c", uri]),
         (["--system", "sys-c", "--stack", "0123"], ["'0123'", C1]),
-        (["--stack", "all"], ["--stack", "--system"]),
+        (["--stack", "0123"], ["'0123'", "no system of sys-a"]),  # without --system: this machine ($BENANZA_SYSTEM)
     ):
         result = invoke("analyze", "lower-bound", *models, "--db", uri, "--format", "json", *flags)
         assert result.exit_code == 2, result.output
@@ -344,8 +353,9 @@ def test_analyze_systems_table_and_selection(fleet_db, models):
 def test_library_calls_match_the_cli(fleet_db, models):
     uri, _, _ = fleet_db
     with open_store(uri, create=False) as store:
-        rows = analyze_stored(store, models[:1], ["sys-b"], stack="all", granularities=(1,))
-        (report,) = system_reports(store, ["sys-b"], models, top=1)
+        one = PlanSelection.of(models=models[:1], granularities=(1,))
+        rows = analyze_stored(store, ["sys-b"], stack="all", selection=one)
+        (report,) = system_reports(store, ["sys-b"], top=1, selection=PlanSelection.of(models=models))
     assert [r.stack_id for r in rows] == [B_OLD, B_NEW]
     assert [c.field for c in report.stacks[1].changes] == ["onnxruntime"]
     assert stack_changes(STACK_B_OLD, {**STACK_B_OLD, "cuda": "12.4"})[0].to_dict() == {

@@ -25,7 +25,7 @@ from benanza.cli import app
 from benanza.model.control_flow import decode_subgraph
 from benanza.model.graph import InputKind, Layer, ModelGraph
 from benanza.model.load import has_data
-from benanza.model.network import network_of
+from benanza.model.network import Network, network_of
 from benanza.model.subgraphs import find_model_subgraphs, sequence_model, synthetic_inputs
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, session_options
 
@@ -229,6 +229,8 @@ def test_the_one_layer_model_of_each_control_flow_layer_is_valid_and_runs(proces
         if layer.op_type not in CONTROL_FLOW:
             continue
         _, network = network_of(processed.graph, [layer.index])
+        assert network.nodes[0].captured == layer.captured and network.nodes[0].subgraphs == layer.subgraphs
+        assert Network.from_doc(json.loads(json.dumps(network.to_doc()))) == network  # subgraphs travel as text
         model = build_onnx(network)
         onnx.checker.check_model(model, full_check=True)
         node = model.graph.node[0]
@@ -356,7 +358,7 @@ def test_a_body_with_weights_and_a_nested_loop_is_carried_without_its_weights(bu
     assert graph.unsupported == ()
     loop = _by_name(graph)["loop"]
     _, network = network_of(graph, [loop.index])
-    carried = decode_subgraph(network["nodes"][0]["subgraphs"]["body"], ["bound"])
+    carried = decode_subgraph(dict(network.nodes[0].subgraphs)["body"], ["bound"])
     assert [(list(t.dims), has_data(t)) for t in carried.initializer] == [([16, 16], False), ([], True)]
     built = build_onnx(network)
     onnx.checker.check_model(built, full_check=True)

@@ -29,12 +29,12 @@ import pytest
 
 from benanza.bench.generate import plan_model
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.records import Outcome
 from benanza.local import analyze, bench, open_local
 from benanza.model.load import with_synthetic_weights
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_shape_overrides
 from benanza.runtimes.onnxruntime import feeds_for
-from benanza.store.records import Outcome
 
 pytestmark = pytest.mark.slow
 

@@ -145,7 +145,7 @@ def test_unknown_ops_and_integer_data_are_unsupported_with_reasons(one_node):
     assert isinstance(p, Unsupported) and p.reason.startswith("TopK has no GPU kernel mapping")
     neg = helper.make_node("Neg", ["x"], ["y"])
     net = one_node(neg, [("x", TensorProto.INT32, [4])])
-    net["nodes"][0]["outputs"][0]["dtype"] = "int32"
+    assert net.nodes[0].outputs[0].dtype == "int32"
     assert "floating-point" in layer_params(net).reason
 
 

@@ -17,7 +17,8 @@ from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import SpecKind
 from benanza.errors import GpuError, UnsupportedLayer, UsageError
-from benanza.runtimes.base import get_runtime, runtime_names
+from benanza.model.network import Network
+from benanza.runtimes.base import Runtime, get_runtime, runtime_names
 from benanza.runtimes.cuda.candidate import Candidate
 from benanza.runtimes.cuda.params import ConvParams, DataMovementParams, PoolParams
 from benanza.runtimes.cuda.runtime import CudnnRuntime, GpuPrepared
@@ -108,7 +109,7 @@ def test_what_the_runtime_skips_says_why(chain_specs, monkeypatch):
     model = next(s for s in specs if s.kind is SpecKind.MODEL)
     assert "not available on this system" in rt.supports(model)  # mem.onnx is not a file
     layer = next(s for s in specs if s.kind is SpecKind.LAYER)
-    no_net = dataclasses.replace(layer, network={"nodes": []})
+    no_net = dataclasses.replace(layer, network=Network((), (), (), 0))
     assert rt.supports(no_net) == "spec carries no network"
 
 
@@ -185,7 +186,7 @@ def test_a_layer_that_computes_is_never_free():
         prepared_with([], FakeDevice({}), params=pool)
 
 
-class SelfMeasuringRuntime:
+class SelfMeasuringRuntime(Runtime):
     """A runtime whose prepared benchmarks measure themselves, as the GPU runtime's do."""
 
     name = "null"
@@ -240,11 +241,14 @@ def test_the_cli_says_in_one_line_that_there_is_no_gpu_and_stores_nothing(tmp_pa
 
     db = tmp_path / "perf.db"
     model = str(zoo_path("squeezenet"))
-    for args in (["bench", "run", model, "--runtime", "cudnn"], ["analyze", "optimizations", model]):
-        result = CliRunner().invoke(app, [*args, "--db", f"sqlite:///{db}"])
-        assert result.exit_code == 2, result.output
-        (line,) = [x for x in result.output.splitlines() if x.strip()]
-        assert line.startswith("error: ") and "benanza[gpu]" in line
+    result = CliRunner().invoke(app, ["bench", "run", model, "--runtime", "cudnn", "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 2, result.output
+    (line,) = [x for x in result.output.splitlines() if x.strip()]
+    assert line.startswith("error: ") and "benanza[gpu]" in line
+    assert not db.exists()
+    # analysis reads the database only (no GPU needed): a missing one is an error, and not created
+    result = CliRunner().invoke(app, ["analyze", "optimizations", model, "--db", f"sqlite:///{db}"])
+    assert result.exit_code == 2 and "no database here" in result.output
     assert not db.exists()
     wrong = CliRunner().invoke(app, ["bench", "run", model, "--precision", "float16", "--db", f"sqlite:///{db}"])
     assert wrong.exit_code == 2 and "--precision is not an option of runtime 'onnxruntime'" in wrong.output

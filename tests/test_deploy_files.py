@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
+from benanza.bench.records import IDENTITY_FIELDS
 from benanza.config import SystemConfig, load_catalog, load_fleet_config
-from benanza.store.records import IDENTITY_FIELDS
 from benanza.store.uri import StoreURI
 
 yaml = pytest.importorskip("yaml")

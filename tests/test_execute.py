@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import numpy as np
@@ -20,6 +19,7 @@ from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.memory import ACTIVATION_COPIES, WEIGHT_COPIES
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import bench, open_local, plan_models, specs_for
+from benanza.model.network import Network, RefKind
 from benanza.runtimes.null import NullPrepared, NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import Outcome, open_store
@@ -94,16 +94,22 @@ def test_no_kernel_runs_no_kernel_times(chain_specs, runtime, fast_harness):
     assert record.kernel_samples == () and record.kernel_stats is None
 
 
+def with_group(network: Network, group: int) -> Network:
+    """``network`` with its first node's ``group`` attribute set to ``group`` (a new value)."""
+    node = network.nodes[0]
+    attributes = tuple((k, group if k == "group" else v) for k, v in node.attributes)
+    return dataclasses.replace(network, nodes=(dataclasses.replace(node, attributes=attributes), *network.nodes[1:]))
+
+
 def test_an_impossible_network_is_a_failed_record(chain_specs, runtime, fast_harness):
     conv = next(s for s in chain_specs if s.kind is SpecKind.LAYER and s.label.startswith("Conv"))
-    network = copy.deepcopy(conv.network)
-    network["nodes"][0]["attributes"]["group"] = 5  # 3 input channels cannot split into 5 groups
+    network = with_group(conv.network, 5)  # 3 input channels cannot split into 5 groups
     broken = dataclasses.replace(conv, key="broken-conv-key", network=network)
     record = run_spec(broken, runtime, fast_harness, system=SYSTEM, stack_id=STACK)
     assert record.outcome is Outcome.FAILED
     assert record.reason.startswith("Fail: ") and "group" in record.reason and "\n" not in record.reason
     assert record.samples == () and record.stats is None
-    assert conv.network["nodes"][0]["attributes"]["group"] == 1  # the original is untouched
+    assert conv.network.nodes[0].attrs["group"] == 1  # the original is untouched
 
 
 def test_a_missing_model_file_is_a_skipped_record(runtime, fast_harness, tmp_path):
@@ -119,8 +125,7 @@ def test_a_missing_model_file_is_a_skipped_record(runtime, fast_harness, tmp_pat
 
 def test_failures_are_stored_and_the_rest_still_measured(chain_specs, runtime, fast_harness, store, tmp_path):
     conv = next(s for s in chain_specs if s.kind is SpecKind.LAYER and s.label.startswith("Conv"))
-    network = copy.deepcopy(conv.network)
-    network["nodes"][0]["attributes"]["group"] = 5
+    network = with_group(conv.network, 5)
     broken = dataclasses.replace(conv, key="broken-conv-key", label="broken Conv", network=network)
     missing_model = BenchmarkSpec(
         SpecKind.MODEL, "m" * 16, 1, "float32", "onnxruntime", label="gone", model={"path": str(tmp_path / "x.onnx")}
@@ -249,10 +254,10 @@ def test_interleaved_faults_lose_nothing(store, fast_harness):
 
 def test_groups_are_cut_to_the_memory_budget(chain_specs):
     conv = next(s for s in chain_specs if s.kind is SpecKind.LAYER and s.label.startswith("Conv"))
-    node = conv.network["nodes"][0]
-    weights = sum(4 * int(np.prod(ref["shape"])) for ref in node["inputs"] if ref["kind"] == "weight")
-    inputs = sum(4 * int(np.prod(t["shape"])) for t in conv.network["inputs"])
-    output = sum(4 * int(np.prod(t["shape"])) for t in node["outputs"])
+    node = conv.network.nodes[0]
+    weights = sum(4 * int(np.prod(ref.shape)) for ref in node.inputs if ref.kind is RefKind.WEIGHT)
+    inputs = sum(4 * int(np.prod(t.shape)) for t in conv.network.inputs)
+    output = sum(4 * int(np.prod(t.shape)) for t in node.outputs)
     expected = weights * WEIGHT_COPIES + inputs + output * ACTIVATION_COPIES  # copies ORT holds of each
     assert weights > 0 and spec_memory_bytes(conv) == expected
     sizes = [spec_memory_bytes(s) for s in chain_specs]

@@ -620,6 +620,10 @@ def test_one_runtime_in_two_variants_on_a_system_stores_both_and_status_sees_bot
         records = store.records(system="sys-a")
         by_variant = Counter(r.variant for r in records)
         (stack,) = {r.stack_id for r in records}
+        plans = store.plans(system="sys-a")
+    # each variant's plan is stored with it, for analysis that reads the database only
+    assert sorted(p.variant for p in plans) == sorted(by_variant) and {p.stack_id for p in plans} == {stack}
+    assert all(p.keys <= {r.key for r in records if r.variant == p.variant} for p in plans)
     assert len(by_variant) == 2 and len(set(by_variant.values())) == 1  # each variant measured everything
     assert sorted("threads=1" in v for v in by_variant) == [False, True]
     assert sum(by_variant.values()) == first["total"]

@@ -9,7 +9,7 @@ import pytest
 
 from benanza.bench.generate import batch_size_of, model_key, plan_model, specs_for_plan, unique_specs
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant, variant_id
-from benanza.model.network import network_of
+from benanza.model.network import Network, NetworkTensor, network_of
 from benanza.runtimes.null import NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 
@@ -27,7 +27,7 @@ FIXED = BenchmarkSpec(
     runtime="onnxruntime",
     variant=canonical_variant(VARIANT),
     label="Conv 1x3x8x8",
-    network={"inputs": [{"shape": [1, 3, 8, 8], "dtype": "float32"}], "nodes": [], "outputs": [], "layers": 1},
+    network=Network((NetworkTensor((1, 3, 8, 8), "float32"),), (), (), 1),
 )
 
 

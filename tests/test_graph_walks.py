@@ -8,9 +8,9 @@ import pytest
 from onnx import helper
 
 from benanza.errors import ModelError
-from benanza.model.extract import topological_nodes
 from benanza.model.process import cycle_collection_paused, process_model
 from benanza.model.resolve import _without_dead_constants
+from benanza.model.walks import topological_nodes
 from benanza.model.zoo import zoo_paths
 
 

@@ -6,10 +6,12 @@ import os
 
 import pytest
 
-from benanza.bench.execute import isolated_runner, run_specs
+from benanza.bench.execute import isolated_runner, run_spec, run_specs
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.model.network import Network, NetworkNode
+from benanza.runtimes.base import Runtime
 from benanza.runtimes.null import NullPrepared
 from benanza.store import Outcome, open_store
 
@@ -17,11 +19,12 @@ QUICK = HarnessSettings(warmup_runs=0, min_samples=3, min_time_s=0.0, max_time_s
 
 
 def spec(label: str) -> BenchmarkSpec:
-    net = {"inputs": [], "nodes": [{"op_type": "Relu"}], "outputs": [], "layers": 1}
+    relu = NetworkNode("Relu", "", 14, (), (), (), "relu")
+    net = Network((), (relu,), (), 1)
     return BenchmarkSpec(SpecKind.LAYER, f"key-{label}", 1, "float32", "faulty", label=label, network=net)
 
 
-class FaultyRuntime:
+class FaultyRuntime(Runtime):
     """Measures like the null runtime; ``crash`` kills its process, ``poison`` breaks it for good.
 
     Defined at module level so that a spawned worker process can build it from a pickle.
@@ -61,7 +64,7 @@ class FaultyRuntime:
 
 @pytest.fixture
 def runner():
-    r = IsolatedRunner(FaultyRuntime, QUICK, system="sys", stack_id="stack")
+    r = IsolatedRunner(FaultyRuntime, run_spec, QUICK, system="sys", stack_id="stack")
     yield r
     r.close()
 

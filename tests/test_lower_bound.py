@@ -63,13 +63,13 @@ def call_seconds(spec):
     """Call latency: a tenth of a millisecond per node (or 50 ms for the whole model)."""
     if spec.kind is SpecKind.MODEL:
         return 0.05
-    return 1e-4 * len(spec.network["nodes"])
+    return 1e-4 * len(spec.network.nodes)
 
 
 def kernel_seconds(spec):
     if spec.kind is SpecKind.MODEL:
         return 0.04
-    return sum(KERNEL_S[n["op_type"]] for n in spec.network["nodes"])
+    return sum(KERNEL_S[n.op_type] for n in spec.network.nodes)
 
 
 def bound(plan, results):
@@ -207,7 +207,7 @@ def test_fused_units_carry_the_cost_of_all_their_layers(conv_chain, process_prot
             return 0.1
         if spec.kind is SpecKind.GROUP:
             return 0.003  # the fused Conv+BN+Relu is cheaper than its parts
-        return sum(costs[n["op_type"]] for n in spec.network["nodes"])
+        return sum(costs[n.op_type] for n in spec.network.nodes)
 
     results = fake_records(plan, call_seconds, kernel, runtime="onnxruntime", variant=runtime.variant())
     lb = lower_bound(plan, results, system=SYSTEM, stack_id=STACK, runtime="onnxruntime", variant="v")

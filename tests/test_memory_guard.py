@@ -26,6 +26,7 @@ from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.spec import SpecKind
 from benanza.cli import app
 from benanza.host_memory import memory_bytes
+from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import Outcome, open_store
 
@@ -122,26 +123,11 @@ def test_impossible_dimensions_are_refused_when_the_flag_is_parsed(text, tmp_pat
 def test_a_conv_layer_estimate_counts_weights_inputs_and_activations():
     from benanza.bench.memory import network_memory
 
-    net = {
-        "inputs": [{"shape": [8, 4, 32, 32], "dtype": "float32"}],
-        "nodes": [
-            {
-                "op_type": "Conv",
-                "inputs": [
-                    {"kind": "input", "input": 0},
-                    {"kind": "weight", "shape": [16, 4, 1, 1], "dtype": "float32"},
-                ],
-                "outputs": [{"shape": [8, 16, 32, 32], "dtype": "float32"}],
-            },
-            {
-                "op_type": "Relu",
-                "inputs": [{"kind": "node", "node": 0, "output": 0}],
-                "outputs": [{"shape": [8, 16, 32, 32], "dtype": "float32"}],
-            },
-        ],
-        "outputs": [{"node": 1, "output": 0}],
-        "layers": 2,
-    }
+    y = NetworkTensor((8, 16, 32, 32), "float32")
+    conv_inputs = (InputRef.of_input(0), InputRef.weight((16, 4, 1, 1), "float32"))
+    conv = NetworkNode("Conv", "", 17, (), conv_inputs, (y,), "conv")
+    relu = NetworkNode("Relu", "", 17, (), (InputRef.of_node(0, 0),), (y,), "relu")
+    net = Network((NetworkTensor((8, 4, 32, 32), "float32"),), (conv, relu), (NetworkOutput(1, 0),), 2)
     estimate = network_memory(net)
     assert (estimate.weights, estimate.inputs) == (16 * 4 * 4, 8 * 4 * 32 * 32 * 4)
     assert estimate.activations == 2 * 8 * 16 * 32 * 32 * 4  # Relu's output while the Conv's is read

@@ -1,18 +1,22 @@
-"""Networks (name-free plain data of one or more layers) and building them back into ONNX."""
+"""Networks (name-free frozen values of one or more layers), their documents, and building them into ONNX."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from conftest import ZOO_MODELS
 from onnx import TensorProto, helper, numpy_helper
 
 from benanza.bench.build import build_onnx
-from benanza.model.network import network_of
+from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.model.network import InputRef, Network, NetworkOutput, NetworkTensor, RefKind, network_of
 from benanza.model.synthetic import synthetic_array
+from benanza.runtimes.null import NullRuntime
 from benanza.runtimes.onnxruntime import feeds_for, session_options
 
 
@@ -52,13 +56,13 @@ def test_every_unique_layer_of_squeezenet_builds_and_runs(zoo_model):
 
 def test_a_fused_group_runs_as_one_network(chain):
     key, network = network_of(chain.graph, [0, 1, 2])
-    assert network["layers"] == 3
-    assert [n["op_type"] for n in network["nodes"]] == ["Conv", "BatchNormalization", "Relu"]
-    assert network["inputs"] == [{"shape": [1, 3, 8, 8], "dtype": "float32"}]
-    assert network["outputs"] == [{"node": 2, "output": 0}]
+    assert network.layers == 3
+    assert [n.op_type for n in network.nodes] == ["Conv", "BatchNormalization", "Relu"]
+    assert network.inputs == (NetworkTensor((1, 3, 8, 8), "float32"),)
+    assert network.outputs == (NetworkOutput(2, 0),)
     # BN reads the Conv, Relu reads the BN: wired by position, not by name
-    assert network["nodes"][1]["inputs"][0] == {"kind": "node", "node": 0, "output": 0}
-    assert network["nodes"][2]["inputs"][0] == {"kind": "node", "node": 1, "output": 0}
+    assert network.nodes[1].inputs[0] == InputRef.of_node(0, 0)
+    assert network.nodes[2].inputs[0] == InputRef.of_node(1, 0)
     (out,) = run_network(network)
     assert out.shape == (1, 4, 8, 8)
     finite = out[np.isfinite(out)]  # random variances below zero give NaN channels: fine for timing
@@ -74,7 +78,8 @@ def test_a_whole_model_network_runs(chain):
 
 def test_value_inputs_keep_their_values(chain):
     _, network = network_of(chain.graph, [4])  # Reshape to [1, -1]
-    assert network["nodes"][0]["inputs"][1] == {"kind": "value", "shape": [2], "dtype": "int64", "value": [1, -1]}
+    assert network.nodes[0].inputs[1] == InputRef.of_value([2], "int64", [1, -1])
+    assert network.nodes[0].inputs[1].to_doc() == {"kind": "value", "shape": [2], "dtype": "int64", "value": [1, -1]}
     model = build_onnx(network)
     (target,) = [v for v in initializers(model).values() if v.dtype == np.int64]
     assert target.tolist() == [1, -1]
@@ -84,7 +89,7 @@ def test_value_inputs_keep_their_values(chain):
 
 def test_weights_are_random_with_the_recorded_shape(chain):
     _, network = network_of(chain.graph, [0])  # Conv 4x3x3x3 with bias
-    assert [r["kind"] for r in network["nodes"][0]["inputs"]] == ["input", "weight", "weight"]
+    assert [r.kind for r in network.nodes[0].inputs] == [RefKind.INPUT, RefKind.WEIGHT, RefKind.WEIGHT]
     model = build_onnx(network, seed=0)
     weights = initializers(model)
     assert sorted(w.shape for w in weights.values()) == [(4,), (4, 3, 3, 3)]
@@ -140,9 +145,64 @@ def test_renamed_copies_have_equal_networks_and_keys(chain, conv_chain, process_
 
 def test_networks_are_json_data(chain):
     _, network = network_of(chain.graph, range(5))
-    back = json.loads(json.dumps(network))
+    doc = network.to_doc()
+    back = Network.from_doc(json.loads(json.dumps(doc)))
     assert back == network
+    assert back.to_doc() == doc
     assert build_onnx(back).SerializeToString() == build_onnx(network).SerializeToString()
+
+
+# The keys and the documents' hashes of the conv chain's networks, and the spec ids of its plan,
+# computed before networks became typed values (from plain dicts): a change of one is a change
+# of stored keys or records and needs a KEY_VERSION or SPEC_VERSION bump.
+CHAIN_NETWORKS = {
+    (0, 1, 2): ("c617d4175eb83559", "b920442c8dd3d3d5"),  # Conv+BN+Relu
+    (0, 1, 2, 3, 4): ("0043a489b3979717", "9b0cbeeec670d3a2"),  # the whole chain
+    (4,): ("b6588f369efb3c13", "1553f22c109eb1d1"),  # Reshape with a value input
+}
+CHAIN_SPEC_IDS = {
+    "45ea35cb59a25d49": "5855e1f08437d2c6",  # Conv
+    "bebdc168d54d5056": "934d4087fbc2d9e8",  # BatchNormalization
+    "13c4c62a85d2bd8c": "ff80aedafacca558",  # Relu
+    "1769c8504671764d": "51d6078af6bde757",  # Conv
+    "b6588f369efb3c13": "998e94e3ad29b318",  # Reshape
+    "ceea9d595813c844": "0c024b99807ebe9a",  # sequence Conv+BatchNormalization
+    "78c2ddb47cc3b44a": "ef5082abbe51f353",  # sequence Relu+Conv
+}
+
+
+def _doc_hash(network: Network) -> str:
+    text = json.dumps(network.to_doc(), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def test_network_keys_documents_and_spec_ids_are_those_of_plain_dict_networks(chain):
+    for members, (key, doc_hash) in CHAIN_NETWORKS.items():
+        got_key, network = network_of(chain.graph, members)
+        assert (got_key, _doc_hash(network)) == (key, doc_hash), members
+    plan = plan_model(chain, NullRuntime(), granularities=(2,))
+    specs = specs_for_plan(plan, "onnxruntime", {"threads": 1})
+    assert {s.key: s.spec_id for s in specs if s.network is not None} == CHAIN_SPEC_IDS
+
+
+@pytest.mark.parametrize("name", ZOO_MODELS)
+def test_every_zoo_network_survives_its_document(zoo_model, name):
+    plan = plan_model(zoo_model(name), NullRuntime(), granularities=(2, 4))
+    assert len(plan.networks) > len(plan.graph.unique_layer_keys)  # layers and sequences
+    for key, network in plan.networks.items():
+        doc = network.to_doc()
+        assert Network.from_doc(doc) == network, key
+        assert Network.from_doc(json.loads(json.dumps(doc))) == network, key
+        assert hash(Network.from_doc(doc)) == hash(network)  # frozen all the way down
+
+
+def test_a_reference_needs_the_fields_of_its_kind():
+    with pytest.raises(ValueError, match="node input reference needs output"):
+        InputRef(RefKind.NODE, node=0)
+    with pytest.raises(ValueError, match="value input reference needs value"):
+        InputRef.from_doc({"kind": "value", "shape": [1], "dtype": "int64", "value": None})
+    with pytest.raises(ValueError):
+        InputRef.from_doc({"kind": "tensor"})
 
 
 def test_an_empty_layer_list_is_an_error(chain):
@@ -174,7 +234,7 @@ def test_an_output_read_outside_the_network_is_exposed(build_model, process_prot
     assert [layer.op_type for layer in graph.layers] == ["Relu", "Sigmoid", "Tanh", "Add"]
     _, network = network_of(graph, [0, 1])
     # the Relu feeds the Tanh outside, the Sigmoid feeds the Add outside
-    assert network["outputs"] == [{"node": 0, "output": 0}, {"node": 1, "output": 0}]
+    assert network.outputs == (NetworkOutput(0, 0), NetworkOutput(1, 0))
     relu, sigmoid = run_network(network)
     assert relu.shape == sigmoid.shape == (2, 5)
     np.testing.assert_allclose(sigmoid, 1 / (1 + np.exp(-relu)), rtol=1e-5)
@@ -188,29 +248,31 @@ def test_wiring_is_part_of_a_multi_layer_key(build_model, process_proto):
     sig = next(layer.index for layer in apart.layers if layer.op_type == "Sigmoid")
     tanh = next(layer.index for layer in apart.layers if layer.op_type == "Tanh")
     apart_key, apart_net = network_of(apart, [sig, tanh])
-    assert [n["layer_key"] for n in shared_net["nodes"]] == [n["layer_key"] for n in apart_net["nodes"]]
-    assert len(shared_net["inputs"]) == 1 and len(apart_net["inputs"]) == 2
+    assert [n.layer_key for n in shared_net.nodes] == [n.layer_key for n in apart_net.nodes]
+    assert len(shared_net.inputs) == 1 and len(apart_net.inputs) == 2
     assert shared_key != apart_key
     assert len(run_network(shared_net)) == len(run_network(apart_net)) == 2
 
 
 def test_attributes_unknown_to_the_opset_are_dropped():
-    network = {
-        "inputs": [{"shape": [2, 3], "dtype": "float32"}],
-        "nodes": [
-            {
-                "op_type": "LeakyRelu",
-                "domain": "",
-                "opset": 13,
-                "attributes": {"alpha": 0.5, "not_an_attribute": [1, 2]},
-                "inputs": [{"kind": "input", "input": 0}],
-                "outputs": [{"shape": [2, 3], "dtype": "float32"}],
-                "layer_key": "k",
-            }
-        ],
-        "outputs": [{"node": 0, "output": 0}],
-        "layers": 1,
-    }
+    network = Network.from_doc(
+        {
+            "inputs": [{"shape": [2, 3], "dtype": "float32"}],
+            "nodes": [
+                {
+                    "op_type": "LeakyRelu",
+                    "domain": "",
+                    "opset": 13,
+                    "attributes": {"alpha": 0.5, "not_an_attribute": [1, 2]},
+                    "inputs": [{"kind": "input", "input": 0}],
+                    "outputs": [{"shape": [2, 3], "dtype": "float32"}],
+                    "layer_key": "k",
+                }
+            ],
+            "outputs": [{"node": 0, "output": 0}],
+            "layers": 1,
+        }
+    )
     model = build_onnx(network)
     assert [a.name for a in model.graph.node[0].attribute] == ["alpha"]
     assert [(o.domain, o.version) for o in model.opset_import] == [("", 13)]

@@ -34,7 +34,7 @@ def records(plan, *, scale: float = 1.0, e2e_ms: float = 10.0):
         if spec.kind is SpecKind.MODEL:
             best = default = e2e_ms
         else:
-            ops = "+".join(n["op_type"] for n in spec.network["nodes"])
+            ops = "+".join(n.op_type for n in spec.network.nodes)
             if spec.kind is SpecKind.GROUP:
                 best, default = UNIT_MS[ops]
             elif spec.key in plan.unit_keys:  # a single-layer unit: the second Conv, the MaxPool

@@ -3,7 +3,8 @@
 One real SQLite store: ``sys-a`` is measured for real (ONNX Runtime, one thread, a
 millisecond harness) on two small models; ``sys-b`` holds copies of its records on two
 stacks (``b-old``: kernel 2 ms, call 4 ms; the later ``b-new``: kernel 0.5 ms, call 1 ms,
-models end to end 4 ms) with a price of USD 3.60 per hour.
+models end to end 4 ms) with a price of USD 3.60 per hour, and ``sys-a``'s stored plans on
+both stacks, as its own runs would have stored them (the report reads nothing else).
 
 The browser test opens every page in headless Chromium (Selenium) and is skipped, with the
 reason, where Chromium or its driver is not installed (``.ci/run`` installs both).
@@ -17,6 +18,7 @@ import io
 import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
@@ -73,6 +75,9 @@ def db(tmp_path_factory, models, fast_harness) -> str:
             copies.append(_timed(r, 0.004, 0.002, system="sys-b", stack_id=B_OLD))
             copies.append(_timed(r, 0.004 if r.kind == "model" else 0.001, 0.0005, system="sys-b", stack_id=B_NEW))
         store.upsert(copies)
+        measured = store.plans(system="sys-a")
+        store.put_plans("sys-b", B_OLD, measured)
+        store.put_plans("sys-b", B_NEW, measured)
     finally:
         ctx.close()
     return uri
@@ -193,17 +198,23 @@ def test_system_page_cost_and_stacks(site):
     assert "no price is configured" in (site / "systems" / "sys-a.html").read_text().lower()
 
 
-def test_a_stored_model_without_its_file_is_listed(tmp_path, db, models):
+def test_a_stored_model_without_its_plan_is_listed(tmp_path, db):
+    # as a database written before plans were stored: pool's results are there, its plans are not
+    path = tmp_path / "older.db"
+    shutil.copy(urlparse(db).path.removeprefix("/"), path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DELETE FROM plans WHERE model = 'pool'")
     out = tmp_path / "site"
-    json_of(invoke("report", "--db", db, "--out", out, "--models", models[0], "-f", "json"))
+    json_of(invoke("report", "--db", f"sqlite:///{path}", "--out", out, "-f", "json"))
     unmatched = read_csv(out / "csv" / "unmatched_models.csv")
     assert [(u["label"], json.loads(u["systems"])) for u in unmatched] == [("pool", ["sys-a", "sys-b"])]
-    assert "without a model file here" in (out / "index.html").read_text()
+    assert "without a stored plan" in (out / "index.html").read_text()
+    assert not (out / "models" / "pool.html").exists() and (out / "models" / "chain.html").exists()
 
 
 def test_bad_input_is_one_line(tmp_path, db):
     result = invoke("report", "--db", db, "--out", tmp_path / "s", "--models", tmp_path / "missing.onnx")
-    one_line_error(result, "missing.onnx")
+    one_line_error(result, "no stored plan of model missing", "stored: chain, pool")
     (tmp_path / "file").write_text("x")
     result = invoke("report", "--db", db, "--out", tmp_path / "file", "--models", tmp_path / "missing.onnx")
     assert result.exit_code == 2

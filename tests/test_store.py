@@ -30,9 +30,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from benanza.bench.plans import PLAN_SCHEMA_VERSION, PlanLayer, StoredPlan
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.cli.db import app as db_app
 from benanza.errors import RegistryError, StoreError, UsageError
+from benanza.model.network import Network, NetworkTensor
 from benanza.store import (
     SCHEMA_VERSION,
     BenchmarkRecord,
@@ -60,7 +62,7 @@ def spec_for(i: int, *, runtime: str = "onnxruntime", kind: SpecKind = SpecKind.
         runtime=runtime,
         variant=canonical_variant({"threads": 1, "opt": "all"}),
         label=f"Conv #{i}",
-        network={"inputs": [{"shape": [batch, 3, 8, 8], "dtype": "float32"}], "nodes": [], "layers": 1},
+        network=Network((NetworkTensor((batch, 3, 8, 8), "float32"),), (), (), 1),
     )
 
 
@@ -116,6 +118,33 @@ def _claim_in_chunks(store: Store, worker: int, ids: list[str], barrier: object,
     for i in range(0, len(order), 10):
         held |= store.claim(SYSTEM, STACK, order[i : i + 10], f"driver-{worker}", ttl_s=600)
     return held
+
+
+def plan_for(model: str = "tiny", *, variant: str = "opt=all,threads=1", grans: tuple[int, ...] = (1,)) -> StoredPlan:
+    """A three-layer chain (Conv -> Relu -> Add) planned as two units, as a pipeline would store it."""
+    shape = (1, 3, 8, 8)
+    layers = tuple(
+        PlanLayer(f"{op.lower()}{i}", op, "", f"{model}-L{i}", ((shape, "float32"),), ((shape, "float32"),), 100 * i)
+        for i, op in enumerate(("Conv", "Relu", "Add"))
+    )
+    return StoredPlan(
+        model=model,
+        path=f"/models/{model}.onnx",
+        model_key=f"{model}-model",
+        batch_size=1,
+        dtype="float32",
+        shapes={"x": shape},
+        runtime="onnxruntime",
+        variant=variant,
+        layers=layers,
+        edges=((0, 1), (1, 2)),
+        unsupported=(),
+        units=((0, 1), (2,)),
+        unit_keys=(f"{model}-U0", f"{model}-L2"),
+        sequences={g: ((0, 1, 2),) for g in grans},
+        sequence_keys={g: (f"{model}-S{g}",) for g in grans},
+        notes=("a note",),
+    )
 
 
 # -- records ---------------------------------------------------------------------------------
@@ -264,6 +293,42 @@ class StoreContract:
         assert sum(row["count"] for row in store.summary()) == 1
         store.upsert([record_for(2)])  # a current record replaces the outdated one
         assert len(store.records()) == 2
+
+    def test_records_without_payload_keep_the_statistics(self, store: Store) -> None:
+        store.upsert([record_for(i) for i in range(3)])
+        slim = store.records(payload=False)
+        assert [r.identity() for r in slim] == [r.identity() for r in store.records()]
+        assert all(r.samples == () and r.kernel_samples == () and r.spec == {} for r in slim)
+        assert [r.stats for r in slim] == [r.stats for r in store.records()]
+        assert store.records(keys=["key0000001"], payload=False)[0] == dataclasses.replace(
+            record_for(1), samples=(), kernel_samples=(), spec={}
+        )
+
+    def test_plans_round_trip_and_replace_by_identity(self, store: Store) -> None:
+        assert store.plans() == []
+        assert store.put_plans(SYSTEM, STACK, []) == 0
+        tiny, other = plan_for("tiny"), plan_for("other", variant="opt=basic,threads=1")
+        assert store.put_plans(SYSTEM, STACK, [tiny, other]) == 2
+        assert store.put_plans("sys-b", STACK, [tiny]) == 1
+        found = store.plans()
+        # in identity order: system, stack, runtime, variant ("opt=all" before "opt=basic"), ...
+        assert [(p.system, p.model) for p in found] == [(SYSTEM, "tiny"), (SYSTEM, "other"), ("sys-b", "tiny")]
+        assert found[0] == tiny.placed(SYSTEM, STACK) and found[0].to_doc() == tiny.placed(SYSTEM, STACK).to_doc()
+        assert found[0].graph.layers[2].input_shapes == [[1, 3, 8, 8]] and found[0].graph.predecessors(2) == (1,)
+        assert [p.model for p in store.plans(system="sys-b")] == ["tiny"]
+        assert [p.system for p in store.plans(model="tiny")] == [SYSTEM, "sys-b"]
+        assert store.plans(stack_id="another") == [] and store.plans(model="absent") == []
+        # the same identity again replaces it; other granularities are another plan
+        renoted = dataclasses.replace(tiny, notes=("another note",))
+        store.put_plans(SYSTEM, STACK, [renoted, plan_for("tiny", grans=(1, 3))])
+        mine = store.plans(system=SYSTEM, model="tiny")
+        assert [p.granularities for p in mine] == [(1,), (1, 3)] and mine[0].notes == ("another note",)
+        assert store.plans(system="sys-b")[0].notes == ("a note",)  # shared content was not changed under it
+
+    def test_plans_of_another_schema_version_are_ignored(self, store: Store) -> None:
+        store.put_plans(SYSTEM, STACK, [dataclasses.replace(plan_for("old"), schema_version=PLAN_SCHEMA_VERSION + 1)])
+        store.put_plans(SYSTEM, STACK, [plan_for("new")])
+        assert [p.model for p in store.plans()] == ["new"]
 
     def test_register_system(self, store: Store) -> None:
         store.register_system("sys-b", {"cpu_model": "B", "logical_cores": 4})
@@ -659,6 +724,33 @@ def test_raw_row_of_an_old_schema_is_ignored(tmp_path: Path) -> None:
         assert store.records() == [record_for(1)]
         assert store.present_spec_ids(SYSTEM, STACK) == {record_for(1).spec_id}
         assert [row["count"] for row in store.summary()] == [1]
+
+
+def test_plan_document_round_trip_and_missing_field() -> None:
+    plan = plan_for("tiny", grans=(1, 3)).placed(SYSTEM, STACK)
+    doc = json.loads(json.dumps(plan.to_doc()))
+    assert StoredPlan.from_doc(doc) == plan and doc["schema_version"] == PLAN_SCHEMA_VERSION
+    assert plan.keys == {"tiny-L0", "tiny-L1", "tiny-L2", "tiny-U0", "tiny-S1", "tiny-S3", "tiny-model"}
+    assert plan.plan_id == plan.placed("elsewhere", "x").plan_id  # content only
+    del doc["unit_keys"]
+    with pytest.raises(StoreError, match="unit_keys"):
+        StoredPlan.from_doc(doc)
+
+
+def test_a_database_without_plan_tables_reads_no_plans(tmp_path: Path) -> None:
+    path = tmp_path / "perf.db"
+    with SqliteStore(path) as store:
+        store.upsert([record_for(1)])
+    conn = sqlite3.connect(path)
+    conn.execute("DROP TABLE plans")  # as a database made before plans were stored
+    conn.execute("DROP TABLE plan_docs")
+    conn.commit()
+    conn.close()
+    with SqliteStore(path, read_only=True) as store:
+        assert store.plans() == [] and store.records() == [record_for(1)]
+    with SqliteStore(path) as store:  # opened for writing, the tables are added
+        store.put_plans(SYSTEM, STACK, [plan_for()])
+        assert len(store.plans()) == 1
 
 
 def test_closed_store_says_so(tmp_path: Path) -> None:

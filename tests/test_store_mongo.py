@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from test_store import STACK, SYSTEM, StoreContract, record_for
 
+from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION
 from benanza.errors import StoreError
 from benanza.store import open_store, store_schemes
-from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION
 
 pymongo = pytest.importorskip("pymongo")
 from benanza.store.mongo import DB_SCHEMA_VERSION, MongoStore, database_of_uri, mask_uri  # noqa: E402

@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benanza.analysis.lower_bound import LowerBound
-from benanza.bench.generate import ModelPlan
+
+if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loads no model
+    from benanza.bench.generate import ModelPlan
+    from benanza.bench.plans import StoredPlan
 
 SPREAD = ("p10", "p90")
 SPREAD_METHOD = "10th to 90th percentile of the record's samples (their spread, not a confidence interval)"
@@ -76,7 +79,9 @@ class UnitShare:
         }
 
 
-def unit_breakdown(plan: ModelPlan, bound: LowerBound, results: Mapping[str, Any]) -> tuple[UnitShare, ...]:
+def unit_breakdown(
+    plan: ModelPlan | StoredPlan, bound: LowerBound, results: Mapping[str, Any]
+) -> tuple[UnitShare, ...]:
     """The plan's units with their kernel time and share, largest first (see the module docstring)."""
     layers = plan.graph.layers
     total = sum(u.kernel_ms for u in bound.units if u.kernel_ms is not None)

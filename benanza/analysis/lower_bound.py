@@ -31,9 +31,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benanza.bench.generate import ModelPlan
+if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loads no model
+    from benanza.bench.generate import ModelPlan
+    from benanza.bench.plans import StoredPlan
+
 
 # A lower bound takes a low quantile of each unit's kernel samples: interference, cache
 # misses and clock dips only ever add time, and the 10th percentile is what the kernel
@@ -114,7 +117,7 @@ def _ms(record: Any, which: str) -> float | None:
 
 
 def lower_bound(
-    plan: ModelPlan,
+    plan: ModelPlan | StoredPlan,
     results: Mapping[str, Any],
     *,
     system: str,

@@ -24,10 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benanza.analysis.lower_bound import KERNEL_STATISTIC, LowerBound, lower_bound
-from benanza.bench.generate import ModelPlan
+
+if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loads no model
+    from benanza.bench.generate import ModelPlan
+    from benanza.bench.plans import StoredPlan
 
 
 def _kernel_ms(record: Any, which: str) -> float | None:
@@ -127,7 +130,7 @@ METHOD = {
 
 
 def optimizations(
-    plan: ModelPlan,
+    plan: ModelPlan | StoredPlan,
     results: Mapping[str, Any],
     *,
     system: str,

@@ -52,9 +52,9 @@ from typing import Any
 
 import numpy as np
 
+from benanza.bench.records import BenchmarkRecord, Outcome
 from benanza.bench.spec import SpecKind
 from benanza.model.keys import stable_id
-from benanza.store.records import BenchmarkRecord, Outcome
 
 REGRESSION, IMPROVEMENT, UNCHANGED = "regression", "improvement", "unchanged"
 UNIT_KINDS = (str(SpecKind.LAYER), str(SpecKind.GROUP))

@@ -1,4 +1,4 @@
-"""Turning a ``Network`` (plain data) back into a runnable ONNX model.
+"""Turning a ``Network`` (``benanza.model.network``) back into a runnable ONNX model.
 
 Weights become random initializers of the recorded shapes and dtypes (their values do not
 change a kernel's cost); ``VALUE`` inputs keep their recorded values (a Resize's scales, a
@@ -19,11 +19,12 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from benanza.model.control_flow import decode_subgraph, graphs_of, rename_reads, subgraph_attributes
+from benanza.model.control_flow import decode_subgraph, rename_reads
 from benanza.model.load import with_synthetic_weights
-from benanza.model.network import Network
+from benanza.model.network import Network, RefKind
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import synthetic_weight
+from benanza.model.walks import graphs_of, subgraph_attributes
 
 # IR version written for built models: old enough for any onnxruntime we support.
 _IR_VERSION = 8
@@ -48,57 +49,53 @@ def weight_tensor(name: str, shape: Sequence[int], dtype: str, seed: int = 0, sl
 def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
     """A runnable ONNX model of ``network``; inputs ``in{i}``, outputs ``out{j}``."""
     inputs = [
-        helper.make_tensor_value_info(f"in{i}", _elem_type(t["dtype"]), t["shape"])
-        for i, t in enumerate(network["inputs"])
+        helper.make_tensor_value_info(f"in{i}", _elem_type(t.dtype), t.shape) for i, t in enumerate(network.inputs)
     ]
     initializers: list[onnx.TensorProto] = []
     nodes: list[onnx.NodeProto] = []
     opsets: dict[str, int] = {}
     out_name = {}
-    for pos, node in enumerate(network["nodes"]):
-        domain = node["domain"]
-        for d, version in ((domain, node["opset"]), *node.get("subgraph_opsets", {}).items()):
+    for pos, node in enumerate(network.nodes):
+        domain = node.domain
+        for d, version in ((domain, node.opset), *node.subgraph_opsets):
             opsets[d] = max(opsets.get(d, 0), version)
         names: list[str] = []
-        for i, ref in enumerate(node["inputs"]):
-            kind = ref["kind"]
-            if kind == "absent":
+        for i, ref in enumerate(node.inputs):
+            if ref.kind is RefKind.ABSENT:
                 names.append("")
-            elif kind == "input":
-                names.append(f"in{ref['input']}")
-            elif kind == "node":
-                names.append(out_name[(ref["node"], ref["output"])])
+            elif ref.kind is RefKind.INPUT:
+                names.append(f"in{ref.input}")
+            elif ref.kind is RefKind.NODE:
+                names.append(out_name[(ref.node, ref.output)])
             else:
                 name = f"n{pos}_c{i}"
-                if kind == "value":
-                    arr = np.asarray(ref["value"], dtype=np.dtype(ref["dtype"])).reshape(ref["shape"])
+                if ref.kind is RefKind.VALUE:
+                    arr = np.asarray(ref.value, dtype=np.dtype(ref.dtype)).reshape(ref.shape)
                     initializers.append(numpy_helper.from_array(arr, name))
                 else:
-                    initializers.append(weight_tensor(name, ref["shape"], ref["dtype"], seed, i))
+                    initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i))
                 names.append(name)
         outs = []
-        for j, _ in enumerate(node["outputs"]):
+        for j, _ in enumerate(node.outputs):
             out_name[(pos, j)] = f"n{pos}_o{j}"
             outs.append(out_name[(pos, j)])
-        allowed = _schema_attributes(node["op_type"], node["opset"], domain)
-        subgraphs = node.get("subgraphs", {})
-        attrs = {k: _attr(v) for k, v in node["attributes"].items() if allowed is None or k in allowed}
+        allowed = _schema_attributes(node.op_type, node.opset, domain)
+        subgraphs = dict(node.subgraphs)
+        attrs = {k: _attr(v) for k, v in node.attributes if allowed is None or k in allowed}
         attrs = {k: v for k, v in attrs.items() if k not in subgraphs}
         attrs = {k: v for k, v in attrs.items() if v is not None}
-        captured = node.get("captured", 0)
+        captured = node.captured
         node_inputs, bound = names[: len(names) - captured], names[len(names) - captured :]
         for k, encoded in subgraphs.items():
             graphs = [decode_subgraph(g, bound) for g in ([encoded] if isinstance(encoded, str) else encoded)]
             attrs[k] = graphs[0] if isinstance(encoded, str) else graphs
-        nodes.append(
-            helper.make_node(node["op_type"], node_inputs, outs, name=f"n{pos}", domain=domain or None, **attrs)
-        )
+        nodes.append(helper.make_node(node.op_type, node_inputs, outs, name=f"n{pos}", domain=domain or None, **attrs))
     outputs = []
     rename = []
-    for j, o in enumerate(network["outputs"]):
-        spec = network["nodes"][o["node"]]["outputs"][o["output"]]
-        outputs.append(helper.make_tensor_value_info(f"out{j}", _elem_type(spec["dtype"]), spec["shape"]))
-        rename.append((out_name[(o["node"], o["output"])], f"out{j}"))
+    for j, o in enumerate(network.outputs):
+        spec = network.output_tensor(o)
+        outputs.append(helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), spec.shape))
+        rename.append((out_name[(o.node, o.output)], f"out{j}"))
     # Graph outputs take the internal tensor names through Identity-free renaming.
     mapping = dict(rename)
     for n in nodes:
@@ -118,8 +115,8 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
 
 
 def _attr(value: Any) -> Any:
-    """Attribute values as recorded (lists) back to what ``make_node`` takes."""
-    if isinstance(value, list) and len(value) == 4 and value[0] == "tensor":
+    """Attribute values as recorded (tuples) back to what ``make_node`` takes."""
+    if isinstance(value, tuple) and len(value) == 4 and value[0] == "tensor":
         _, dtype, shape, values = value
         arr = np.asarray(values, dtype=np.dtype(dtype))
         if arr.size != int(np.prod(shape)):

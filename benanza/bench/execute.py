@@ -22,13 +22,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from benanza.bench.contract import KernelProfiler, Prepared, Runtime
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
-from benanza.bench.memory import MemoryReader, MemoryRefusal, needed_bytes, refusal, spec_memory, system_memory
+from benanza.bench.memory import spec_memory
+from benanza.bench.records import BenchmarkRecord, Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
 from benanza.bench.stats import describe
 from benanza.errors import UnsupportedLayer, one_line
-from benanza.store.records import BenchmarkRecord, Outcome, make_record
+from benanza.host_memory import MemoryReader, MemoryRefusal, refusal, system_memory
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ def _timing_stats(timing: Timing) -> dict[str, Any]:
 
 def run_spec(
     spec: BenchmarkSpec,
-    runtime: Any,
+    runtime: Runtime,
     settings: HarnessSettings,
     *,
     system: str,
@@ -74,9 +76,9 @@ def run_spec(
         prepared = None
         try:
             prepared = runtime.prepare(spec)
-            extra = dict(getattr(prepared, "provenance", None) or {})  # which framework ran a model, say
-            if hasattr(prepared, "measure"):  # measures itself: several candidates, device timers
-                measured = prepared.measure(settings)
+            extra = dict(prepared.provenance)  # which framework ran a model, say
+            measured = prepared.measure(settings)  # on a device: several candidates, device timers
+            if measured is not None:
                 samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
                 extra.update(measured.settings)
             else:
@@ -100,7 +102,7 @@ def run_spec(
 
 def _record(
     spec: BenchmarkSpec,
-    runtime: Any,
+    runtime: Runtime,
     settings: HarnessSettings,
     outcome: Outcome,
     reason: str | None,
@@ -132,7 +134,7 @@ def _record(
 
 def run_interleaved(
     specs: Sequence[BenchmarkSpec],
-    runtime: Any,
+    runtime: Runtime,
     settings: HarnessSettings,
     *,
     system: str,
@@ -152,7 +154,7 @@ def run_interleaved(
     """
     started = time.perf_counter()
     results: dict[int, BenchmarkRecord] = {}
-    live: list[tuple[int, Any, Any]] = []  # (position, prepared, profiler or None)
+    live: list[tuple[int, Prepared, KernelProfiler | None]] = []  # (position, prepared, profiler or None)
 
     def done(
         i: int, outcome: Outcome, reason: str | None = None, timing: Timing | None = None, kernel=(), extra=None
@@ -183,7 +185,7 @@ def run_interleaved(
             prepared = profiler = None
             try:
                 prepared = runtime.prepare(spec)
-                if settings.kernel_runs > 0 and hasattr(prepared, "profiler"):
+                if settings.kernel_runs > 0:
                     profiler = prepared.profiler(precalls=settings.interleave_precalls)
             except Exception as exc:
                 if prepared is not None:
@@ -217,7 +219,7 @@ def run_interleaved(
 
 
 def _kernel_figures(
-    prepared: Any, profiler: Any, keep: Sequence[bool], settings: HarnessSettings, timing: Timing
+    prepared: Prepared, profiler: KernelProfiler | None, keep: Sequence[bool], settings: HarnessSettings, timing: Timing
 ) -> tuple[tuple[float, ...], dict[str, Any] | None]:
     """A benchmark's kernel times, the profiler's cost taken out, and how they were derived.
 
@@ -226,10 +228,10 @@ def _kernel_figures(
     """
     if profiler is not None:
         raw = [k for k, kept in zip(profiler.finish(), keep, strict=True) if kept]
-        runs = [r for r, kept in zip(getattr(profiler, "run_times", None) or (), keep, strict=False) if kept]
+        runs = [r for r, kept in zip(profiler.run_times, keep, strict=False) if kept]
     elif settings.kernel_runs > 0:
         raw = prepared.kernel_times(settings.kernel_runs) or []
-        runs = getattr(prepared, "profiled_run_times", None)
+        runs = prepared.profiled_run_times or None
     else:
         return (), None
     return without_profiler_overhead(raw, runs, timing.stats.median)
@@ -273,14 +275,14 @@ def spec_memory_bytes(spec: BenchmarkSpec) -> int:
     return spec_memory(spec).total
 
 
-def never_fits(spec: BenchmarkSpec, runtime: Any, memory: MemoryReader = system_memory) -> str | None:
+def never_fits(spec: BenchmarkSpec, runtime: Runtime, memory: MemoryReader = system_memory) -> str | None:
     """Why ``spec`` can never run on this system (more memory than it has), or None."""
-    refused = refusal(needed_bytes(runtime, spec), memory())
+    refused = refusal(runtime.host_memory_bytes(spec), memory())
     return refused.reason if refused is not None and refused.never else None
 
 
 def admit(
-    specs: Sequence[BenchmarkSpec], runtime: Any, memory: MemoryReader = system_memory
+    specs: Sequence[BenchmarkSpec], runtime: Runtime, memory: MemoryReader = system_memory
 ) -> tuple[list[BenchmarkSpec], list[BenchmarkSpec], MemoryRefusal | None]:
     """Split ``specs``, to be held in memory together, into those to run now and those deferred.
 
@@ -291,7 +293,7 @@ def admit(
     now = memory()
     never, rest, needed = [], [], 0
     for spec in specs:
-        need = needed_bytes(runtime, spec)
+        need = runtime.host_memory_bytes(spec)
         refused = refusal(need, now)
         if refused is not None and refused.never:
             never.append(spec)
@@ -362,7 +364,7 @@ class RunSummary:
 
 def run_specs(
     specs: Sequence[BenchmarkSpec],
-    runtime: Any,
+    runtime: Runtime,
     store: Any,
     settings: HarnessSettings,
     *,
@@ -443,24 +445,26 @@ def run_specs(
     return summary
 
 
-def isolated_runner(runtime: Any, settings: HarnessSettings, *, system: str, stack_id: str) -> IsolatedRunner | None:
+def isolated_runner(
+    runtime: Runtime, settings: HarnessSettings, *, system: str, stack_id: str
+) -> IsolatedRunner | None:
     """A worker process for a runtime that asks for one (``isolated = True``: the GPU runtime), else None."""
-    if not getattr(runtime, "isolated", False):
+    if not runtime.isolated:
         return None
-    return IsolatedRunner(runtime.factory(), settings, system=system, stack_id=stack_id)
+    return IsolatedRunner(runtime.factory(), run_spec, settings, system=system, stack_id=stack_id)
 
 
-def interleaving(runtime: Any, settings: HarnessSettings) -> bool:
+def interleaving(runtime: Runtime, settings: HarnessSettings) -> bool:
     """Whether ``run_specs`` samples groups in rounds: asked for, and the runtime can be.
 
     A runtime says ``interleaves = False`` when its benchmarks cannot share the machine in
     rounds: the GPU runtime (timed by CUDA events with its own L2 flush), ONNX Runtime with
     intra-op thread pools (see ``OnnxRuntimeCPU.interleaves``). Those run one after another.
     """
-    return settings.schedule == "interleaved" and getattr(runtime, "interleaves", True)
+    return settings.schedule == "interleaved" and runtime.interleaves
 
 
-def effective_settings(runtime: Any, settings: HarnessSettings) -> HarnessSettings:
+def effective_settings(runtime: Runtime, settings: HarnessSettings) -> HarnessSettings:
     """``settings`` as they will be applied: an interleaved schedule the runtime cannot take is sequential.
 
     Records store the schedule that was used, and the change is logged once.

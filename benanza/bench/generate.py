@@ -9,19 +9,20 @@ the runtime's grouping.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from benanza.bench.contract import Runtime
+from benanza.bench.memory import graph_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
 from benanza.errors import PlanningError
-from benanza.model.dtypes import itemsize
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
 from benanza.model.network import Network, network_of
 from benanza.model.process import ProcessedModel
+from benanza.model.subgraphs import find_model_subgraphs
 
 
 @dataclass(frozen=True)
@@ -148,20 +149,18 @@ def contracted(graph: ModelGraph, units: Sequence[Sequence[int]], keys: Sequence
 
 def plan_model(
     processed: ProcessedModel,
-    runtime: Any,
+    runtime: Runtime,
     granularities: Iterable[int] = (),
     batch: int | None = None,
     overrides: Mapping[str, tuple[int, ...]] | None = None,
 ) -> ModelPlan:
     """The plan of one processed model on ``runtime`` (grouping from the runtime if it can)."""
-    from benanza.model.subgraphs import find_model_subgraphs
-
     graph = processed.graph
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
     notes: list[str] = []
-    if hasattr(runtime, "execution_groups") and graph.layers:
+    if graph.layers:
         try:
-            groups = runtime.execution_groups(graph, processed.proto)
+            groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
     networks: dict[str, Network] = {}
@@ -215,14 +214,14 @@ def plan_model(
 
 
 def _kind_of(network: Network, unit_keys: set[str], key: str) -> SpecKind:
-    if network["layers"] == 1:
+    if network.layers == 1:
         return SpecKind.LAYER
     return SpecKind.GROUP if key in unit_keys else SpecKind.SEQUENCE
 
 
 def _label(network: Network) -> str:
-    ops = [n["op_type"] for n in network["nodes"]]
-    first = network["inputs"][0]["shape"] if network["inputs"] else []
+    ops = [n.op_type for n in network.nodes]
+    first = network.inputs[0].shape if network.inputs else ()
     shape = "x".join(map(str, first))
     return f"{'+'.join(ops) if len(ops) <= 4 else '+'.join(ops[:3]) + f'+..({len(ops)})'} {shape}".strip()
 
@@ -235,7 +234,7 @@ def specs_for_plan(
     unit_keys = set(plan.unit_keys)
     specs = []
     for key, net in plan.networks.items():
-        dtype = net["inputs"][0]["dtype"] if net["inputs"] else net["nodes"][0]["outputs"][0]["dtype"]
+        dtype = net.inputs[0].dtype if net.inputs else net.nodes[0].outputs[0].dtype
         specs.append(
             BenchmarkSpec(
                 kind=_kind_of(net, unit_keys, key),
@@ -249,8 +248,6 @@ def specs_for_plan(
             )
         )
     if e2e:
-        from benanza.bench.memory import graph_memory  # the memory guard's estimate of the model run end to end
-
         dtype = plan.graph.inputs[0].dtype if plan.graph.inputs else "float32"
         specs.append(
             BenchmarkSpec(
@@ -267,17 +264,6 @@ def specs_for_plan(
     return specs
 
 
-def weight_bytes(graph: ModelGraph) -> int:
-    """Bytes of the model's constant layer inputs (weights and values), for memory estimates."""
-    total = 0
-    for layer in graph.layers:
-        for inp in layer.inputs:
-            if inp.kind in (InputKind.WEIGHT, InputKind.VALUE):
-                total += math.prod(inp.tensor.shape) * itemsize(inp.tensor.dtype)
-    return total
-
-
-# ONNX element types numpy does not name, by their size in bytes (int4/uint4 round up to 1)
 def unique_specs(specs: Iterable[BenchmarkSpec]) -> list[BenchmarkSpec]:
     """De-duplicate by spec id, keeping the first occurrence (its payload) and the order."""
     out: dict[str, BenchmarkSpec] = {}

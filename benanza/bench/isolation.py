@@ -17,18 +17,21 @@ import multiprocessing
 from collections.abc import Callable
 from typing import Any
 
+from benanza.bench.contract import Runtime
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.records import BenchmarkRecord, Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
-from benanza.store.records import BenchmarkRecord, Outcome, make_record
 
-RuntimeFactory = Callable[[], Any]
+RuntimeFactory = Callable[[], Runtime]
+# How a spec is measured in the child: ``execute.run_spec`` (passed in, since execute uses this module).
+Measure = Callable[..., BenchmarkRecord]
 START_METHOD = "spawn"
 
 
-def _serve(factory: RuntimeFactory, settings: HarnessSettings, system: str, stack_id: str, conn: Any) -> None:
+def _serve(
+    factory: RuntimeFactory, run_spec: Measure, settings: HarnessSettings, system: str, stack_id: str, conn: Any
+) -> None:
     """The child's loop: build the runtime once, then measure each spec it is sent."""
-    from benanza.bench.execute import run_spec
-
     runtime = factory()
     try:
         while True:
@@ -44,17 +47,12 @@ def _serve(factory: RuntimeFactory, settings: HarnessSettings, system: str, stac
     except (EOFError, KeyboardInterrupt):
         return
     finally:
-        close = getattr(runtime, "close", None)
-        if close is not None:
-            close()
+        runtime.close()
 
 
-def _healthy(runtime: Any) -> bool:
-    check = getattr(runtime, "healthy", None)
-    if check is None:
-        return True
+def _healthy(runtime: Runtime) -> bool:
     try:
-        return bool(check())
+        return bool(runtime.healthy())
     except Exception:
         return False
 
@@ -65,11 +63,14 @@ class IsolatedRunner:
     Args:
         factory: a picklable callable that builds the runtime in the child
             (``functools.partial(get_runtime, name, **options)``).
+        run_spec: what measures one spec in the child (``benanza.bench.execute.run_spec``), picklable.
         settings, system, stack_id: as for ``run_spec``.
     """
 
-    def __init__(self, factory: RuntimeFactory, settings: HarnessSettings, *, system: str, stack_id: str) -> None:
-        self._factory, self._settings = factory, settings
+    def __init__(
+        self, factory: RuntimeFactory, run_spec: Measure, settings: HarnessSettings, *, system: str, stack_id: str
+    ) -> None:
+        self._factory, self._run_spec, self._settings = factory, run_spec, settings
         self._system, self._stack_id = system, stack_id
         self._context = multiprocessing.get_context(START_METHOD)
         self._process: Any = None
@@ -84,7 +85,7 @@ class IsolatedRunner:
         parent, child = self._context.Pipe()
         self._process = self._context.Process(
             target=_serve,
-            args=(self._factory, self._settings, self._system, self._stack_id, child),
+            args=(self._factory, self._run_spec, self._settings, self._system, self._stack_id, child),
             name="benanza-benchmark-worker",
             daemon=True,
         )
@@ -93,7 +94,7 @@ class IsolatedRunner:
         self._conn = parent
         self.started += 1
 
-    def run(self, spec: BenchmarkSpec, runtime: Any) -> BenchmarkRecord:
+    def run(self, spec: BenchmarkSpec, runtime: Runtime) -> BenchmarkRecord:
         """One spec's record; a child that dies while measuring it gives a failed record."""
         if self._process is None or not self._process.is_alive():
             self._start()

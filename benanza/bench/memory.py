@@ -32,15 +32,13 @@ retries it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
 
-from benanza.bench.generate import weight_bytes
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.host_memory import MemoryReader, MemoryRefusal, SystemMemory, refusal, system_memory  # noqa: F401
 from benanza.model.dtypes import tensor_bytes
 from benanza.model.graph import InputKind, ModelGraph
+from benanza.model.network import Network, RefKind
 
 ACTIVATION_COPIES = 4
 WEIGHT_COPIES = 4
@@ -89,22 +87,32 @@ def peak_live_bytes(steps: Sequence[tuple[Sequence[tuple[Hashable, int]], Sequen
     return peak
 
 
-def network_memory(network: Mapping[str, Any]) -> MemoryEstimate:
+def network_memory(network: Network) -> MemoryEstimate:
     """The memory of a network spec (a layer, an execution group, a sequence)."""
     weights = 0
     steps = []
-    for pos, node in enumerate(network.get("nodes", ())):
+    for pos, node in enumerate(network.nodes):
         reads = []
-        for ref in node["inputs"]:
-            if ref["kind"] == "node":
-                reads.append((ref["node"], ref["output"]))
-            elif ref["kind"] not in ("absent", "input"):
-                weights += tensor_bytes(ref["shape"], ref["dtype"])
-        writes = [((pos, j), tensor_bytes(o["shape"], o["dtype"])) for j, o in enumerate(node["outputs"])]
+        for ref in node.inputs:
+            if ref.kind is RefKind.NODE:
+                reads.append((ref.node, ref.output))
+            elif ref.is_constant:
+                weights += tensor_bytes(ref.shape, ref.dtype)
+        writes = [((pos, j), tensor_bytes(o.shape, o.dtype)) for j, o in enumerate(node.outputs)]
         steps.append((writes, reads))
-    kept = {(o["node"], o["output"]) for o in network.get("outputs", ())}
-    inputs = sum(tensor_bytes(t["shape"], t["dtype"]) for t in network.get("inputs", ()))
+    kept = {(o.node, o.output) for o in network.outputs}
+    inputs = sum(tensor_bytes(t.shape, t.dtype) for t in network.inputs)
     return MemoryEstimate(weights, inputs, peak_live_bytes(steps, kept))
+
+
+def weight_bytes(graph: ModelGraph) -> int:
+    """Bytes of the model's constant layer inputs (weights and values), for memory estimates."""
+    total = 0
+    for layer in graph.layers:
+        for inp in layer.inputs:
+            if inp.kind in (InputKind.WEIGHT, InputKind.VALUE):
+                total += tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
+    return total
 
 
 def graph_memory(graph: ModelGraph) -> MemoryEstimate:
@@ -134,18 +142,6 @@ def spec_memory(spec: BenchmarkSpec) -> MemoryEstimate:
             int(info.get("activation_bytes") or 0),
             MODEL_WEIGHT_COPIES,
         )
-    return network_memory(spec.network or {})
-
-
-@runtime_checkable
-class HostMemoryUser(Protocol):
-    """A runtime whose benchmarks live in host memory and that says how much each holds."""
-
-    def host_memory_bytes(self, spec: BenchmarkSpec) -> int | None:
-        """Estimated host memory of one prepared benchmark of ``spec``; None: not on the host."""
-        ...
-
-
-def needed_bytes(runtime: Any, spec: BenchmarkSpec) -> int | None:
-    """The host memory ``spec`` will hold on ``runtime``, or None where the runtime does not say."""
-    return runtime.host_memory_bytes(spec) if isinstance(runtime, HostMemoryUser) else None
+    if spec.network is None:
+        return MemoryEstimate(0, 0, 0)
+    return network_memory(spec.network)

@@ -23,6 +23,7 @@ from typing import Any
 import onnx
 
 from benanza.bench.build import build_onnx
+from benanza.model.network import Network
 
 REPRO_KINDS = ("layer", "group")
 # how a variant entry is given to ``benanza bench run`` (True/False flags are spelled out)
@@ -43,7 +44,7 @@ class ReproTarget:
     change: float  # relative, head / base - 1
     low: float  # interval of ``change``
     high: float
-    network: Mapping[str, Any]  # the record's spec network (``bench/build.py`` builds it)
+    network: Network | Mapping[str, Any]  # the record's spec network or its document (``bench/build.py`` builds it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +118,8 @@ def write_repro(
         if target.kind not in REPRO_KINDS or not target.network:
             continue
         path = folder / f"{target.kind}_{target.key[:16]}.onnx"
-        onnx.save(build_onnx(target.network), path)
+        network = target.network if isinstance(target.network, Network) else Network.from_doc(target.network)
+        onnx.save(build_onnx(network), path)
         flags = variant_flags(target.runtime, target.variant)
         args = ["benanza", "bench", "run", str(path.absolute()), *flags, "--system", f"{system}-repro", "--db", db]
         command = shlex.join([*args, "--e2e"])

@@ -88,7 +88,7 @@ class BenchmarkSpec:
             "variant": dict(self.variant),
             "spec_id": self.spec_id,
             "label": self.label,
-            "network": self.network,
+            "network": self.network.to_doc() if self.network is not None else None,
             "model": dict(self.model) if self.model is not None else None,
         }
 
@@ -102,6 +102,11 @@ class BenchmarkSpec:
             runtime=data["runtime"],
             variant=canonical_variant(data.get("variant")),
             label=data.get("label", ""),
-            network=data.get("network"),
+            network=_network(data.get("network")),
             model=data.get("model"),
         )
+
+
+def _network(doc: Mapping[str, Any] | None) -> Network | None:
+    """A spec's network from its stored document (``Network.to_doc``)."""
+    return Network.from_doc(doc) if doc is not None else None

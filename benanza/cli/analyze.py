@@ -1,8 +1,15 @@
-"""`benanza analyze ...`: lower bounds, optimisation analyses and systems, from the performance database."""
+"""`benanza analyze ...`: lower bounds, optimisation analyses and systems, from the performance database.
+
+Every command reads the database only (stored plans and records, ``benanza.analysis.stored``):
+no model file is loaded and no runtime is built, so results can be analysed read-only on a
+machine that has neither. MODELS name the models to show (files, whose stem is the name, or
+names); without them every stored model is shown.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +17,16 @@ import typer
 
 from benanza.analysis.compare import compare_systems
 from benanza.analysis.regressions import RegressionSettings
+from benanza.analysis.stored import (
+    ALL,
+    PlanSelection,
+    analyze_stored,
+    prices,
+    stored_analyses,
+    stored_optimizations,
+    system_reports,
+)
+from benanza.analysis.stored_regressions import regressions
 from benanza.bench.repro import write_repro
 from benanza.cli.common import (
     BaseStackOpt,
@@ -23,36 +40,26 @@ from benanza.cli.common import (
     GranOpt,
     HeadStackOpt,
     HistoryOpt,
-    ModelsArg,
-    OptLevelOpt,
     PrecisionOpt,
     ReproOpt,
-    RuntimeOpt,
     ShapeOpt,
     StackOpt,
+    StoredModelsArg,
     SystemsOpt,
     TensorCoresOpt,
     ThreadsOpt,
     ThresholdOpt,
-    model_paths,
+    model_names,
     one_batch,
     parse_count,
     parse_fraction,
 )
-from benanza.cli.pipeline import open_context, plans_for, requested
+from benanza.cli.pipeline import requested
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.config import load_fleet_config
 from benanza.errors import UsageError
 from benanza.fingerprint import default_system_name
-from benanza.local import (
-    analyze,
-    analyze_stored,
-    optimize,
-    prices,
-    regressions,
-    repro_targets,
-    system_reports,
-)
-from benanza.model.shapes import parse_shape_overrides
+from benanza.local import repro_targets
 from benanza.report.bench import lower_bound_table
 from benanza.report.compare import comparison_table, systems_tables
 from benanza.report.optimize import op_type_table, optimizations_table
@@ -61,26 +68,61 @@ from benanza.report.plots import lower_bound_bars, unit_breakdown
 from benanza.report.regressions import regression_documents, regression_group, regression_rows
 from benanza.store import open_store
 
+# Filters on the stored plans' runtime and variant (None: any); a stored variant names its settings
+StoredRuntimeOpt = Annotated[
+    str | None, typer.Option("--runtime", help="only this runtime's results (onnxruntime, cudnn); default any")
+]
+StoredOptLevelOpt = Annotated[
+    str | None, typer.Option("--opt-level", help="only results of this ONNX Runtime optimisation level")
+]
+
 app = typer.Typer(
     cls=BenanzaGroup, help="Lower bounds and composed estimates from the performance database.", no_args_is_help=True
 )
 
 
-def analyze_plans(ctx, plans, format, plot, compare=False, config=None):
-    """This machine's lower bounds of ``plans`` from its current stack's records, rendered."""
-    report_lower_bounds(ctx.store, analyze(ctx, plans), format, plot, compare=compare, config=config)
+def _selection(models, wanted, runtime=None, **variant) -> PlanSelection:
+    return PlanSelection.of(
+        models=model_names(models),
+        batches=wanted.batches,
+        runtime=runtime,
+        variant=variant,
+        granularities=wanted.granularities,
+        shapes=wanted.overrides,
+    )
+
+
+def _systems(system: list[str] | None) -> list[str]:
+    """--system values, or this machine's name ($BENANZA_SYSTEM or the hostname)."""
+    return list(system) if system else [default_system_name()]
+
+
+def config_prices(config: Path | None) -> dict[str, float | None]:
+    """The ``price_per_hour`` of each system of a fleet config (none without one)."""
+    if config is None:
+        return {}
+    return {s.name: s.price_per_hour for s in load_fleet_config(config).systems}
+
+
+def _warn_nothing_stored(store, systems) -> None:
+    print(
+        f"warning: {store.shown_uri}: no stored plan of these models on {', '.join(systems)} "
+        "(measure them first with benanza run or benanza fleet run; a database from before plans "
+        "were stored needs a new run, which reuses its results)",
+        file=sys.stderr,
+    )
 
 
 @app.command("lower-bound")
 def lower_bound_cmd(
-    models: ModelsArg = None,
+    models: StoredModelsArg = None,
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
-    granularity: GranOpt = "1,2,3,4,5",
+    granularity: GranOpt = "",
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     threads: ThreadsOpt = None,
-    opt_level: OptLevelOpt = "extended",
+    opt_level: StoredOptLevelOpt = None,
     system: SystemsOpt = None,
     stack: StackOpt = "latest",
     compare: Annotated[bool, typer.Option("--compare", help="print the comparison across systems instead")] = False,
@@ -89,7 +131,7 @@ def lower_bound_cmd(
         typer.Option("--config", help="fleet config TOML whose systems' price_per_hour replace stored ones"),
     ] = None,
     plot: Annotated[Path | None, typer.Option(help="save bars (and per-layer breakdowns beside it) as PNG")] = None,
-    runtime: RuntimeOpt = "onnxruntime",
+    runtime: StoredRuntimeOpt = None,
     ep: EpOpt = None,
     precision: PrecisionOpt = None,
     tensor_cores: TensorCoresOpt = None,
@@ -97,42 +139,23 @@ def lower_bound_cmd(
 ) -> None:
     """Sequential and parallel lower bounds, DLBricks composition and end-to-end latency.
 
-    Without --system: this machine's current stack and runtime settings. With --system:
-    what the named systems stored (each system's latest stack unless --stack says otherwise),
-    with a comparison across them; plans are made with the local ONNX Runtime.
+    From the stored plans and records of the named systems (default: this machine's name),
+    each system's latest stack unless --stack says otherwise; one row per stored plan (model,
+    batch size, runtime variant). --runtime, --threads, --opt-level, --ep, --precision and
+    --tensor-cores select among the stored variants; --granularity the G values shown
+    (default: every stored one). With several systems or stacks, a comparison across them.
     """
     wanted = requested(batch, shape, granularity)
-    if not system:
-        if stack != "latest":
-            raise UsageError("--stack selects stored stacks and needs --system")
-        ctx = open_context(
-            store_uri(db, db_file),
-            runtime,
-            threads=threads,
-            opt_level=opt_level,
-            ep=ep,
-            precision=precision,
-            tensor_cores=tensor_cores,
-        )
-        try:
-            analyze_plans(ctx, plans_for(ctx, models, wanted), format, plot, compare, config)
-        finally:
-            ctx.close()
-        return
-    parse_count(threads, "--threads")  # not used with --system, but a bad value is still an error
-    paths = model_paths(models)
+    if threads is not None:
+        parse_count(threads, "--threads")  # a bad value is an error, not a filter that matches nothing
+    selection = _selection(
+        models, wanted, runtime, threads=threads, opt=opt_level, ep=ep, precision=precision, tensor_cores=tensor_cores
+    )
     with open_store(store_uri(db, db_file), read_only=True) as store:
-        rows = analyze_stored(
-            store,
-            paths,
-            system,
-            stack=stack,
-            batches=wanted.batches,
-            overrides=wanted.overrides,
-            granularities=wanted.granularities,
-            opt_level=opt_level,
-        )
-        report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=True)
+        rows = analyze_stored(store, _systems(system), stack=stack, selection=selection)
+        if not rows:
+            _warn_nothing_stored(store, _systems(system))
+        report_lower_bounds(store, rows, format, plot, compare=compare, config=config, by_system=bool(system))
 
 
 def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None, by_system=False):
@@ -145,7 +168,7 @@ def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None
     if plot is not None:
         _plot(rows, plot, several)
     if compare or (several and format is OutputFormat.table):
-        comparisons = compare_systems(rows, prices(store, config))
+        comparisons = compare_systems(rows, prices(store, config_prices(config)))
         if emit(format, [c.to_dict() for c in comparisons], _comparison_rows(comparisons)):
             return
         if not compare:
@@ -177,24 +200,31 @@ def _plot(rows, plot, several_systems):
 
 @app.command("optimizations")
 def optimizations_cmd(
-    models: ModelsArg = None,
+    models: StoredModelsArg = None,
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
-    runtime: RuntimeOpt = "cudnn",
+    system: SystemsOpt = None,
+    stack: StackOpt = "latest",
+    runtime: StoredRuntimeOpt = "cudnn",
     precision: PrecisionOpt = None,
     tensor_cores: TensorCoresOpt = None,
     by_op: Annotated[bool, typer.Option("--by-op", help="also the default-vs-best table per op type")] = False,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Benanza's analyses on this GPU: algorithm choice, tensor cores, fusion, parallelism, framework gap."""
+    """Benanza's analyses: algorithm choice, tensor cores, fusion, parallelism, framework gap.
+
+    From the stored plans and records of the named systems (default: this machine's name)
+    for --runtime (default cudnn, the GPU runtime whose records hold every candidate).
+    """
     wanted = requested(batch, shape, "")
-    ctx = open_context(store_uri(db, db_file), runtime, precision=precision, tensor_cores=tensor_cores)
-    try:
-        rows = optimize(ctx, plans_for(ctx, models, wanted))
-    finally:
-        ctx.close()
+    selection = _selection(models, wanted, runtime, precision=precision, tensor_cores=tensor_cores)
+    with open_store(store_uri(db, db_file), read_only=True) as store:
+        analyses = stored_analyses(store, _systems(system), stack=stack, selection=selection)
+        if not analyses:
+            _warn_nothing_stored(store, _systems(system))
+    rows = [stored_optimizations(a) for a in analyses]
     if emit(format, [r.to_dict() for r in rows]):
         return
     console().print(optimizations_table(rows))
@@ -207,7 +237,7 @@ def optimizations_cmd(
 
 @app.command("systems")
 def systems_cmd(
-    models: ModelsArg = None,
+    models: StoredModelsArg = None,
     system: SystemsOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -218,20 +248,20 @@ def systems_cmd(
 ) -> None:
     """Per system: hardware, stacks over time, records by kind and outcome, slowest layers, corpus coverage.
 
-    The corpus (for coverage) is MODELS at one batch size, or the zoo when none are given.
+    The corpus (for coverage) is the stored models (or MODELS) at one batch size, from their stored plans.
     """
-    batch_size, overrides = one_batch(batch, "analyze systems"), parse_shape_overrides(shape)
+    batch_size = one_batch(batch, "analyze systems") or 1
     slowest = parse_count(top, "--top", minimum=0)
-    paths = model_paths(models)
+    selection = PlanSelection.of(models=model_names(models), shapes=requested(None, shape, "").overrides)
     with open_store(store_uri(db, db_file), read_only=True) as store:
-        reports = system_reports(store, system or ["all"], paths, batch=batch_size, overrides=overrides, top=slowest)
+        reports = system_reports(store, system or [ALL], batch=batch_size, top=slowest, selection=selection)
     if not emit(format, [r.to_dict() for r in reports]):
         console().print(systems_tables(reports))
 
 
 @app.command("regressions")
 def regressions_cmd(
-    models: ModelsArg = None,
+    models: StoredModelsArg = None,
     system: SystemsOpt = None,
     base: BaseStackOpt = None,
     head: HeadStackOpt = None,
@@ -252,8 +282,9 @@ def regressions_cmd(
     Each system's latest stack is compared with the stack before it (or --base/--head), or with
     --history its own repeated runs over time. A change is flagged when its interval (bootstrap
     over the raw samples, widened by the run-to-run noise learned from repeats) excludes no
-    change and it is at least --threshold. A model's change is attributed to its units (models
-    measured end to end with --e2e, or MODELS). The stack diff says which libraries changed.
+    change and it is at least --threshold. A model's change (end to end where measured with
+    --e2e, else the sum of its units) is attributed to its units, read from the plans stored
+    with the results (MODELS selects among them). The stack diff says which libraries changed.
     """
     settings = RegressionSettings(
         threshold=parse_fraction(threshold, "--threshold", high=10.0),
@@ -261,7 +292,6 @@ def regressions_cmd(
     )
     if history and base is not None:
         raise UsageError("--history looks at one stack (--head); --base is for comparing two")
-    paths = model_paths(models) if models else []
     with open_store(store_uri(db, db_file), read_only=True) as store:
         found = regressions(
             store,
@@ -269,7 +299,7 @@ def regressions_cmd(
             base=base,
             head=head,
             history=history,
-            paths=paths,
+            models=model_names(models) or (),
             settings=settings,
         )
     reports = [f.report for f in found]

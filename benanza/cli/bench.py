@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from benanza.bench.generate import plan_report
-from benanza.cli.analyze import analyze_plans
+from benanza.cli.analyze import report_lower_bounds
 from benanza.cli.common import (
     MAIN_JOB_GRANULARITY,
     BatchesOpt,
@@ -39,11 +39,17 @@ from benanza.cli.pipeline import (
 )
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.config import MAIN_JOB_HARNESS
+from benanza.local import analyze
 from benanza.report.output import OutputFormat, emit
 
 app = typer.Typer(
     cls=BenanzaGroup, help="Benchmark unique layers, execution groups, sequences and models.", no_args_is_help=True
 )
+
+
+def analyze_plans(ctx, plans, format, plot):
+    """This machine's lower bounds of the plans it just measured (its current stack's records), rendered."""
+    report_lower_bounds(ctx.store, analyze(ctx, plans), format, plot)
 
 
 @app.command("run")

@@ -64,6 +64,17 @@ ModelsArg = Annotated[
     list[Path] | None,
     typer.Argument(help="ONNX files or folders of them (default: the zoo in the onnx wheel)", show_default=False),
 ]
+StoredModelsArg = Annotated[
+    list[Path] | None,
+    typer.Argument(
+        help="models to show: ONNX files, folders of them, or model names (default: every stored model)",
+        show_default=False,
+    ),
+]
+StoredModelsOpt = Annotated[
+    list[Path] | None,
+    typer.Option("--models", "-m", help="models to show: ONNX file, folder or name (repeatable); default: all stored"),
+]
 ModelsOpt = Annotated[
     list[Path] | None,
     typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the zoo in the onnx wheel"),
@@ -159,6 +170,15 @@ def model_paths(models: list[Path] | None) -> list[Path]:
 def parse_batches(text: str | None) -> list[int | None]:
     """``--batch``: its batch sizes, or ``[None]`` (the model's own batch dimension) when not given."""
     return parse_int_list(text, "--batch") if text else [None]
+
+
+def model_names(models: list[Path] | None) -> list[str] | None:
+    """The model names that MODELS select among stored ones: a file's stem, a folder's files', or a name."""
+    if not models:
+        return None
+    folders = [m for m in models if m.is_dir()]
+    files = expand_model_paths(folders) if folders else []
+    return [m.stem if m.suffix == ".onnx" else m.name for m in [*files, *(m for m in models if not m.is_dir())]]
 
 
 def one_batch(text: str | None, command: str) -> int | None:

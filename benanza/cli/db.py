@@ -7,11 +7,11 @@ from typing import Any
 
 import typer
 
+from benanza.bench.records import Outcome
 from benanza.cli.common import BenanzaGroup, FormatOpt
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.report.output import OutputFormat, console, emit, table
 from benanza.store import open_store
-from benanza.store.records import Outcome
 
 app = typer.Typer(
     cls=BenanzaGroup,

@@ -1,8 +1,8 @@
 """What the commands that benchmark share: the system's context from their flags, plans, progress, summaries.
 
-``benanza run``, ``bench run`` and ``analyze`` (on this machine) open the same context: the
-store, this system's runtime with the options its flags give, and the harness settings
-(flags over ``BENANZA_HARNESS_*``).
+``benanza run`` and ``bench run`` open the same context: the store, this system's runtime
+with the options its flags give, and the harness settings (flags over
+``BENANZA_HARNESS_*``). ``analyze`` opens none: it reads the database only.
 """
 
 from __future__ import annotations

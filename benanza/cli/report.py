@@ -8,19 +8,8 @@ from typing import Annotated
 
 import typer
 
-from benanza.cli.common import (
-    MAIN_JOB_GRANULARITY,
-    BatchesOpt,
-    GranOpt,
-    ModelsOpt,
-    OptLevelOpt,
-    ShapeOpt,
-    model_paths,
-    parse_batches,
-    parse_int_list,
-)
+from benanza.cli.common import BatchesOpt, GranOpt, StoredModelsOpt, model_names, parse_batches, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
-from benanza.model.shapes import parse_shape_overrides
 from benanza.report.output import OutputFormat, emit
 from benanza.report.site import write_site
 from benanza.store import open_store
@@ -31,11 +20,9 @@ def report_command(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="folder for the site (created; its report files replaced)")
     ] = Path("site"),
-    models: ModelsOpt = None,
-    batch: BatchesOpt = "1",
-    shape: ShapeOpt = None,
-    granularity: GranOpt = MAIN_JOB_GRANULARITY,
-    opt_level: OptLevelOpt = "extended",
+    models: StoredModelsOpt = None,
+    batch: BatchesOpt = None,
+    granularity: GranOpt = "",
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     format: Annotated[
@@ -48,15 +35,16 @@ def report_command(
     system, the latest changes between stacks, systems and models), one page per model
     (bounds, per-unit breakdown, optimisation analyses, layer history), one per system
     (fingerprint, stacks, slowest layers, cost) and the corpus; every table also as CSV.
-    Models are MODELS files (default: the zoo); a stored model without a file is listed.
+    Read from the database alone (stored plans and records; no model file, no runtime):
+    every stored model, or those MODELS name (files or names), at every stored batch size
+    or --batch's, with every stored G or --granularity's. A stored result of a model
+    without a stored plan (a database from before plans were stored) is listed.
     """
 
-    batches = parse_batches(batch)
-    grans = parse_int_list(granularity, "--granularity")
-    overrides = parse_shape_overrides(shape)
-    paths = model_paths(models)
+    batches = [b for b in parse_batches(batch) if b is not None]
+    grans = parse_int_list(granularity, "--granularity") if granularity else []
     with open_store(store_uri(db, db_file), read_only=True) as store:
-        data = survey(store, paths, batches=batches, overrides=overrides, granularities=grans, opt_level=opt_level)
+        data = survey(store, model_names(models), batches=batches, granularities=grans)
     files = write_site(data, out)
     listing = [{"kind": kind, "path": path} for kind, names in files.listing() for path in names]
     if not emit(format, files.to_dict(), listing):

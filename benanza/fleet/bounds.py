@@ -1,6 +1,6 @@
 """The lower bounds a fleet run ends with: each model it planned, on each system that took part.
 
-Computed from what the run stored, by the same analysis as ``benanza analyze lower-bound
+Computed from what the run stored (plans and records), by the same analysis as ``benanza analyze lower-bound
 --system``, so the fleet's main command answers the question the tool exists for, not
 only how many benchmarks it ran.
 """
@@ -8,9 +8,9 @@ only how many benchmarks it ran.
 from __future__ import annotations
 
 from benanza.analysis.lower_bound import LowerBound
+from benanza.analysis.stored import PlanSelection, analyze_stored
 from benanza.config import FleetConfig
 from benanza.fleet.driver import FleetSummary
-from benanza.local import analyze_stored
 from benanza.store.base import Store
 
 
@@ -25,11 +25,6 @@ def run_lower_bounds(store: Store, config: FleetConfig, summary: FleetSummary) -
     paths = [path for path in config.model_paths() if str(path) not in failed]
     if not systems or not paths:
         return []
-    return analyze_stored(
-        store,
-        paths,
-        systems,
-        batches=list(config.batch_sizes),
-        overrides=config.shape_overrides() or None,
-        granularities=config.granularities,
-    )
+    # from the plans the run stored: the model files are not read again
+    selection = PlanSelection.of(models=paths, batches=config.batch_sizes, granularities=config.granularities)
+    return analyze_stored(store, systems, selection=selection)

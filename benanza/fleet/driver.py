@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benanza.bench.generate import plan_model, plan_report, specs_for_plan, unique_specs
+from benanza.bench.plans import StoredPlan
+from benanza.bench.records import Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import FleetConfig, SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, UsageError, one_line
@@ -46,7 +48,6 @@ from benanza.fleet.worker import SystemWorker
 from benanza.model.process import process_model
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
-from benanza.store.records import Outcome, make_record
 
 log = logging.getLogger(__name__)
 
@@ -186,12 +187,14 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
         except (BenanzaError, ImportError) as exc:
             runtime_errors[key] = one_line(exc)
     specs: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
+    stored: dict[tuple, list[StoredPlan]] = {key: [] for key in runtimes}
     overrides = config.shape_overrides() or None
     paths = config.model_paths()
     model_errors: list[dict[str, str]] = []
     plans = []
     for path in paths:
         mine: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
+        mine_stored: dict[tuple, list[StoredPlan]] = {key: [] for key in runtimes}
         planned = []
         try:
             processed = [process_model(path, batch, overrides, fits_here=False) for batch in config.batch_sizes]
@@ -200,13 +203,18 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
                     plan = plan_model(model, runtime, config.granularities, batch=batch, overrides=overrides)
                     planned.append(plan)
                     mine[key].extend(specs_for_plan(plan, runtime.name, {}, e2e=config.e2e))
+                    mine_stored[key].append(StoredPlan.of(plan, runtime.name, ""))
         except BenanzaError as exc:  # reported; the rest of the corpus goes on
             model_errors.append({"model": str(path), "error": one_line(exc)})
             continue
         plans.extend(planned)
         for key, found in mine.items():
             specs[key].extend(found)
-    works = {key: CorpusWork(runtimes[key].name, tuple(unique_specs(found))) for key, found in specs.items()}
+            stored[key].extend(mine_stored[key])
+    works = {
+        key: CorpusWork(runtimes[key].name, tuple(unique_specs(found)), tuple(stored[key]))
+        for key, found in specs.items()
+    }
     return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans))
 
 
@@ -386,6 +394,8 @@ class FleetDriver:
                 result.new_stack = bool(result.new_stack) or bool(target_info.get("new_stack"))
                 try:
                     present = store.present_spec_ids(system.name, target.stack_id)
+                    # what the system measures, as analysis will read it (no model file needed there)
+                    store.put_plans(system.name, target.stack_id, works[key].placed_plans(target))
                 except StoreError as exc:
                     raise StoreError(f"cannot plan {system.name}: {one_line(exc)}") from None
                 plan = plan_target(works[key], target, present)

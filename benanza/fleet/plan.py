@@ -14,15 +14,25 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from benanza.bench.plans import StoredPlan
 from benanza.bench.spec import BenchmarkSpec, canonical_variant, spec_id_of, variant_id
 
 
 @dataclass(frozen=True)
 class CorpusWork:
-    """Unique spec templates of a corpus for one runtime (their variant is left empty)."""
+    """Unique spec templates of a corpus for one runtime (their variant is left empty).
+
+    ``plans``: the models' plans the templates come from (variant empty too), which each
+    system stores with its own stack and variant (``placed_plans``) so analysis can read them.
+    """
 
     runtime: str
     templates: tuple[BenchmarkSpec, ...]
+    plans: tuple[StoredPlan, ...] = ()
+
+    def placed_plans(self, target: Target) -> list[StoredPlan]:
+        """The plans as ``target`` measures them: its runtime's variant (the records' ``variant``)."""
+        return [replace(p, variant=target.variant_id) for p in self.plans]
 
     def __post_init__(self) -> None:
         seen: set[tuple[str, int, str]] = set()

@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from benanza.analysis.compare import latest_stack
+from benanza.analysis.stored import parse_variant
+from benanza.analysis.stored_regressions import new_regressions
+from benanza.bench.records import BenchmarkRecord
 from benanza.bench.spec import variant_id
 from benanza.config import FleetConfig, runtime_entry
 from benanza.fleet.plan import Target, plan_target
-from benanza.local import new_regressions, parse_variant
 from benanza.store.base import Store
-from benanza.store.records import BenchmarkRecord
 
 if TYPE_CHECKING:
     from benanza.fleet.driver import CorpusPlan

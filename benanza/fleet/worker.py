@@ -28,13 +28,13 @@ from benanza.bench.execute import (
     run_spec,
 )
 from benanza.bench.harness import HarnessSettings
+from benanza.bench.records import BenchmarkRecord, Outcome
 from benanza.bench.spec import BenchmarkSpec, variant_id
 from benanza.config import SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, one_line
 from benanza.fingerprint import stack_fingerprint, stack_id, system_fingerprint
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
-from benanza.store.records import BenchmarkRecord, Outcome
 from benanza.store.spill import ResilientWriter, SpillFile, default_spill_dir, drain
 from benanza.store.uri import StoreURI
 
@@ -162,7 +162,7 @@ class SystemWorker:
             if interleaving(runtime, settings):  # the chunk's specs sampled together in rounds
                 for group in group_chunks(todo, interleave_budget(settings)):
                     measured += run_interleaved(group, runtime, settings, system=self.name, stack_id=stack)
-            elif getattr(runtime, "isolated", False):  # one worker process per device, kept for the actor's life
+            elif runtime.isolated:  # one worker process per device, kept for the actor's life
                 runner = self._runners.get(name)
                 if runner is None:
                     runner = isolated_runner(runtime, settings, system=self.name, stack_id=stack)
@@ -194,8 +194,6 @@ class SystemWorker:
             runner.close()
         self._runners.clear()
         for rt in self.runtimes.values():
-            close = getattr(rt, "close", None)
-            if close is not None:
-                close()
+            rt.close()
         if self.store is not None:
             self.store.close()

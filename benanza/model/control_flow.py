@@ -40,32 +40,13 @@ from onnx.external_data_helper import set_external_data
 from benanza.model.identity import MODEL_KEY_VERSION, GraphScope
 from benanza.model.keys import VALUE_MAX_ELEMENTS, stable_id
 from benanza.model.load import has_data
+from benanza.model.walks import RANDOM_OPS, graphs_of, node_reads, subgraph_attributes, topological_nodes
 
 CAPTURE_PREFIX = "benanza_capture"
 SUBGRAPH_KEY_VERSION = 1  # bump when the description or its canonical form changes
 # A trip count at or above this is an exporter's "no limit" (INT32_MAX, INT64_MAX): the body decides
 UNBOUNDED_TRIP_COUNT = 2**31 - 1
 _STRIPPED = "benanza-synthetic"  # external-data location of a stripped constant (filled when built)
-
-
-def subgraph_attributes(node: onnx.NodeProto) -> list[AttributeProto]:
-    """The node's attributes that hold subgraphs (``GRAPH`` or ``GRAPHS``), in file order."""
-    return [a for a in node.attribute if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)]
-
-
-def graphs_of(attr: AttributeProto) -> list[onnx.GraphProto]:
-    return [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
-
-
-def captured_names(node: onnx.NodeProto) -> list[str]:
-    """Outer-scope tensors the node's subgraphs read, in order of first use (names a node input may repeat)."""
-    from benanza.model.extract import _captured  # extract imports this module
-
-    out: list[str] = []
-    for attr in subgraph_attributes(node):
-        for sub in graphs_of(attr):
-            out.extend(x for x in _captured(sub) if x not in out)
-    return out
 
 
 def subgraph_domains(node: onnx.NodeProto) -> set[str]:
@@ -125,8 +106,6 @@ def _condition_is_fixed(body: onnx.GraphProto, outer_constants: Collection[str])
     reads a loop-carried value, a scan input or an outer activation (an early exit on the data)
     is not, nor one drawn at random.
     """
-    from benanza.model.extract import RANDOM_OPS, node_reads, topological_nodes  # extract imports this module
-
     if len(body.input) < 2 or not body.output:
         return True
     fixed = {body.input[0].name, body.input[1].name} | {t.name for t in body.initializer}

@@ -7,6 +7,8 @@ import math
 from collections.abc import Iterable
 
 import numpy as np
+import onnx
+from onnx import helper
 
 _ITEMSIZE = {"bfloat16": 2, "float8e4m3fn": 1, "float8e4m3fnuz": 1, "float8e5m2": 1, "float8e5m2fnuz": 1}
 
@@ -25,3 +27,11 @@ def itemsize(dtype: str) -> int:
 def tensor_bytes(shape: Iterable[int], dtype: str) -> int:
     """Bytes of a dense tensor of ``shape`` and ``dtype``."""
     return math.prod(int(d) for d in shape) * itemsize(dtype)
+
+
+def dtype_name(elem_type: int) -> str:
+    """numpy-style name of an ONNX element type ("float32", "int64", "bfloat16")."""
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except (KeyError, TypeError, ValueError):
+        return onnx.TensorProto.DataType.Name(elem_type).lower()

@@ -17,26 +17,27 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import heapq
-from collections.abc import Iterable
 from typing import Any
 
-import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.model import control_flow, ops
-from benanza.model.dtypes import itemsize
+from benanza.model.dtypes import dtype_name, itemsize
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeReport, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
 from benanza.model.keys import VALUE_MAX_ELEMENTS, Slot, is_value, key_fields, stable_id
 from benanza.model.load import has_data
 from benanza.model.schemas import Differentiation, OpSchema, op_schema
-
-# Generators without inputs that still produce new values each run: layers, not constants.
-RANDOM_OPS = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+from benanza.model.walks import (
+    RANDOM_OPS,
+    captured_names,
+    graphs_of,
+    node_reads,
+    subgraph_attributes,
+    topological_nodes,
 )
+
 # Ops ONNX Runtime never constant-folds, even of constants, so that its QDQ fusions can take
 # them (its ConstantFolding pass skips DequantizeLinear unless QDQ is disabled): a QDQ
 # model's DequantizeLinear of an int8 weight runs inside the fused QLinearConv or
@@ -51,14 +52,6 @@ class _UnsupportedNode(Exception):
 
 
 @functools.cache
-def dtype_name(elem_type: int) -> str:
-    """numpy-style name of an ONNX element type ("float32", "int64", "bfloat16")."""
-    try:
-        return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except (KeyError, TypeError, ValueError):
-        return onnx.TensorProto.DataType.Name(elem_type).lower()
-
-
 def schema_of(op_type: str, opset: int, domain: str) -> OpSchema | None:
     """The op's schema at an opset, ONNX's or else ONNX Runtime's (contrib ops); None for an unknown op."""
     return op_schema(op_type, opset, domain)
@@ -154,44 +147,6 @@ def tensor_type_of(tp: onnx.TypeProto) -> onnx.TypeProto.Tensor | None:
     return None
 
 
-def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
-    """Nodes in topological order, keeping file order wherever it is valid (exports are not always sorted)."""
-    nodes = list(nodes)
-    producers = {out: i for i, n in enumerate(nodes) for out in n.output if out}
-    if _in_order(nodes, producers, available):
-        return nodes  # what the sort below returns for a sorted graph, without its bookkeeping
-    indegree = [0] * len(nodes)
-    consumers: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        deps = {producers[x] for x in node_reads(n) if x not in available and x in producers}
-        indegree[i] = len(deps)
-        for d in deps:
-            consumers[d].append(i)
-    ready = [i for i, d in enumerate(indegree) if d == 0]  # a heap: file order wins among ready nodes
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for c in consumers[i]:
-            indegree[c] -= 1
-            if indegree[c] == 0:
-                heapq.heappush(ready, c)
-    if len(order) != len(nodes):  # a cycle: keep the remaining nodes in file order
-        seen = set(order)
-        order.extend(i for i in range(len(nodes)) if i not in seen)
-    return [nodes[i] for i in order]
-
-
-def _in_order(nodes: list[onnx.NodeProto], producers: dict[str, int], available: set[str]) -> bool:
-    """Whether every node comes after the nodes that produce what it reads (file order is topological)."""
-    for i, n in enumerate(nodes):
-        for x in node_reads(n):
-            if x not in available and producers.get(x, -1) >= i:
-                return False
-    return True
-
-
 def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | None = None) -> ModelGraph:
     """Build the ``ModelGraph`` of a prepared model.
 
@@ -279,27 +234,6 @@ def domain_of(node: onnx.NodeProto) -> str:
     return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
-def node_reads(node: onnx.NodeProto) -> list[str]:
-    """Tensors a node reads: its inputs, then outer-scope names its subgraphs capture."""
-    reads = [x for x in node.input if x]
-    for attr in node.attribute:
-        for sub in (*([attr.g] if attr.type == AttributeProto.GRAPH else ()), *attr.graphs):
-            reads.extend(x for x in _captured(sub) if x not in reads)
-    return reads
-
-
-def _captured(graph: onnx.GraphProto) -> list[str]:
-    """Names a subgraph reads from enclosing scopes (ONNX lets them capture any outer tensor)."""
-    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
-    defined |= {i.values.name for i in graph.sparse_initializer}
-    out: list[str] = []
-    for node in graph.node:
-        out.extend(x for x in node_reads(node) if x not in defined and x not in out)
-        defined.update(o for o in node.output if o)
-    out.extend(o.name for o in graph.output if o.name not in defined and o.name not in out)
-    return out
-
-
 def _normalise_value_inputs(
     inputs: list[LayerInput], value_slots: dict[int, str], normalise: ops.Normaliser, ctx: ops.OpContext
 ) -> None:
@@ -369,7 +303,7 @@ def _make_layer(
             inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))
         else:
             inputs.append(LayerInput(spec, InputKind.WEIGHT))
-    captures = control_flow.captured_names(node) if _has_subgraph(node) else []
+    captures = captured_names(node) if _has_subgraph(node) else []
     if captures or _has_subgraph(node):  # control flow: what its subgraphs read follows its own inputs
         inputs.extend(_captured_inputs(captures, types, constants, const_protos, shapes))
         if op_type == "Loop" and domain == "":
@@ -388,11 +322,11 @@ def _make_layer(
         outputs.append(TensorSpec(x, shape, dtype))
 
     attrs: dict[str, Any] = dict(_schema_defaults(op_type, opset, domain))
-    carried = control_flow.subgraph_attributes(node)
+    carried = subgraph_attributes(node)
     attrs.update((a.name, _attr_value(a)) for a in node.attribute if a.type not in _SUBGRAPH_TYPES)
     subgraphs = []
     for a in carried:  # each keyed by its digest, carried canonical
-        graphs = control_flow.graphs_of(a)
+        graphs = graphs_of(a)
         digests = tuple(f"subgraph:{control_flow.subgraph_digest(g, captures, opsets)}" for g in graphs)
         encoded = tuple(control_flow.encode_subgraph(g, captures) for g in graphs)
         single = a.type == AttributeProto.GRAPH

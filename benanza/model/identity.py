@@ -36,8 +36,10 @@ from typing import Any
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
+from benanza.model.dtypes import dtype_name
 from benanza.model.keys import is_small_index, stable_id
 from benanza.model.load import has_data
+from benanza.model.walks import captured_names, topological_nodes
 
 MODEL_KEY_VERSION = 2  # 1: the layers and their edges only (missed every node that is not a layer)
 
@@ -155,7 +157,7 @@ class GraphScope:
         if attr.type == AttributeProto.TENSORS:
             return [self.const_ref(t) for t in attr.tensors]
         if attr.type == AttributeProto.SPARSE_TENSOR:
-            return ["sparse", list(attr.sparse_tensor.dims), _dtype(attr.sparse_tensor.values.data_type)]
+            return ["sparse", list(attr.sparse_tensor.dims), dtype_name(attr.sparse_tensor.values.data_type)]
         if attr.type in (AttributeProto.TYPE_PROTO, AttributeProto.TYPE_PROTOS):
             types = [attr.tp] if attr.type == AttributeProto.TYPE_PROTO else list(attr.type_protos)
             return [_type_of(t) for t in types]
@@ -171,8 +173,6 @@ class GraphScope:
         inner = type(self)(graph, self, self.opsets)
         for i, vi in enumerate(graph.input):
             inner.refs[vi.name] = ["arg", i]
-        from benanza.model.extract import topological_nodes  # extract imports this module
-
         available = {vi.name for vi in graph.input} | set(inner.consts)
         nodes = topological_nodes(graph.node, available)
         return {
@@ -185,20 +185,12 @@ class GraphScope:
 def _captures(node: onnx.NodeProto) -> list[str]:
     if not any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
         return []
-    from benanza.model.control_flow import captured_names  # it imports this module
-
     return captured_names(node)
-
-
-def _dtype(elem_type: int) -> str:
-    from benanza.model.extract import dtype_name  # extract imports this module
-
-    return dtype_name(elem_type)
 
 
 def _const_ref(tensor: onnx.TensorProto) -> list[Any]:
     """A constant by shape and dtype; by value too when it is a small integer constant (shape, axes)."""
-    dtype = _dtype(tensor.data_type)
+    dtype = dtype_name(tensor.data_type)
     shape = list(tensor.dims)
     values = None
     if is_small_index(dtype, math.prod(shape)) and has_data(tensor):
@@ -211,7 +203,7 @@ def _type_of(tp: onnx.TypeProto) -> TensorType:
         return None
     tt = tp.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] if tt.HasField("shape") else None
-    return [dims, _dtype(tt.elem_type)]
+    return [dims, dtype_name(tt.elem_type)]
 
 
 def _value_types(graph: onnx.GraphProto) -> dict[str, TensorType]:

@@ -29,10 +29,12 @@ import onnx
 from onnx import numpy_helper
 
 from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_line
-from benanza.model.extract import node_reads, tensor_type_of, topological_nodes
+from benanza.host_memory import memory_bytes
+from benanza.model.extract import tensor_type_of
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data
+from benanza.model.walks import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +150,6 @@ def _refuse_inputs_larger_than_memory(
     path: object, inputs: list[onnx.ValueInfoProto], bound: Mapping[str, tuple[int, ...]]
 ) -> None:
     """``ModelError`` naming the first bound input whose own size exceeds physical memory."""
-    from benanza.fingerprint import memory_bytes
 
     physical = memory_bytes()
     if physical is None:

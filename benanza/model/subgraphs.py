@@ -35,11 +35,11 @@ import onnx
 from onnx import helper
 
 from benanza.errors import SplitError, UsageError, one_line
-from benanza.model.extract import node_reads, topological_nodes
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.keys import stable_id
 from benanza.model.load import with_synthetic_weights
 from benanza.model.process import ProcessedModel
+from benanza.model.walks import node_reads, topological_nodes
 
 SEQUENCE_KEY_VERSION = 1  # bump when the key's fields or their canonical form change
 EXTERNAL_DATA_THRESHOLD_BYTES = 1_500_000_000  # above this a sequence model keeps its weights in a side file

@@ -547,7 +547,7 @@ class _Site:
             model=name,
             answers=answers or ["No system has measured this model yet."],
             bounds_figure=bounds_figure,
-            path_note=f"Model file: {batches[0].path}.",
+            path_note=f"Planned from the model file {batches[0].path}.",
             figures=figures,
             breakdowns=breakdowns,
             optimizations=optimizations,

@@ -1,67 +1,32 @@
-"""The runtime interface and its registry.
+"""The runtime registry, and the contract every runtime keeps.
 
 A runtime turns a ``BenchmarkSpec`` into a prepared benchmark outside any timed region;
 the harness owns all timing. ``supports`` returns ``None`` or the reason the spec is
-skipped (stored as an outcome, never dropped).
+skipped (stored as an outcome, never dropped). The contract (``Runtime``, ``Prepared``,
+``KernelProfiler``, ``Measured``) is declared in ``benanza.bench.contract``, beside the code
+that drives it, and exported here for the modules that implement it.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
-from benanza.bench.spec import BenchmarkSpec
+from benanza.bench.contract import KernelProfiler, Measured, Prepared, Runtime
 from benanza.errors import RegistryError, UsageError
 
-
-@runtime_checkable
-class Prepared(Protocol):
-    """A benchmark ready to run: ``call`` is what the harness times."""
-
-    def call(self) -> object: ...
-
-    def kernel_times(self, runs: int) -> list[float] | None:
-        """Per-run library kernel time in seconds (the runtime's own profiler), or None."""
-        ...
-
-    def close(self) -> None: ...
-
-
-@runtime_checkable
-class KernelProfiler(Protocol):
-    """Optional (``Prepared.profiler()``): a profiled twin of a prepared benchmark.
-
-    The interleaved schedule runs it once per round beside the timed call, outside the
-    timed region, so kernel times cover the same period as the call latencies.
-    ``Prepared.profiler(precalls=n)`` makes ``run`` do ``n`` unkept runs before each kept
-    one, as the timed samples are preceded by untimed calls.
-    """
-
-    def run(self) -> None: ...
-
-    def finish(self) -> list[float]:
-        """Kernel time in seconds of every run so far, in order."""
-        ...
-
-    def close(self) -> None: ...
-
-
-@runtime_checkable
-class Runtime(Protocol):
-    name: str
-
-    def supports(self, spec: BenchmarkSpec) -> str | None: ...
-
-    def prepare(self, spec: BenchmarkSpec) -> Prepared: ...
-
-    def stack(self) -> dict[str, Any]:
-        """Software-stack fingerprint parts (library versions) this runtime depends on."""
-        ...
-
-    def variant(self) -> dict[str, Any]:
-        """The settings that distinguish this runtime's measurements (threads, opt level)."""
-        ...
+__all__ = [
+    "KernelProfiler",
+    "Measured",
+    "Prepared",
+    "Runtime",
+    "get_runtime",
+    "register_runtime",
+    "runtime_names",
+    "runtime_options",
+]
 
 
 RuntimeFactory = Callable[..., Runtime]
@@ -114,7 +79,12 @@ def check_options(name: str, factory: RuntimeFactory, options: Mapping[str, Any]
         ) from None
 
 
+# The modules that register the runtimes shipped with benanza, imported by name on first use, as
+# ``store.base`` does for stores: the registry depends on none of them (each imports this module), and
+# the cuda module imports no GPU library until a runtime is made.
+_BUILTIN = ("benanza.runtimes.null", "benanza.runtimes.onnxruntime", "benanza.runtimes.cuda.runtime")
+
+
 def _load_builtin() -> None:
-    # Importing registers; heavy backends (cuda) register lazily-importing factories.
-    from benanza.runtimes import null, onnxruntime  # noqa: F401
-    from benanza.runtimes.cuda import runtime as cuda_runtime  # noqa: F401  (imports no GPU library)
+    for module in _BUILTIN:
+        importlib.import_module(module)  # registers its runtimes

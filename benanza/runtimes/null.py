@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from benanza.bench.spec import BenchmarkSpec
-from benanza.runtimes.base import register_runtime
+from benanza.runtimes.base import Prepared, Runtime, register_runtime
 
 
-class NullPrepared:
+class NullPrepared(Prepared):
     """A prepared benchmark whose call does nothing."""
 
     __slots__ = ()
@@ -28,7 +28,7 @@ class NullPrepared:
 
 
 @register_runtime("null")
-class NullRuntime:
+class NullRuntime(Runtime):
     """Supports every spec; ``prepare`` returns a do-nothing call."""
 
     name = "null"

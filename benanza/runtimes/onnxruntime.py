@@ -41,11 +41,12 @@ from benanza.bench.build import build_onnx
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
-from benanza.model.extract import dtype_name, node_reads
+from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
 from benanza.model.synthetic import synthetic_array
-from benanza.runtimes.base import register_runtime
+from benanza.model.walks import node_reads
+from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
 EXECUTION_PROVIDERS = ("cpu", "cuda")
@@ -121,7 +122,7 @@ def ort_message(exc: BaseException) -> str:
     return re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", one_line(exc))
 
 
-class _OrtPrepared:
+class _OrtPrepared(Prepared):
     def __init__(self, model_bytes: bytes, feeds: dict[str, np.ndarray], opt_level: str, threads: int) -> None:
         ort = _ort()
         self._bytes, self._feeds = model_bytes, feeds
@@ -164,7 +165,7 @@ class _OrtPrepared:
         self._run = None
 
 
-class _OrtProfiler:
+class _OrtProfiler(KernelProfiler):
     """A profiling session: ``run`` once per wanted run, then ``finish`` for per-run kernel times.
 
     Kept apart from the timed session because profiling slows every call down. Its first
@@ -244,7 +245,7 @@ def cuda_provider_missing() -> str | None:
     return None
 
 
-class OrtCudaModel:
+class OrtCudaModel(Prepared):
     """A model in ONNX Runtime's CUDA execution provider, inputs and outputs bound on the device.
 
     The call is ``run_with_iobinding``: ONNX Runtime launches every kernel and synchronises its
@@ -326,7 +327,7 @@ def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
 
 
 @register_runtime("onnxruntime")
-class OnnxRuntimeCPU:
+class OnnxRuntimeCPU(Runtime):
     """ONNX Runtime, CPU execution provider."""
 
     name = "onnxruntime"
@@ -372,7 +373,7 @@ class OnnxRuntimeCPU:
             path = (spec.model or {}).get("path")
             if not path or not Path(path).exists():
                 return f"model file not available on this system: {path}"
-        elif not spec.network:
+        elif spec.network is None:
             return "spec carries no network to build"
         if self.ep == "cuda":
             return cuda_provider_missing()
@@ -385,8 +386,10 @@ class OnnxRuntimeCPU:
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
             model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
+        elif spec.network is None:
+            raise UsageError(f"spec {spec.key} carries no network to build")
         else:
-            model = build_onnx(spec.network or {})
+            model = build_onnx(spec.network)
         if self.ep == "cuda":
             return OrtCudaModel(model)
         return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads)

@@ -5,8 +5,8 @@
 store's URI is a ``StoreURI``, shown with its password masked.
 """
 
+from benanza.bench.records import SCHEMA_VERSION, BenchmarkRecord, Outcome, make_record
 from benanza.store.base import Store, default_uri, open_store, register_store, store_schemes
-from benanza.store.records import SCHEMA_VERSION, BenchmarkRecord, Outcome, make_record
 from benanza.store.uri import DEFAULT_URI, StoreURI, mask_uri, resolve_store_uri
 
 __all__ = [

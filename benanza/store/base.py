@@ -12,6 +12,9 @@ semantics, pinned down by the contract tests in ``tests/test_store.py``:
   document is written atomically and a failed call may have written some of its records,
   which the caller's retry of the same call completes.
 - Queries see only records of the current ``records.SCHEMA_VERSION``; others are ignored.
+- Plans (``bench/plans.py``) are stored beside the records: ``put_plans`` replaces a plan of
+  the same ``StoredPlan.identity()``, ``plans`` sees only the current ``PLAN_SCHEMA_VERSION``
+  (a database made before plans were stored has none, and analysis says so).
 - ``present_spec_ids`` is the planner's question "what is already measured here?" and must
   stay fast for a million records.
 - Leases keep two drivers from measuring the same thing, and a dead driver from holding
@@ -54,8 +57,9 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import Any, Protocol, Self, runtime_checkable
 
+from benanza.bench.plans import StoredPlan
+from benanza.bench.records import BenchmarkRecord
 from benanza.errors import RegistryError, StoreError, UsageError
-from benanza.store.records import BenchmarkRecord
 from benanza.store.uri import DEFAULT_URI, StoreURI, resolve_store_uri
 
 
@@ -84,8 +88,24 @@ class Store(Protocol):
         keys: Iterable[str] | None = None,
         batch_size: int | None = None,
         outcome: str | None = None,
+        payload: bool = True,
     ) -> list[BenchmarkRecord]:
-        """Current-schema records matching every given filter, in identity order."""
+        """Current-schema records matching every given filter, in identity order.
+
+        ``payload=False`` leaves out the raw samples and the spec document (``samples``,
+        ``kernel_samples`` and ``spec`` are empty; the identity, ``label``, ``stats`` and
+        ``kernel_stats`` are kept): what analysis reads, at a fraction of the bytes.
+        """
+        ...
+
+    def put_plans(self, system: str, stack_id: str, plans: Iterable[StoredPlan]) -> int:
+        """Store the plans a system's stack measured, replacing any of the same identity; returns how many."""
+        ...
+
+    def plans(
+        self, *, system: str | None = None, stack_id: str | None = None, model: str | None = None
+    ) -> list[StoredPlan]:
+        """Current-schema plans matching every given filter (``model``: its name), in identity order."""
         ...
 
     def repeats(

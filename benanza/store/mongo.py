@@ -60,9 +60,10 @@ from pymongo.errors import (
 )
 from pymongo.uri_parser import parse_uri
 
+from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
+from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError, one_line
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
-from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.store.uri import StoreURI, mask_uri
 
 __all__ = ["MongoStore", "database_of_uri", "mask_uri"]  # mask_uri: store/uri.py's, kept importable here
@@ -73,7 +74,7 @@ SERVER_SELECTION_TIMEOUT_MS = 5_000
 RETRY_WINDOW_ENV = "BENANZA_DB_RETRY_WINDOW_S"
 DEFAULT_RETRY_WINDOW_S = 20.0
 META_ID = "benanza"
-COLLECTIONS = ("results", "systems", "stacks", "leases", "meta", "repeats")
+COLLECTIONS = ("results", "systems", "stacks", "leases", "meta", "plans", "plan_docs", "repeats")
 INDEXES: dict[str, list[tuple[str, list[str], bool]]] = {
     # collection: [(name, fields, unique)]
     "results": [
@@ -83,6 +84,8 @@ INDEXES: dict[str, list[tuple[str, list[str], bool]]] = {
     "stacks": [("stack", ["system", "stack_id"], True)],
     "repeats": [("repeat", [*IDENTITY_FIELDS, "measured_at"], True)],
     "leases": [("lease", ["system", "stack_id", "spec_id"], True), ("lease_owner", ["owner"], False)],
+    # plans: one document per identity naming its content (``plan_id``), each content once in plan_docs
+    "plans": [("plan", list(PLAN_IDENTITY_FIELDS), True)],
 }
 _IDS_PER_QUERY = 1_000  # spec ids or keys per ``$in``
 _DUPLICATE_KEY = 11000
@@ -207,6 +210,7 @@ class MongoStore(StoreBase):
             raise self._fail(f"bad database name: {_reason(exc)}") from None
         self._results, self._systems, self._stacks = self.db["results"], self.db["systems"], self.db["stacks"]
         self._leases, self._meta, self._repeats = self.db["leases"], self.db["meta"], self.db["repeats"]
+        self._plans, self._plan_docs = self.db["plans"], self.db["plan_docs"]
         try:
             self._open(create and not read_only)
         except BaseException:
@@ -401,7 +405,9 @@ class MongoStore(StoreBase):
         keys: Iterable[str] | None = None,
         batch_size: int | None = None,
         outcome: str | None = None,
+        payload: bool = True,
     ) -> list[BenchmarkRecord]:
+        projection = {"_id": 0} if payload else {"_id": 0, "samples": 0, "kernel_samples": 0, "spec": 0}
         query: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
         for field, value in (
             ("system", system),
@@ -417,11 +423,55 @@ class MongoStore(StoreBase):
         queries = [query] if keys is None else [{**query, "key": {"$in": c}} for c in _chunks(sorted(set(keys)))]
         docs: list[dict[str, Any]] = []
         for q in queries:
-            docs += self._call("read records", lambda q=q: list(self._results.find(q, {"_id": 0})))
+            docs += self._call("read records", lambda q=q: list(self._results.find(q, projection)))
         found = [BenchmarkRecord.from_doc(doc) for doc in docs]
         found = [r for r in found if r.schema_version == SCHEMA_VERSION]
         found.sort(key=BenchmarkRecord.identity)
         return found
+
+    def put_plans(self, system: str, stack_id: str, plans: Iterable[StoredPlan]) -> int:
+        given = list(plans)
+        if not given:
+            return 0
+        docs = {p.plan_id: json.loads(json.dumps({**p.to_doc(), "system": "", "stack_id": ""})) for p in given}
+        rows = {}
+        for p in given:  # the later of two same-identity plans wins
+            identity = dict(zip(PLAN_IDENTITY_FIELDS, (system, stack_id, *p.identity()[2:]), strict=True))
+            rows[tuple(identity.values())] = {
+                **identity,
+                "model": p.model,
+                "plan_id": p.plan_id,
+                "schema_version": p.schema_version,
+            }
+        # contents first: a plan row never names a document that is not there
+        content = [UpdateOne({"_id": i}, {"$setOnInsert": {"doc": d}}, upsert=True) for i, d in docs.items()]
+        self._call(f"write {len(content)} plan documents", lambda: self._plan_docs.bulk_write(content, ordered=False))
+        ops = [ReplaceOne({f: row[f] for f in PLAN_IDENTITY_FIELDS}, row, upsert=True) for row in rows.values()]
+        self._call(f"write {len(ops)} plans", lambda: self._plans.bulk_write(ops, ordered=False))
+        return len(given)
+
+    def plans(
+        self, *, system: str | None = None, stack_id: str | None = None, model: str | None = None
+    ) -> list[StoredPlan]:
+        query: dict[str, Any] = {"schema_version": PLAN_SCHEMA_VERSION}
+        for field, value in (("system", system), ("stack_id", stack_id), ("model", model)):
+            if value is not None:
+                query[field] = value
+        rows = self._call("read plans", lambda: list(self._plans.find(query, {"_id": 0})))
+        rows.sort(key=lambda r: tuple(r[f] for f in PLAN_IDENTITY_FIELDS))
+        decoded: dict[str, StoredPlan] = {}
+        for chunk in _chunks(sorted({r["plan_id"] for r in rows})):
+            docs = self._call("read plan documents", lambda c=chunk: list(self._plan_docs.find({"_id": {"$in": c}})))
+            for d in docs:
+                try:
+                    decoded[d["_id"]] = StoredPlan.from_doc(d["doc"])
+                except StoreError as exc:
+                    raise self._fail(f"the stored plan {d['_id']!r} cannot be read: {exc}") from None
+        return [
+            decoded[r["plan_id"]].placed(r["system"], r["stack_id"])
+            for r in rows
+            if r["plan_id"] in decoded and decoded[r["plan_id"]].schema_version == PLAN_SCHEMA_VERSION
+        ]
 
     def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
         now = self.now_iso()

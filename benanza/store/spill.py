@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from benanza.bench.records import BenchmarkRecord
 from benanza.errors import StoreError
 from benanza.store.base import Store
-from benanza.store.records import BenchmarkRecord
 
 SPILL_ENV = "BENANZA_SPILL_DIR"
 DEFAULT_SPILL_DIR = "benanza-spill"  # relative to the working directory

@@ -30,9 +30,10 @@ from typing import Any, TypeVar
 
 import orjson
 
+from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
+from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
-from benanza.store.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.store.uri import StoreURI
 
 DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
@@ -105,6 +106,37 @@ CREATE TABLE IF NOT EXISTS leases (
     PRIMARY KEY (system, stack_id, spec_id)
 );
 """
+# Plans (``bench/plans.py``): one row per identity naming its content, each content stored once
+# (the systems and stacks that measured the same plan share its document).
+_PLAN_IDENTITY = ", ".join(PLAN_IDENTITY_FIELDS)
+_PLANS_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS plans (
+    system TEXT NOT NULL,
+    stack_id TEXT NOT NULL,
+    runtime TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    model_key TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    granularities TEXT NOT NULL,
+    model TEXT NOT NULL,
+    plan_id TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    UNIQUE ({_PLAN_IDENTITY})
+);
+CREATE TABLE IF NOT EXISTS plan_docs (
+    plan_id TEXT PRIMARY KEY,
+    doc TEXT NOT NULL
+);
+"""
+_PUT_PLAN = f"""
+INSERT INTO plans ({_PLAN_IDENTITY}, model, plan_id, schema_version)
+VALUES ({", ".join("?" * (len(PLAN_IDENTITY_FIELDS) + 3))})
+ON CONFLICT ({_PLAN_IDENTITY}) DO UPDATE SET
+    model = excluded.model, plan_id = excluded.plan_id, schema_version = excluded.schema_version
+"""
+_PUT_PLAN_DOC = "INSERT INTO plan_docs (plan_id, doc) VALUES (?, ?) ON CONFLICT (plan_id) DO NOTHING"
+# A record without its raw samples (``records(payload=False)``), cut out by SQLite before decoding
+_NO_PAYLOAD = "json_remove(doc, '$.samples', '$.kernel_samples', '$.spec')"
 # Added to a ``leases`` table made before leases had heartbeats (older versions ignore it).
 _LEASE_HEARTBEAT = "ALTER TABLE leases ADD COLUMN heartbeat_at REAL"
 _LEASE_OWNER_INDEX = "CREATE INDEX IF NOT EXISTS leases_owner ON leases (owner)"
@@ -345,7 +377,7 @@ class SqliteStore(StoreBase):
                 if found and int(found[0]) > DB_SCHEMA_VERSION:
                     raise self._fail(f"benanza database layout {found[0]} is newer than this benanza supports")
             # not executescript: it would COMMIT the transaction that makes creation race-free
-            for statement in _SCHEMA.split(";"):
+            for statement in (_SCHEMA + _PLANS_SCHEMA).split(";"):
                 if statement.strip():
                     c.execute(statement)
             if "heartbeat_at" not in {r[1] for r in c.execute("PRAGMA table_info(leases)")}:
@@ -486,6 +518,7 @@ class SqliteStore(StoreBase):
         keys: Iterable[str] | None = None,
         batch_size: int | None = None,
         outcome: str | None = None,
+        payload: bool = True,
     ) -> list[BenchmarkRecord]:
         where, params = ["schema_version = ?"], [SCHEMA_VERSION]
         for column, value in (
@@ -499,20 +532,75 @@ class SqliteStore(StoreBase):
             if value is not None:
                 where.append(f"{column} = ?")
                 params.append(str(value) if column != "batch_size" else int(value))
-        base = f"SELECT rowid, doc FROM results WHERE {' AND '.join(where)}"
-        if keys is None:
-            rows = self._read(f"{base} ORDER BY {_IDENTITY}", params)
-        else:
-            wanted = sorted(set(keys))
-            rows = []
-            for i in range(0, len(wanted), _KEYS_PER_QUERY):
-                chunk = wanted[i : i + _KEYS_PER_QUERY]
-                rows += self._read(f"{base} AND key IN ({', '.join('?' * len(chunk))})", [*params, *chunk])
+        doc = "doc" if payload else _NO_PAYLOAD
+        base = f"SELECT rowid, {doc} FROM results WHERE {' AND '.join(where)}"
+        try:
+            if keys is None:
+                rows = self._read(f"{base} ORDER BY {_IDENTITY}", params)
+            else:
+                wanted = sorted(set(keys))
+                rows = []
+                for i in range(0, len(wanted), _KEYS_PER_QUERY):
+                    chunk = wanted[i : i + _KEYS_PER_QUERY]
+                    rows += self._read(f"{base} AND key IN ({', '.join('?' * len(chunk))})", [*params, *chunk])
+        except StoreError as exc:
+            if payload or "malformed JSON" not in str(exc):
+                raise
+            # SQLite's json_remove read a damaged document: the same message as decoding it here
+            raise self._fail("damaged: a stored record is not valid JSON (SQLite: malformed JSON)") from None
         found = [self._record_of(rowid, doc) for rowid, doc in rows]
         found = [r for r in found if r.schema_version == SCHEMA_VERSION]
         if keys is not None:
             found.sort(key=BenchmarkRecord.identity)
         return found
+
+    def put_plans(self, system: str, stack_id: str, plans: Iterable[StoredPlan]) -> int:
+        given = list(plans)
+        if not given:
+            return 0
+        docs = {p.plan_id: _json({**p.to_doc(), "system": "", "stack_id": ""}) for p in given}
+        rows = [(system, stack_id, *p.identity()[2:], p.model, p.plan_id, p.schema_version) for p in given]
+
+        def put(c: sqlite3.Connection) -> None:
+            c.executemany(_PUT_PLAN_DOC, list(docs.items()))
+            c.executemany(_PUT_PLAN, rows)
+
+        self._write(put)
+        return len(given)
+
+    def plans(
+        self, *, system: str | None = None, stack_id: str | None = None, model: str | None = None
+    ) -> list[StoredPlan]:
+        where, params = ["p.schema_version = ?"], [PLAN_SCHEMA_VERSION]
+        for column, value in (("system", system), ("stack_id", stack_id), ("model", model)):
+            if value is not None:
+                where.append(f"p.{column} = ?")
+                params.append(value)
+        sql = (
+            f"SELECT p.system, p.stack_id, p.plan_id, d.doc FROM plans p JOIN plan_docs d ON d.plan_id = p.plan_id "
+            f"WHERE {' AND '.join(where)} ORDER BY {', '.join(f'p.{f}' for f in PLAN_IDENTITY_FIELDS)}"
+        )
+        try:
+            rows = self._read(sql, params)
+        except StoreError as exc:
+            if "no such table" in str(exc):  # a database made before plans were stored
+                return []
+            raise
+        decoded: dict[str, StoredPlan] = {}  # one decoding per content, shared by its systems and stacks
+        found = []
+        for system_name, sid, plan_id, doc in rows:
+            if plan_id not in decoded:
+                decoded[plan_id] = self._plan_of(plan_id, doc)
+            plan = decoded[plan_id]
+            if plan.schema_version == PLAN_SCHEMA_VERSION:
+                found.append(plan.placed(system_name, sid))
+        return found
+
+    def _plan_of(self, plan_id: str, doc: str) -> StoredPlan:
+        try:
+            return StoredPlan.from_doc(self._json_of(doc, f"plan {plan_id!r}"))
+        except StoreError as exc:
+            raise self._fail(f"the stored plan {plan_id!r} cannot be read: {exc}") from None
 
     def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
         now, doc = self.now_iso(), _json(fingerprint)

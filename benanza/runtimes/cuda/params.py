@@ -13,11 +13,12 @@ type of the benchmark (the spec's, or the precision the runtime variant asks for
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from benanza.model.dtypes import itemsize
+from benanza.model.network import InputRef, Network, NetworkNode, NetworkTensor, RefKind
 
 Shape = tuple[int, ...]
 
@@ -181,7 +182,7 @@ LayerParams = (
     | DataMovementParams
 )
 
-ParamsFn = Callable[[Mapping[str, Any], str], "LayerParams | Unsupported"]
+ParamsFn = Callable[[NetworkNode, str], "LayerParams | Unsupported"]
 PARAMS: dict[str, ParamsFn] = {}
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
@@ -196,18 +197,18 @@ def register_params(*op_types: str) -> Callable[[ParamsFn], ParamsFn]:
     return decorate
 
 
-def layer_params(network: Mapping[str, Any], pos: int = 0, dtype: str | None = None) -> LayerParams | Unsupported:
+def layer_params(network: Network, pos: int = 0, dtype: str | None = None) -> LayerParams | Unsupported:
     """The library call of node ``pos`` of ``network``, at ``dtype`` (default: the node's own).
 
     Args:
         network: a ``Network`` (``benanza.model.network``).
-        pos: the node's position in ``network["nodes"]``.
+        pos: the node's position in ``network.nodes``.
         dtype: the floating-point type to run it in (a precision variant); integer data keeps its type.
     """
     node = resolved_node(network, pos)
-    op = node["op_type"]
-    if node.get("domain") not in ("", "ai.onnx", None):
-        return Unsupported(f"{node['domain']}::{op} is not an ONNX-domain op; no cuDNN/cuBLAS mapping")
+    op = node.op_type
+    if node.domain not in ("", "ai.onnx"):
+        return Unsupported(f"{node.domain}::{op} is not an ONNX-domain op; no cuDNN/cuBLAS mapping")
     derive = PARAMS.get(op)
     if derive is None:
         return Unsupported(f"{op} has no GPU kernel mapping in benanza ({len(PARAMS)} op types have one)")
@@ -218,86 +219,80 @@ def layer_params(network: Mapping[str, Any], pos: int = 0, dtype: str | None = N
     return derive(node, run_dtype)
 
 
-def network_params(network: Mapping[str, Any], dtype: str | None = None) -> list[LayerParams | Unsupported]:
+def network_params(network: Network, dtype: str | None = None) -> list[LayerParams | Unsupported]:
     """One parameter value per node, in order (a multi-node network runs node after node)."""
-    return [layer_params(network, pos, dtype) for pos in range(len(network["nodes"]))]
+    return [layer_params(network, pos, dtype) for pos in range(len(network.nodes))]
 
 
-def resolved_node(network: Mapping[str, Any], pos: int) -> dict[str, Any]:
+def resolved_node(network: Network, pos: int) -> NetworkNode:
     """Node ``pos`` with every input reference carrying its ``shape`` and ``dtype``.
 
     A network records shapes on weights and values; an input reference points into
-    ``network["inputs"]`` and a node reference at another node's output.
+    ``network.inputs`` and a node reference at another node's output.
     """
-    node = network["nodes"][pos]
+    node = network.nodes[pos]
     refs = []
-    for ref in node["inputs"]:
-        kind = ref.get("kind")
-        if kind == "input":
-            t = network["inputs"][ref["input"]]
-            ref = {**ref, "shape": t["shape"], "dtype": t["dtype"]}
-        elif kind == "node":
-            t = network["nodes"][ref["node"]]["outputs"][ref.get("output", 0)]
-            ref = {**ref, "shape": t["shape"], "dtype": t["dtype"]}
-        refs.append(ref)
-    return {**node, "inputs": refs}
+    for ref in node.inputs:
+        t = network.tensor_of(ref) if ref.is_activation else None
+        refs.append(replace(ref, shape=t.shape, dtype=t.dtype) if t is not None else ref)
+    return replace(node, inputs=tuple(refs))
 
 
 # ------------------------------------------------------------------------ helpers
 
 
-def _dtype_of(node: Mapping[str, Any]) -> str:
-    for ref in node["inputs"]:
-        if ref.get("kind") in ("input", "node") and ref.get("dtype"):
-            return ref["dtype"]
-    return node["outputs"][0]["dtype"]
+def _dtype_of(node: NetworkNode) -> str:
+    for ref in node.inputs:
+        if ref.is_activation and ref.dtype:
+            return ref.dtype
+    return node.outputs[0].dtype
 
 
-def _shape(ref: Mapping[str, Any] | None) -> Shape:
-    return tuple(int(d) for d in (ref or {}).get("shape", ()))
+def _shape(ref: InputRef | NetworkTensor | None) -> Shape:
+    return tuple(int(d) for d in (ref.shape if ref is not None and ref.shape is not None else ()))
 
 
-def _inputs(node: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return list(node["inputs"])
+def _inputs(node: NetworkNode) -> list[InputRef]:
+    return list(node.inputs)
 
 
-def _in_shape(node: Mapping[str, Any], i: int) -> Shape | None:
+def _in_shape(node: NetworkNode, i: int) -> Shape | None:
     """Shape of input ``i``: recorded for weights and values; activations carry theirs too."""
     refs = _inputs(node)
-    if i >= len(refs) or refs[i].get("kind") == "absent":
+    if i >= len(refs) or refs[i].kind is RefKind.ABSENT:
         return None
-    return _shape(refs[i]) if "shape" in refs[i] else None
+    return _shape(refs[i]) if refs[i].shape is not None else None
 
 
-def _attrs(node: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(node.get("attributes") or {})
+def _attrs(node: NetworkNode) -> dict[str, Any]:
+    return node.attrs
 
 
-def _out(node: Mapping[str, Any], i: int = 0) -> Shape:
-    return _shape(node["outputs"][i])
+def _out(node: NetworkNode, i: int = 0) -> Shape:
+    return _shape(node.outputs[i])
 
 
-def _activation_shapes(node: Mapping[str, Any]) -> list[Shape]:
+def _activation_shapes(node: NetworkNode) -> list[Shape]:
     """Shapes of the data inputs (activations), leaving out weights and small constant values."""
-    return [_shape(r) for r in _inputs(node) if r.get("kind") in ("input", "node", "weight")]
+    return [_shape(r) for r in _inputs(node) if r.is_activation or r.kind is RefKind.WEIGHT]
 
 
 # ------------------------------------------------------------------------ derivations
 
 
 @register_params("Conv", "ConvTranspose")
-def _conv(node: Mapping[str, Any], dtype: str) -> ConvParams | Unsupported:
+def _conv(node: NetworkNode, dtype: str) -> ConvParams | Unsupported:
     a = _attrs(node)
     w = _in_shape(node, 1)
     y = _out(node)
     x = _in_shape(node, 0)
     if w is None or x is None:
-        return Unsupported(f"{node['op_type']} without a known weight or input shape")
+        return Unsupported(f"{node.op_type} without a known weight or input shape")
     n = len(w) - 2
     if n < 1 or n > 3:
-        return Unsupported(f"{node['op_type']} with {n} spatial dimensions (cuDNN runs 1 to 3)")
+        return Unsupported(f"{node.op_type} with {n} spatial dimensions (cuDNN runs 1 to 3)")
     pads = tuple(a.get("pads") or (0,) * (2 * n))
-    transpose = node["op_type"] == "ConvTranspose"
+    transpose = node.op_type == "ConvTranspose"
     if transpose and any(a.get("output_padding") or ()):
         return Unsupported("ConvTranspose with output_padding: the output is not cuDNN's backward-data shape")
     return ConvParams(
@@ -316,7 +311,7 @@ def _conv(node: Mapping[str, Any], dtype: str) -> ConvParams | Unsupported:
 
 
 @register_params("Gemm")
-def _gemm(node: Mapping[str, Any], dtype: str) -> GemmParams | Unsupported:
+def _gemm(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
     a = _attrs(node)
     sa, sb = _in_shape(node, 0), _in_shape(node, 1)
     if sa is None or sb is None or len(sa) != 2 or len(sb) != 2:
@@ -343,7 +338,7 @@ def _gemm(node: Mapping[str, Any], dtype: str) -> GemmParams | Unsupported:
 
 
 @register_params("MatMul")
-def _matmul(node: Mapping[str, Any], dtype: str) -> GemmParams | Unsupported:
+def _matmul(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
     sa, sb = _in_shape(node, 0), _in_shape(node, 1)
     if sa is None or sb is None or not sa or not sb:
         return Unsupported("MatMul without known operand shapes")
@@ -370,9 +365,9 @@ def _matmul(node: Mapping[str, Any], dtype: str) -> GemmParams | Unsupported:
 
 
 @register_params("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
-def _pool(node: Mapping[str, Any], dtype: str) -> PoolParams | Unsupported:
+def _pool(node: NetworkNode, dtype: str) -> PoolParams | Unsupported:
     a = _attrs(node)
-    op = node["op_type"]
+    op = node.op_type
     x = _in_shape(node, 0)
     if x is None or len(x) < 3:
         return Unsupported(f"{op} without a known N x C x spatial input")
@@ -384,7 +379,7 @@ def _pool(node: Mapping[str, Any], dtype: str) -> PoolParams | Unsupported:
             return Unsupported(f"{op} with dilations: cuDNN pooling has none")
         if a.get("ceil_mode"):
             return Unsupported(f"{op} with ceil_mode: cuDNN pooling rounds down")
-        if op == "MaxPool" and len(node["outputs"]) > 1:
+        if op == "MaxPool" and len(node.outputs) > 1:
             return Unsupported("MaxPool with an Indices output: cuDNN pooling returns values only")
         window = tuple(a["kernel_shape"])
         pads_all = tuple(a.get("pads") or (0,) * (2 * n))
@@ -431,7 +426,7 @@ def _symmetric_window(
 
 
 @register_params("LRN")
-def _lrn(node: Mapping[str, Any], dtype: str) -> LrnParams | Unsupported:
+def _lrn(node: NetworkNode, dtype: str) -> LrnParams | Unsupported:
     a = _attrs(node)
     x = _in_shape(node, 0)
     if x is None:
@@ -442,22 +437,22 @@ def _lrn(node: Mapping[str, Any], dtype: str) -> LrnParams | Unsupported:
 
 
 @register_params("Softmax", "LogSoftmax")
-def _softmax(node: Mapping[str, Any], dtype: str) -> SoftmaxParams | Unsupported:
+def _softmax(node: NetworkNode, dtype: str) -> SoftmaxParams | Unsupported:
     a = _attrs(node)
     x = _in_shape(node, 0)
     if x is None or not x:
-        return Unsupported(f"{node['op_type']} without a known input shape")
+        return Unsupported(f"{node.op_type} without a known input shape")
     axis = int(a.get("axis", len(x) - 1))
     outer = math.prod(x[:axis])
     if a.get("coerce_2d"):  # opset < 13: flattened at axis, softmax over the whole trailing block
         dim, inner = math.prod(x[axis:]), 1
     else:
         dim, inner = x[axis], math.prod(x[axis + 1 :])
-    return SoftmaxParams(outer, dim, inner, node["op_type"] == "LogSoftmax", dtype)
+    return SoftmaxParams(outer, dim, inner, node.op_type == "LogSoftmax", dtype)
 
 
 @register_params("BatchNormalization")
-def _batch_norm(node: Mapping[str, Any], dtype: str) -> BatchNormParams | Unsupported:
+def _batch_norm(node: NetworkNode, dtype: str) -> BatchNormParams | Unsupported:
     a = _attrs(node)
     x = _in_shape(node, 0)
     if x is None or len(x) < 2:
@@ -471,8 +466,8 @@ _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "el
 
 
 @register_params(*_ACTIVATIONS)
-def _activation(node: Mapping[str, Any], dtype: str) -> ActivationParams | ElementwiseParams | Unsupported:
-    op = node["op_type"]
+def _activation(node: NetworkNode, dtype: str) -> ActivationParams | ElementwiseParams | Unsupported:
+    op = node.op_type
     x = _in_shape(node, 0)
     if x is None:
         return Unsupported(f"{op} without a known input shape")
@@ -487,13 +482,13 @@ def _activation(node: Mapping[str, Any], dtype: str) -> ActivationParams | Eleme
     return ActivationParams(_ACTIVATIONS[op], x, dtype)
 
 
-def _clip_bounds(node: Mapping[str, Any]) -> tuple[float | None, float | None]:
+def _clip_bounds(node: NetworkNode) -> tuple[float | None, float | None]:
     a = _attrs(node)
     if "min" in a or "max" in a:  # opset < 11
         return a.get("min"), a.get("max")
     bounds: list[float | None] = []
     for ref in _inputs(node)[1:3]:
-        value = ref.get("value") if ref.get("kind") == "value" else None
+        value = ref.value if ref.kind is RefKind.VALUE else None
         bounds.append(float(value[0]) if value else None)
     bounds += [None] * (2 - len(bounds))
     return bounds[0], bounds[1]
@@ -539,11 +534,11 @@ _ANY_DTYPE = frozenset(
 
 
 @register_params(*_ELEMENTWISE)
-def _elementwise(node: Mapping[str, Any], dtype: str) -> ElementwiseParams | Unsupported:
+def _elementwise(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupported:
     shapes = tuple(_activation_shapes(node))
     if not shapes:
-        return Unsupported(f"{node['op_type']} without known input shapes")
-    return ElementwiseParams(node["op_type"], shapes, _out(node), dtype, tuple(sorted(_attrs(node).items())))
+        return Unsupported(f"{node.op_type} without known input shapes")
+    return ElementwiseParams(node.op_type, shapes, _out(node), dtype, tuple(sorted(_attrs(node).items())))
 
 
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
@@ -551,11 +546,11 @@ _MOVES = ("Concat", "Transpose", "Slice", "Pad", "Gather", "Expand", "Tile", "Sp
 
 
 @register_params(*_VIEWS, *_MOVES)
-def _data_movement(node: Mapping[str, Any], dtype: str) -> DataMovementParams | Unsupported:
-    op = node["op_type"]
+def _data_movement(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupported:
+    op = node.op_type
     shapes = tuple(_activation_shapes(node))
     attrs = tuple(sorted(_attrs(node).items()))
-    if op == "Dropout" and (len(node["outputs"]) > 1 or _attrs(node).get("training_mode")):
+    if op == "Dropout" and (len(node.outputs) > 1 or _attrs(node).get("training_mode")):
         return Unsupported("Dropout with a mask output or in training mode")
     return DataMovementParams(op, shapes, _out(node), dtype, attrs, view=op in _VIEWS)
 
@@ -566,7 +561,7 @@ def _data_movement(node: Mapping[str, Any], dtype: str) -> DataMovementParams | 
 _FUSABLE_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "elu"}
 
 
-def fused_conv(network: Mapping[str, Any], dtype: str | None = None) -> ConvParams | Unsupported:
+def fused_conv(network: Network, dtype: str | None = None) -> ConvParams | Unsupported:
     """The fused call of a Conv [+ BatchNormalization] [+ Add(bias)] [+ activation] chain.
 
     The pattern Benanza measures with ``cudnnConvolutionBiasActivationForward`` and cuDNN's
@@ -575,8 +570,8 @@ def fused_conv(network: Mapping[str, Any], dtype: str | None = None) -> ConvPara
     is applied in the same kernel. Anything else in the chain, or a chain that branches, is
     not this pattern.
     """
-    nodes = list(network["nodes"])
-    if not nodes or nodes[0]["op_type"] != "Conv":
+    nodes = network.nodes
+    if not nodes or nodes[0].op_type != "Conv":
         return Unsupported("not a convolution chain")
     conv = layer_params(network, 0, dtype)
     if isinstance(conv, Unsupported):
@@ -585,10 +580,10 @@ def fused_conv(network: Mapping[str, Any], dtype: str | None = None) -> ConvPara
     bias, activation, coef = conv.bias, None, 0.0
     for pos in range(1, len(nodes)):
         node = resolved_node(network, pos)
-        refs = [r for r in node["inputs"] if r.get("kind") in ("node", "input")]
-        if len(refs) != 1 or refs[0].get("kind") != "node" or refs[0].get("node") != pos - 1:
-            return Unsupported(f"{node['op_type']} does not read only the previous node: not a fusable chain")
-        op = node["op_type"]
+        refs = [r for r in node.inputs if r.is_activation]
+        if len(refs) != 1 or refs[0].kind is not RefKind.NODE or refs[0].node != pos - 1:
+            return Unsupported(f"{node.op_type} does not read only the previous node: not a fusable chain")
+        op = node.op_type
         if activation is not None:
             return Unsupported(f"{op} after the activation: not a conv+bias+activation chain")
         if op == "BatchNormalization":
@@ -605,9 +600,9 @@ def fused_conv(network: Mapping[str, Any], dtype: str | None = None) -> ConvPara
     return replace(conv, bias=bias, activation=activation, activation_coef=coef)
 
 
-def _per_channel(node: Mapping[str, Any], y: Shape) -> bool:
+def _per_channel(node: NetworkNode, y: Shape) -> bool:
     """An Add of a constant shaped like a per-channel bias of ``y`` (C, C x 1 x 1, 1 x C x 1 x 1)."""
-    consts = [r for r in node["inputs"] if r.get("kind") in ("weight", "value")]
+    consts = [r for r in node.inputs if r.is_constant]
     if len(consts) != 1:
         return False
     shape = list(_shape(consts[0]))

@@ -34,7 +34,6 @@ import dataclasses
 import functools
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,7 @@ from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import GpuError, UnsupportedLayer, UsageError, one_line
 from benanza.model.graph import ModelGraph
-from benanza.runtimes.base import register_runtime
+from benanza.runtimes.base import Measured, Prepared, Runtime, register_runtime
 from benanza.runtimes.cuda.candidate import Candidate, CandidateResult, dedupe, mark_default, summarise
 from benanza.runtimes.cuda.fusion import fused_groups
 from benanza.runtimes.cuda.params import (
@@ -68,16 +67,6 @@ PRIMARY_SOURCE = {  # whose default pick is "the framework's": what ONNX Runtime
     ConvParams: "cudnn-legacy",
     GemmParams: "cublaslt",
 }
-
-
-@dataclass(frozen=True, slots=True)
-class Measured:
-    """What a self-measuring prepared benchmark returns to ``bench.execute``."""
-
-    samples: tuple[float, ...]
-    stats: dict[str, Any]
-    kernel_samples: tuple[float, ...] = ()
-    settings: dict[str, Any] = field(default_factory=dict)
 
 
 Builder = Callable[[Any, Any, LayerParams, bool], list[Candidate]]
@@ -118,11 +107,10 @@ def _builders(params: LayerParams, fused: bool) -> list[tuple[str, Builder]]:
 
 def spec_params(spec: BenchmarkSpec, precision: str) -> LayerParams | Unsupported:
     """The one library call a layer or group spec needs, at ``precision``."""
-    network = spec.network or {}
-    nodes = network.get("nodes") or []
-    if not nodes:
+    network = spec.network
+    if network is None or not network.nodes:
         return Unsupported("spec carries no network")
-    if spec.kind is SpecKind.GROUP or len(nodes) > 1:
+    if spec.kind is SpecKind.GROUP or len(network.nodes) > 1:
         return fused_conv(network, precision)
     return layer_params(network, 0, precision)
 
@@ -156,7 +144,7 @@ def build_candidates(
     return mark_default(dedupe(candidates)), errors
 
 
-class GpuPrepared:
+class GpuPrepared(Prepared):
     """A layer's candidates, built; ``measure`` times each of them with the harness.
 
     A view (Reshape, Flatten and the like change only metadata) has no candidate and costs
@@ -265,7 +253,7 @@ def _zero_stats() -> dict[str, Any]:
 
 
 @register_runtime("cudnn")
-class CudnnRuntime:
+class CudnnRuntime(Runtime):
     """cuDNN (legacy and graph API), cublasLt and CuPy kernels on one GPU; see the module docstring."""
 
     name = "cudnn"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benanza.bench.contract import Prepared
 from benanza.errors import GpuError
 
 
@@ -30,7 +31,7 @@ def torch_missing() -> str | None:
     return None
 
 
-class TorchModel:
+class TorchModel(Prepared):
     """``call`` runs the converted model once and waits for the GPU."""
 
     def __init__(self, model: Any, device: int = 0, precision: str = "float32", tensor_cores: bool = True) -> None:

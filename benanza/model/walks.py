@@ -1,0 +1,96 @@
+"""Walks over raw ONNX graphs: what a node reads, topological order, a subgraph's captures.
+
+The primitives every stage of the model layer shares (identity, control flow, extraction,
+shape resolution, subgraph splitting); they depend on ``onnx`` alone, so that no two of
+those stages import each other for them.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+import onnx
+from onnx import AttributeProto
+
+# Generators without inputs that still produce new values each run: layers, not constants.
+RANDOM_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+)
+
+
+def subgraph_attributes(node: onnx.NodeProto) -> list[AttributeProto]:
+    """The node's attributes that hold subgraphs (``GRAPH`` or ``GRAPHS``), in file order."""
+    return [a for a in node.attribute if a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)]
+
+
+def graphs_of(attr: AttributeProto) -> list[onnx.GraphProto]:
+    return [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+
+
+def captured_names(node: onnx.NodeProto) -> list[str]:
+    """Outer-scope tensors the node's subgraphs read, in order of first use (names a node input may repeat)."""
+    out: list[str] = []
+    for attr in subgraph_attributes(node):
+        for sub in graphs_of(attr):
+            out.extend(x for x in captured_reads(sub) if x not in out)
+    return out
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """Tensors a node reads: its inputs, then outer-scope names its subgraphs capture."""
+    reads = [x for x in node.input if x]
+    for attr in node.attribute:
+        for sub in (*([attr.g] if attr.type == AttributeProto.GRAPH else ()), *attr.graphs):
+            reads.extend(x for x in captured_reads(sub) if x not in reads)
+    return reads
+
+
+def captured_reads(graph: onnx.GraphProto) -> list[str]:
+    """Names a subgraph reads from enclosing scopes (ONNX lets them capture any outer tensor)."""
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    defined |= {i.values.name for i in graph.sparse_initializer}
+    out: list[str] = []
+    for node in graph.node:
+        out.extend(x for x in node_reads(node) if x not in defined and x not in out)
+        defined.update(o for o in node.output if o)
+    out.extend(o.name for o in graph.output if o.name not in defined and o.name not in out)
+    return out
+
+
+def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> list[onnx.NodeProto]:
+    """Nodes in topological order, keeping file order wherever it is valid (exports are not always sorted)."""
+    nodes = list(nodes)
+    producers = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    if _in_order(nodes, producers, available):
+        return nodes  # what the sort below returns for a sorted graph, without its bookkeeping
+    indegree = [0] * len(nodes)
+    consumers: list[list[int]] = [[] for _ in nodes]
+    for i, n in enumerate(nodes):
+        deps = {producers[x] for x in node_reads(n) if x not in available and x in producers}
+        indegree[i] = len(deps)
+        for d in deps:
+            consumers[d].append(i)
+    ready = [i for i, d in enumerate(indegree) if d == 0]  # a heap: file order wins among ready nodes
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        i = heapq.heappop(ready)
+        order.append(i)
+        for c in consumers[i]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                heapq.heappush(ready, c)
+    if len(order) != len(nodes):  # a cycle: keep the remaining nodes in file order
+        seen = set(order)
+        order.extend(i for i in range(len(nodes)) if i not in seen)
+    return [nodes[i] for i in order]
+
+
+def _in_order(nodes: list[onnx.NodeProto], producers: dict[str, int], available: set[str]) -> bool:
+    """Whether every node comes after the nodes that produce what it reads (file order is topological)."""
+    for i, n in enumerate(nodes):
+        for x in node_reads(n):
+            if x not in available and producers.get(x, -1) >= i:
+                return False
+    return True
