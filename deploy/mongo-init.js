@@ -32,6 +32,12 @@ benanza.stacks.createIndex({ system: 1, stack_id: 1 }, { name: "stack", unique: 
 benanza.leases.createIndex({ system: 1, stack_id: 1, spec_id: 1 }, { name: "lease", unique: true });
 // A driver renews all its leases at once (heartbeat): by owner.
 benanza.leases.createIndex({ owner: 1 }, { name: "lease_owner", unique: false });
+
+// A plan (the units a model was benchmarked as) per identity; its content is stored once in plan_docs.
+benanza.plans.createIndex(
+  { system: 1, stack_id: 1, runtime: 1, variant: 1, model_key: 1, batch_size: 1, granularities: 1 },
+  { name: "plan", unique: true },
+);
 // Earlier runs of a result (repeats, bounded per identity): one per identity and time.
 benanza.repeats.createIndex(
   { system: 1, stack_id: 1, runtime: 1, kind: 1, key: 1, batch_size: 1, dtype: 1, variant: 1, measured_at: 1 },
