@@ -16,11 +16,13 @@ from typing import Any
 from benanza.analysis.lower_bound import LowerBound, lower_bound
 from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.analysis.stored import results_by_key
+from benanza.analysis.stored_regressions import StoredRegressions
 from benanza.bench.execute import RunSummary, run_specs
 from benanza.bench.generate import ModelPlan, plan_model, specs_for_plan, unique_specs
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
+from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, variant_id
 from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
 from benanza.model.process import process_model
@@ -100,8 +102,12 @@ def bench(
     e2e: bool = False,
     retry_failed: bool = False,
     progress: Callable[..., None] | None = None,
+    repeat: bool = False,
 ) -> RunSummary:
-    """Benchmark what the store lacks for this system and stack, after storing the plans (what analysis reads)."""
+    """Benchmark what the store lacks for this system and stack, after storing the plans (what analysis reads).
+
+    With ``repeat`` everything is measured again: the store keeps the replaced results as repeats.
+    """
     ctx.store.put_plans(ctx.system, ctx.stack_id, stored_plans(plans, ctx.runtime.name, ctx.variant))
     groups = spec_groups(ctx, plans, e2e)
     return run_specs(
@@ -112,6 +118,7 @@ def bench(
         system=ctx.system,
         stack_id=ctx.stack_id,
         retry_failed=retry_failed,
+        repeat=repeat,
         progress=progress,
         groups=groups,
     )
@@ -160,3 +167,26 @@ def _plan_records(ctx: LocalContext, plan: ModelPlan) -> list[BenchmarkRecord]:
     """Every record of this system, stack and runtime that ``plan`` can use (any variant)."""
     keys = set(plan.networks) | {plan.model_key}
     return ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
+
+
+def repro_targets(found: StoredRegressions) -> list[ReproTarget]:
+    """The flagged regressions of a report whose head record holds a network, as ``write_repro`` targets."""
+    targets = []
+    for change in found.report.regressions:
+        record = found.head_records.get(change.subject)
+        network = (record.spec or {}).get("network") if record is not None else None
+        if network:
+            targets.append(
+                ReproTarget(
+                    kind=change.subject.kind,
+                    key=change.subject.key,
+                    label=change.label,
+                    runtime=change.subject.runtime,
+                    variant=change.subject.variant,
+                    change=change.ratio - 1,
+                    low=change.low - 1,
+                    high=change.high - 1,
+                    network=network,
+                )
+            )
+    return targets

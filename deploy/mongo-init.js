@@ -38,5 +38,10 @@ benanza.plans.createIndex(
   { system: 1, stack_id: 1, runtime: 1, variant: 1, model_key: 1, batch_size: 1, granularities: 1 },
   { name: "plan", unique: true },
 );
+// Earlier runs of a result (repeats, bounded per identity): one per identity and time.
+benanza.repeats.createIndex(
+  { system: 1, stack_id: 1, runtime: 1, kind: 1, key: 1, batch_size: 1, dtype: 1, variant: 1, measured_at: 1 },
+  { name: "repeat", unique: true },
+);
 
 print(`benanza: user ${user} and indexes created in database ${dbName}`);

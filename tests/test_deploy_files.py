@@ -115,6 +115,7 @@ def test_the_expected_files_are_there() -> None:
         "mongo-init.js",
         ".env.example",
         "k8s-cronjob.yaml",
+        "k8s-regressions-cronjob.yaml",
         "benanza-fleet.service",
         "benanza-fleet.timer",
         "README.md",
@@ -377,6 +378,37 @@ def test_systemd_service_and_timer_run_the_fleet_nightly() -> None:
     assert timer["Timer"]["Unit"] == "benanza-fleet.service"
     assert timer["Timer"]["OnCalendar"] and timer["Timer"]["Persistent"] == "true"
     assert timer["Install"]["WantedBy"] == "timers.target"
+
+
+def _regressions_args(argv: list[str]) -> dict[str, str]:
+    """Check ``argv`` is a valid ``benanza analyze regressions`` invocation (the CLI's own parser); its options."""
+    import typer
+
+    from benanza.cli import app
+
+    assert Path(argv[0]).name == "benanza" and argv[1:3] == ["analyze", "regressions"], argv
+    group = typer.main.get_command(app)
+    command = group.commands["analyze"].commands["regressions"]  # type: ignore[attr-defined]
+    command.make_context("regressions", list(argv[3:])).close()  # a bad option or value raises click.UsageError
+    return dict(zip(argv[3::2], argv[4::2], strict=False))
+
+
+def test_the_scheduled_runs_report_regressions_with_the_database_from_a_secret() -> None:
+    service = systemd_unit(DEPLOY / "benanza-fleet.service")
+    report = _regressions_args(shlex.split(service["Service"]["ExecStartPost"]))
+    assert report["--system"] == "all" and "--db" not in report
+    (cronjob,) = yaml.safe_load_all((DEPLOY / "k8s-regressions-cronjob.yaml").read_text())
+    pod = cronjob["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    options = _regressions_args(container["command"] + container["args"])
+    assert options["--system"] == "all" and options["--fail-on"] == "regression" and "--db" not in options
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert "BENANZA_DB" not in env and Path(env["BENANZA_DB_FILE"]).name == "uri"
+    (volume,) = pod["volumes"]
+    assert volume["secret"]["secretName"] == "benanza-mongodb" and volume["secret"]["defaultMode"] & 0o007 == 0
+    nightly = yaml.safe_load_all((DEPLOY / "k8s-cronjob.yaml").read_text())
+    fleet = next(d for d in nightly if d["kind"] == "CronJob")
+    assert int(cronjob["spec"]["schedule"].split()[1]) > int(fleet["spec"]["schedule"].split()[1])  # after it
 
 
 def test_the_invocation_check_rejects_what_is_not_a_fleet_run() -> None:

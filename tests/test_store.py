@@ -552,6 +552,51 @@ class StoreContract:
         assert [p.exitcode for p in procs] == [0] * 4
         self._check_claims(store, ids, held)
 
+    def test_a_replaced_ok_record_becomes_a_repeat_and_repeats_are_bounded(
+        self, store_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("BENANZA_KEEP_REPEATS", "3")
+
+        def run(i: int, hour: int, value: float, **options: object) -> BenchmarkRecord:
+            rec = record_for(i, value=value, **options)  # type: ignore[arg-type]
+            return dataclasses.replace(rec, measured_at=f"2026-11-22T{hour:02d}:00:00.000000+00:00")
+
+        with open_store(store_uri) as store:
+            store.upsert([run(1, 1, 1.0), run(2, 1, 1.0)])
+            assert store.repeats(SYSTEM) == []
+            store.upsert([run(1, 1, 1.0)])  # the same record again (a retry, a drained spill): no repeat
+            assert store.repeats(SYSTEM) == []
+            for hour in range(2, 8):  # six more runs of key 1; key 2 once more
+                store.upsert([run(1, hour, float(hour))])
+            store.upsert([run(2, 2, 2.0), run(3, 2, 2.0)])
+            store.upsert([run(2, 3, 3.0, stack_id="other-stack")])
+            [current] = store.records(keys=["key0000001"])
+            assert current.samples[0] == 7.0  # records() still holds one record per identity, the latest
+            kept = store.repeats(SYSTEM, STACK, keys=["key0000001"])
+            assert [r.samples[0] for r in kept] == [4.0, 5.0, 6.0]  # the newest 3 earlier runs, oldest first
+            assert all(r.identity() == current.identity() for r in kept)
+            assert [(r.key, r.samples[0]) for r in store.repeats(SYSTEM, STACK, keys=["key0000002"])] == [
+                ("key0000002", 1.0)
+            ]
+            assert store.repeats(SYSTEM, "other-stack") == []  # a new identity on another stack is no repeat
+            assert len(store.repeats(SYSTEM)) == 4 and store.repeats("sys-b") == []
+            assert store.repeats(SYSTEM, runtime="null") == [] and store.repeats(SYSTEM, batch_size=8) == []
+            store.upsert([dataclasses.replace(run(3, 3, 0.0), outcome=Outcome.FAILED, reason="x", samples=())])
+            store.upsert([run(3, 4, 4.0)])  # a failure replaced: only ok records are kept as repeats
+            assert [r.samples[0] for r in store.repeats(SYSTEM, keys=["key0000003"])] == [2.0]
+
+    def test_keep_repeats_zero_keeps_none_and_bad_values_are_refused(
+        self, store_uri: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("BENANZA_KEEP_REPEATS", "0")
+        with open_store(store_uri) as store:
+            store.upsert([record_for(1)])
+            store.upsert([dataclasses.replace(record_for(1), measured_at="2026-11-23T00:00:00.000000+00:00")])
+            assert store.repeats(SYSTEM) == []
+        monkeypatch.setenv("BENANZA_KEEP_REPEATS", "-1")
+        with pytest.raises(UsageError, match="BENANZA_KEEP_REPEATS"):
+            open_store(store_uri)
+
     @staticmethod
     def _check_claims(store: Store, ids: list[str], held: dict[int, set[str]]) -> None:
         assert sorted(held) == [0, 1, 2, 3]

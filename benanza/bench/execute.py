@@ -371,6 +371,7 @@ def run_specs(
     system: str,
     stack_id: str,
     retry_failed: bool = False,
+    repeat: bool = False,
     batch: int = 16,
     progress: Callable[[BenchmarkSpec, BenchmarkRecord], None] | None = None,
     groups: Sequence[Sequence[BenchmarkSpec]] = (),
@@ -384,10 +385,14 @@ def run_specs(
     measured with the first. Just before a spec (or a chunk) would be prepared, ``memory``
     is read: what does not fit the memory free then is counted as ``deferred``, not run
     and not stored.
+
+    With ``repeat`` every spec is measured again, stored or not: the store keeps the record
+    each new one replaces as a repeat (``Store.repeats``), the history from which the
+    regression analysis learns each benchmark's run-to-run noise.
     """
     settings = effective_settings(runtime, settings)
-    present = store.present_spec_ids(system, stack_id)
-    if retry_failed:
+    present = set() if repeat else store.present_spec_ids(system, stack_id)
+    if retry_failed and not repeat:
         failed = {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
         present -= failed
     todo = missing(specs, present)

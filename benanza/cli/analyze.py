@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from benanza.analysis.compare import compare_systems
+from benanza.analysis.regressions import RegressionSettings
 from benanza.analysis.stored import (
     ALL,
     PlanSelection,
@@ -25,32 +26,46 @@ from benanza.analysis.stored import (
     stored_optimizations,
     system_reports,
 )
+from benanza.analysis.stored_regressions import regressions
+from benanza.bench.repro import write_repro
 from benanza.cli.common import (
+    BaseStackOpt,
     BatchesOpt,
     BenanzaGroup,
+    ConfidenceOpt,
     EpOpt,
+    FailOn,
+    FailOnOpt,
     FormatOpt,
     GranOpt,
+    HeadStackOpt,
+    HistoryOpt,
     PrecisionOpt,
+    ReproOpt,
     ShapeOpt,
     StackOpt,
     StoredModelsArg,
     SystemsOpt,
     TensorCoresOpt,
     ThreadsOpt,
+    ThresholdOpt,
     model_names,
     one_batch,
     parse_count,
+    parse_fraction,
 )
 from benanza.cli.pipeline import requested
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.config import load_fleet_config
+from benanza.errors import UsageError
 from benanza.fingerprint import default_system_name
+from benanza.local import repro_targets
 from benanza.report.bench import lower_bound_table
 from benanza.report.compare import comparison_table, systems_tables
 from benanza.report.optimize import op_type_table, optimizations_table
 from benanza.report.output import OutputFormat, console, emit
 from benanza.report.plots import lower_bound_bars, unit_breakdown
+from benanza.report.regressions import regression_documents, regression_group, regression_rows
 from benanza.store import open_store
 
 # Filters on the stored plans' runtime and variant (None: any); a stored variant names its settings
@@ -242,3 +257,63 @@ def systems_cmd(
         reports = system_reports(store, system or [ALL], batch=batch_size, top=slowest, selection=selection)
     if not emit(format, [r.to_dict() for r in reports]):
         console().print(systems_tables(reports))
+
+
+@app.command("regressions")
+def regressions_cmd(
+    models: StoredModelsArg = None,
+    system: SystemsOpt = None,
+    base: BaseStackOpt = None,
+    head: HeadStackOpt = None,
+    history: HistoryOpt = False,
+    threshold: ThresholdOpt = "0.05",
+    confidence: ConfidenceOpt = "0.99",
+    fail_on: FailOnOpt = FailOn.none,
+    repro: ReproOpt = None,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="list every compared benchmark, not only flagged ones")
+    ] = False,
+    db: DbOpt = None,
+    db_file: DbFileOpt = None,
+    format: FormatOpt = OutputFormat.table,
+) -> None:
+    """Layers, units and models that got slower or faster: between a system's stacks, or along a stack's runs.
+
+    Each system's latest stack is compared with the stack before it (or --base/--head), or with
+    --history its own repeated runs over time. A change is flagged when its interval (bootstrap
+    over the raw samples, widened by the run-to-run noise learned from repeats) excludes no
+    change and it is at least --threshold. A model's change (end to end where measured with
+    --e2e, else the sum of its units) is attributed to its units, read from the plans stored
+    with the results (MODELS selects among them). The stack diff says which libraries changed.
+    """
+    settings = RegressionSettings(
+        threshold=parse_fraction(threshold, "--threshold", high=10.0),
+        confidence=parse_fraction(confidence, "--confidence"),
+    )
+    if history and base is not None:
+        raise UsageError("--history looks at one stack (--head); --base is for comparing two")
+    with open_store(store_uri(db, db_file), read_only=True) as store:
+        found = regressions(
+            store,
+            system or [default_system_name()],
+            base=base,
+            head=head,
+            history=history,
+            models=model_names(models) or (),
+            settings=settings,
+        )
+    reports = [f.report for f in found]
+    if repro is not None:
+        for f in found:
+            sides = [f.report.base] if f.report.base == f.report.head else [f.report.base, f.report.head]
+            diff = [f"{d.path}: {d.before} -> {d.after}" for d in f.report.stack_diff]
+            folder = repro / f.report.system if len(found) > 1 else repro
+            write_repro(
+                f.report.system, repro_targets(f), {s: f.stacks.get(s, {}) for s in sides}, folder, stack_diff=diff
+            )
+    if not emit(format, regression_documents(reports), regression_rows(reports)):
+        for report in reports:
+            console().print(regression_group(report, show_all=show_all))
+    flagged = sum(len(r.regressions) + (len(r.improvements) if fail_on is FailOn.change else 0) for r in reports)
+    if fail_on is not FailOn.none and flagged:
+        raise typer.Exit(1)

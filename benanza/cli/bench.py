@@ -21,6 +21,7 @@ from benanza.cli.common import (
     ModelsArg,
     OptLevelOpt,
     PrecisionOpt,
+    RepeatOpt,
     RuntimeOpt,
     ScheduleOpt,
     ShapeOpt,
@@ -61,6 +62,7 @@ def bench_run(
     db_file: DbFileOpt = None,
     e2e: Annotated[bool, typer.Option("--e2e", help="also measure every model end to end")] = False,
     retry_failed: Annotated[bool, typer.Option("--retry-failed", help="measure stored failures again")] = False,
+    repeat: RepeatOpt = False,
     threads: ThreadsOpt = None,
     opt_level: OptLevelOpt = "extended",
     system: SystemOpt = None,
@@ -90,7 +92,9 @@ def bench_run(
     )
     try:
         plans = plans_for(ctx, models, wanted)
-        summary = bench_with_progress(ctx, plans, e2e, retry_failed, quiet=format is not OutputFormat.table)
+        summary = bench_with_progress(
+            ctx, plans, e2e, retry_failed, quiet=format is not OutputFormat.table, repeat=repeat
+        )
     finally:
         ctx.close()
     out = {

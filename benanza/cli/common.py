@@ -8,6 +8,7 @@ variant of one (the database options are in ``store_options``). Errors are handl
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -110,6 +111,56 @@ ScheduleOpt = Annotated[
         "in rounds, so host drift hits the parts and the whole alike; holds a model's benchmarks in memory at once)",
     ),
 ]
+
+# -- regressions (``analyze regressions``, ``fleet status``) ----------------------------------
+RepeatOpt = Annotated[
+    bool,
+    typer.Option(
+        "--repeat",
+        help="measure again what is stored for this stack; the replaced results are kept as repeats "
+        "($BENANZA_KEEP_REPEATS, default 10), from which analyze regressions learns the noise",
+    ),
+]
+ThresholdOpt = Annotated[
+    str, typer.Option("--threshold", metavar="FRACTION", help="smallest change flagged: 0.05 or 5% (5% slower/faster)")
+]
+ConfidenceOpt = Annotated[str, typer.Option("--confidence", metavar="LEVEL", help="confidence of the intervals")]
+BaseStackOpt = Annotated[
+    str | None, typer.Option("--base", metavar="STACK", help="stack id to compare against (default: the one before)")
+]
+HeadStackOpt = Annotated[
+    str | None, typer.Option("--head", metavar="STACK", help="stack id to compare (default: the latest)")
+]
+HistoryOpt = Annotated[
+    bool, typer.Option("--history", help="compare a stack's own repeated runs over time instead of two stacks")
+]
+
+
+class FailOn(StrEnum):
+    none = "none"
+    regression = "regression"
+    change = "change"  # a regression or an improvement
+
+
+FailOnOpt = Annotated[
+    FailOn, typer.Option("--fail-on", help="exit status 1 when a regression (or any change) is flagged: a CI gate")
+]
+ReproOpt = Annotated[
+    Path | None,
+    typer.Option("--repro", metavar="DIR", help="write each regressed unit as an ONNX model and its bench commands"),
+]
+
+
+def parse_fraction(text: str, flag: str, *, low: float = 0.0, high: float = 1.0) -> float:
+    """``0.05`` or ``5%`` as 0.05, strictly between ``low`` and ``high``; else a one-line ``UsageError``."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100 if raw.endswith("%") else float(raw)
+    except ValueError:
+        raise UsageError(f"{flag} expects a fraction such as 0.05 or 5%, got {text!r}") from None
+    if not low < value < high:
+        raise UsageError(f"{flag} expects a value between {low:g} and {high:g} (exclusive), got {text!r}")
+    return value
 
 
 def model_paths(models: list[Path] | None) -> list[Path]:

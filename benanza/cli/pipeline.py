@@ -90,7 +90,9 @@ def warn_plans(plans: Sequence[ModelPlan]) -> None:
         print(f"warning: {line}", file=sys.stderr)
 
 
-def bench_with_progress(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool, retry_failed: bool, quiet: bool):
+def bench_with_progress(
+    ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool, retry_failed: bool, quiet: bool, repeat: bool = False
+):
     """``local.bench`` with a progress bar on stderr (none when ``quiet``)."""
     total = len(specs_for(ctx, plans, e2e))
     with Progress(
@@ -108,7 +110,7 @@ def bench_with_progress(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool
         def progress(spec, record):
             bar.update(task, advance=1, description=f"{spec.kind}: {spec.label[:40]}")
 
-        return bench(ctx, plans, e2e=e2e, retry_failed=retry_failed, progress=progress)
+        return bench(ctx, plans, e2e=e2e, retry_failed=retry_failed, progress=progress, repeat=repeat)
 
 
 def print_summary(ctx, summary) -> None:

@@ -3,7 +3,9 @@
 Reads only the store and the corpus (no Ray): a system's current stack is the one its
 worker registered last; its variant (e.g. thread setting) is the one its records of that
 stack use. A system whose current stack lacks results that an earlier stack of it had
-complete is listed as *changed*: a driver or library update not yet re-measured.
+complete is listed as *changed*: a driver or library update not yet re-measured. A system
+with two stacks counts the *regressions* of its current stack against the one before it
+(``local.new_regressions``; ``benanza analyze regressions`` lists them).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from benanza.analysis.compare import latest_stack
 from benanza.analysis.stored import parse_variant
+from benanza.analysis.stored_regressions import new_regressions
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.spec import variant_id
 from benanza.config import FleetConfig, runtime_entry
@@ -48,6 +51,7 @@ class SystemStatus:
     lacks: int | None = None
     total: int = 0
     changed: bool = False  # the current stack is incomplete and an earlier one was complete
+    regressions: int | None = None  # flagged against the stack before the current one; None: one stack
     stacks: list[StackStatus] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,5 +137,7 @@ def fleet_status(store: Store, config: FleetConfig, corpus: CorpusPlan) -> list[
             status.changed = bool(status.lacks) and earlier_complete
         else:
             status.lacks = status.total
+        if status.registered:
+            status.regressions = new_regressions(store, name)
         out.append(status)
     return out

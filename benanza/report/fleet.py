@@ -49,10 +49,12 @@ def status_table(statuses: Sequence[dict[str, Any]]) -> Table:
                 len(s["stacks"]),
                 lacks,
                 s["total"],
+                "-" if s.get("regressions") is None else s["regressions"],
                 "stack changed" if s["changed"] else "",
             ]
         )
     cols = ["system", "known from", "current stack", ("stacks", "right"), ("lacks", "right"), ("corpus", "right")]
+    cols.append(("regressions", "right"))
     return table("fleet status (lacks: benchmarks the current stack has no result for)", [*cols, "note"], rows)
 
 

@@ -38,12 +38,20 @@ so it works where the database cannot be written (a read-only SQLite file or fol
 read-only MongoDB user); SQLite also refuses every write of such a store. A store holds its
 URI as a ``StoreURI`` (``benanza/store/uri.py``) and shows it only as ``shown_uri``, with its
 password masked: every message that names a store uses that.
+
+Repeats: when ``upsert`` replaces an ok record by one measured at another time (a run on an
+unchanged stack, ``bench run --repeat``), the replaced record is kept as a *repeat* of its
+identity; ``repeats`` returns them. Only the newest ``keep_repeats`` per identity are kept
+(``$BENANZA_KEEP_REPEATS``, default 10; 0 keeps none), so history is bounded. Writing the same
+record again (a retry, a spill drained twice) adds no repeat. Repeats are how the regression
+analysis learns each benchmark's run-to-run noise (``benanza/analysis/regressions.py``).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -100,6 +108,21 @@ class Store(Protocol):
         """Current-schema plans matching every given filter (``model``: its name), in identity order."""
         ...
 
+    def repeats(
+        self,
+        system: str,
+        stack_id: str | None = None,
+        *,
+        runtime: str | None = None,
+        keys: Iterable[str] | None = None,
+        batch_size: int | None = None,
+    ) -> list[BenchmarkRecord]:
+        """Earlier current-schema records that ``upsert`` replaced (see the module docstring).
+
+        In identity order, oldest first within an identity; the current record is not among them.
+        """
+        ...
+
     def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
         """Record a system's fingerprint (the latest one is kept; first_seen is not)."""
         ...
@@ -153,6 +176,25 @@ class Store(Protocol):
 
 
 Clock = Callable[[], float]  # UTC epoch seconds, as ``time.time``
+
+KEEP_REPEATS_ENV = "BENANZA_KEEP_REPEATS"
+DEFAULT_KEEP_REPEATS = 10
+
+
+def keep_repeats(value: int | str | None = None) -> int:
+    """How many repeats a store keeps per identity: ``value``, else ``$BENANZA_KEEP_REPEATS``, else 10.
+
+    Raises:
+        UsageError: not a non-negative integer.
+    """
+    text = value if value is not None else os.environ.get(KEEP_REPEATS_ENV, DEFAULT_KEEP_REPEATS)
+    try:
+        kept = int(str(text).strip())
+    except ValueError:
+        kept = -1
+    if kept < 0:
+        raise UsageError(f"{KEEP_REPEATS_ENV} expects a non-negative integer, got {text!r}")
+    return kept
 
 
 class StoreBase:

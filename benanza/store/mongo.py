@@ -14,7 +14,8 @@ driver's reason that quotes part of the credentials (a parser reading half a pas
 port) is not shown.
 
 Layout: collections ``results`` (one document per record: ``BenchmarkRecord.to_doc()`` with
-``schema_version``), ``systems`` (``_id`` = name), ``stacks``, ``leases`` and ``meta`` (one
+``schema_version``), ``systems`` (``_id`` = name), ``stacks``, ``leases``, ``repeats`` (a
+replaced ok record: its identity, ``measured_at`` and ``doc``, see ``Store.repeats``) and ``meta`` (one
 document ``{_id: "benanza", db_schema_version, created_at}``). ``INDEXES`` lists the indexes,
 created idempotently on every open (but a ``read_only`` one): a unique index on
 ``records.IDENTITY_FIELDS`` (the same identity as SQLite's) and one serving ``present_spec_ids``.
@@ -62,7 +63,7 @@ from pymongo.uri_parser import parse_uri
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
 from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError, one_line
-from benanza.store.base import Clock, StoreBase, register_store
+from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
 from benanza.store.uri import StoreURI, mask_uri
 
 __all__ = ["MongoStore", "database_of_uri", "mask_uri"]  # mask_uri: store/uri.py's, kept importable here
@@ -73,7 +74,7 @@ SERVER_SELECTION_TIMEOUT_MS = 5_000
 RETRY_WINDOW_ENV = "BENANZA_DB_RETRY_WINDOW_S"
 DEFAULT_RETRY_WINDOW_S = 20.0
 META_ID = "benanza"
-COLLECTIONS = ("results", "systems", "stacks", "leases", "meta", "plans", "plan_docs")
+COLLECTIONS = ("results", "systems", "stacks", "leases", "meta", "plans", "plan_docs", "repeats")
 INDEXES: dict[str, list[tuple[str, list[str], bool]]] = {
     # collection: [(name, fields, unique)]
     "results": [
@@ -81,6 +82,7 @@ INDEXES: dict[str, list[tuple[str, list[str], bool]]] = {
         ("present", ["system", "stack_id", "schema_version", "spec_id"], False),
     ],
     "stacks": [("stack", ["system", "stack_id"], True)],
+    "repeats": [("repeat", [*IDENTITY_FIELDS, "measured_at"], True)],
     "leases": [("lease", ["system", "stack_id", "spec_id"], True), ("lease_owner", ["owner"], False)],
     # plans: one document per identity naming its content (``plan_id``), each content once in plan_docs
     "plans": [("plan", list(PLAN_IDENTITY_FIELDS), True)],
@@ -158,6 +160,7 @@ class MongoStore(StoreBase):
         max_backoff_s: float = 2.0,
         retry_window_s: float | None = None,
         clock: Clock | None = None,
+        kept_repeats: int | None = None,
     ) -> None:
         """Connect, check (or create) the benanza database and its indexes.
 
@@ -178,9 +181,11 @@ class MongoStore(StoreBase):
                 unreachable server costs ``serverSelectionTimeoutMS`` per attempt); default
                 ``$BENANZA_DB_RETRY_WINDOW_S`` or 20 s.
             clock: the times it writes (``StoreBase.clock``); default ``time.time``.
+            kept_repeats: repeats kept per identity (default ``keep_repeats()``: ``$BENANZA_KEEP_REPEATS`` or 10).
         """
         if clock is not None:
             self.clock = clock
+        self.kept_repeats = keep_repeats(kept_repeats)
         self.uri = StoreURI.of(uri)
         uri = self.uri.reveal()  # to connect with; never shown
         self.read_only = read_only
@@ -204,7 +209,7 @@ class MongoStore(StoreBase):
             self.close()
             raise self._fail(f"bad database name: {_reason(exc)}") from None
         self._results, self._systems, self._stacks = self.db["results"], self.db["systems"], self.db["stacks"]
-        self._leases, self._meta = self.db["leases"], self.db["meta"]
+        self._leases, self._meta, self._repeats = self.db["leases"], self.db["meta"], self.db["repeats"]
         self._plans, self._plan_docs = self.db["plans"], self.db["plan_docs"]
         try:
             self._open(create and not read_only)
@@ -293,9 +298,80 @@ class MongoStore(StoreBase):
             count += 1
         if not latest:
             return 0
+        if self.kept_repeats:
+            self._archive(latest)
         ops = [ReplaceOne({f: doc[f] for f in IDENTITY_FIELDS}, doc, upsert=True) for doc in latest.values()]
         self._call(f"write {len(ops)} records", lambda: self._results.bulk_write(ops, ordered=False))
         return count
+
+    def _archive(self, latest: dict[tuple[Any, ...], dict[str, Any]]) -> None:
+        """Keep the stored ok records that ``latest`` replaces with a record of another time as repeats.
+
+        Idempotent: a repeat is unique by identity and ``measured_at``, so a retried call adds
+        nothing; a repeat written before a failed ``bulk_write`` is the record still stored,
+        which the retry writes again as the same repeat.
+        """
+        by_stack: dict[tuple[str, str], list[str]] = {}
+        for doc in latest.values():
+            by_stack.setdefault((doc["system"], doc["stack_id"]), []).append(doc["spec_id"])
+        archived: list[dict[str, Any]] = []
+        for (system, stack_id), spec_ids in by_stack.items():
+            for chunk in _chunks(sorted(set(spec_ids))):
+                query = {
+                    "system": system,
+                    "stack_id": stack_id,
+                    "schema_version": SCHEMA_VERSION,
+                    "outcome": "ok",
+                    "spec_id": {"$in": chunk},
+                }
+                stored = self._call("read replaced records", lambda q=query: list(self._results.find(q, {"_id": 0})))
+                for old in stored:
+                    new = latest.get(tuple(old[f] for f in IDENTITY_FIELDS))
+                    if new is not None and new["measured_at"] != old["measured_at"]:
+                        archived.append(old)
+        if not archived:
+            return
+        ops = [
+            UpdateOne(
+                {**{f: old[f] for f in IDENTITY_FIELDS}, "measured_at": old["measured_at"]},
+                {"$setOnInsert": {"schema_version": old["schema_version"], "doc": old}},
+                upsert=True,
+            )
+            for old in archived
+        ]
+        self._call(f"keep {len(ops)} repeats", lambda: self._repeats.bulk_write(ops, ordered=False))
+        for old in archived:
+            identity = {f: old[f] for f in IDENTITY_FIELDS}
+
+            def prune(i: dict[str, Any] = identity) -> None:
+                docs = self._repeats.find(i, {"_id": 1}).sort("measured_at", -1).skip(self.kept_repeats)
+                extra = [d["_id"] for d in docs]
+                if extra:
+                    self._repeats.delete_many({"_id": {"$in": extra}})
+
+            self._call("drop old repeats", prune)
+
+    def repeats(
+        self,
+        system: str,
+        stack_id: str | None = None,
+        *,
+        runtime: str | None = None,
+        keys: Iterable[str] | None = None,
+        batch_size: int | None = None,
+    ) -> list[BenchmarkRecord]:
+        query: dict[str, Any] = {"schema_version": SCHEMA_VERSION, "system": system}
+        for name, value in (("stack_id", stack_id), ("runtime", runtime)):
+            if value is not None:
+                query[name] = str(value)
+        if batch_size is not None:
+            query["batch_size"] = int(batch_size)
+        queries = [query] if keys is None else [{**query, "key": {"$in": c}} for c in _chunks(sorted(set(keys)))]
+        docs: list[dict[str, Any]] = []
+        for q in queries:
+            docs += self._call("read repeats", lambda q=q: list(self._repeats.find(q, {"_id": 0, "doc": 1})))
+        found = [BenchmarkRecord.from_doc(d["doc"]) for d in docs]
+        return sorted(found, key=lambda r: (r.identity(), r.measured_at))
 
     def present_spec_ids(self, system: str, stack_id: str) -> set[str]:
         query = {"system": system, "stack_id": stack_id, "schema_version": SCHEMA_VERSION}

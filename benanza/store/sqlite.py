@@ -33,11 +33,11 @@ import orjson
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
 from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError
-from benanza.store.base import Clock, StoreBase, register_store
+from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
 from benanza.store.uri import StoreURI
 
 DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
-# (a new table that older versions ignore, such as ``leases``, is created on open without a bump)
+# (a new table that older versions ignore, such as ``leases`` or ``repeats``, is created on open without a bump)
 APPLICATION_ID = 0x626E7A61  # "bnza" in the SQLite header: marks a benanza database
 BUSY_TIMEOUT_S = 30.0
 _SQLITE_CORRUPT, _SQLITE_CANTOPEN = 11, 14  # primary result codes (the low byte of extended ones)
@@ -81,6 +81,20 @@ CREATE TABLE IF NOT EXISTS stacks (
     first_seen TEXT NOT NULL,
     last_seen TEXT NOT NULL,
     PRIMARY KEY (system, stack_id)
+);
+CREATE TABLE IF NOT EXISTS repeats (
+    system TEXT NOT NULL,
+    stack_id TEXT NOT NULL,
+    runtime TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    batch_size INTEGER NOT NULL,
+    dtype TEXT NOT NULL,
+    variant TEXT NOT NULL,
+    measured_at TEXT NOT NULL,
+    schema_version INTEGER NOT NULL,
+    doc TEXT NOT NULL,
+    UNIQUE ({_IDENTITY}, measured_at)
 );
 CREATE TABLE IF NOT EXISTS leases (
     system TEXT NOT NULL,
@@ -158,6 +172,19 @@ ON CONFLICT ({_IDENTITY}) DO UPDATE SET
     doc = excluded.doc
 """
 
+_IDENTITY_MATCH = " AND ".join(f"{f} = ?" for f in IDENTITY_FIELDS)
+# The stored ok record of an identity becomes a repeat when a record measured at another time replaces it.
+_ARCHIVE = f"""
+INSERT OR IGNORE INTO repeats ({_IDENTITY}, measured_at, schema_version, doc)
+SELECT {_IDENTITY}, measured_at, schema_version, doc FROM results
+WHERE {_IDENTITY_MATCH} AND outcome = 'ok' AND measured_at != ?
+"""
+_PRUNE = f"""
+DELETE FROM repeats WHERE {_IDENTITY_MATCH} AND measured_at NOT IN (
+    SELECT measured_at FROM repeats WHERE {_IDENTITY_MATCH} ORDER BY measured_at DESC LIMIT ?
+)
+"""
+
 T = TypeVar("T")
 
 
@@ -190,6 +217,7 @@ class SqliteStore(StoreBase):
         read_only: bool = False,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         clock: Clock | None = None,
+        kept_repeats: int | None = None,
     ) -> None:
         """Open (or create) the database; see the module docstring for what is refused.
 
@@ -201,7 +229,9 @@ class SqliteStore(StoreBase):
                 a ``StoreError``); every write is refused with a ``StoreError``.
             busy_timeout_s: how long a writer waits for another writer's lock.
             clock: the times it writes (``StoreBase.clock``); default ``time.time``.
+            kept_repeats: repeats kept per identity (default ``keep_repeats()``: ``$BENANZA_KEEP_REPEATS`` or 10).
         """
+        self.kept_repeats = keep_repeats(kept_repeats)
         if isinstance(uri, StoreURI) or (isinstance(uri, str) and "://" in uri):
             self.uri = StoreURI.of(uri)
             self.path = path_of_uri(self.uri).absolute()
@@ -427,8 +457,49 @@ class SqliteStore(StoreBase):
         rows = [_row(r) for r in records]  # encode outside the lock
         if not rows:
             return 0
-        self._write(lambda c: c.executemany(_UPSERT, rows))
+        keep = self.kept_repeats
+
+        def write(c: sqlite3.Connection) -> None:
+            if keep:
+                for row in rows:
+                    identity, measured_at = row[: len(IDENTITY_FIELDS)], row[len(IDENTITY_FIELDS) + 3]
+                    if c.execute(_ARCHIVE, (*identity, measured_at)).rowcount:
+                        c.execute(_PRUNE, (*identity, *identity, keep))
+            c.executemany(_UPSERT, rows)
+
+        self._write(write)
         return len(rows)
+
+    def repeats(
+        self,
+        system: str,
+        stack_id: str | None = None,
+        *,
+        runtime: str | None = None,
+        keys: Iterable[str] | None = None,
+        batch_size: int | None = None,
+    ) -> list[BenchmarkRecord]:
+        if not self._has_table("repeats"):  # a read-only database written before repeats existed
+            return []
+        where, params = ["schema_version = ?", "system = ?"], [SCHEMA_VERSION, system]
+        for column, value in (("stack_id", stack_id), ("runtime", runtime), ("batch_size", batch_size)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        base = f"SELECT rowid, doc FROM repeats WHERE {' AND '.join(where)}"
+        if keys is None:
+            rows = self._read(base, params)
+        else:
+            wanted = sorted(set(keys))
+            rows = []
+            for i in range(0, len(wanted), _KEYS_PER_QUERY):
+                chunk = wanted[i : i + _KEYS_PER_QUERY]
+                rows += self._read(f"{base} AND key IN ({', '.join('?' * len(chunk))})", [*params, *chunk])
+        found = [self._record_of(rowid, doc) for rowid, doc in rows]
+        return sorted(found, key=lambda r: (r.identity(), r.measured_at))
+
+    def _has_table(self, name: str) -> bool:
+        return bool(self._read("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
     def present_spec_ids(self, system: str, stack_id: str) -> set[str]:
         rows = self._read(
