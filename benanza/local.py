@@ -24,10 +24,11 @@ from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, variant_id
-from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
+from benanza.fingerprint import default_system_name
 from benanza.model.process import process_model
-from benanza.runtimes.base import Runtime, get_runtime
+from benanza.runtimes.base import Runtime
 from benanza.store.base import Store, open_store
+from benanza.targets import open_target, register
 
 
 @dataclass
@@ -56,14 +57,11 @@ def open_local(
     settings: HarnessSettings | None = None,
 ) -> LocalContext:
     """Open the store, fingerprint this machine and its stack, and register both."""
-    rt = get_runtime(runtime, **dict(runtime_options or {}))
-    stack = stack_fingerprint({"runtime": rt.name, **rt.stack()})
-    sid = stack_id(stack)
+    target = open_target(runtime, runtime_options)
     name = system or default_system_name()
     store = open_store(db)
-    store.register_system(name, system_fingerprint([rt]))
-    store.register_stack(name, sid, stack)
-    return LocalContext(store, rt, name, sid, stack, settings or HarnessSettings())
+    register(store, name, [target])
+    return LocalContext(store, target.runtime, name, target.stack_id, target.stack, settings or HarnessSettings())
 
 
 def plan_models(

@@ -29,14 +29,13 @@ from benanza.bench.execute import (
 )
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.records import BenchmarkRecord, Outcome
-from benanza.bench.spec import BenchmarkSpec, variant_id
+from benanza.bench.spec import BenchmarkSpec
 from benanza.config import SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, one_line
-from benanza.fingerprint import stack_fingerprint, stack_id, system_fingerprint
-from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
 from benanza.store.spill import ResilientWriter, SpillFile, default_spill_dir, drain
 from benanza.store.uri import StoreURI
+from benanza.targets import Target, open_target, register
 
 log = logging.getLogger(__name__)
 
@@ -92,19 +91,20 @@ class SystemWorker:
         self.host = socket.gethostname()
         self.placement = {**_ray_context(), "host": self.host, "pid": os.getpid()}
         self.runtimes: dict[str, Any] = {}
-        self.targets: dict[str, dict[str, Any]] = {}
+        self.targets: dict[str, dict[str, Any]] = {}  # runtime entry -> what identity() reports of it
+        self._targets: dict[str, Target] = {}
         self.errors: dict[str, str] = {}
         self._entries: dict[tuple[str, str], str] = {}  # (runtime name, variant id) -> runtime entry
         for name in self.config.runtimes:  # entries: "cudnn", "cudnn:tensor_cores=false", ...
             try:
-                rt = get_runtime(runtime_entry(name)[0], **self.config.runtime_options(name))
-                stack = stack_fingerprint({"runtime": rt.name, **rt.stack()})
+                target = open_target(runtime_entry(name)[0], self.config.runtime_options(name))
             except (BenanzaError, ImportError, OSError) as exc:
                 self.errors[name] = one_line(exc)
                 continue
-            self.runtimes[name] = rt
-            self.targets[name] = {"stack_id": stack_id(stack), "stack": stack, "variant": rt.variant()}
-            self._entries[(rt.name, variant_id(rt.variant()))] = name
+            self._targets[name] = target
+            self.runtimes[name] = target.runtime
+            self.targets[name] = {"stack_id": target.stack_id, "variant": target.runtime.variant()}
+            self._entries[(target.runtime.name, target.variant)] = name
         self.spill_dir = spill_dir or str(default_spill_dir())
         owner = f"{self.name}-{self.host}-{os.getpid()}"
         self.store: Store | None = None
@@ -120,10 +120,10 @@ class SystemWorker:
         """Open the store and register this system; an unreachable store means spilling."""
         try:
             self.store = open_store(db)
-            fingerprint = {**system_fingerprint(self.runtimes.values()), "config": self.config.model_dump(mode="json")}
-            self.store.register_system(self.name, fingerprint)
+            config = {"config": self.config.model_dump(mode="json")}
+            new = register(self.store, self.name, self._targets.values(), config)
             for target in self.targets.values():
-                target["new_stack"] = self.store.register_stack(self.name, target["stack_id"], target["stack"])
+                target["new_stack"] = new[target["stack_id"]]
             self.drained = drain(self.store, self.spill_dir)
             self.writer = ResilientWriter(self.store, self.spill_dir, owner, retries=retries, backoff_s=0.5)
         except StoreError as exc:
