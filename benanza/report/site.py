@@ -238,8 +238,10 @@ class _Site:
             if (value := getattr(o, name)) is not None and value > 1.005
         ]
         parts += [f"{name} would gain {value:.2f}x" for name, value in gains]
-        if o.fusion is not None:
-            parts.append(f"fusion already gains {o.fusion:.2f}x")
+        if o.fusion is not None and o.fusion >= 1.005:
+            parts.append(f"the runtime's fusion already gains {o.fusion:.2f}x")
+        elif o.fusion is not None and o.fusion <= 0.995:  # fused units slower than their layers run alone
+            parts.append(f"the runtime's fused units take {1 / o.fusion:.2f}x the kernel time of their layers run alone")
         return f" Why not faster: {'; '.join(parts)}." if parts else ""
 
     # -- pages ----------------------------------------------------------------------------
