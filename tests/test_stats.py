@@ -87,6 +87,8 @@ def test_single_sample() -> None:
     assert s == SampleStats(
         n=1, mean=4.0, median=4.0, trimmed_mean=4.0, min=4.0, max=4.0, p10=4.0, p90=4.0,
         stdev=0.0, rel_noise=0.0, rel_stderr=0.0,
+        # one sample: every interval is that sample (its range), never narrower than the data
+        trimmed_mean_low=4.0, trimmed_mean_high=4.0, median_low=4.0, median_high=4.0, p10_low=4.0, p10_high=4.0,
     )  # fmt: skip
 
 
