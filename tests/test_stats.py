@@ -116,6 +116,7 @@ def test_round_trip_dict() -> None:
     assert SampleStats.from_dict(s.to_dict()) == s
     assert set(s.to_dict()) == {
         "n", "mean", "median", "trimmed_mean", "min", "max", "p10", "p90", "stdev", "rel_noise", "rel_stderr",
+        "trimmed_mean_low", "trimmed_mean_high", "median_low", "median_high", "p10_low", "p10_high",
     }  # fmt: skip
 
 
