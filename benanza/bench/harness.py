@@ -75,14 +75,20 @@ class HarnessSettings(BaseModel):
     min_sample_time_s: float = Field(2e-4, ge=0, description="batch calls until one sample lasts this long")
     kernel_runs: int = Field(20, ge=0, description="profiled runs for the library's kernel time")
     schedule: Schedule = Field(
-        "sequential",
-        description="sequential: one benchmark after another; interleaved: a model's benchmarks sampled in rounds",
+        "interleaved",
+        description="interleaved (default): a model's benchmarks sampled in rounds, so drift hits parts and whole "
+        "alike; sequential: one benchmark after another",
     )
     interleave_precalls: int = Field(
         1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
     )
     interleave_max_bytes: int | None = Field(
         None, ge=0, description="memory for one interleaved group (memory guard estimate); None: a quarter of RAM"
+    )
+    interleave_max_sessions: int = Field(
+        1024,
+        ge=1,
+        description="live runtime sessions in one interleaved group (a benchmark with kernel times holds two)",
     )
 
     @model_validator(mode="after")
