@@ -42,9 +42,15 @@ def _failure(exc: Exception) -> str:
 
 
 def _timing_stats(timing: Timing) -> dict[str, Any]:
+    """The record's statistics: the samples', how sampling ended, and what the interference check found."""
     stats = timing.stats.to_dict()
     stats["stopped_by"] = timing.stopped_by
     stats["iterations"] = timing.iterations
+    stats["disturbed"] = timing.disturbed
+    if timing.disturbed_reason is not None:
+        stats["disturbed_reason"] = timing.disturbed_reason
+    stats["cpu_share"] = timing.cpu_share
+    stats["remeasured"] = timing.remeasured
     return stats
 
 
