@@ -42,7 +42,7 @@ def test_a_step_in_the_last_third_is_found() -> None:
     found = speed_step(series)
     assert found.apart and found.step == pytest.approx(0.3, abs=0.05)
     reason = disturbance(series, 1.0, HarnessSettings())
-    assert reason.startswith("the host's speed changed by +2") or reason.startswith("the host's speed changed by +3")
+    assert reason.startswith("the host's speed changed by +")
 
 
 def test_short_bursts_are_noise_not_a_step() -> None:
@@ -50,6 +50,23 @@ def test_short_bursts_are_noise_not_a_step() -> None:
     rng = np.random.default_rng(2)
     series = [(1.4 if (i // 5) % 2 else 1.0) * (1 + 0.02 * rng.standard_normal()) for i in range(300)]
     assert disturbance(series, 1.0, HarnessSettings()) is None
+
+
+def test_one_long_stall_widens_its_third_instead_of_moving_it() -> None:
+    rng = np.random.default_rng(3)
+    series = (1.0 + 0.02 * rng.standard_normal(300)).tolist()
+    series[250] = 80.0  # one 80x stall (a page fault storm, a migration): noise, not a new speed
+    found = speed_step(series)
+    assert abs(found.step) > 0.05 and not found.apart
+    assert disturbance(series, 1.0, HarnessSettings()) is None
+
+
+def test_a_neighbour_taking_time_slices_in_the_last_third_is_a_step() -> None:
+    # one sample in three stalled 8x from the 200th on: the time-sliced core of a shared machine
+    series = [1.0 + 0.01 * (i % 7) for i in range(300)]
+    series[200:] = [x * (8.0 if i % 3 == 0 else 1.0) for i, x in enumerate(series[200:])]
+    reason = disturbance(series, 1.0, HarnessSettings())
+    assert reason is not None and "speed changed by +" in reason
 
 
 def test_too_few_samples_tell_nothing_and_a_small_step_is_not_a_disturbance() -> None:
@@ -82,21 +99,31 @@ def conv_session():
     return lambda: session.run(None, feeds)
 
 
-BUSY = "import os, sys, time\nos.sched_setaffinity(0, {int(sys.argv[1])})\ntime.sleep(float(sys.argv[2]))\nwhile True: pass\n"
+BUSY = (
+    "import os, sys, time\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "time.sleep(float(sys.argv[2]))\n"
+    "while True: pass\n"
+)
 
 
 @contextmanager
-def competitor_on_my_core(after_s: float) -> Iterator[None]:
-    """This thread pinned to one core; a process busy-looping on that core from ``after_s`` on."""
+def competitor_on_my_core(after_s: float, processes: int = 1) -> Iterator[None]:
+    """This thread pinned to one core; ``processes`` processes busy-looping on that core from ``after_s`` on.
+
+    Several competitors make the step large against whatever else shares the machine (a CI
+    runner's other jobs): this thread's share of its core falls to at most 1 / (1 + processes).
+    """
     before = os.sched_getaffinity(0)
     core = min(before)
     os.sched_setaffinity(0, {core})
-    busy = subprocess.Popen([sys.executable, "-c", BUSY, str(core), str(after_s)])
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY, str(core), str(after_s)]) for _ in range(processes)]
     try:
         yield
     finally:
-        busy.kill()
-        busy.wait()
+        for p in busy:
+            p.kill()
+            p.wait()
         os.sched_setaffinity(0, before)
 
 
@@ -114,12 +141,12 @@ SLOW = {
 def test_a_step_on_a_real_onnxruntime_benchmark_is_found(conv_session) -> None:
     # only the step detector may fire (CPU share off), and no second try: the step is in this one
     settings = HarnessSettings(**SLOW, min_cpu_share=0.0, disturbance_retries=0)
-    with competitor_on_my_core(after_s=0.75):
+    with competitor_on_my_core(after_s=0.75, processes=3):
         timing = measure(conv_session, settings)
     assert timing.disturbed, timing.samples
     assert timing.disturbed_reason.startswith("the host's speed changed by +")
     found = speed_step(timing.samples)
-    assert found.apart and found.step > 0.3  # sharing one core: about twice as slow
+    assert found.apart and found.step > 0.3  # sharing one core with three others: far slower
     assert timing.remeasured == 0
 
 
@@ -136,7 +163,7 @@ def test_a_competitor_throughout_is_measured_again_then_flagged(conv_session) ->
 
 def test_a_step_during_interleaved_rounds_flags_every_call(conv_session) -> None:
     settings = HarnessSettings(**SLOW, min_cpu_share=0.0, disturbance_retries=0)
-    with competitor_on_my_core(after_s=0.75 * 2):  # the group's time cap is per call: 2 x 1.5 s
+    with competitor_on_my_core(after_s=0.75 * 2, processes=3):  # the group's time cap is per call: 2 x 1.5 s
         rounds = measure_interleaved([conv_session, conv_session], settings)
     first, second = rounds.timings
     assert first.disturbed and second.disturbed

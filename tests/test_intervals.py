@@ -14,6 +14,7 @@ from benanza.bench.stats import (
     SampleStats,
     describe,
     interval_of,
+    mean_interval,
     percentile_interval,
     statistic_interval,
     sum_intervals,
@@ -29,6 +30,15 @@ def test_trimmed_interval_matches_scipy_trimmed_mean_ci(n: int) -> None:
     low, high = mstats.trimmed_mean_ci(values, limits=(0.2, 0.2), alpha=0.05)
     assert got.value == pytest.approx(sps.trim_mean(values, 0.2))
     assert (got.low, got.high) == (pytest.approx(low), pytest.approx(high))
+
+
+@pytest.mark.parametrize("n", [2, 5, 40])
+def test_mean_interval_matches_scipy_t_interval(n: int) -> None:
+    values = np.random.default_rng(n).normal(10.0, 2.0, n)
+    got = mean_interval(values.tolist())
+    low, high = sps.t.interval(0.95, n - 1, loc=values.mean(), scale=sps.sem(values))
+    assert (got.value, got.low, got.high) == (pytest.approx(values.mean()), pytest.approx(low), pytest.approx(high))
+    assert mean_interval([3.0]) == Interval(3.0, 3.0, 3.0)
 
 
 def test_trimmed_interval_of_too_few_samples_is_their_range() -> None:

@@ -34,11 +34,13 @@ calls with another call, which is where drift hurt. ``schedule = "interleaved"``
 
 Interference. Both schedules check, after sampling, whether the host's speed changed while
 they measured (``speed_step``): the samples in time order are cut into thirds, and a third
-whose trimmed mean differs from another's by more than ``disturbance_step`` with their 95%
-intervals apart is a step in the host's speed, not noise. ``measure`` tests a call's own
-samples; ``measure_interleaved`` tests the rounds' speed index (per round, the median over
-the calls of each sample over its call's median), which every call of the group shares and
-which is far less noisy than one call. They also take the process's CPU time over the wall
+whose mean differs from another's by more than ``disturbance_step`` with their 95% intervals
+apart is a step in the host's speed, not noise. The mean, not a trimmed one: a neighbour
+that shares the core shows as a share of samples stalled by its time slices, which a
+trimmed mean would cut away, while one rare stall widens its third's interval instead of
+moving it. ``measure`` tests a call's own samples; ``measure_interleaved`` tests the rounds'
+speed index (per round, the time the round's samples took over the time their calls'
+medians would take), which every call of the group shares. They also take the process's CPU time over the wall
 time of the sampling (``cpu_share``): below ``min_cpu_share`` another process had the CPU
 for part of it. A disturbed measurement is taken again, up to ``disturbance_retries``
 times; one still disturbed is kept and marked (``Timing.disturbed`` and its reason), and
@@ -49,6 +51,7 @@ than a third of the measurement) is noise: it widens the intervals instead.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import random
 import statistics
@@ -63,7 +66,7 @@ from benanza.bench.stats import (
     TRIM_PROPORTION,
     SampleStats,
     describe,
-    trimmed_mean_interval,
+    mean_interval,
     trimmed_mean_sorted,
     trimmed_stderr_sorted,
 )
@@ -193,7 +196,7 @@ class SpeedStep:
 
     step: float  # relative: later third over earlier third, less one (+0.1: 10% slower later)
     apart: bool  # the two thirds' 95% intervals do not overlap
-    thirds: tuple[float, float, float]  # each third's trimmed mean
+    thirds: tuple[float, float, float]  # each third's mean
 
 
 MIN_PER_THIRD = 5  # fewer samples per third cannot tell a step from noise
@@ -202,7 +205,7 @@ MIN_PER_THIRD = 5  # fewer samples per third cannot tell a step from noise
 def speed_step(series: Sequence[float]) -> SpeedStep | None:
     """Whether ``series`` (time-ordered samples or a speed index) stepped between its thirds.
 
-    Each third's 20% trimmed mean and its interval; the pair of thirds whose means differ most,
+    Each third's mean and its interval; the pair of thirds whose means differ most,
     among those whose intervals are apart, else the pair that differs most. None with fewer
     than ``MIN_PER_THIRD`` values per third.
     """
@@ -210,7 +213,7 @@ def speed_step(series: Sequence[float]) -> SpeedStep | None:
     if n < 3 * MIN_PER_THIRD:
         return None
     cuts = (0, n // 3, 2 * n // 3, n)
-    parts = [trimmed_mean_interval(series[cuts[i] : cuts[i + 1]]) for i in range(3)]
+    parts = [mean_interval(series[cuts[i] : cuts[i + 1]]) for i in range(3)]
     best: SpeedStep | None = None
     for a, b in ((0, 1), (1, 2), (0, 2)):
         first, later = parts[a], parts[b]
@@ -231,7 +234,7 @@ def disturbance(series: Sequence[float], cpu_share: float | None, settings: Harn
         means = ", ".join(f"{m:.4g}" for m in found.thirds)
         return (
             f"the host's speed changed by {found.step:+.1%} between thirds of the measurement "
-            f"(trimmed means {means}), beyond the noise of both"
+            f"(means {means}), beyond the noise of both"
         )
     if cpu_share is not None and cpu_share < settings.min_cpu_share:
         return (
@@ -553,17 +556,19 @@ def measure_interleaved(
 
 
 def _speed_index(tracks: Sequence[_Track]) -> list[float]:
-    """Per round, the median over calls of each sample over its call's median: the host's speed.
+    """Per round, the time its samples took over the time their calls' medians take: the host's speed.
 
-    A call that left the rounds (it raised) is not in ``tracks``; every other call has one
-    sample per round.
+    A stall during a round adds its time to that round whichever call it hit. A call that left
+    the rounds (it raised) is not in ``tracks``; every other call has one sample per round.
     """
-    timed = [(t.durations, statistics.median(t.durations)) for t in tracks if t.durations]
-    timed = [(d, m) for d, m in timed if m > 0]
+    timed = [t.durations for t in tracks if t.durations]
     if not timed:
         return []
-    rounds = min(len(d) for d, _ in timed)
-    return [statistics.median([d[r] / m for d, m in timed]) for r in range(rounds)]
+    typical = math.fsum(statistics.median(d) for d in timed)
+    if typical <= 0:
+        return []
+    rounds = min(len(d) for d in timed)
+    return [math.fsum(d[r] for d in timed) / typical for r in range(rounds)]
 
 
 def _rounds(

@@ -126,6 +126,23 @@ def _trimmed_interval_sorted(ordered: Sequence[float], proportion: float, confid
     return Interval(value, value - half, value + half)
 
 
+def mean_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The mean and its Student-t interval, ``mean +- t(n - 1) * stdev / sqrt(n)``.
+
+    Fewer than two samples: the interval is the samples' range.
+    """
+    values = [float(x) for x in samples]
+    n = len(values)
+    if n == 0:
+        raise ValueError("mean of no values")
+    mean = math.fsum(values) / n
+    if n < 2:
+        return Interval(mean, mean, mean)
+    stdev = math.sqrt(math.fsum((x - mean) ** 2 for x in values) / (n - 1))
+    half = float(stdtrit(n - 1, 1 - (1 - confidence) / 2)) * stdev / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half)
+
+
 def percentile_interval(samples: Sequence[float], q: float, confidence: float = CONFIDENCE) -> Interval:
     """The ``q``-th percentile (0-100) and its distribution-free order-statistic interval.
 
