@@ -36,7 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benanza.bench.generate import plan_model, plan_report, specs_for_plan, unique_specs
+from benanza.bench.execute import interleave_max_specs
+from benanza.bench.generate import plan_model, plan_report, specs_for_plan
+from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import FleetConfig, SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, UsageError, one_line
@@ -186,6 +188,7 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
         except (BenanzaError, ImportError) as exc:
             runtime_errors[key] = one_line(exc)
     specs: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
+    owners: dict[tuple, list[int]] = {key: [] for key in runtimes}  # per spec, the model it came from
     overrides = config.shape_overrides() or None
     paths = config.model_paths()
     model_errors: list[dict[str, str]] = []
@@ -206,8 +209,17 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
         plans.extend(planned)
         for key, found in mine.items():
             specs[key].extend(found)
-    works = {key: CorpusWork(runtimes[key].name, tuple(unique_specs(found))) for key, found in specs.items()}
+            owners[key].extend([len(plans)] * len(found))
+    works = {key: _work(runtimes[key].name, found, owners[key]) for key, found in specs.items()}
     return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans))
+
+
+def _work(runtime: str, specs: Sequence[BenchmarkSpec], owners: Sequence[int]) -> CorpusWork:
+    """Unique templates in order, each with the first model that needs it."""
+    first: dict[str, tuple[BenchmarkSpec, int]] = {}
+    for spec, owner in zip(specs, owners, strict=True):
+        first.setdefault(spec.spec_id, (spec, owner))
+    return CorpusWork(runtime, tuple(s for s, _ in first.values()), tuple(o for _, o in first.values()))
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -293,6 +305,7 @@ class FleetDriver:
         self.spill_dir = spill_dir
         self.inflight_per_actor = inflight_per_actor
         self.results: dict[str, SystemResult] = {s.name: SystemResult(s.name) for s in config.systems}
+        self._harness: HarnessSettings | None = None
         self._queued_gauge: Any = None
 
     def run(self) -> FleetSummary:
@@ -423,11 +436,26 @@ class FleetDriver:
             if mine:
                 return _Chunk(run.plan, mine, ids, attempt=run.attempts.get(i, 1))
         while run.queue:
-            take = [run.queue.popleft() for _ in range(min(size, len(run.queue)))]
+            take = self._model_chunk(run) or [run.queue.popleft() for _ in range(min(size, len(run.queue)))]
             mine, ids = self._claim(store, run, take)
             if mine:
                 return _Chunk(run.plan, mine, ids)
         return None
+
+    def _model_chunk(self, run: _SystemRun) -> list[int]:
+        """The queued benchmarks of the model at the head of the queue (``chunk_by_model``), or []."""
+        owners = run.plan.work.models
+        if self._harness is None:
+            self._harness = self.config.harness_settings()
+        settings = self._harness
+        if not (run.queue and self.config.chunk_by_model and owners and settings.schedule == "interleaved"):
+            return []
+        cap = max(self.config.chunk_size, interleave_max_specs(settings))
+        model = owners[run.queue[0]]
+        take = []
+        while run.queue and owners[run.queue[0]] == model and len(take) < cap:
+            take.append(run.queue.popleft())
+        return take
 
     def _recheck_waiting(self, store: Store, run: _SystemRun) -> None:
         """Specs another driver held: count those it stored, queue the rest again."""

@@ -19,12 +19,20 @@ from benanza.bench.spec import BenchmarkSpec, canonical_variant, spec_id_of, var
 
 @dataclass(frozen=True)
 class CorpusWork:
-    """Unique spec templates of a corpus for one runtime (their variant is left empty)."""
+    """Unique spec templates of a corpus for one runtime (their variant is left empty).
+
+    ``models``: per template, the number of the first model that needs it (templates come
+    model by model, so a model's are consecutive); empty when unknown. The driver cuts chunks
+    at these boundaries when a model's benchmarks are sampled together (interleaved).
+    """
 
     runtime: str
     templates: tuple[BenchmarkSpec, ...]
+    models: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.models and len(self.models) != len(self.templates):
+            raise ValueError("models needs one entry per template")
         seen: set[tuple[str, int, str]] = set()
         for t in self.templates:
             if t.runtime != self.runtime:
