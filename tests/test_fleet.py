@@ -524,6 +524,16 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     assert (bound["model"], bound["system"], bound["stack_id"]) == ("chain", "laptop", laptop["stack_id"])
     assert bound["coverage"] == 1.0 and bound["sequential_ms"] > 0 and bound["e2e_ms"] > 0
     assert set(bound["composed_ms"]) == {"1", "3"} and all(v > 0 for v in bound["composed_ms"].values())
+    # every figure with its interval; the model's parts and whole sampled together (one actor call)
+    intervals = bound["intervals"]
+    for name in ("sequential_ms", "parallel_ms", "e2e_ms"):
+        assert intervals[name]["low"] <= bound[name] <= intervals[name]["high"]
+    assert set(intervals["composed_ms"]) == {"1", "3"}
+    with open_store(f"sqlite:///{tmp_path / 'benanza.db'}", create=False) as store:
+        records = store.records(system="laptop")
+    assert {r.settings["harness"]["schedule"] for r in records} == {"interleaved"}
+    assert len({r.settings["placement"]["pid"] for r in records}) == 1
+    assert all("disturbed" in r.stats and "trimmed_mean_low" in r.stats for r in records)
     status = subprocess.run(
         [sys.executable, "-m", "benanza", "fleet", "status", "--models", str(model), "--format", "json"],
         capture_output=True,
