@@ -276,6 +276,8 @@ def measure(
 ) -> Timing:
     """Time ``fn`` until the mean is known well enough or a cap is reached.
 
+    A measurement the host disturbed (``disturbance``) is taken again, up to
+    ``disturbance_retries`` times; the last is returned, flagged if still disturbed.
     Exceptions from ``fn`` propagate: the caller records them as a failed outcome.
 
     Args:
