@@ -169,3 +169,15 @@ def test_a_step_during_interleaved_rounds_flags_every_call(conv_session) -> None
     assert first.disturbed and second.disturbed
     assert first.disturbed_reason == second.disturbed_reason
     assert "speed changed by +" in first.disturbed_reason
+
+
+def test_a_flagged_timing_round_trips_and_old_timings_read_as_undisturbed() -> None:
+    from benanza.bench.harness import Timing
+    from benanza.bench.stats import describe
+
+    samples = (1e-3, 1.1e-3, 0.9e-3)
+    flagged = Timing(samples, 4, describe(samples), "noise", 0.01, True, "a step", 0.5, 1)
+    assert Timing.from_dict(flagged.to_dict()) == flagged
+    old = {k: v for k, v in flagged.to_dict().items() if k not in ("disturbed", "disturbed_reason", "cpu_share")}
+    restored = Timing.from_dict({**old, "remeasured": 0})
+    assert not restored.disturbed and restored.cpu_share is None
