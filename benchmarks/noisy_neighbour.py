@@ -151,6 +151,10 @@ def main() -> None:
         for m in case["per_model"]:
             ratios = " ".join(f"G={g}:{v:.3f}" if v else f"G={g}:-" for g, v in m["composed_over_e2e"].items())
             print(f"    {m['model']:22} e2e {m['e2e_ms'] or 0:8.2f} ms  {ratios}  seq/e2e {m['sequential_over_e2e']}")
+        _write(args, models, cases)  # after every case: a run stopped later keeps what it measured
+
+
+def _write(args: argparse.Namespace, models: list[Path], cases: list[dict]) -> None:
     result = {
         "benchmark": "noisy_neighbour",
         "models": [str(p) for p in models],
