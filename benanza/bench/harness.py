@@ -465,9 +465,9 @@ def measure_interleaved(
 
     - ``noise``: every call has ``min_samples`` samples and its per-call mean, or its 20%
       trimmed mean (standard error from the winsorized samples, robust to a shared
-      machine's rare stalls), known to ``target_rel_stderr`` of the larger of itself and the
-      group's average call (a call far shorter than the rest weighs little in any sum, so
-      its relative error may be larger),
+      machine's rare stalls), known to ``target_rel_stderr`` of the largest of itself, the
+      group's average call and its longest call over sqrt(calls) (``_settle_floor``: a call
+      far shorter than the rest weighs little in any sum, so its relative error may be larger),
       the rounds have lasted ``min_time_s`` and ``untimed_runs`` companion runs are kept;
     - ``max_samples``: ``max_samples`` rounds;
     - ``time_cap``: ``max_time_s`` per call of wall time since the start (the group has the
@@ -573,6 +573,20 @@ def _speed_index(tracks: Sequence[_Track]) -> list[float]:
     return [math.fsum(d[r] for d in timed) / typical for r in range(rounds)]
 
 
+def _settle_floor(calls: Sequence[float]) -> float:
+    """The error each call of a group may have, as a latency: the larger of the average call and the
+    longest call over sqrt(number of calls).
+
+    With every call known to ``target`` of the second, a sum of all of them (a composition) is
+    known to ``target`` of the longest call (the model end to end) in quadrature: the figure that
+    matters is known as well as the model's own, without running every layer to 1% of itself
+    (on a shared 2-core VM that made the interleaved main job 6x slower than one after another).
+    """
+    if not calls:
+        return 0.0
+    return max(sum(calls) / len(calls), max(calls) / math.sqrt(len(calls)))
+
+
 def _rounds(
     tracks: Sequence[_Track],
     settings: HarnessSettings,
@@ -619,7 +633,7 @@ def _rounds(
         rounds += 1
         now = clock()
         live = [t for t in tracks if t.error is None]
-        floor = sum(t.per_call() for t in live) / max(len(live), 1)
+        floor = _settle_floor([t.per_call() for t in live])
         if (
             now - sampling_start >= min_time_ns
             and sum(r % stride == 0 for r in companion_rounds) >= untimed_runs
