@@ -398,6 +398,11 @@ class FleetConfig(BaseModel):
     ray: RayConfig = Field(default_factory=RayConfig)
     harness: dict[str, Any] = Field(default_factory=dict, description="HarnessSettings overrides")
     chunk_size: PositiveInt = Field(32, description="benchmark specs per actor call")
+    chunk_by_model: bool = Field(
+        True,
+        description="with the interleaved schedule, an actor call takes one model's benchmarks (up to "
+        "interleave_max_sessions) instead of chunk_size, so its parts and its whole are sampled together",
+    )
     lease_s: float = Field(
         15, gt=0, description="seconds a lease outlives its driver's last heartbeat (it beats every lease_s / 3)"
     )

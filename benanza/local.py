@@ -18,14 +18,13 @@ from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.analysis.stored import results_by_key
 from benanza.analysis.stored_regressions import StoredRegressions
 from benanza.bench.execute import RunSummary, run_specs
-from benanza.bench.generate import ModelPlan, plan_model, specs_for_plan, unique_specs
+from benanza.bench.generate import ModelPlan, plan_model_file, specs_for_plan, unique_specs
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, variant_id
 from benanza.fingerprint import default_system_name
-from benanza.model.process import process_model
 from benanza.runtimes.base import Runtime
 from benanza.store.base import Store, open_store
 from benanza.targets import open_target, register
@@ -72,13 +71,7 @@ def plan_models(
     granularities: Iterable[int] = (),
 ) -> list[ModelPlan]:
     """One plan per model and batch size."""
-    plans = []
-    grans = tuple(granularities)
-    for path in paths:
-        for batch in batches:
-            processed = process_model(path, batch, overrides)
-            plans.append(plan_model(processed, runtime, grans, batch=batch, overrides=overrides))
-    return plans
+    return [plan for path in paths for plan in plan_model_file(path, [runtime], batches, overrides, granularities)[0]]
 
 
 def spec_groups(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[list[BenchmarkSpec]]:

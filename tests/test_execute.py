@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from benanza.bench.execute import (
+    effective_settings,
     group_chunks,
+    interleave_max_specs,
     run_interleaved,
     run_spec,
     run_specs,
@@ -16,6 +18,7 @@ from benanza.bench.execute import (
     without_profiler_overhead,
 )
 from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.harness import HarnessSettings
 from benanza.bench.memory import ACTIVATION_COPIES, WEIGHT_COPIES
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import bench, open_local, plan_models, specs_for
@@ -268,6 +271,16 @@ def test_groups_are_cut_to_the_memory_budget(chain_specs):
     assert [len(c) for c in group_chunks(chain_specs, budget=0)] == [1] * len(chain_specs)
 
 
+def test_groups_are_cut_to_the_live_session_bound(chain_specs):
+    chunks = list(group_chunks(chain_specs, budget=1 << 40, max_specs=2))
+    assert [s for chunk in chunks for s in chunk] == list(chain_specs)
+    assert [len(c) for c in chunks[:-1]] == [2] * (len(chunks) - 1) and 1 <= len(chunks[-1]) <= 2
+    # two sessions per benchmark when kernel times are taken (the profiling one), else one
+    assert interleave_max_specs(HarnessSettings()) == 512
+    assert interleave_max_specs(HarnessSettings(kernel_runs=0)) == 1024
+    assert interleave_max_specs(HarnessSettings(interleave_max_sessions=1)) == 1
+
+
 def test_interleaved_local_pipeline_is_incremental(tmp_path, conv_chain, fast_harness):
     path = model_file(tmp_path, conv_chain, "reshape")
     settings = fast_harness.model_copy(update={"schedule": "interleaved"})
@@ -315,18 +328,52 @@ def test_incremental_runs_measure_only_what_is_new(tmp_path, conv_chain, fast_ha
         ctx.close()
 
 
-def test_multithreaded_onnxruntime_runs_one_after_another_and_says_so(tmp_path, conv_chain, fast_harness, caplog):
-    # hundreds of sessions with spinning intra-op thread pools cannot share the cores in rounds
+def test_the_default_schedule_is_interleaved_at_any_thread_count(tmp_path, conv_chain, fast_harness):
+    # the default, not asked for: a model's parts and whole sampled in rounds with 2-thread sessions
+    assert HarnessSettings().schedule == "interleaved"
+    assert HarnessSettings.from_env({"BENANZA_HARNESS_SCHEDULE": "sequential"}).schedule == "sequential"
     path = model_file(tmp_path, conv_chain, "reshape")
     settings = fast_harness.model_copy(update={"schedule": "interleaved"})
     ctx = open_local(f"sqlite:///{tmp_path / 't.db'}", "onnxruntime", {"threads": 2}, system=SYSTEM, settings=settings)
     try:
-        assert ctx.runtime.interleaves is False
-        with caplog.at_level("WARNING"):
-            plans = plan_models([path], ctx.runtime, granularities=(1,))
-            summary = bench(ctx, plans, e2e=True)
+        assert ctx.runtime.interleaves is True
+        plans = plan_models([path], ctx.runtime, granularities=(1,))
+        summary = bench(ctx, plans, e2e=True)
         assert summary.failed == 0 and summary.measured == len(specs_for(ctx, plans, e2e=True))
-        assert {r.settings["harness"]["schedule"] for r in summary.records} == {"sequential"}
-        assert "cannot be measured interleaved" in caplog.text
+        assert {r.settings["harness"]["schedule"] for r in summary.records} == {"interleaved"}
+        assert {r.settings["runtime"]["threads"] for r in summary.records} == {2}
     finally:
         ctx.close()
+
+
+def test_every_onnxruntime_session_keeps_its_idle_pool_from_spinning(conv_chain, process_proto):
+    runtime = OnnxRuntimeCPU(threads=2)
+    plan = plan_model(process_proto(conv_chain("reshape")), runtime, (1,))
+    spec = next(s for s in specs_for_plan(plan, runtime.name, runtime.variant()) if s.label.startswith("Conv"))
+    prepared = runtime.prepare(spec)
+    profiler = prepared.profiler()
+    try:
+        for session in (prepared._session, profiler._session):
+            options = session.get_session_options()
+            assert options.intra_op_num_threads == 2
+            assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+            assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+    finally:
+        profiler.close()
+        prepared.close()
+
+
+class _Sequential(NullRuntime):
+    interleaves = False
+
+
+def test_a_runtime_that_cannot_interleave_falls_back_and_warns_only_when_asked(caplog):
+    runtime = _Sequential()
+    with caplog.at_level("INFO"):
+        assert effective_settings(runtime, HarnessSettings()).schedule == "sequential"
+    assert [r.levelname for r in caplog.records] == ["INFO"]
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert effective_settings(runtime, HarnessSettings(schedule="interleaved")).schedule == "sequential"
+    assert [r.levelname for r in caplog.records] == ["WARNING"]
+    assert "cannot be measured interleaved" in caplog.text

@@ -113,6 +113,8 @@ def fleet_config(models: list[Path], db: str, *, systems=SYSTEMS, harness=FAST, 
         db=db,
         harness=harness,
         chunk_size=extra.pop("chunk_size", 8),
+        # the lease and fault tests count on chunks of chunk_size; model chunks are tested on their own
+        chunk_by_model=extra.pop("chunk_by_model", False),
         **extra,
     )
 
@@ -143,6 +145,35 @@ def test_plan_keeps_what_the_stack_lacks_and_specs_carry_the_system_variant(two_
     assert part.reused == len(present) and len(part.todo) == len(ids) - len(present)
     assert not present & {part.spec_id(i) for i in part.todo}
     assert chunks(list(range(10)), 4) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+
+
+def test_interleaved_chunks_are_whole_models_with_their_end_to_end(tmp_path: Path, two_models) -> None:
+    """With the interleaved schedule an actor call takes one model's benchmarks (no Ray needed)."""
+    from benanza.bench.spec import SpecKind
+    from benanza.fleet.driver import plan_corpus
+
+    db = f"sqlite:///{tmp_path / 'm.db'}"
+    cfg = fleet_config(two_models, db, systems=("sys-a",), chunk_size=4, chunk_by_model=True, granularities=[1, 3])
+    (work,) = plan_corpus(cfg).works.values()
+    assert len(work.models) == len(work.templates) and work.models == tuple(sorted(work.models))
+    assert set(work.models) == {1, 2}  # every template belongs to the first model that needs it
+    driver = FleetDriver(cfg)
+    run = _SystemRun(plan_target(work, Target("sys-a", "null", "s1", {}), set()), SystemResult("sys-a"))
+    first = driver._model_chunk(run)
+    second = driver._model_chunk(run)
+    assert driver._model_chunk(run) == [] and not run.queue
+    assert len(first) > 4 and first + second == list(range(len(work.templates)))
+    for chunk in (first, second):
+        kinds = [work.templates[i].kind for i in chunk]
+        assert kinds[-1] is SpecKind.MODEL and kinds.count(SpecKind.MODEL) == 1  # the whole beside its parts
+    # the sequential schedule, or chunk_by_model off: chunk_size as before
+    seq = FleetDriver(
+        fleet_config(two_models, db, systems=("sys-a",), chunk_by_model=True, harness={"schedule": "sequential"})
+    )
+    run = _SystemRun(plan_target(work, Target("sys-a", "null", "s1", {}), set()), SystemResult("sys-a"))
+    assert seq._model_chunk(run) == []
+    off = FleetDriver(fleet_config(two_models, db, systems=("sys-a",)))
+    assert off._model_chunk(run) == []
 
 
 def test_a_worker_that_keeps_dying_is_stored_as_failed(tmp_path: Path, two_models) -> None:
@@ -493,6 +524,16 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     assert (bound["model"], bound["system"], bound["stack_id"]) == ("chain", "laptop", laptop["stack_id"])
     assert bound["coverage"] == 1.0 and bound["sequential_ms"] > 0 and bound["e2e_ms"] > 0
     assert set(bound["composed_ms"]) == {"1", "3"} and all(v > 0 for v in bound["composed_ms"].values())
+    # every figure with its interval; the model's parts and whole sampled together (one actor call)
+    intervals = bound["intervals"]
+    for name in ("sequential_ms", "parallel_ms", "e2e_ms"):
+        assert intervals[name]["low"] <= bound[name] <= intervals[name]["high"]
+    assert set(intervals["composed_ms"]) == {"1", "3"}
+    with open_store(f"sqlite:///{tmp_path / 'benanza.db'}", create=False) as store:
+        records = store.records(system="laptop")
+    assert {r.settings["harness"]["schedule"] for r in records} == {"interleaved"}
+    assert len({r.settings["placement"]["pid"] for r in records}) == 1
+    assert all("disturbed" in r.stats and "trimmed_mean_low" in r.stats for r in records)
     status = subprocess.run(
         [sys.executable, "-m", "benanza", "fleet", "status", "--models", str(model), "--format", "json"],
         capture_output=True,

@@ -17,8 +17,9 @@ from benanza.runtimes import base
 from benanza.runtimes.base import Prepared, Runtime, get_runtime
 
 SPEC = BenchmarkSpec(kind=SpecKind.LAYER, key="k", batch_size=1, dtype="float32", runtime="null")
-# short caps keep each measurement well under a second
-QUICK = {"warmup_runs": 1, "min_time_s": 0.005, "max_time_s": 0.5}
+# short caps keep each measurement well under a second; the stopping rules are tested here with
+# sleeps and fake clocks, which the interference check would measure again (tests/test_interference.py)
+QUICK = {"warmup_runs": 1, "min_time_s": 0.005, "max_time_s": 0.5, "disturbance_retries": 0}
 
 
 def settings(**overrides: object) -> HarnessSettings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from onnx import TensorProto, helper
@@ -117,12 +118,104 @@ def test_a_bound_above_end_to_end_is_reported_not_clipped(branching, all_results
     results.update(fake_records(branching, lambda s: 0.008 if s.key == model.key else call_seconds(s), kernel_seconds))
     lb = bound(branching, results)
     assert lb.sequential_ms == pytest.approx(8.5) and lb.e2e_ms == pytest.approx(8.0)
-    (check,) = lb.checks
-    assert check.startswith("sequential_ms 8.500 ms exceeds e2e 8.000 ms by 6.2%")
+    (check,) = lb.checks  # identical samples: intervals of no width, 8.5 is above 8.0 beyond any noise
+    assert check.startswith("sequential_ms 8.500 ms (95% interval 8.500-8.500) exceeds e2e 8.000 ms")
+    assert "by 6.2%, beyond the noise of both" in check
     assert lb.to_dict()["checks"] == [check]
-    # within the slack (1%): no check
+    # equal: not above
     results.update(fake_records(branching, lambda s: 0.0085 if s.key == model.key else call_seconds(s), kernel_seconds))
     assert bound(branching, results).checks == ()
+
+
+def noisy_records(plan, call_s, kernel_s, spread):
+    """Like ``fake_records`` with 30 samples spread +-``spread`` (relative) around each figure."""
+    wobble = [1 + spread * ((i * 7) % 11 - 5) / 5 for i in range(30)]
+    records = {}
+    for spec in specs_for_plan(plan, "null", {}, e2e=True):
+        calls, kernels = [call_s(spec) * w for w in wobble], [kernel_s(spec) * w for w in wobble]
+        records[spec.key] = make_record(
+            spec,
+            system=SYSTEM,
+            stack_id=STACK,
+            outcome=Outcome.OK,
+            samples=calls,
+            stats=describe(calls).to_dict(),
+            kernel_samples=kernels,
+            kernel_stats=describe(kernels).to_dict(),
+        )
+    return records
+
+
+def test_checks_compare_intervals_not_points(branching):
+    model = next(s for s in specs_for_plan(branching, "null", {}, e2e=True) if s.kind is SpecKind.MODEL)
+    # e2e 8.3 ms: the sequential bound's p10 sum (about 8.5 * 0.82) is below it whatever the noise
+    quiet = noisy_records(branching, lambda s: 0.0083 if s.key == model.key else call_seconds(s), kernel_seconds, 0.2)
+    lb = bound(branching, quiet)
+    seq, e2e = lb.interval("sequential_ms"), lb.interval("e2e_ms")
+    assert seq.low < seq.value < seq.high and e2e.low < e2e.value < e2e.high
+    assert lb.checks == ()
+    # a bound above e2e by 2% while both are known to +-5%: within the noise of both, no check
+    near = noisy_records(
+        branching, lambda s: seq.value / 1.02 / 1e3 if s.key == model.key else call_seconds(s), kernel_seconds, 0.2
+    )
+    lb = bound(branching, near)
+    assert lb.sequential_ms > lb.e2e_ms
+    assert lb.interval("sequential_ms").low <= lb.interval("e2e_ms").high
+    assert lb.checks == ()
+    # far above: a check
+    far = noisy_records(
+        branching, lambda s: seq.value / 1.5 / 1e3 if s.key == model.key else call_seconds(s), kernel_seconds, 0.2
+    )
+    (check,) = bound(branching, far).checks
+    assert check.startswith("sequential_ms")
+
+
+def test_intervals_of_sums_and_json(branching):
+    records = noisy_records(branching, call_seconds, kernel_seconds, 0.1)
+    lb = bound(branching, records)
+    units = [lb.units[u].kernel_ms for u in range(5)]
+    assert lb.sequential_ms == pytest.approx(sum(units))
+    seq, par = lb.interval("sequential_ms"), lb.interval("parallel_ms")
+    # quadrature: the sum's half-width is below the sum of the units' half-widths, above the largest
+    unit_half = [
+        (r.kernel_stats["p10_high"] - r.kernel_stats["p10_low"]) * 1e3 / 2
+        for r in (records[k] for k in branching.unit_keys)
+    ]
+    # the Tanh unit counted twice is one measurement: its error counts twice, the others add in quadrature
+    tanh = unit_half[2]
+    others = unit_half[:2] + unit_half[4:]
+    assert seq.half_width == pytest.approx(math.sqrt(sum(h * h for h in others) + (2 * tanh) ** 2))
+    assert max(unit_half) < seq.half_width < sum(unit_half)
+    assert par.value == pytest.approx(lb.parallel_ms) and par.half_width < seq.half_width
+    assert lb.interval("composed_ms[1]").value == pytest.approx(lb.composed_ms[1])
+    doc = lb.to_dict()
+    assert doc["intervals"]["sequential_ms"] == {"low": seq.low, "high": seq.high}
+    assert set(doc["intervals"]["composed_ms"]) == {"1", "2"}
+    assert doc["confidence"] == 0.95 and doc["disturbed"] == []
+
+
+def test_disturbed_measurements_mark_their_figures(branching, all_results):
+    results = dict(all_results)
+    model = next(s for s in specs_for_plan(branching, "null", {}, e2e=True) if s.kind is SpecKind.MODEL)
+    stats = {**results[model.key].stats, "disturbed": True, "disturbed_reason": "step"}
+    results[model.key] = dataclasses.replace(results[model.key], stats=stats)
+    lb = bound(branching, results)
+    assert lb.disturbed == ("e2e_ms", "e2e_kernel_ms")
+
+
+def test_records_stored_before_intervals_get_them_from_their_samples(branching):
+    records = noisy_records(branching, call_seconds, kernel_seconds, 0.1)
+    fresh = bound(branching, records)
+    old = {
+        k: dataclasses.replace(
+            r,
+            stats={n: v for n, v in r.stats.items() if not n.endswith(("_low", "_high"))},
+            kernel_stats={n: v for n, v in r.kernel_stats.items() if not n.endswith(("_low", "_high"))},
+        )
+        for k, r in records.items()
+    }
+    again = bound(branching, old)
+    assert again.intervals == fresh.intervals and again.composed_intervals == fresh.composed_intervals
 
 
 def test_parallel_bound_follows_the_costs(branching, all_results):

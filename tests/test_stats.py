@@ -87,6 +87,8 @@ def test_single_sample() -> None:
     assert s == SampleStats(
         n=1, mean=4.0, median=4.0, trimmed_mean=4.0, min=4.0, max=4.0, p10=4.0, p90=4.0,
         stdev=0.0, rel_noise=0.0, rel_stderr=0.0,
+        # one sample: every interval is that sample (its range), never narrower than the data
+        trimmed_mean_low=4.0, trimmed_mean_high=4.0, median_low=4.0, median_high=4.0, p10_low=4.0, p10_high=4.0,
     )  # fmt: skip
 
 
@@ -114,6 +116,7 @@ def test_round_trip_dict() -> None:
     assert SampleStats.from_dict(s.to_dict()) == s
     assert set(s.to_dict()) == {
         "n", "mean", "median", "trimmed_mean", "min", "max", "p10", "p90", "stdev", "rel_noise", "rel_stderr",
+        "trimmed_mean_low", "trimmed_mean_high", "median_low", "median_high", "p10_low", "p10_high",
     }  # fmt: skip
 
 

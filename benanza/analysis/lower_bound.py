@@ -21,15 +21,23 @@ layer whose subgraph holds an op the runtime lacks) is missing with its stored e
 model with such a node has no lower bound and no composition: the model runs them, the sums
 would not.
 
+Every figure has its 95% interval (``intervals``, ``composed_intervals``): the interval of
+the statistic each record stores (``benanza.bench.stats``), derived from the record's raw
+samples where it was stored before intervals existed; a sum of units adds their intervals
+in quadrature (measured apart, their errors are independent), the parallel bound takes the
+intervals of the units on its critical path. A figure built from a measurement that the
+harness found disturbed (the host's speed changed while it was measured and a re-measure did
+not help) is named in ``disturbed``: it is shown marked, never as fact.
+
 ``checks`` lists what contradicts the method in the figures themselves: a lower bound above
-the measured end-to-end latency (by more than ``LOWER_BOUND_SLACK``) means a kernel time was
-inflated (profiler overhead, a unit run cold) or the host changed speed between
-measurements; such a bound is reported, never silently clipped.
+the measured end-to-end latency beyond the noise of both (its interval entirely above
+e2e's) means a kernel time was inflated (profiler overhead, a unit run cold) or the host
+changed speed between measurements; such a bound is reported, never silently clipped.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +45,7 @@ if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loa
     from benanza.bench.generate import ModelPlan
     from benanza.bench.plans import StoredPlan
 
+from benanza.bench.stats import CONFIDENCE, Interval, interval_of, sum_intervals
 
 # A lower bound takes a low quantile of each unit's kernel samples: interference, cache
 # misses and clock dips only ever add time, and the 10th percentile is what the kernel
@@ -44,7 +53,6 @@ if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loa
 # shared 2-core machine the zoo's medians summed above end to end for DenseNet (1.06x);
 # 10th percentiles did not (0.99x), with every other model at 0.88-0.95x.
 KERNEL_STATISTIC = "p10"
-LOWER_BOUND_SLACK = 0.01  # relative excess of a lower bound over e2e that ``checks`` reports
 CALL_STATISTIC = "trimmed_mean"
 
 METHOD = {
@@ -84,6 +92,17 @@ class LowerBound:
     missing: tuple[dict[str, Any], ...]
     units: tuple[UnitCost, ...] = field(repr=False, default=())
     checks: tuple[str, ...] = ()
+    # figure name ("sequential_ms", "e2e_ms", ...) -> its interval (ms); absent where the figure is None
+    intervals: Mapping[str, Interval] = field(default_factory=dict)
+    composed_intervals: Mapping[int, Interval] = field(default_factory=dict)
+    # figures ("e2e_ms", "composed_ms[2]", ...) with a measurement the harness found disturbed
+    disturbed: tuple[str, ...] = ()
+
+    def interval(self, figure: str) -> Interval | None:
+        """The interval of ``figure``: a field name, or ``composed_ms[G]``."""
+        if figure.startswith("composed_ms["):
+            return self.composed_intervals.get(int(figure[len("composed_ms[") : -1]))
+        return self.intervals.get(figure)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -103,17 +122,48 @@ class LowerBound:
             "coverage": self.coverage,
             "missing": list(self.missing),
             "checks": list(self.checks),
+            "intervals": {
+                **{name: {"low": i.low, "high": i.high} for name, i in self.intervals.items()},
+                "composed_ms": {
+                    str(g): {"low": i.low, "high": i.high} for g, i in sorted(self.composed_intervals.items())
+                },
+            },
+            "confidence": CONFIDENCE,
+            "disturbed": list(self.disturbed),
             "method": METHOD,
         }
 
 
 def _ms(record: Any, which: str) -> float | None:
+    figure = _figure(record, which)
+    return None if figure is None else figure.value
+
+
+def _figure(record: Any, which: str) -> Interval | None:
+    """A record's kernel or call figure in ms with its interval (None: no such figure)."""
     if record is None or record.outcome != "ok":
         return None
-    stats = record.kernel_stats if which == "kernel" else record.stats
-    if not stats:
-        return None
-    return float(stats[KERNEL_STATISTIC if which == "kernel" else CALL_STATISTIC]) * 1e3
+    if which == "kernel":
+        found = interval_of(record.kernel_stats, KERNEL_STATISTIC, record.kernel_samples)
+    else:
+        found = interval_of(record.stats, CALL_STATISTIC, record.samples)
+    return None if found is None else found.scaled(1e3)
+
+
+def _total(figures: Iterable[tuple[str, Interval | None]]) -> Interval:
+    """The sum of keyed figures: one measurement counted c times adds c times its error (the same
+    error each time), distinct measurements add in quadrature (independent errors)."""
+    counts: dict[str, int] = {}
+    by_key: dict[str, Interval] = {}
+    for key, figure in figures:
+        if figure is not None:
+            counts[key] = counts.get(key, 0) + 1
+            by_key[key] = figure
+    return sum_intervals(by_key[k].scaled(c) for k, c in counts.items())
+
+
+def _disturbed(record: Any) -> bool:
+    return bool(record is not None and record.stats and record.stats.get("disturbed"))
 
 
 def lower_bound(
@@ -145,10 +195,17 @@ def lower_bound(
     partial = sum(u.kernel_ms for u in units if u.kernel_ms is not None)
     unfused = [_ms(results.get(layer.layer_key), "kernel") for layer in graph.layers]
     composed: dict[int, float | None] = {}
+    composed_intervals: dict[int, Interval] = {}
+    disturbed: list[str] = []
     for g, keys in plan.sequence_keys.items():
-        costs = [_ms(results.get(k), "call") for k in keys]
+        costs = [_figure(results.get(k), "call") for k in keys]
         whole = bool(costs) and all(c is not None for c in costs) and not unbenchmarked
-        composed[g] = sum(c for c in costs if c is not None) if whole else None
+        composed[g] = None
+        if whole:
+            total = _total(zip(keys, costs, strict=True))
+            composed[g], composed_intervals[g] = total.value, total
+            if any(_disturbed(results.get(k)) for k in keys):
+                disturbed.append(f"composed_ms[{g}]")
     e2e = results.get(plan.model_key)
     unit_of = {i: key for members, key in zip(plan.units, plan.unit_keys, strict=True) for i in members}
     missing = tuple(
@@ -167,10 +224,31 @@ def lower_bound(
         for u in unbenchmarked
     )
     sequential = partial if complete else None
-    parallel = graph.critical_path(layer_cost).length if complete else None
+    critical = graph.critical_path(layer_cost) if complete else None
+    parallel = critical.length if critical is not None else None
     every_layer = bool(unfused) and all(v is not None for v in unfused) and not unbenchmarked
     unfused_ms = sum(v for v in unfused if v is not None) if every_layer else None
     e2e_ms = _ms(e2e, "call")
+    unit_records = [results.get(key) for key in plan.unit_keys]
+    intervals: dict[str, Interval] = {}
+    if complete:
+        unit_figures = [_figure(r, "kernel") for r in unit_records]
+        intervals["sequential_ms"] = _total(zip(plan.unit_keys, unit_figures, strict=True))
+        unit_at = {members[-1]: u for u, members in enumerate(plan.units)}
+        assert critical is not None
+        on_path = [unit_at[i] for i in critical.layers if i in unit_at]
+        intervals["parallel_ms"] = _total((plan.unit_keys[u], unit_figures[u]) for u in on_path)
+        if any(_disturbed(r) for r in unit_records):
+            disturbed += ["sequential_ms", "parallel_ms"]
+    if every_layer:
+        intervals["sequential_unfused_ms"] = _total(
+            (layer.layer_key, _figure(results.get(layer.layer_key), "kernel")) for layer in graph.layers
+        )
+    for name, which in (("e2e_ms", "call"), ("e2e_kernel_ms", "kernel")):
+        if (figure := _figure(e2e, which)) is not None:
+            intervals[name] = figure
+    if _disturbed(e2e):
+        disturbed += ["e2e_ms", "e2e_kernel_ms"]
     return LowerBound(
         model=plan.model,
         system=system,
@@ -188,7 +266,13 @@ def lower_bound(
         coverage=(sum(covered) / n) if n else 0.0,
         missing=missing,
         units=tuple(units),
-        checks=bound_checks({"sequential_ms": sequential, "parallel_ms": parallel}, e2e_ms),
+        checks=bound_checks(
+            {name: intervals[name] for name in ("sequential_ms", "parallel_ms") if name in intervals},
+            intervals.get("e2e_ms"),
+        ),
+        intervals=intervals,
+        composed_intervals=composed_intervals,
+        disturbed=tuple(disturbed),
     )
 
 
@@ -201,13 +285,18 @@ def _why_missing(record: Any) -> str:
     return "its record holds no kernel time"
 
 
-def bound_checks(bounds: Mapping[str, float | None], e2e_ms: float | None) -> tuple[str, ...]:
-    """A message for every bound above ``e2e_ms`` by more than ``LOWER_BOUND_SLACK``."""
-    if not e2e_ms:
+def bound_checks(bounds: Mapping[str, Interval], e2e: Interval | None) -> tuple[str, ...]:
+    """A message for every bound above ``e2e`` beyond the noise of both: their intervals apart.
+
+    A bound whose interval overlaps e2e's is not known to be above it; one entirely above it is a
+    defect of the measurement.
+    """
+    if e2e is None or not e2e.value:
         return ()
     return tuple(
-        f"{name} {value:.3f} ms exceeds e2e {e2e_ms:.3f} ms by {value / e2e_ms - 1:.1%}: "
+        f"{name} {b.value:.3f} ms (95% interval {b.low:.3f}-{b.high:.3f}) exceeds e2e {e2e.value:.3f} ms "
+        f"({e2e.low:.3f}-{e2e.high:.3f}) by {b.value / e2e.value - 1:.1%}, beyond the noise of both: "
         "a kernel time was inflated (profiler, cold cache) or the host's speed changed between measurements"
-        for name, value in bounds.items()
-        if value is not None and value > e2e_ms * (1 + LOWER_BOUND_SLACK)
+        for name, b in bounds.items()
+        if b.above(e2e)
     )

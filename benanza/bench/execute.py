@@ -44,9 +44,15 @@ def _failure(exc: Exception) -> str:
 
 
 def _timing_stats(timing: Timing) -> dict[str, Any]:
+    """The record's statistics: the samples', how sampling ended, and what the interference check found."""
     stats = timing.stats.to_dict()
     stats["stopped_by"] = timing.stopped_by
     stats["iterations"] = timing.iterations
+    stats["disturbed"] = timing.disturbed
+    if timing.disturbed_reason is not None:
+        stats["disturbed_reason"] = timing.disturbed_reason
+    stats["cpu_share"] = timing.cpu_share
+    stats["remeasured"] = timing.remeasured
     return stats
 
 
@@ -306,6 +312,13 @@ def admit(
     return never, rest, refused
 
 
+def interleave_max_specs(settings: HarnessSettings) -> int:
+    """Specs one interleaved group may hold: ``interleave_max_sessions`` live sessions, two per
+    spec when kernel times are taken (the profiling session beside the timed one)."""
+    per_spec = 2 if settings.kernel_runs > 0 else 1
+    return max(1, settings.interleave_max_sessions // per_spec)
+
+
 def interleave_budget(settings: HarnessSettings, memory: MemoryReader = system_memory) -> int:
     """Bytes one interleaved group may hold: the setting, else a quarter of physical memory.
 
@@ -319,13 +332,16 @@ def interleave_budget(settings: HarnessSettings, memory: MemoryReader = system_m
     return budget if now.free_now is None else min(budget, now.free_now)
 
 
-def group_chunks(specs: Sequence[BenchmarkSpec], budget: int) -> Iterator[list[BenchmarkSpec]]:
-    """Consecutive chunks of a group whose estimated memory fits ``budget`` (at least one spec each)."""
+def group_chunks(
+    specs: Sequence[BenchmarkSpec], budget: int, max_specs: int | None = None
+) -> Iterator[list[BenchmarkSpec]]:
+    """Consecutive chunks of a group whose estimated memory fits ``budget`` and that hold at most
+    ``max_specs`` specs (at least one spec each)."""
     chunk: list[BenchmarkSpec] = []
     used = 0
     for spec in specs:
         size = spec_memory_bytes(spec)
-        if chunk and used + size > budget:
+        if chunk and (used + size > budget or (max_specs is not None and len(chunk) >= max_specs)):
             yield chunk
             chunk, used = [], 0
         chunk.append(spec)
@@ -417,7 +433,7 @@ def run_specs(
 
     if interleaving(runtime, settings):
         for group in _partition(todo, groups):
-            for chunk in group_chunks(group, interleave_budget(settings, memory)):
+            for chunk in group_chunks(group, interleave_budget(settings, memory), interleave_max_specs(settings)):
                 chunk, deferred, refused = admit(chunk, runtime, memory)
                 if deferred:
                     summary.defer(len(deferred), refused)
@@ -458,8 +474,8 @@ def interleaving(runtime: Runtime, settings: HarnessSettings) -> bool:
     """Whether ``run_specs`` samples groups in rounds: asked for, and the runtime can be.
 
     A runtime says ``interleaves = False`` when its benchmarks cannot share the machine in
-    rounds: the GPU runtime (timed by CUDA events with its own L2 flush), ONNX Runtime with
-    intra-op thread pools (see ``OnnxRuntimeCPU.interleaves``). Those run one after another.
+    rounds: the GPU runtime (timed by CUDA events with its own L2 flush). Those run one
+    after another.
     """
     return settings.schedule == "interleaved" and runtime.interleaves
 
@@ -467,10 +483,13 @@ def interleaving(runtime: Runtime, settings: HarnessSettings) -> bool:
 def effective_settings(runtime: Runtime, settings: HarnessSettings) -> HarnessSettings:
     """``settings`` as they will be applied: an interleaved schedule the runtime cannot take is sequential.
 
-    Records store the schedule that was used, and the change is logged once.
+    Records store the schedule that was used, and the change is logged once: as a warning
+    when the schedule was asked for, quietly when it was only the default.
     """
     if settings.schedule == "interleaved" and not interleaving(runtime, settings):
-        log.warning(
+        asked = "schedule" in settings.model_fields_set
+        log.log(
+            logging.WARNING if asked else logging.INFO,
             "%s (%s) cannot be measured interleaved; measuring one benchmark after another",
             runtime.name,
             ", ".join(f"{k}={v}" for k, v in runtime.variant().items()),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from benanza.bench.contract import Runtime
@@ -21,7 +22,7 @@ from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
 from benanza.model.network import Network, network_of
-from benanza.model.process import ProcessedModel
+from benanza.model.process import ProcessedModel, process_model
 from benanza.model.subgraphs import find_model_subgraphs
 
 
@@ -145,6 +146,34 @@ def contracted(graph: ModelGraph, units: Sequence[Sequence[int]], keys: Sequence
             )
         )
     return ModelGraph(graph.model, graph.path, graph.opset, graph.inputs, tuple(layers), tuple(sorted(edges)))
+
+
+def plan_model_file(
+    path: str | Path,
+    runtimes: Sequence[Runtime],
+    batches: Sequence[int | None] = (None,),
+    overrides: Mapping[str, tuple[int, ...]] | None = None,
+    granularities: Iterable[int] = (),
+    *,
+    fits_here: bool = True,
+) -> list[list[ModelPlan]]:
+    """A model file's plans, per runtime (in order) and per batch size; each binding is processed once for all.
+
+    What ``benanza run`` plans on this machine and what the fleet driver plans for every
+    runtime its systems use. ``fits_here`` as for ``process_model``.
+
+    Raises:
+        BenanzaError: the model cannot be loaded or bound (the fleet reports it and goes on).
+    """
+    grans = tuple(granularities)
+    processed = [process_model(path, batch, overrides, fits_here=fits_here) for batch in batches]
+    return [
+        [
+            plan_model(model, runtime, grans, batch=batch, overrides=overrides)
+            for batch, model in zip(batches, processed, strict=True)
+        ]
+        for runtime in runtimes
+    ]
 
 
 def plan_model(

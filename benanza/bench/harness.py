@@ -29,17 +29,35 @@ and calibration of each call, every round takes one sample of every call in a sh
 order, so each call's samples spread over the same period. A slow drift of the host's
 speed (frequency, neighbours on a shared machine) then shifts every call alike instead of
 whichever happened to run during it; the DLBricks composition compares sums of one set of
-calls with another call, which is where drift hurt. ``schedule = "interleaved"`` selects it.
+calls with another call, which is where drift hurt. ``schedule = "interleaved"`` selects it
+(the default).
+
+Interference. Both schedules check, after sampling, whether the host's speed changed while
+they measured (``speed_step``): the samples in time order are cut into thirds, and a third
+whose mean differs from another's by more than ``disturbance_step`` with their 95% intervals
+apart is a step in the host's speed, not noise. The mean, not a trimmed one: a neighbour
+that shares the core shows as a share of samples stalled by its time slices, which a
+trimmed mean would cut away, while one rare stall widens its third's interval instead of
+moving it. ``measure`` tests a call's own samples; ``measure_interleaved`` tests the rounds'
+speed index (per round, the time the round's samples took over the time their calls'
+medians would take), which every call of the group shares. They also take the process's CPU time over the wall
+time of the sampling (``cpu_share``): below ``min_cpu_share`` another process had the CPU
+for part of it. A disturbed measurement is taken again, up to ``disturbance_retries``
+times; one still disturbed is kept and marked (``Timing.disturbed`` and its reason), and
+reports never show it as fact. A periodic load (a neighbour's on/off bursts much shorter
+than a third of the measurement) is noise: it widens the intervals instead.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import random
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -48,6 +66,7 @@ from benanza.bench.stats import (
     TRIM_PROPORTION,
     SampleStats,
     describe,
+    mean_interval,
     trimmed_mean_sorted,
     trimmed_stderr_sorted,
 )
@@ -75,14 +94,27 @@ class HarnessSettings(BaseModel):
     min_sample_time_s: float = Field(2e-4, ge=0, description="batch calls until one sample lasts this long")
     kernel_runs: int = Field(20, ge=0, description="profiled runs for the library's kernel time")
     schedule: Schedule = Field(
-        "sequential",
-        description="sequential: one benchmark after another; interleaved: a model's benchmarks sampled in rounds",
+        "interleaved",
+        description="interleaved (default): a model's benchmarks sampled in rounds, so drift hits parts and whole "
+        "alike; sequential: one benchmark after another",
     )
     interleave_precalls: int = Field(
         1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
     )
     interleave_max_bytes: int | None = Field(
         None, ge=0, description="memory for one interleaved group (memory guard estimate); None: a quarter of RAM"
+    )
+    disturbance_step: float = Field(
+        0.05, ge=0, description="relative change of the host's speed between thirds of a measurement that disturbs it"
+    )
+    min_cpu_share: float = Field(
+        0.8, ge=0, description="process CPU time over wall time below which a measurement is disturbed"
+    )
+    disturbance_retries: int = Field(1, ge=0, description="times a disturbed measurement is taken again")
+    interleave_max_sessions: int = Field(
+        1024,
+        ge=1,
+        description="live runtime sessions in one interleaved group (a benchmark with kernel times holds two)",
     )
 
     @model_validator(mode="after")
@@ -123,6 +155,10 @@ class Timing:
     stats: SampleStats
     stopped_by: StopReason
     total_s: float  # wall time of the whole measurement, warm-up included
+    disturbed: bool = False  # the host's speed changed while it was measured, every time it was
+    disturbed_reason: str | None = None
+    cpu_share: float | None = None  # process CPU time over wall time while sampling (None: not taken)
+    remeasured: int = 0  # times it was taken again because it was disturbed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,18 +167,102 @@ class Timing:
             "stats": self.stats.to_dict(),
             "stopped_by": self.stopped_by,
             "total_s": self.total_s,
+            "disturbed": self.disturbed,
+            "disturbed_reason": self.disturbed_reason,
+            "cpu_share": self.cpu_share,
+            "remeasured": self.remeasured,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Timing:
         samples = tuple(float(x) for x in data["samples"])
+        share = data.get("cpu_share")
         return cls(
             samples=samples,
             iterations=int(data["iterations"]),
             stats=SampleStats.from_dict(data["stats"]) if "stats" in data else describe(samples),
             stopped_by=data["stopped_by"],
             total_s=float(data["total_s"]),
+            disturbed=bool(data.get("disturbed", False)),
+            disturbed_reason=data.get("disturbed_reason"),
+            cpu_share=None if share is None else float(share),
+            remeasured=int(data.get("remeasured", 0)),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedStep:
+    """The largest change of speed between thirds of a measurement (``speed_step``)."""
+
+    step: float  # relative: later third over earlier third, less one (+0.1: 10% slower later)
+    apart: bool  # the two thirds' 95% intervals do not overlap
+    thirds: tuple[float, float, float]  # each third's mean
+
+
+MIN_PER_THIRD = 5  # fewer samples per third cannot tell a step from noise
+
+
+def speed_step(series: Sequence[float]) -> SpeedStep | None:
+    """Whether ``series`` (time-ordered samples or a speed index) stepped between its thirds.
+
+    Each third's mean and its interval; the pair of thirds whose means differ most,
+    among those whose intervals are apart, else the pair that differs most. None with fewer
+    than ``MIN_PER_THIRD`` values per third.
+    """
+    n = len(series)
+    if n < 3 * MIN_PER_THIRD:
+        return None
+    cuts = (0, n // 3, 2 * n // 3, n)
+    parts = [mean_interval(series[cuts[i] : cuts[i + 1]]) for i in range(3)]
+    best: SpeedStep | None = None
+    for a, b in ((0, 1), (1, 2), (0, 2)):
+        first, later = parts[a], parts[b]
+        if first.value <= 0:
+            continue
+        step = later.value / first.value - 1
+        apart = later.above(first) or first.above(later)
+        candidate = SpeedStep(step, apart, (parts[0].value, parts[1].value, parts[2].value))
+        if best is None or (apart, abs(step)) > (best.apart, abs(best.step)):
+            best = candidate
+    return best
+
+
+def disturbance(series: Sequence[float], cpu_share: float | None, settings: HarnessSettings) -> str | None:
+    """Why a measurement is disturbed (a step in the host's speed, too little CPU), or None."""
+    found = speed_step(series)
+    if found is not None and found.apart and abs(found.step) > settings.disturbance_step:
+        means = ", ".join(f"{m:.4g}" for m in found.thirds)
+        return (
+            f"the host's speed changed by {found.step:+.1%} between thirds of the measurement "
+            f"(means {means}), beyond the noise of both"
+        )
+    if cpu_share is not None and cpu_share < settings.min_cpu_share:
+        return (
+            f"the process had {cpu_share:.0%} of a CPU while sampling (under {settings.min_cpu_share:.0%}): "
+            "another process took the rest"
+        )
+    return None
+
+
+def _cpu_and_wall() -> tuple[int, int]:
+    return time.process_time_ns(), time.perf_counter_ns()
+
+
+def _share(start: tuple[int, int]) -> float | None:
+    cpu, wall = _cpu_and_wall()
+    return (cpu - start[0]) / (wall - start[1]) if wall > start[1] else None
+
+
+def _checked(take: Callable[[], Timing], settings: HarnessSettings, *, cpu: bool) -> Timing:
+    """``take()`` until it is not disturbed, at most ``1 + disturbance_retries`` times; the last is kept."""
+    for attempt in range(settings.disturbance_retries + 1):
+        start = _cpu_and_wall()
+        timing = take()
+        share = _share(start) if cpu else None
+        reason = disturbance(timing.samples, share, settings)
+        if reason is None:
+            return replace(timing, cpu_share=share, remeasured=attempt)
+    return replace(timing, cpu_share=share, remeasured=attempt, disturbed=True, disturbed_reason=reason)
 
 
 DEFAULT_SETTINGS = HarnessSettings()
@@ -156,6 +276,8 @@ def measure(
 ) -> Timing:
     """Time ``fn`` until the mean is known well enough or a cap is reached.
 
+    A measurement the host disturbed (``disturbance``) is taken again, up to
+    ``disturbance_retries`` times; the last is returned, flagged if still disturbed.
     Exceptions from ``fn`` propagate: the caller records them as a failed outcome.
 
     Args:
@@ -171,7 +293,7 @@ def measure(
             fn()
         return clock() - t0
 
-    return _sampled(timed_ns, fn, settings, clock)
+    return _checked(lambda: _sampled(timed_ns, fn, settings, clock), settings, cpu=True)
 
 
 def measure_device(
@@ -190,7 +312,10 @@ def measure_device(
         settings: warm-up, calibration and stopping rules.
         clock: the wall clock for the time cap.
     """
-    return _sampled(lambda k: round(sample(k) * k * 1e9), lambda: sample(1), settings, clock)
+    # the host's CPU share says nothing of a device's speed: only steps are checked
+    return _checked(
+        lambda: _sampled(lambda k: round(sample(k) * k * 1e9), lambda: sample(1), settings, clock), settings, cpu=False
+    )
 
 
 def _sampled(
@@ -340,9 +465,9 @@ def measure_interleaved(
 
     - ``noise``: every call has ``min_samples`` samples and its per-call mean, or its 20%
       trimmed mean (standard error from the winsorized samples, robust to a shared
-      machine's rare stalls), known to ``target_rel_stderr`` of the larger of itself and the
-      group's average call (a call far shorter than the rest weighs little in any sum, so
-      its relative error may be larger),
+      machine's rare stalls), known to ``target_rel_stderr`` of the largest of itself, the
+      group's average call and its longest call over sqrt(calls) (``_settle_floor``: a call
+      far shorter than the rest weighs little in any sum, so its relative error may be larger),
       the rounds have lasted ``min_time_s`` and ``untimed_runs`` companion runs are kept;
     - ``max_samples``: ``max_samples`` rounds;
     - ``time_cap``: ``max_time_s`` per call of wall time since the start (the group has the
@@ -389,6 +514,92 @@ def measure_interleaved(
     order = list(range(len(tracks)))
     min_time_ns = settings.min_time_s * 1e9
     precalls = settings.interleave_precalls
+    budget_ns = deadline - start
+    discarded: tuple[bool, ...] = ()  # companion runs of disturbed attempts: never kept
+    for attempt in range(settings.disturbance_retries + 1):
+        if attempt:  # measure again: the same calibration, fresh samples and a fresh time budget
+            for t in tracks:
+                t.durations, t.n, t.mean, t.m2 = [], 0, 0.0, 0.0
+            deadline = clock() + budget_ns
+        cpu_start = _cpu_and_wall()
+        stopped_by, companion_rounds, stride = _rounds(
+            tracks, settings, rng, order, deadline, min_time_ns, precalls, untimed_runs, clock
+        )
+        share = _share(cpu_start)
+        index = _speed_index([t for t in tracks if t.error is None])
+        reason = disturbance(index, share, settings)
+        kept = tuple(r % stride == 0 for r in companion_rounds)
+        if reason is None:
+            break
+        if attempt < settings.disturbance_retries:
+            discarded += (False,) * len(kept)
+
+    results: list[Timing | Exception] = []
+    for t in tracks:
+        if t.error is not None:
+            results.append(t.error)
+            continue
+        scale = 1.0 / (t.k * 1e9)
+        samples = tuple(d * scale for d in t.durations or ())
+        results.append(
+            Timing(
+                samples=samples,
+                iterations=t.k,
+                stats=describe(samples),
+                stopped_by=stopped_by,
+                total_s=t.spent_ns / 1e9,
+                disturbed=reason is not None,
+                disturbed_reason=reason,
+                cpu_share=share,
+                remeasured=attempt,
+            )
+        )
+    return Rounds(results, discarded + kept)
+
+
+def _speed_index(tracks: Sequence[_Track]) -> list[float]:
+    """Per round, the time its samples took over the time their calls' medians take: the host's speed.
+
+    A stall during a round adds its time to that round whichever call it hit. A call that left
+    the rounds (it raised) is not in ``tracks``; every other call has one sample per round.
+    """
+    timed = [t.durations for t in tracks if t.durations]
+    if not timed:
+        return []
+    typical = math.fsum(statistics.median(d) for d in timed)
+    if typical <= 0:
+        return []
+    rounds = min(len(d) for d in timed)
+    return [math.fsum(d[r] for d in timed) / typical for r in range(rounds)]
+
+
+def _settle_floor(calls: Sequence[float]) -> float:
+    """The error each call of a group may have, as a latency: the larger of the average call and the
+    longest call over sqrt(number of calls).
+
+    With every call known to ``target`` of the second, a sum of all of them (a composition) is
+    known to ``target`` of the longest call (the model end to end) in quadrature: the figure that
+    matters is known as well as the model's own, without running every layer to 1% of itself
+    (on a shared 2-core VM that made the interleaved main job 6x slower than one after another).
+    """
+    if not calls:
+        return 0.0
+    return max(sum(calls) / len(calls), max(calls) / math.sqrt(len(calls)))
+
+
+def _rounds(
+    tracks: Sequence[_Track],
+    settings: HarnessSettings,
+    rng: random.Random,
+    order: list[int],
+    deadline: int,
+    min_time_ns: float,
+    precalls: int,
+    untimed_runs: int,
+    clock: Callable[[], int],
+) -> tuple[StopReason, list[int], int]:
+    """Sampling rounds until a stopping rule fires: why it stopped, the companion rounds, their final stride."""
+    repeat = itertools.repeat
     sampling_start = clock()
     rounds = 0
     stride = 1  # companions run every ``stride`` rounds; doubled to spread them over all rounds
@@ -422,7 +633,7 @@ def measure_interleaved(
         rounds += 1
         now = clock()
         live = [t for t in tracks if t.error is None]
-        floor = sum(t.per_call() for t in live) / max(len(live), 1)
+        floor = _settle_floor([t.per_call() for t in live])
         if (
             now - sampling_start >= min_time_ns
             and sum(r % stride == 0 for r in companion_rounds) >= untimed_runs
@@ -436,22 +647,4 @@ def measure_interleaved(
         if now >= deadline or not live:
             stopped_by = "time_cap"
             break
-
-    kept = tuple(r % stride == 0 for r in companion_rounds)
-    results: list[Timing | Exception] = []
-    for t in tracks:
-        if t.error is not None:
-            results.append(t.error)
-            continue
-        scale = 1.0 / (t.k * 1e9)
-        samples = tuple(d * scale for d in t.durations or ())
-        results.append(
-            Timing(
-                samples=samples,
-                iterations=t.k,
-                stats=describe(samples),
-                stopped_by=stopped_by,
-                total_s=t.spent_ns / 1e9,
-            )
-        )
-    return Rounds(results, kept)
+    return stopped_by, companion_rounds, stride

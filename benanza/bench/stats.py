@@ -1,9 +1,24 @@
 """Statistics of timing samples, derived from the raw samples and nothing else.
 
 Pure functions over sequences of floats (seconds per call): the harness stores raw samples
-and everything here can be recomputed from them. No numpy or scipy: the definitions follow
-``numpy.percentile`` (linear interpolation) and ``scipy.stats.trim_mean`` so that results
-agree with those libraries, and the tests check that they do.
+and everything here can be recomputed from them. The point statistics follow
+``numpy.percentile`` (linear interpolation) and ``scipy.stats.trim_mean`` and the tests
+check that they agree with those libraries.
+
+Every statistic a figure is made of carries a 95% confidence interval (``Interval``):
+
+- the trimmed mean: Tukey and McLaughlin's, ``trimmed mean +- t(n - 2g - 1) * se`` with the
+  standard error from the winsorized samples, as ``scipy.stats.mstats.trimmed_mean_ci``
+  (truncating the cut, like ``trim_mean``);
+- a percentile (the median, the 10th percentile): distribution-free, from the order
+  statistics whose ranks the binomial distribution gives (the count of samples below the
+  true percentile is Binomial(n, q)); where the samples are too few for a rank on a side,
+  that side is the sample's extreme (an honest figure cannot be narrower than the data);
+- a sum of figures measured apart (a lower bound, a composition): ``sum_intervals``, the
+  distances to each side added in quadrature (independent errors).
+
+The quantiles come from ``scipy.special`` (``stdtrit``, ``bdtr``): ``scipy.stats`` costs half
+a second to import, and every command imports this module.
 """
 
 from __future__ import annotations
@@ -13,7 +28,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+import numpy as np
+from scipy.special import bdtr, stdtrit
+
 TRIM_PROPORTION = 0.2  # DLBricks' trimmed mean: cut 20% of the samples from each end
+CONFIDENCE = 0.95  # of every interval benanza stores and prints
+# the statistics whose interval ``describe`` stores, as ``<name>_low`` and ``<name>_high``
+INTERVAL_STATISTICS = ("trimmed_mean", "median", "p10")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,7 +43,9 @@ class SampleStats:
 
     ``rel_noise`` is the coefficient of variation (stdev / mean); ``rel_stderr`` is the
     relative standard error of the mean (stdev / sqrt(n) / mean), which the harness drives
-    below its target before it stops.
+    below its target before it stops. ``<statistic>_low`` and ``<statistic>_high`` bound the
+    ``CONFIDENCE`` interval of each statistic in ``INTERVAL_STATISTICS``; statistics stored
+    before intervals existed have ``None`` there (unknown, see ``interval_of``).
     """
 
     n: int
@@ -36,14 +59,155 @@ class SampleStats:
     stdev: float
     rel_noise: float
     rel_stderr: float
+    trimmed_mean_low: float | None = None
+    trimmed_mean_high: float | None = None
+    median_low: float | None = None
+    median_high: float | None = None
+    p10_low: float | None = None
+    p10_high: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SampleStats:
-        values = {f.name: data[f.name] for f in fields(cls)}
-        return cls(**{name: int(v) if name == "n" else float(v) for name, v in values.items()})
+        values = {f.name: data.get(f.name) for f in fields(cls)}
+        return cls(**{name: v if v is None else int(v) if name == "n" else float(v) for name, v in values.items()})
+
+
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """A statistic's value and its ``CONFIDENCE`` interval, ``low <= value <= high``."""
+
+    value: float
+    low: float
+    high: float
+
+    @classmethod
+    def point(cls, value: float) -> Interval:
+        """A figure whose uncertainty is not known: an interval of no width."""
+        return cls(value, value, value)
+
+    @property
+    def half_width(self) -> float:
+        """The ``+-`` a table prints: half the interval's width."""
+        return (self.high - self.low) / 2
+
+    def scaled(self, factor: float) -> Interval:
+        """The same interval in another unit (``factor`` > 0)."""
+        return Interval(self.value * factor, self.low * factor, self.high * factor)
+
+    def above(self, other: Interval) -> bool:
+        """Whether this figure is larger than ``other`` beyond the noise of both: the intervals are apart."""
+        return self.low > other.high
+
+    def to_dict(self) -> dict[str, float]:
+        return {"value": self.value, "low": self.low, "high": self.high}
+
+
+def trimmed_mean_interval(
+    samples: Sequence[float], proportion: float = TRIM_PROPORTION, confidence: float = CONFIDENCE
+) -> Interval:
+    """The trimmed mean and its Tukey-McLaughlin interval (``scipy.stats.mstats.trimmed_mean_ci``).
+
+    Fewer than three samples leave no degree of freedom: the interval is the samples' range.
+    """
+    ordered = sorted(float(x) for x in samples)
+    return _trimmed_interval_sorted(ordered, proportion, confidence)
+
+
+def _trimmed_interval_sorted(ordered: Sequence[float], proportion: float, confidence: float) -> Interval:
+    n = len(ordered)
+    value = trimmed_mean_sorted(ordered, proportion)
+    df = n - 2 * int(proportion * n) - 1
+    if df < 1:
+        return Interval(value, ordered[0], ordered[-1])
+    half = float(stdtrit(df, 1 - (1 - confidence) / 2)) * trimmed_stderr_sorted(ordered, proportion)
+    return Interval(value, value - half, value + half)
+
+
+def mean_interval(samples: Sequence[float], confidence: float = CONFIDENCE) -> Interval:
+    """The mean and its Student-t interval, ``mean +- t(n - 1) * stdev / sqrt(n)``.
+
+    Fewer than two samples: the interval is the samples' range.
+    """
+    values = [float(x) for x in samples]
+    n = len(values)
+    if n == 0:
+        raise ValueError("mean of no values")
+    mean = math.fsum(values) / n
+    if n < 2:
+        return Interval(mean, mean, mean)
+    stdev = math.sqrt(math.fsum((x - mean) ** 2 for x in values) / (n - 1))
+    half = float(stdtrit(n - 1, 1 - (1 - confidence) / 2)) * stdev / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half)
+
+
+def percentile_interval(samples: Sequence[float], q: float, confidence: float = CONFIDENCE) -> Interval:
+    """The ``q``-th percentile (0-100) and its distribution-free order-statistic interval.
+
+    The number of samples below the true percentile is Binomial(n, q/100): the interval runs
+    from the order statistic of rank ``l`` to that of rank ``u`` (1-based) where ``l`` is the
+    binomial's ``(1 - confidence) / 2`` quantile and ``u - 1`` its ``(1 + confidence) / 2``
+    quantile, as ``scipy.stats.binom.ppf`` gives them. A rank outside 1..n is clipped to
+    the sample's extreme.
+    """
+    ordered = sorted(float(x) for x in samples)
+    return _percentile_interval_sorted(ordered, q, confidence)
+
+
+def _percentile_interval_sorted(ordered: Sequence[float], q: float, confidence: float) -> Interval:
+    n = len(ordered)
+    value = percentile_sorted(ordered, q)
+    tail = (1 - confidence) / 2
+    cdf = bdtr(np.arange(n + 1), n, q / 100.0)  # P(B <= k), k = 0..n
+    lower_rank = int(np.searchsorted(cdf, tail * (1 - 1e-12)))  # the smallest k with cdf >= tail
+    upper_rank = int(np.searchsorted(cdf, (1 - tail) * (1 - 1e-12))) + 1
+    low = ordered[lower_rank - 1] if lower_rank >= 1 else ordered[0]
+    high = ordered[upper_rank - 1] if upper_rank <= n else ordered[-1]
+    return Interval(value, min(low, value), max(high, value))
+
+
+def sum_intervals(intervals: Iterable[Interval]) -> Interval:
+    """The sum of independently measured figures: distances to each side added in quadrature."""
+    value = below = above = 0.0
+    for i in intervals:
+        value += i.value
+        below += (i.value - i.low) ** 2
+        above += (i.high - i.value) ** 2
+    return Interval(value, value - math.sqrt(below), value + math.sqrt(above))
+
+
+def interval_of(stats: Mapping[str, Any] | None, statistic: str, samples: Sequence[float] = ()) -> Interval | None:
+    """A stored statistic with its interval: from ``stats``, else derived from the raw ``samples``.
+
+    Records stored before intervals existed hold no ``<statistic>_low``; their samples give
+    it. With neither, the figure is a point (unknown uncertainty); without the statistic, None.
+    """
+    if not stats or stats.get(statistic) is None:
+        return None
+    value = float(stats[statistic])
+    low, high = stats.get(f"{statistic}_low"), stats.get(f"{statistic}_high")
+    if low is not None and high is not None:
+        return Interval(value, float(low), float(high))
+    if samples:
+        derived = statistic_interval(samples, statistic)
+        if derived is not None:
+            return Interval(value, min(derived.low, value), max(derived.high, value))
+    return Interval.point(value)
+
+
+def statistic_interval(samples: Sequence[float], statistic: str, confidence: float = CONFIDENCE) -> Interval | None:
+    """The interval of one named statistic of ``samples`` (None for one without an interval)."""
+    ordered = sorted(float(x) for x in samples)
+    if not ordered:
+        return None
+    if statistic == "trimmed_mean":
+        return _trimmed_interval_sorted(ordered, TRIM_PROPORTION, confidence)
+    percentiles = {"median": 50.0, "p10": 10.0, "p90": 90.0}
+    if statistic in percentiles:
+        return _percentile_interval_sorted(ordered, percentiles[statistic], confidence)
+    return None
 
 
 def describe(samples: Sequence[float]) -> SampleStats:
@@ -55,6 +219,9 @@ def describe(samples: Sequence[float]) -> SampleStats:
     mean = math.fsum(ordered) / n
     stdev = math.sqrt(math.fsum((x - mean) ** 2 for x in ordered) / (n - 1)) if n > 1 else 0.0
     rel_noise = _relative(stdev, mean)
+    trimmed = _trimmed_interval_sorted(ordered, TRIM_PROPORTION, CONFIDENCE)
+    median = _percentile_interval_sorted(ordered, 50.0, CONFIDENCE)
+    p10 = _percentile_interval_sorted(ordered, 10.0, CONFIDENCE)
     return SampleStats(
         n=n,
         mean=mean,
@@ -67,6 +234,12 @@ def describe(samples: Sequence[float]) -> SampleStats:
         stdev=stdev,
         rel_noise=rel_noise,
         rel_stderr=rel_noise / math.sqrt(n),
+        trimmed_mean_low=trimmed.low,
+        trimmed_mean_high=trimmed.high,
+        median_low=median.low,
+        median_high=median.high,
+        p10_low=p10.low,
+        p10_high=p10.high,
     )
 
 

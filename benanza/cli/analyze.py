@@ -176,6 +176,11 @@ def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None
         console().print(comparison_table(comparisons))
     elif not emit(format, [r.to_dict() for r in rows]):
         console().print(lower_bound_table(rows, by_system=by_system))
+        if any(r.disturbed for r in rows):
+            console().print(
+                "(disturbed): the host's speed changed while a measurement it is built from ran, and again when"
+                " measured again: not a figure to trust; measure again on a quieter machine"
+            )
         for r in rows:
             for check in r.checks:
                 console().print(f"check: {r.model} (batch {r.batch_size}): {check}")

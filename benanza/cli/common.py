@@ -107,8 +107,9 @@ ScheduleOpt = Annotated[
     str | None,
     typer.Option(
         "--schedule",
-        help="sequential (one benchmark after another) or interleaved (each model's benchmarks sampled together "
-        "in rounds, so host drift hits the parts and the whole alike; holds a model's benchmarks in memory at once)",
+        help="interleaved (the default: each model's benchmarks sampled together in rounds, so host drift hits "
+        "the parts and the whole alike; holds a model's benchmarks in memory at once) or sequential (one "
+        "benchmark after another)",
     ),
 ]
 

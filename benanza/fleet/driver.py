@@ -36,7 +36,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benanza.bench.generate import plan_model, plan_report, specs_for_plan, unique_specs
+from benanza.bench.execute import interleave_max_specs
+from benanza.bench.generate import plan_model_file, plan_report, specs_for_plan
+from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import StoredPlan
 from benanza.bench.records import Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
@@ -45,7 +47,6 @@ from benanza.errors import BenanzaError, StoreError, UsageError, one_line
 from benanza.fleet.plan import CorpusWork, SystemPlan, Target, plan_target
 from benanza.fleet.systems import actor_options, connect, devices_of, missing_node_reason, system_nodes
 from benanza.fleet.worker import SystemWorker
-from benanza.model.process import process_model
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store, open_store
 
@@ -187,35 +188,39 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
         except (BenanzaError, ImportError) as exc:
             runtime_errors[key] = one_line(exc)
     specs: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
+    owners: dict[tuple, list[int]] = {key: [] for key in runtimes}  # per spec, the model it came from
     stored: dict[tuple, list[StoredPlan]] = {key: [] for key in runtimes}
     overrides = config.shape_overrides() or None
     paths = config.model_paths()
     model_errors: list[dict[str, str]] = []
     plans = []
     for path in paths:
-        mine: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
-        mine_stored: dict[tuple, list[StoredPlan]] = {key: [] for key in runtimes}
-        planned = []
         try:
-            processed = [process_model(path, batch, overrides, fits_here=False) for batch in config.batch_sizes]
-            for key, runtime in runtimes.items():
-                for batch, model in zip(config.batch_sizes, processed, strict=True):
-                    plan = plan_model(model, runtime, config.granularities, batch=batch, overrides=overrides)
-                    planned.append(plan)
-                    mine[key].extend(specs_for_plan(plan, runtime.name, {}, e2e=config.e2e))
-                    mine_stored[key].append(StoredPlan.of(plan, runtime.name, ""))
+            per_runtime = plan_model_file(
+                path, list(runtimes.values()), config.batch_sizes, overrides, config.granularities, fits_here=False
+            )
         except BenanzaError as exc:  # reported; the rest of the corpus goes on
             model_errors.append({"model": str(path), "error": one_line(exc)})
             continue
-        plans.extend(planned)
-        for key, found in mine.items():
+        for key, model_plans in zip(runtimes, per_runtime, strict=True):
+            name = runtimes[key].name
+            found = [s for plan in model_plans for s in specs_for_plan(plan, name, {}, e2e=config.e2e)]
             specs[key].extend(found)
-            stored[key].extend(mine_stored[key])
-    works = {
-        key: CorpusWork(runtimes[key].name, tuple(unique_specs(found)), tuple(stored[key]))
-        for key, found in specs.items()
-    }
+            owners[key].extend([len(plans) + 1] * len(found))
+            stored[key].extend(StoredPlan.of(plan, name, "") for plan in model_plans)
+        plans.extend(plan for model_plans in per_runtime for plan in model_plans)
+    works = {key: _work(runtimes[key].name, found, owners[key], stored[key]) for key, found in specs.items()}
     return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans))
+
+
+def _work(
+    runtime: str, specs: Sequence[BenchmarkSpec], owners: Sequence[int], plans: Sequence[StoredPlan]
+) -> CorpusWork:
+    """Unique templates in order, each with the first model that needs it, and the plans they come from."""
+    first: dict[str, tuple[BenchmarkSpec, int]] = {}
+    for spec, owner in zip(specs, owners, strict=True):
+        first.setdefault(spec.spec_id, (spec, owner))
+    return CorpusWork(runtime, tuple(s for s, _ in first.values()), tuple(plans), tuple(o for _, o in first.values()))
 
 
 # -- running -----------------------------------------------------------------------------------
@@ -301,6 +306,7 @@ class FleetDriver:
         self.spill_dir = spill_dir
         self.inflight_per_actor = inflight_per_actor
         self.results: dict[str, SystemResult] = {s.name: SystemResult(s.name) for s in config.systems}
+        self._harness: HarnessSettings | None = None
         self._queued_gauge: Any = None
 
     def run(self) -> FleetSummary:
@@ -433,11 +439,26 @@ class FleetDriver:
             if mine:
                 return _Chunk(run.plan, mine, ids, attempt=run.attempts.get(i, 1))
         while run.queue:
-            take = [run.queue.popleft() for _ in range(min(size, len(run.queue)))]
+            take = self._model_chunk(run) or [run.queue.popleft() for _ in range(min(size, len(run.queue)))]
             mine, ids = self._claim(store, run, take)
             if mine:
                 return _Chunk(run.plan, mine, ids)
         return None
+
+    def _model_chunk(self, run: _SystemRun) -> list[int]:
+        """The queued benchmarks of the model at the head of the queue (``chunk_by_model``), or []."""
+        owners = run.plan.work.models
+        if self._harness is None:
+            self._harness = self.config.harness_settings()
+        settings = self._harness
+        if not (run.queue and self.config.chunk_by_model and owners and settings.schedule == "interleaved"):
+            return []
+        cap = max(self.config.chunk_size, interleave_max_specs(settings))
+        model = owners[run.queue[0]]
+        take = []
+        while run.queue and owners[run.queue[0]] == model and len(take) < cap:
+            take.append(run.queue.popleft())
+        return take
 
     def _recheck_waiting(self, store: Store, run: _SystemRun) -> None:
         """Specs another driver held: count those it stored, queue the rest again."""

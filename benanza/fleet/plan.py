@@ -24,17 +24,23 @@ class CorpusWork:
 
     ``plans``: the models' plans the templates come from (variant empty too), which each
     system stores with its own stack and variant (``placed_plans``) so analysis can read them.
+    ``models``: per template, the number of the first model that needs it (templates come
+    model by model, so a model's are consecutive); empty when unknown. The driver cuts chunks
+    at these boundaries when a model's benchmarks are sampled together (interleaved).
     """
 
     runtime: str
     templates: tuple[BenchmarkSpec, ...]
     plans: tuple[StoredPlan, ...] = ()
+    models: tuple[int, ...] = ()
 
     def placed_plans(self, target: Target) -> list[StoredPlan]:
         """The plans as ``target`` measures them: its runtime's variant (the records' ``variant``)."""
         return [replace(p, variant=target.variant_id) for p in self.plans]
 
     def __post_init__(self) -> None:
+        if self.models and len(self.models) != len(self.templates):
+            raise ValueError("models needs one entry per template")
         seen: set[tuple[str, int, str]] = set()
         for t in self.templates:
             if t.runtime != self.runtime:

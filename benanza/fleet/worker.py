@@ -22,6 +22,7 @@ from benanza.bench.execute import (
     effective_settings,
     group_chunks,
     interleave_budget,
+    interleave_max_specs,
     interleaving,
     isolated_runner,
     run_interleaved,
@@ -160,7 +161,7 @@ class SystemWorker:
                 self._settings[name] = effective_settings(runtime, self.settings)
             settings = self._settings[name]
             if interleaving(runtime, settings):  # the chunk's specs sampled together in rounds
-                for group in group_chunks(todo, interleave_budget(settings)):
+                for group in group_chunks(todo, interleave_budget(settings), interleave_max_specs(settings)):
                     measured += run_interleaved(group, runtime, settings, system=self.name, stack_id=stack)
             elif runtime.isolated:  # one worker process per device, kept for the actor's life
                 runner = self._runners.get(name)

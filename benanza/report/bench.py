@@ -8,15 +8,30 @@ from typing import Any
 from rich.table import Table
 
 from benanza.analysis.lower_bound import LowerBound
-from benanza.report.output import table
+from benanza.bench.stats import CONFIDENCE
+from benanza.report.output import fmt_interval, table
+
+DISTURBED_MARK = " (disturbed)"
+
+
+def figure_cell(row: LowerBound, figure: str, value: float | None) -> str:
+    """A figure as ``42.1 ± 0.4`` (its interval's half-width), marked where its measurement was disturbed."""
+    interval = row.interval(figure)
+    text = fmt_interval(value, *((interval.low, interval.high) if interval is not None else ()))
+    return text + DISTURBED_MARK if value is not None and figure in row.disturbed else text
 
 
 def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Table:
-    """One line per row; ``by_system`` adds the system, stack and variant columns."""
+    """One line per row; ``by_system`` adds the system, stack and variant columns.
+
+    Every figure is printed with the half-width of its interval; one whose measurement the
+    harness found disturbed is marked ``(disturbed)``, not printed as fact.
+    """
     grans = sorted({g for r in rows for g in r.composed_ms})
     where = ["system", "stack", "variant"] if by_system else []
     return table(
-        "lower bounds (ms): kernel-time sums vs DLBricks composition (call latency) vs end to end",
+        "lower bounds (ms, ± half the "
+        f"{CONFIDENCE:.0%} interval): kernel-time sums vs DLBricks composition (call latency) vs end to end",
         [
             "model",
             *where,
@@ -33,11 +48,11 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
                 r.model,
                 *((r.system, r.stack_id, r.variant) if by_system else ()),
                 r.batch_size,
-                r.sequential_ms,
-                r.sequential_unfused_ms,
-                r.parallel_ms,
-                *[r.composed_ms.get(g) for g in grans],
-                r.e2e_ms,
+                figure_cell(r, "sequential_ms", r.sequential_ms),
+                figure_cell(r, "sequential_unfused_ms", r.sequential_unfused_ms),
+                figure_cell(r, "parallel_ms", r.parallel_ms),
+                *[figure_cell(r, f"composed_ms[{g}]", r.composed_ms.get(g)) for g in grans],
+                figure_cell(r, "e2e_ms", r.e2e_ms),
                 f"{r.coverage:.0%}",
             )
             for r in rows

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import sys
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
@@ -98,6 +99,22 @@ def table(title: str | None, columns: Iterable[str | tuple[str, str]], rows: Ite
     for row in rows:
         t.add_row(*(fmt(v) for v in row))
     return t
+
+
+def fmt_interval(value: float | None, low: float | None = None, high: float | None = None) -> str:
+    """``42.1 ± 0.4``: the value to three significant digits, the half-width of its interval at
+    the same precision (a width that rounds to nothing gets one more significant digit).
+    No interval known: the value alone."""
+    if value is None:
+        return "-"
+    if low is None or high is None:
+        return fmt(value)
+    half = (high - low) / 2
+    magnitude = math.floor(math.log10(abs(value))) if value else 0
+    decimals = max(0, 2 - magnitude)
+    if half > 0 and round(half, decimals) == 0:
+        decimals = max(decimals, -math.floor(math.log10(half)))
+    return f"{value:,.{decimals}f} ± {half:.{decimals}f}"
 
 
 def fmt(value: Any) -> str:

@@ -241,7 +241,9 @@ class _Site:
         if o.fusion is not None and o.fusion >= 1.005:
             parts.append(f"the runtime's fusion already gains {o.fusion:.2f}x")
         elif o.fusion is not None and o.fusion <= 0.995:  # fused units slower than their layers run alone
-            parts.append(f"the runtime's fused units take {1 / o.fusion:.2f}x the kernel time of their layers run alone")
+            parts.append(
+                f"the runtime's fused units take {1 / o.fusion:.2f}x the kernel time of their layers run alone"
+            )
         return f" Why not faster: {'; '.join(parts)}." if parts else ""
 
     # -- pages ----------------------------------------------------------------------------

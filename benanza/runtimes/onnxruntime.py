@@ -59,7 +59,20 @@ def _ort():
     return onnxruntime
 
 
+# ONNX Runtime's session configuration entries (onnxruntime_session_options_config_keys.h) that keep
+# an idle intra-op thread pool from spinning. A pool's threads spin after each parallel section
+# and after each run by default; the interleaved schedule keeps hundreds of sessions alive and
+# runs them in turn, and their spinning threads took the cores from the one being timed (at 2
+# threads on 2 cores the zoo's compositions came out 3-8x end to end). Without spinning, a
+# thread waits on the OS for its next work: every session, parts and whole, pays that alike.
+NO_SPINNING = {
+    "session.intra_op.allow_spinning": "0",  # kOrtSessionOptionsConfigAllowIntraOpSpinning
+    "session.force_spinning_stop": "1",  # kOrtSessionOptionsConfigForceSpinningStop: stop when Run() returns
+}
+
+
 def session_options(opt_level: str, threads: int, profile: bool = False, optimized_path: str | None = None):
+    """The session options every benchmark of a runtime variant shares (``NO_SPINNING`` included)."""
     ort = _ort()
     levels = {
         "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -73,6 +86,8 @@ def session_options(opt_level: str, threads: int, profile: bool = False, optimiz
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     so.log_severity_level = 3
+    for key, value in NO_SPINNING.items():
+        so.add_session_config_entry(key, value)
     if profile:
         so.enable_profiling = True
     if optimized_path:
@@ -343,16 +358,15 @@ class OnnxRuntimeCPU(Runtime):
 
     @property
     def interleaves(self) -> bool:
-        """The interleaved schedule suits single-threaded CPU sessions only.
+        """The CPU provider is measured interleaved at any thread count.
 
-        Each session with more than one intra-op thread owns a thread pool whose threads
-        spin after every run. The interleaved schedule keeps a model's hundreds of sessions
-        alive and runs them in turn, so the spinning threads of the sessions just run
-        compete with the one being timed: on 2 cores at 2 threads the zoo's compositions
-        came out 3 to 8 times end to end, and ShuffleNet's end to end 17 times its
-        sequential figure. Such runtimes are measured one benchmark after another.
+        Each session with more than one intra-op thread owns a thread pool; the interleaved
+        schedule keeps a model's sessions alive and runs them in turn. Spinning pools made
+        that useless (the spinning threads of the sessions just run competed with the one
+        being timed: the zoo's compositions came out 3 to 8 times end to end at 2 threads on
+        2 cores); every session is built with ``NO_SPINNING``, so an idle pool sleeps.
         """
-        return self.ep == "cpu" and self.threads == 1
+        return self.ep == "cpu"
 
     def variant(self) -> dict[str, Any]:
         return {"ep": self.ep, "opt": self.opt_level, "threads": self.threads}

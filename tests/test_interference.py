@@ -1,0 +1,183 @@
+"""The interference detector (issue 16): synthetic series, then a real ONNX Runtime benchmark
+slowed down by a real competitor process busy on the same core during part of the run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from benanza.bench.harness import (
+    HarnessSettings,
+    disturbance,
+    measure,
+    measure_interleaved,
+    speed_step,
+)
+from benanza.runtimes.onnxruntime import session_options
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+
+
+def test_a_flat_series_has_no_step() -> None:
+    rng = np.random.default_rng(0)
+    flat = (1.0 + 0.05 * rng.standard_normal(300)).tolist()
+    found = speed_step(flat)
+    assert found is not None and not (found.apart and abs(found.step) > 0.05)
+    assert disturbance(flat, 1.0, HarnessSettings()) is None
+
+
+def test_a_step_in_the_last_third_is_found() -> None:
+    rng = np.random.default_rng(1)
+    series = (1.0 + 0.05 * rng.standard_normal(300)).tolist()
+    series[200:] = [x * 1.3 for x in series[200:]]
+    found = speed_step(series)
+    assert found.apart and found.step == pytest.approx(0.3, abs=0.05)
+    reason = disturbance(series, 1.0, HarnessSettings())
+    assert reason.startswith("the host's speed changed by +")
+
+
+def test_short_bursts_are_noise_not_a_step() -> None:
+    # a neighbour on for 5 samples, off for 5, through the whole measurement: every third alike
+    rng = np.random.default_rng(2)
+    series = [(1.4 if (i // 5) % 2 else 1.0) * (1 + 0.02 * rng.standard_normal()) for i in range(300)]
+    assert disturbance(series, 1.0, HarnessSettings()) is None
+
+
+def test_one_long_stall_widens_its_third_instead_of_moving_it() -> None:
+    rng = np.random.default_rng(3)
+    series = (1.0 + 0.02 * rng.standard_normal(300)).tolist()
+    series[250] = 80.0  # one 80x stall (a page fault storm, a migration): noise, not a new speed
+    found = speed_step(series)
+    assert abs(found.step) > 0.05 and not found.apart
+    assert disturbance(series, 1.0, HarnessSettings()) is None
+
+
+def test_a_neighbour_taking_time_slices_in_the_last_third_is_a_step() -> None:
+    # one sample in three stalled 8x from the 200th on: the time-sliced core of a shared machine
+    series = [1.0 + 0.01 * (i % 7) for i in range(300)]
+    series[200:] = [x * (8.0 if i % 3 == 0 else 1.0) for i, x in enumerate(series[200:])]
+    reason = disturbance(series, 1.0, HarnessSettings())
+    assert reason is not None and "speed changed by +" in reason
+
+
+def test_too_few_samples_tell_nothing_and_a_small_step_is_not_a_disturbance() -> None:
+    assert speed_step([1.0] * 14) is None
+    series = [1.0] * 100 + [1.02] * 50  # apart (no noise at all) but 2% < disturbance_step
+    found = speed_step(series)
+    assert found.apart and disturbance(series, 1.0, HarnessSettings()) is None
+
+
+def test_too_little_cpu_is_a_disturbance() -> None:
+    reason = disturbance([1.0] * 30, 0.55, HarnessSettings())
+    assert reason.startswith("the process had 55% of a CPU")
+    assert disturbance([1.0] * 30, 0.55, HarnessSettings(min_cpu_share=0.5)) is None
+
+
+# -- a real ONNX Runtime benchmark, a real competitor --------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def conv_session():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 32, 28, 28])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    w = helper.make_tensor("w", TensorProto.FLOAT, [32, 32, 3, 3], np.random.default_rng(0).random(32 * 32 * 9))
+    graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1])], "g", [x], [y], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(
+        model.SerializeToString(), session_options("extended", 1), providers=["CPUExecutionProvider"]
+    )
+    feeds = {"x": np.random.default_rng(1).random((1, 32, 28, 28), dtype=np.float32)}
+    return lambda: session.run(None, feeds)
+
+
+BUSY = (
+    "import os, sys, time\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "time.sleep(float(sys.argv[2]))\n"
+    "while True: pass\n"
+)
+
+
+@contextmanager
+def competitor_on_my_core(after_s: float, processes: int = 1) -> Iterator[None]:
+    """This thread pinned to one core; ``processes`` processes busy-looping on that core from ``after_s`` on.
+
+    Several competitors make the step large against whatever else shares the machine (a CI
+    runner's other jobs): this thread's share of its core falls to at most 1 / (1 + processes).
+    """
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    os.sched_setaffinity(0, {core})
+    busy = [subprocess.Popen([sys.executable, "-c", BUSY, str(core), str(after_s)]) for _ in range(processes)]
+    try:
+        yield
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
+        os.sched_setaffinity(0, before)
+
+
+# long enough to sample for ~1.5 s whatever the noise: the competitor starts after a third of it
+SLOW = {
+    "warmup_runs": 2,
+    "min_samples": 10,
+    "min_time_s": 1.5,
+    "max_time_s": 1.5,
+    "target_rel_stderr": 0.0,
+    "min_sample_time_s": 0.005,
+}
+
+
+def test_a_step_on_a_real_onnxruntime_benchmark_is_found(conv_session) -> None:
+    # only the step detector may fire (CPU share off), and no second try: the step is in this one
+    settings = HarnessSettings(**SLOW, min_cpu_share=0.0, disturbance_retries=0)
+    with competitor_on_my_core(after_s=0.75, processes=3):
+        timing = measure(conv_session, settings)
+    assert timing.disturbed, timing.samples
+    assert timing.disturbed_reason.startswith("the host's speed changed by +")
+    found = speed_step(timing.samples)
+    assert found.apart and found.step > 0.3  # sharing one core with three others: far slower
+    assert timing.remeasured == 0
+
+
+def test_a_competitor_throughout_is_measured_again_then_flagged(conv_session) -> None:
+    # the step detector off: the CPU share finds a competitor busy for the whole measurement
+    settings = HarnessSettings(**{**SLOW, "min_time_s": 0.4, "max_time_s": 0.4}, disturbance_step=10.0)
+    with competitor_on_my_core(after_s=0.0):
+        time.sleep(0.05)  # the competitor is running
+        timing = measure(conv_session, settings)
+    assert timing.disturbed and timing.remeasured == 1
+    assert timing.cpu_share < 0.8
+    assert timing.disturbed_reason.startswith("the process had")
+
+
+def test_a_step_during_interleaved_rounds_flags_every_call(conv_session) -> None:
+    settings = HarnessSettings(**SLOW, min_cpu_share=0.0, disturbance_retries=0)
+    with competitor_on_my_core(after_s=0.75 * 2, processes=3):  # the group's time cap is per call: 2 x 1.5 s
+        rounds = measure_interleaved([conv_session, conv_session], settings)
+    first, second = rounds.timings
+    assert first.disturbed and second.disturbed
+    assert first.disturbed_reason == second.disturbed_reason
+    assert "speed changed by +" in first.disturbed_reason
+
+
+def test_a_flagged_timing_round_trips_and_old_timings_read_as_undisturbed() -> None:
+    from benanza.bench.harness import Timing
+    from benanza.bench.stats import describe
+
+    samples = (1e-3, 1.1e-3, 0.9e-3)
+    flagged = Timing(samples, 4, describe(samples), "noise", 0.01, True, "a step", 0.5, 1)
+    assert Timing.from_dict(flagged.to_dict()) == flagged
+    old = {k: v for k, v in flagged.to_dict().items() if k not in ("disturbed", "disturbed_reason", "cpu_share")}
+    restored = Timing.from_dict({**old, "remeasured": 0})
+    assert not restored.disturbed and restored.cpu_share is None
