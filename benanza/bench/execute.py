@@ -431,34 +431,85 @@ def run_specs(
             store.upsert(pending)
             pending = []
 
-    if interleaving(runtime, settings):
-        for group in _partition(todo, groups):
-            for chunk in group_chunks(group, interleave_budget(settings, memory), interleave_max_specs(settings)):
-                chunk, deferred, refused = admit(chunk, runtime, memory)
-                if deferred:
-                    summary.defer(len(deferred), refused)
-                if not chunk:
-                    continue
-                records = run_interleaved(chunk, runtime, settings, system=system, stack_id=stack_id, memory=memory)
-                for spec, record in zip(chunk, records, strict=True):
-                    take(spec, record)
-    else:
-        runner = isolated_runner(runtime, settings, system=system, stack_id=stack_id)
-        try:
-            for spec in todo:
-                _, deferred, refused = admit([spec], runtime, memory)
-                if deferred:
-                    summary.defer(1, refused)
-                elif runner is not None:
-                    take(spec, runner.run(spec, runtime))
-                else:
-                    take(spec, run_spec(spec, runtime, settings, system=system, stack_id=stack_id, memory=memory))
-        finally:
-            if runner is not None:
-                runner.close()
+    with Measurer(runtime, settings, system=system, stack_id=stack_id, memory=memory) as measurer:
+        for spec, record, refused in measurer.measure(todo, groups):
+            if record is None:
+                summary.defer(1, refused)
+            else:
+                take(spec, record)
     if pending:
         store.upsert(pending)
     return summary
+
+
+class Measurer:
+    """Measures specs on one runtime with the schedule its settings take: the one place it is chosen.
+
+    ``benanza run`` (``run_specs``) and a fleet worker both measure through it:
+
+    - interleaved (``interleaving``): each group's specs sampled together in rounds, in chunks
+      that fit ``interleave_budget`` and ``interleave_max_specs``;
+    - isolated (``runtime.isolated``, the GPU runtime): one spec after another in a child
+      process kept for the measurer's life and replaced when it dies;
+    - otherwise one spec after another in this process.
+
+    With ``admit`` the memory free just before a spec (or a chunk) is prepared decides whether
+    it runs; one that does not fit is yielded with no record and the reason (deferred, not stored).
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: HarnessSettings,
+        *,
+        system: str,
+        stack_id: str,
+        memory: MemoryReader = system_memory,
+        admit: bool = True,
+    ) -> None:
+        self.runtime, self.settings = runtime, effective_settings(runtime, settings)
+        self.system, self.stack_id = system, stack_id
+        self._memory, self._admit = memory, admit
+        self._runner: IsolatedRunner | None = None
+
+    def measure(
+        self, specs: Sequence[BenchmarkSpec], groups: Sequence[Sequence[BenchmarkSpec]] = ()
+    ) -> Iterator[tuple[BenchmarkSpec, BenchmarkRecord | None, MemoryRefusal | None]]:
+        """``(spec, record, None)`` per spec measured, ``(spec, None, why)`` per spec deferred for memory."""
+        runtime, settings, memory = self.runtime, self.settings, self._memory
+        where = {"system": self.system, "stack_id": self.stack_id}
+        if interleaving(runtime, settings):
+            for group in _partition(specs, groups):
+                for chunk in group_chunks(group, interleave_budget(settings, memory), interleave_max_specs(settings)):
+                    chunk, deferred, refused = admit(chunk, runtime, memory) if self._admit else (chunk, [], None)
+                    yield from ((spec, None, refused) for spec in deferred)
+                    if chunk:
+                        records = run_interleaved(chunk, runtime, settings, memory=memory, **where)
+                        yield from ((spec, record, None) for spec, record in zip(chunk, records, strict=True))
+            return
+        for spec in specs:
+            if self._admit:
+                _, deferred, refused = admit([spec], runtime, memory)
+                if deferred:
+                    yield spec, None, refused
+                    continue
+            if runtime.isolated:
+                if self._runner is None:
+                    self._runner = isolated_runner(runtime, settings, **where)
+                yield spec, self._runner.run(spec, runtime), None
+            else:
+                yield spec, run_spec(spec, runtime, settings, memory=memory, **where), None
+
+    def close(self) -> None:
+        if self._runner is not None:
+            self._runner.close()
+            self._runner = None
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def isolated_runner(
@@ -475,9 +526,10 @@ def interleaving(runtime: Runtime, settings: HarnessSettings) -> bool:
 
     A runtime says ``interleaves = False`` when its benchmarks cannot share the machine in
     rounds: the GPU runtime (timed by CUDA events with its own L2 flush). Those run one
-    after another.
+    after another, as do an ``isolated`` runtime's, which run in a child process one spec at
+    a time so that a crash loses one spec, never the caller.
     """
-    return settings.schedule == "interleaved" and runtime.interleaves
+    return settings.schedule == "interleaved" and runtime.interleaves and not runtime.isolated
 
 
 def effective_settings(runtime: Runtime, settings: HarnessSettings) -> HarnessSettings:

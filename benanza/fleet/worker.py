@@ -18,16 +18,7 @@ import socket
 from dataclasses import replace
 from typing import Any
 
-from benanza.bench.execute import (
-    effective_settings,
-    group_chunks,
-    interleave_budget,
-    interleave_max_specs,
-    interleaving,
-    isolated_runner,
-    run_interleaved,
-    run_spec,
-)
+from benanza.bench.execute import Measurer
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.records import BenchmarkRecord, Outcome
 from benanza.bench.spec import BenchmarkSpec
@@ -112,8 +103,7 @@ class SystemWorker:
         self.writer: ResilientWriter | None = None
         self.spill = SpillFile(os.path.join(self.spill_dir, f"{owner}.jsonl"))
         self.drained = 0
-        self._runners: dict[str, Any] = {}  # runtime name -> IsolatedRunner (GPU: one process per device)
-        self._settings: dict[str, HarnessSettings] = {}  # runtime name -> the harness settings it takes
+        self._measurers: dict[str, Measurer] = {}  # runtime entry -> its measurer, kept for the actor's life
         self._connect(db, owner, write_retries)
         self.metrics = _Metrics(self.name)
 
@@ -156,21 +146,17 @@ class SystemWorker:
                 raise BenanzaError(f"{self.name}: runtime {spec.runtime!r}{variant} is not available here")
             by_runtime.setdefault(entry, []).append(spec)
         for name, todo in by_runtime.items():
-            runtime, stack = self.runtimes[name], self.targets[name]["stack_id"]
-            if name not in self._settings:  # the schedule this runtime takes, decided (and logged) once
-                self._settings[name] = effective_settings(runtime, self.settings)
-            settings = self._settings[name]
-            if interleaving(runtime, settings):  # the chunk's specs sampled together in rounds
-                for group in group_chunks(todo, interleave_budget(settings), interleave_max_specs(settings)):
-                    measured += run_interleaved(group, runtime, settings, system=self.name, stack_id=stack)
-            elif runtime.isolated:  # one worker process per device, kept for the actor's life
-                runner = self._runners.get(name)
-                if runner is None:
-                    runner = isolated_runner(runtime, settings, system=self.name, stack_id=stack)
-                    self._runners[name] = runner
-                measured += [runner.run(s, runtime) for s in todo]
-            else:
-                measured += [run_spec(s, runtime, settings, system=self.name, stack_id=stack) for s in todo]
+            measurer = self._measurers.get(name)
+            if measurer is None:  # the runtime's schedule, decided (and logged) once; a GPU's child process kept
+                measurer = Measurer(
+                    self.runtimes[name],
+                    self.settings,
+                    system=self.name,
+                    stack_id=self.targets[name]["stack_id"],
+                    admit=False,  # the driver sized the chunk; every spec sent gets an outcome
+                )
+                self._measurers[name] = measurer
+            measured += [record for _, record, _ in measurer.measure(todo) if record is not None]
         records = [replace(r, settings={**r.settings, "placement": self.placement}) for r in measured]
         stored = spilled = 0
         if self.writer is not None:
@@ -191,9 +177,9 @@ class SystemWorker:
         }
 
     def close(self) -> None:
-        for runner in self._runners.values():
-            runner.close()
-        self._runners.clear()
+        for measurer in self._measurers.values():
+            measurer.close()
+        self._measurers.clear()
         for rt in self.runtimes.values():
             rt.close()
         if self.store is not None:
