@@ -134,6 +134,42 @@ def test_run_to_run_noise_from_repeats_widens_the_interval() -> None:
     assert floored.noise == 0.1 and not floored.significant  # a system-wide noise floor applies without own repeats
 
 
+def test_a_change_measured_while_the_host_was_disturbed_is_reported_but_not_flagged() -> None:
+    """The harness marks a measurement the host disturbed (stats["disturbed"]); it is no evidence of a regression."""
+    rng = np.random.default_rng(11)
+
+    def record(stack: str, median_s: float, disturbed: bool) -> BenchmarkRecord:
+        spec = next(iter(_layer_specs()))
+        return make_record(
+            spec,
+            system=SYSTEM,
+            stack_id=stack,
+            outcome=Outcome.OK,
+            samples=_samples(rng, median_s, 0.01),
+            stats={"disturbed": disturbed} if disturbed else {},
+            settings={"runtime": VARIANT},
+        )
+
+    clean = compare_stacks(
+        SYSTEM, [record(OLD, 1e-3, False), record(NEW, 1.5e-3, False)], base=OLD, head=NEW, stacks=FINGERPRINTS
+    )
+    assert [c.direction for c in clean.changes] == [REGRESSION] and not clean.changes[0].disturbed
+    held = compare_stacks(
+        SYSTEM, [record(OLD, 1e-3, False), record(NEW, 1.5e-3, True)], base=OLD, head=NEW, stacks=FINGERPRINTS
+    )
+    (change,) = held.changes
+    assert change.disturbed and not change.significant and change.direction == UNCHANGED
+    assert change.ratio > 1.4  # the figure is still there to read
+    assert any("disturbed" in note for note in held.notes)
+    assert change.to_dict()["disturbed"] is True
+
+
+def _layer_specs():
+    runtime = get_runtime("onnxruntime", threads=1)
+    (plan,) = plan_models([next(p for p in zoo_paths() if "squeezenet" in p.name)], runtime, [1], None, [1])
+    return [s for s in specs_for_plan(plan, "onnxruntime", VARIANT) if s.kind is SpecKind.LAYER][:1]
+
+
 def test_change_point_in_a_history() -> None:
     rng = np.random.default_rng(11)
     steady = list(np.log(1e-3) + rng.normal(0, 0.01, 5))

@@ -116,6 +116,7 @@ class Run:
     stack_id: str
     measured_at: str
     samples: tuple[float, ...]  # seconds per call
+    disturbed: bool = False  # the harness saw the host's speed change while it measured (stats["disturbed"])
 
     @property
     def median_s(self) -> float:
@@ -143,7 +144,8 @@ def series_of(records: Iterable[BenchmarkRecord], min_samples: int = 1) -> dict[
             continue
         subject = Subject.of(r)
         labels.setdefault(subject, r.label)
-        runs.setdefault(subject, {})[(r.stack_id, r.measured_at)] = Run(r.stack_id, r.measured_at, r.samples)
+        disturbed = bool((r.stats or {}).get("disturbed"))
+        runs.setdefault(subject, {})[(r.stack_id, r.measured_at)] = Run(r.stack_id, r.measured_at, r.samples, disturbed)
     return {
         s: Series(s, labels[s], tuple(sorted(found.values(), key=lambda run: run.measured_at)))
         for s, found in sorted(runs.items())
@@ -168,6 +170,7 @@ class Change:
     noise: float | None  # run-to-run relative noise used (None: no repeats anywhere, within-run only)
     significant: bool
     direction: str  # REGRESSION, IMPROVEMENT or UNCHANGED
+    disturbed: bool = False  # a run on either side was disturbed: the change is not flagged, only reported
 
     @property
     def delta_ms(self) -> float:
@@ -195,6 +198,7 @@ class Change:
             "noise": self.noise,
             "significant": self.significant,
             "direction": self.direction,
+            "disturbed": self.disturbed,
         }
 
 
@@ -468,7 +472,10 @@ def compare_runs(
         widen = z * noise * math.sqrt(1 / len(base_runs) + 1 / len(head_runs))
         low, high = low - widen, high + widen
     ratio = math.exp(estimate)
-    significant = (low > 0 or high < 0) and abs(ratio - 1) >= settings.threshold
+    # A run the harness flagged as disturbed (the host's speed changed under it) is no evidence
+    # of a change in the software: such a change is reported, never flagged, until measured again.
+    disturbed = any(r.disturbed for r in (*base_runs, *head_runs))
+    significant = (low > 0 or high < 0) and abs(ratio - 1) >= settings.threshold and not disturbed
     direction = UNCHANGED if not significant else (REGRESSION if ratio > 1 else IMPROVEMENT)
     return Change(
         subject=series.subject,
@@ -485,6 +492,7 @@ def compare_runs(
         noise=noise,
         significant=significant,
         direction=direction,
+        disturbed=disturbed,
     )
 
 
@@ -536,7 +544,7 @@ def compare_stacks(
         before, after = s.on(base), s.on(head)
         if before and after:
             changes.append(compare_runs(s, before, after, base=base, head=head, settings=settings, floor=floor))
-    notes = _short_runs(records, settings.min_samples)
+    notes = _short_runs(records, settings.min_samples) + _disturbed(changes, settings.threshold)
     if floor is None:
         notes.append("no repeats on either stack: intervals hold the within-run noise only (run again to learn more)")
     ordered = _ordered(changes)
@@ -610,7 +618,7 @@ def history_changes(
             change = _unflagged(change)
         changes.append(change)
     ordered = _ordered(changes)
-    notes = _short_runs(records, settings.min_samples)
+    notes = _short_runs(records, settings.min_samples) + _disturbed(changes, settings.threshold)
     if floor is None:
         notes.append("no subject has two runs on this stack: no history to compare")
     return RegressionReport(
@@ -625,6 +633,17 @@ def history_changes(
         notes=tuple(notes),
         change_points=points,
     )
+
+
+def _disturbed(changes: Sequence[Change], threshold: float) -> list[str]:
+    """The note saying how many changes past the threshold were not flagged for a disturbed run."""
+    held = sum(1 for c in changes if c.disturbed and abs(c.ratio - 1) >= threshold)
+    if not held:
+        return []
+    return [
+        f"{held} change(s) past the threshold were measured while the host was disturbed and are not flagged: "
+        "measure them again (benanza bench run --repeat)"
+    ]
 
 
 def _short_runs(records: Sequence[BenchmarkRecord], min_samples: int) -> list[str]:

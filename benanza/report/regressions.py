@@ -65,7 +65,7 @@ def regression_group(report: RegressionReport, *, show_all: bool = False, top_un
                         _pct(c.ratio - 1),
                         _interval(c),
                         f"{c.base_runs}/{c.head_runs}",
-                        c.direction,
+                        f"{c.direction} (disturbed)" if c.disturbed else c.direction,
                     )
                     for c in shown
                 ),
