@@ -387,13 +387,18 @@ def wait_for_no_workers(timeout_s: float = 60) -> None:
 def test_a_killed_driver_restarted_finishes_only_the_rest_without_waiting_out_old_leases(
     cluster, tmp_path: Path, two_models
 ) -> None:
-    """SIGKILL a driver mid-run: its leases lapse a few heartbeats later, and the rerun does only the rest."""
+    """SIGKILL a driver mid-run: its leases lapse a few heartbeats later, and the rerun does only the rest.
+
+    Under the default interleaved schedule a chunk is one model's benchmarks (``chunk_by_model``),
+    and the actor holds the next chunk's leases while it measures one: with two models, the driver
+    is killed once the first model's results are stored, while the second's are leased.
+    """
     db = f"sqlite:///{tmp_path / 'd.db'}"
     config = tmp_path / "fleet.toml"
     config.write_text(  # the default lease_s: what a user gets
         "\n".join(
             [
-                f'models = ["{two_models[0]}"]',
+                f"models = {json.dumps([str(m) for m in two_models])}",
                 f'db = "{db}"',
                 "chunk_size = 4",
                 "[harness]",
