@@ -20,8 +20,10 @@ Statistics, from maintained libraries:
   frequency, placement). That run-to-run noise is learned from the repeats: the standard
   deviation of the log medians of a benchmark's runs on one stack (both sides pooled),
   never less than the median of the same figure over every benchmark of the system that has
-  repeats. The bootstrap interval is widened by ``z * noise * sqrt(1/runs_base + 1/runs_head)``
-  (the standard error of a difference of run means). Without any repeats only the within-run
+  repeats. The bootstrap interval is widened by ``q * noise * sqrt(1/runs_base + 1/runs_head)``
+  (the standard error of a difference of run means), ``q`` being Student's t quantile for the
+  degrees of freedom of the benchmark's own runs when they set the noise (a few runs estimate
+  it poorly), the normal one when the system-wide floor does. Without any repeats only the within-run
   interval is used, and the report says so.
 - A change is flagged when its interval excludes no change *and* its size is at least
   ``threshold``: the interval guards against noise, the threshold against changes too small
@@ -436,15 +438,30 @@ def system_noise(series: Iterable[Series], stacks: Iterable[str]) -> float | Non
     return float(np.median(found)) if found else None
 
 
-def _pooled_noise(sides: Sequence[Sequence[Run]]) -> float | None:
-    """Run-to-run noise of a subject from the spread within each side (pooled variance)."""
-    num = den = 0.0
+def _pooled_noise(sides: Sequence[Sequence[Run]]) -> tuple[float, int] | None:
+    """Run-to-run noise of a subject from the spread within each side (pooled variance), and its degrees of freedom."""
+    num = 0.0
+    den = 0
     for runs in sides:
         if len(runs) >= 2:
             logs = np.log([r.median_s for r in runs])
             num += float(np.sum((logs - logs.mean()) ** 2))
             den += len(runs) - 1
-    return math.sqrt(num / den) if den else None
+    return (math.sqrt(num / den), den) if den else None
+
+
+def _quantile(confidence: float, dof: int | None) -> float:
+    """The two-sided quantile for ``confidence``: Student's t with ``dof`` degrees of freedom, else normal.
+
+    A subject's own run-to-run noise estimated from a few runs is itself uncertain (from 3 runs
+    split 1 | 2 it has one degree of freedom): its interval takes t's wider quantile, as a
+    t-test would; the system-wide floor pools every benchmark's repeats and counts as known.
+    """
+    if dof is None:
+        return NormalDist().inv_cdf(0.5 + confidence / 2)
+    from scipy import stats  # imported when used: it adds about a second to every command's start
+
+    return float(stats.t.ppf(0.5 + confidence / 2, dof))
 
 
 def compare_runs(
@@ -465,10 +482,12 @@ def compare_runs(
         % 2**32
     )
     estimate, low, high = bootstrap_log_ratio(base_samples, head_samples, settings.confidence, settings.resamples, seed)
-    own = _pooled_noise([base_runs, head_runs])
+    pooled = _pooled_noise([base_runs, head_runs])
+    own, dof = pooled if pooled is not None else (None, None)
     noise = max(x for x in (own, floor) if x is not None) if own is not None or floor is not None else None
     if noise:
-        z = NormalDist().inv_cdf(0.5 + settings.confidence / 2)
+        estimated = own is not None and (floor is None or own >= floor)  # the subject's own few runs decide
+        z = _quantile(settings.confidence, dof if estimated else None)
         widen = z * noise * math.sqrt(1 / len(base_runs) + 1 / len(head_runs))
         low, high = low - widen, high + widen
     ratio = math.exp(estimate)
