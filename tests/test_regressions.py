@@ -215,6 +215,13 @@ def test_history_flags_a_step_but_not_one_outlier_run() -> None:
     assert by_key["outlier"].direction == UNCHANGED
     assert [c.subject.key for c in report.regressions] == ["step"]
 
+    # a step at the latest run waits for one more run: the next one confirms it, or dismisses it
+    latest = records("latest", [1e-3] * 5 + [1.5e-3])
+    waiting = history_changes(SYSTEM, "s", latest + steady)
+    assert not waiting.regressions and any("wait for one more run" in n for n in waiting.notes)
+    confirmed = history_changes(SYSTEM, "s", records("latest", [1e-3] * 5 + [1.5e-3] * 2) + steady)
+    assert [c.subject.key for c in confirmed.regressions] == ["latest"]
+
 
 def test_stack_diff_names_nested_entries() -> None:
     diff = stack_diff(FINGERPRINTS[OLD], {**FINGERPRINTS[NEW], "cuda": {"driver": "580"}})

@@ -598,6 +598,9 @@ def change_point(log_medians: Sequence[float], min_noise: float) -> int | None:
     return inner[-1] if inner else None
 
 
+CONFIRMING_RUNS = 2  # runs after a step in a history before it is flagged
+
+
 def history_changes(
     system: str,
     stack_id: str,
@@ -609,18 +612,24 @@ def history_changes(
     """One stack's runs over time: per subject, the change across its last change point.
 
     A subject without a change point (or with fewer than three runs) is compared last run
-    against the runs before it, and is flagged only if that passes the same test.
+    against the runs before it, and is flagged only if that passes the same test. A step
+    needs ``CONFIRMING_RUNS`` runs after it to be flagged: one run alone after a step cannot be
+    told from one disturbed run (on an unchanged stack, most flags were such a last run), so it
+    is reported as waiting for the next run, which confirms or dismisses it.
     """
     records = [r for r in records if r.system == system and r.stack_id == stack_id]
     series = series_of(records, settings.min_samples)
     floor = system_noise(series.values(), (stack_id,))
     changes, points = [], {}
+    unconfirmed = 0
     for s in series.values():
         runs = s.runs
         if len(runs) < 2:
             continue
         cut = change_point([math.log(r.median_s) for r in runs], settings.min_noise)
         found = cut is not None
+        waiting = found and len(runs) - cut < CONFIRMING_RUNS
+        found = found and not waiting
         cut = cut if found else len(runs) - 1
         change = compare_runs(
             s,
@@ -633,11 +642,17 @@ def history_changes(
         )
         if found:
             points[s.subject.key] = cut
-        elif change.significant and len(runs) >= 3:  # no step in the history: a lone outlier run is not one
+        elif change.significant and (waiting or len(runs) >= 3):  # a lone outlier run is not a step
             change = _unflagged(change)
+            unconfirmed += waiting
         changes.append(change)
     ordered = _ordered(changes)
     notes = _short_runs(records, settings.min_samples) + _disturbed(changes, settings.threshold)
+    if unconfirmed:
+        notes.append(
+            f"{unconfirmed} step(s) at the latest run wait for one more run to confirm them "
+            "(benanza bench run --repeat)"
+        )
     if floor is None:
         notes.append("no subject has two runs on this stack: no history to compare")
     return RegressionReport(
