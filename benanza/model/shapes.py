@@ -224,8 +224,18 @@ def fold_constants(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         fold(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
         m = ir.to_proto(ir_model)
     except Exception as exc:  # the optimizer is best effort; inference below still runs
-        log.warning("%s: constant folding skipped (%s)", path, exc)
+        if str(path) not in _UNFOLDED:  # one line per model, not one per time it is processed
+            _UNFOLDED.add(str(path))
+            log.warning(
+                "%s: constant folding skipped, shapes inferred without it (onnxscript's optimizer: %s: %s)",
+                path,
+                type(exc).__name__,
+                exc,
+            )
     return m
+
+
+_UNFOLDED: set[str] = set()  # models whose folding failed, already said
 
 
 def infer_shapes(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
