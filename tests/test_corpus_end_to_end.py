@@ -162,7 +162,8 @@ def test_every_layer_is_benchmarked_with_full_coverage(name, benchmarked):
 # differed by up to 1.9x between two runs minutes apart (resnet50: 321 and 165 ms,
 # benchmarks/results/benchmarking_time_corpus_before/after.json), and detr_resnet50 and
 # resnet50_int8_qdq came out 10% over their single call once; the faults this test found were
-# 48% over or more.
+# 48% over or more (the last, whisper_encoder_fp16 at 1.49x in CI: ORT's inserted float16 casts
+# counted in every unit run alone, now left out of kernel times).
 BOUND_TOLERANCE = 1.25
 
 

@@ -8,12 +8,19 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
+from benanza.bench.execute import run_spec
 from benanza.bench.generate import contracted, plan_model, specs_for_plan
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import RegistryError, UsageError
 from benanza.runtimes.base import Prepared, Runtime, get_runtime, runtime_names
 from benanza.runtimes.null import NullRuntime
-from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for, groups_from_optimized, kernel_times_from_profile
+from benanza.runtimes.onnxruntime import (
+    OnnxRuntimeCPU,
+    feeds_for,
+    groups_from_optimized,
+    kernel_times_from_profile,
+    profile_kernel_times,
+)
 
 
 @pytest.fixture(scope="module")
@@ -155,6 +162,58 @@ def test_kernel_times_assign_node_events_to_their_run():
     ]
     times = kernel_times_from_profile(events)
     assert times == pytest.approx([120e-6, 12e-6, 0.0], abs=1e-12)
+
+
+def test_inserted_precision_casts_are_summed_apart_from_kernel_time():
+    events = [
+        _event("Session", "model_run", 100, 100),
+        _event("Node", "InsertedPrecisionFreeCast_x_kernel_time", 101, 9),
+        _event("Node", "n0_kernel_time", 111, 20),
+        _event("Node", "graph_input_cast0_kernel_time", 132, 4),  # a Cast of the model itself: a kernel
+        _event("Node", "InsertedPrecisionFreeCast_y_kernel_time", 137, 7),
+    ]
+    kernel, casts = profile_kernel_times(events)
+    assert kernel == pytest.approx([24e-6], abs=1e-12)
+    assert casts == pytest.approx([16e-6], abs=1e-12)
+    assert kernel_times_from_profile(events) == kernel
+
+
+@pytest.fixture(scope="module")
+def float16_mul(build_model, process_proto):
+    """One float16 Mul of two activations: ORT's CPU provider runs it in float32 between inserted casts."""
+    model = build_model(
+        [
+            helper.make_node("Cast", ["x"], ["xh"], to=TensorProto.FLOAT16),
+            helper.make_node("Mul", ["xh", "xh"], ["m"]),
+            helper.make_node("Cast", ["m"], ["y"], to=TensorProto.FLOAT),
+        ],
+        [("x", TensorProto.FLOAT, [1, 256, 1024])],
+        [("y", TensorProto.FLOAT, [1, 256, 1024])],
+        {},
+    )
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(process_proto(model), runtime, (1,))
+    specs = specs_for_plan(plan, runtime.name, runtime.variant())
+    (mul,) = [s for s in specs if s.network is not None and [n.op_type for n in s.network.nodes] == ["Mul"]]
+    return runtime, mul
+
+
+def test_a_float16_layer_alone_leaves_its_inserted_casts_out_of_its_kernel_time(float16_mul, fast_harness):
+    """Alone, the Mul pays a cast at each float16 input and output that the model removes
+    between two such ops; they are left out of its kernel time, and said so in the record."""
+    runtime, mul = float16_mul
+    prepared = runtime.prepare(mul)
+    try:
+        kernel = prepared.kernel_times(3)
+        assert len(prepared.profiled_left_out) == 3 and min(prepared.profiled_left_out) > 0
+        assert len(kernel) == 3 and min(kernel) > 0
+    finally:
+        prepared.close()
+    record = run_spec(mul, runtime, fast_harness.model_copy(update={"kernel_runs": 3}), system="t", stack_id="s")
+    how = record.settings["kernel_time"]
+    assert how["left_out"].startswith("casts ONNX Runtime inserts") and how["left_out_median_s"] > 0
+    # without the casts the kernels take a smaller share of the call than with them
+    assert record.kernel_stats["median"] < record.stats["median"]
 
 
 def test_kernel_times_without_runs_are_empty():

@@ -51,6 +51,11 @@ class KernelProfiler:
     __slots__ = ()
     #: per kept run, its whole duration inside the profiled session (empty: not known)
     run_times: Sequence[float] = ()
+    #: per kept run, seconds of kernels the runtime inserted only because the benchmark runs
+    #: alone, left out of its kernel time (empty: none)
+    left_out: Sequence[float] = ()
+    #: what ``left_out`` is, for the record's provenance
+    left_out_what: str = ""
 
     def run(self) -> None:
         """One profiled run (and the unkept runs asked for before it)."""
@@ -72,6 +77,9 @@ class Prepared:
     provenance: Mapping[str, Any] = _NOTHING
     #: per run of the latest ``kernel_times``, its whole duration in the profiled session
     profiled_run_times: Sequence[float] = ()
+    #: per run of the latest ``kernel_times``, what it left out (``KernelProfiler.left_out``)
+    profiled_left_out: Sequence[float] = ()
+    left_out_what: str = ""
 
     def call(self) -> object:
         raise NotImplementedError

@@ -235,12 +235,18 @@ def _kernel_figures(
     if profiler is not None:
         raw = [k for k, kept in zip(profiler.finish(), keep, strict=True) if kept]
         runs = [r for r, kept in zip(profiler.run_times, keep, strict=False) if kept]
+        left_out = [s for s, kept in zip(profiler.left_out, keep, strict=False) if kept]
+        what = profiler.left_out_what
     elif settings.kernel_runs > 0:
         raw = prepared.kernel_times(settings.kernel_runs) or []
         runs = prepared.profiled_run_times or None
+        left_out, what = list(prepared.profiled_left_out), prepared.left_out_what
     else:
         return (), None
-    return without_profiler_overhead(raw, runs, timing.stats.median)
+    kernel, how = without_profiler_overhead(raw, runs, timing.stats.median)
+    if any(left_out):
+        how = {**(how or {}), "left_out": what, "left_out_median_s": describe(left_out).median}
+    return kernel, how
 
 
 def without_profiler_overhead(
