@@ -1,10 +1,10 @@
 """Fingerprints of the machine (system) and of the software stack a result was measured on.
 
 The system fingerprint describes the hardware for people and reports; the system's *name*
-(``default_system_name``) is what results are keyed by. The stack fingerprint lists the
-versions that can change a measurement; its ``stack_id`` is part of every result's
-identity, so a new library or driver version is a new stack and everything is measured
-again for it while the history stays.
+(``Settings.system_name``: ``BENANZA_SYSTEM`` or the host name) is what results are keyed
+by. The stack fingerprint lists the versions that can change a measurement; its ``stack_id``
+is part of every result's identity, so a new library or driver version is a new stack and
+everything is measured again for it while the history stays.
 
 ONNX and ONNX Runtime versions come from package metadata, not from importing the packages,
 so the fingerprint is the same whether or not a runtime was already imported, and cheap
@@ -27,8 +27,6 @@ from benanza.bench.contract import Runtime
 from benanza.host_memory import memory_bytes
 from benanza.model.keys import stable_id
 
-SYSTEM_ENV = "BENANZA_SYSTEM"
-
 # Import name -> distributions that provide it, the canonical one first.
 _DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "onnx": ("onnx", "onnx-weekly"),
@@ -42,11 +40,6 @@ _DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
         "ort-nightly-gpu",
     ),
 }
-
-
-def default_system_name() -> str:
-    """``$BENANZA_SYSTEM``, or this machine's hostname."""
-    return os.environ.get(SYSTEM_ENV) or socket.gethostname()
 
 
 def system_fingerprint(runtimes: Iterable[Runtime] = ()) -> dict[str, Any]:

@@ -13,7 +13,8 @@ import onnxruntime
 import pytest
 
 from benanza import fingerprint
-from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
+from benanza.fingerprint import stack_fingerprint, stack_id, system_fingerprint
+from benanza.settings import load_settings
 
 
 def test_system_fingerprint_fields() -> None:
@@ -93,9 +94,9 @@ def test_non_canonical_distribution_is_named(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_default_system_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENANZA_SYSTEM", "lab-h100")
-    assert default_system_name() == "lab-h100"
+    assert load_settings().system_name() == "lab-h100"
     monkeypatch.delenv("BENANZA_SYSTEM")
-    assert default_system_name() == socket.gethostname()
+    assert load_settings().system_name() == socket.gethostname()
 
 
 def test_numpys_configuration_is_read_once_per_process() -> None:

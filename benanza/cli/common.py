@@ -21,6 +21,7 @@ from benanza.errors import BenanzaError, UsageError
 from benanza.model.load import expand_model_paths
 from benanza.model.zoo import zoo_paths
 from benanza.report.output import OutputFormat
+from benanza.settings import Settings, load_settings
 
 
 class BenanzaGroup(TyperGroup):
@@ -36,6 +37,18 @@ class BenanzaGroup(TyperGroup):
         except BenanzaError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None
+
+
+def resolve_settings(ctx: click.Context) -> None:
+    """Read the ``BENANZA_*`` variables once, for the whole command (the root's callback calls it)."""
+    ctx.obj = load_settings()
+
+
+def cli_settings() -> Settings:
+    """The settings the ``benanza`` command resolved at its start (``resolve_settings``)."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_root().obj if ctx is not None else None
+    return found if isinstance(found, Settings) else load_settings()  # a sub-app invoked on its own
 
 
 MAIN_JOB_GRANULARITY = ",".join(map(str, MAIN_JOB_GRANULARITIES))  # --granularity of the main job's commands

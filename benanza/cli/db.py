@@ -9,9 +9,8 @@ import typer
 
 from benanza.bench.records import Outcome
 from benanza.cli.common import BenanzaGroup, FormatOpt
-from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.cli.store_options import DbFileOpt, DbOpt, open_read_only
 from benanza.report.output import OutputFormat, console, emit, table
-from benanza.store import open_store
 
 app = typer.Typer(
     cls=BenanzaGroup,
@@ -29,7 +28,7 @@ def _db() -> None:
 def ls(db: DbOpt = None, db_file: DbFileOpt = None, format: FormatOpt = OutputFormat.table) -> None:
     """Systems, their software stacks, and result counts per runtime, kind and outcome (the URI shown masked)."""
 
-    with open_store(store_uri(db, db_file), read_only=True) as store:
+    with open_read_only(db, db_file) as store:
         listing = {
             "db": store.shown_uri,
             "systems": store.systems(),
