@@ -24,6 +24,7 @@ from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, variant_id
+from benanza.fingerprint import StackFingerprint
 from benanza.runtimes.base import Runtime
 from benanza.settings import Settings, load_settings
 from benanza.store.base import Store, open_store
@@ -36,7 +37,7 @@ class LocalContext:
     runtime: Runtime
     system: str
     stack_id: str
-    stack: dict[str, Any]
+    stack: StackFingerprint
     settings: HarnessSettings
 
     @property

@@ -10,6 +10,7 @@ import typer
 from benanza.bench.records import Outcome
 from benanza.cli.common import BenanzaGroup, FormatOpt
 from benanza.cli.store_options import DbFileOpt, DbOpt, open_read_only
+from benanza.fingerprint import SystemFingerprint
 from benanza.report.output import OutputFormat, console, emit, table
 
 app = typer.Typer(
@@ -59,15 +60,16 @@ def _listing_tables(listing: dict[str, Any]) -> list[Any]:
         (
             (
                 s["name"],
-                s["fingerprint"].get("cpu_model"),
-                s["fingerprint"].get("logical_cores"),
-                s["fingerprint"].get("physical_cores"),
-                _gib(s["fingerprint"].get("memory_bytes")),
-                s["fingerprint"].get("os"),
+                fp.cpu_model,
+                fp.logical_cores,
+                fp.physical_cores,
+                _gib(fp.memory_bytes),
+                fp.os,
                 _when(s["first_seen"]),
                 _when(s["last_seen"]),
             )
             for s in systems
+            for fp in [SystemFingerprint.from_doc(s["fingerprint"])]
         ),
     )
     stacks = listing["stacks"]

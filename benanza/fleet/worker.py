@@ -116,8 +116,7 @@ class SystemWorker:
         """Open the store and register this system; an unreachable store means spilling."""
         try:
             self.store = open_store(db, settings=self.env)
-            config = {"config": self.config.model_dump(mode="json")}
-            new = register(self.store, self.name, self._targets.values(), config)
+            new = register(self.store, self.name, self._targets.values(), self.config.model_dump(mode="json"))
             for target in self.targets.values():
                 target["new_stack"] = new[target["stack_id"]]
             self.drained = drain(self.store, self.spill_dir)
