@@ -312,7 +312,7 @@ def test_harness_overrides_file_then_environment_then_flags(tmp_path: Path) -> N
     env = {"BENANZA_HARNESS_MAX_TIME_S": "3"}
     assert config.harness_settings(load_settings(env)).max_time_s == 3.0
     assert config.harness_settings(load_settings(env), max_time_s=4.0).max_time_s == 4.0
-    with pytest.raises(UsageError, match="BENANZA_HARNESS_MIN_SAMPLES: .*'zero'"):
+    with pytest.raises(UsageError, match=r"BENANZA_HARNESS_MIN_SAMPLES: .*'zero'"):
         config.harness_settings(load_settings({"BENANZA_HARNESS_MIN_SAMPLES": "zero"}))
     with pytest.raises(UsageError, match="min_samples"):  # a value that only the file's makes inconsistent
         config.harness_settings(load_settings({"BENANZA_HARNESS_MAX_SAMPLES": "4"}))
