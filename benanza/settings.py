@@ -114,7 +114,8 @@ class Settings(BaseSettings):
     )
 
     system: str | None = Field(None, description="this machine's system name; None: the host name")
-    db: str | None = Field(None, description="the database URI when none is given on the command line")
+    # never in repr: a URI may hold a password (benanza shows URIs masked, store.uri.mask_uri)
+    db: str | None = Field(None, repr=False, description="the database URI when none is given on the command line")
     db_file: str | None = Field(None, description="a file that holds the database URI")
     keep_repeats: int = Field(DEFAULT_KEEP_REPEATS, ge=0, description="earlier runs kept per benchmark identity")
     db_retry_window_s: float = Field(DEFAULT_RETRY_WINDOW_S, ge=0, description="MongoDB: the last retry starts by then")

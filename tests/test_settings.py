@@ -134,6 +134,8 @@ def test_settings_travel_to_workers() -> None:
     settings = load_settings({"BENANZA_SPILL_DIR": "/x", "BENANZA_HARNESS_MAX_TIME_S": "0.5"})
     again = pickle.loads(pickle.dumps(settings))
     assert again == settings and again.harness.model_fields_set == {"max_time_s"}
+    secret = load_settings({"BENANZA_DB": "mongodb://alice:S3cr3t@db/perf"})
+    assert secret.db and "S3cr3t" not in repr(secret) and "S3cr3t" not in str(secret)
     assert again.harness_settings().max_time_s == 0.5
     with pytest.raises(Exception, match="frozen"):
         settings.keep_repeats = 4  # type: ignore[misc]

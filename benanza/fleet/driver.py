@@ -49,7 +49,7 @@ from benanza.fleet.systems import actor_options, connect, devices_of, missing_no
 from benanza.fleet.worker import SystemWorker
 from benanza.runtimes.base import get_runtime
 from benanza.settings import Settings, load_settings
-from benanza.store.base import Store, open_store
+from benanza.store.base import Store, default_uri, open_store
 
 log = logging.getLogger(__name__)
 
@@ -301,6 +301,8 @@ class FleetDriver:
         self.config = config
         # the BENANZA_* variables, read once here (None) and handed to every worker, wherever it runs
         self.settings = settings if settings is not None else load_settings()
+        # one URI for the driver and every worker: a BENANZA_DB_FILE is read here, where it exists
+        self.db = config.db or default_uri(self.settings)
         self.progress = progress or (lambda system, event, n: None)
         self.owner = owner or f"driver-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.actor_start_timeout_s = actor_start_timeout_s
@@ -315,7 +317,7 @@ class FleetDriver:
         corpus = plan_corpus(self.config)
         if corpus.models == 0:  # nothing to run: neither the store nor Ray is needed to say so
             return FleetSummary(self.results, 0, corpus.model_errors, time.perf_counter() - started)
-        store = open_store(self.config.db, settings=self.settings)
+        store = open_store(self.db, settings=self.settings)
         try:
             with connect(self.config.ray, self.config.systems):
                 self._setup_metrics()
@@ -351,7 +353,7 @@ class FleetDriver:
                 continue
             for _ in range(devices_of(system, nodes[system.name])):
                 handle = remote.options(**actor_options(system)).remote(
-                    system.model_dump(mode="json"), self.config.db, harness, self.spill_dir, settings=self.settings
+                    system.model_dump(mode="json"), self.db, harness, self.spill_dir, settings=self.settings
                 )
                 pending[handle.identity.remote()] = (system, handle)
         ready, not_ready = [], []
