@@ -112,6 +112,7 @@ def test_an_invalid_value_is_one_line_naming_the_variable(variable: str, value: 
     done = CliRunner().invoke(app, ["db", "ls"], env={variable: value, "BENANZA_DB": "sqlite:///unused.db"})
     assert done.exit_code == 2 and done.stderr.startswith(f"error: {variable}: ")
     assert "Traceback" not in done.output
+    assert CliRunner().invoke(app, ["db", "ls", "--help"], env={variable: value}).exit_code == 0
 
 
 def test_the_environment_is_read_once_by_the_command_and_handed_down(

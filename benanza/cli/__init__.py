@@ -6,7 +6,7 @@ import typer
 
 from benanza import __version__
 from benanza.cli import analyze, bench, db, fleet, models, report
-from benanza.cli.common import BenanzaGroup, resolve_settings
+from benanza.cli.common import BenanzaGroup
 
 app = typer.Typer(
     cls=BenanzaGroup,
@@ -31,11 +31,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    ctx: typer.Context,
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
 ) -> None:
     """benanza: lower-bound latencies from per-layer benchmarks."""
-    resolve_settings(ctx)  # the BENANZA_* variables, read once here and handed down
 
 
 def main() -> None:

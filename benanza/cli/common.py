@@ -39,16 +39,17 @@ class BenanzaGroup(TyperGroup):
             raise typer.Exit(2) from None
 
 
-def resolve_settings(ctx: click.Context) -> None:
-    """Read the ``BENANZA_*`` variables once, for the whole command (the root's callback calls it)."""
-    ctx.obj = load_settings()
-
-
 def cli_settings() -> Settings:
-    """The settings the ``benanza`` command resolved at its start (``resolve_settings``)."""
+    """The ``BENANZA_*`` settings of this command: read from the environment on first use, then kept
+    on the root context, so that every part of one command sees the same values (and ``--help``
+    works whatever they are)."""
     ctx = click.get_current_context(silent=True)
-    found = ctx.find_root().obj if ctx is not None else None
-    return found if isinstance(found, Settings) else load_settings()  # a sub-app invoked on its own
+    if ctx is None:
+        return load_settings()
+    root = ctx.find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = load_settings()
+    return root.obj
 
 
 MAIN_JOB_GRANULARITY = ",".join(map(str, MAIN_JOB_GRANULARITIES))  # --granularity of the main job's commands
