@@ -46,7 +46,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import (
     AfterValidator,
@@ -63,10 +63,8 @@ from pydantic import (
 )
 
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
+from benanza.settings import HarnessSettings, Settings, load_settings
 from benanza.store.uri import StoreURI, mask_uri
-
-if TYPE_CHECKING:
-    from benanza.bench.harness import HarnessSettings
 
 SYSTEM_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 SYSTEM_LABEL = "system"  # Ray node label key: system=NAME
@@ -423,8 +421,6 @@ class FleetConfig(BaseModel):
     @field_validator("harness")
     @classmethod
     def _valid_harness(cls, harness: dict[str, Any]) -> dict[str, Any]:
-        from benanza.bench.harness import HarnessSettings
-
         try:
             HarnessSettings.model_validate(harness)
         except ValidationError as exc:
@@ -458,21 +454,13 @@ class FleetConfig(BaseModel):
 
         return parse_shape_overrides(self.shapes)
 
-    def harness_settings(self, environ: Mapping[str, str] | None = None, **overrides: Any) -> HarnessSettings:
-        """``HarnessSettings``: defaults < this file < ``BENANZA_HARNESS_*`` < ``overrides`` (flags).
+    def harness_settings(self, settings: Settings, **overrides: Any) -> HarnessSettings:
+        """``HarnessSettings``: defaults < this file < ``BENANZA_HARNESS_*`` (in ``settings``) < ``overrides`` (flags).
 
         Raises:
-            UsageError: an environment value or override does not validate.
+            UsageError: the combination does not validate.
         """
-        from benanza.bench.harness import ENV_PREFIX, HarnessSettings
-
-        environ = os.environ if environ is None else environ
-        from_env = {
-            name: raw
-            for name in HarnessSettings.model_fields
-            if (raw := environ.get(ENV_PREFIX + name.upper())) is not None
-        }
-        return HarnessSettings.from_env({}, **{**self.harness, **from_env, **overrides})
+        return settings.harness_settings(self.harness, **overrides)
 
     def with_overrides(
         self,
@@ -568,14 +556,16 @@ def load_fleet_config(path: str | os.PathLike[str], environ: Mapping[str, str] |
     return config
 
 
-def default_fleet_config() -> FleetConfig:
+def default_fleet_config(settings: Settings | None = None) -> FleetConfig:
     """The embedded defaults: this machine as the only (CPU) system, in-process Ray, default DB, the zoo.
 
     The DLBricks granularities and harness settings are the main job's, as `benanza run` uses them.
-    """
-    from benanza.fingerprint import default_system_name
 
-    name = default_system_name()
+    Args:
+        settings: the ``BENANZA_*`` settings that name this machine (``BENANZA_SYSTEM``); None reads this
+            process's environment (``load_settings``), as a public entry point does.
+    """
+    name = (settings if settings is not None else load_settings()).system_name()
     try:
         return FleetConfig(
             systems=[SystemConfig(name=name)],

@@ -24,8 +24,9 @@ from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, variant_id
-from benanza.fingerprint import default_system_name
+from benanza.fingerprint import StackFingerprint
 from benanza.runtimes.base import Runtime
+from benanza.settings import Settings, load_settings
 from benanza.store.base import Store, open_store
 from benanza.targets import open_target, register
 
@@ -36,7 +37,7 @@ class LocalContext:
     runtime: Runtime
     system: str
     stack_id: str
-    stack: dict[str, Any]
+    stack: StackFingerprint
     settings: HarnessSettings
 
     @property
@@ -54,13 +55,26 @@ def open_local(
     runtime_options: Mapping[str, Any] | None = None,
     system: str | None = None,
     settings: HarnessSettings | None = None,
+    *,
+    env: Settings | None = None,
 ) -> LocalContext:
-    """Open the store, fingerprint this machine and its stack, and register both."""
+    """Open the store, fingerprint this machine and its stack, and register both.
+
+    Args:
+        db: the store's URI; None: the environment's (``BENANZA_DB``...) or ``sqlite:///benanza.db``.
+        runtime: the runtime's registered name.
+        runtime_options: keyword arguments of the runtime's factory.
+        system: this machine's name; None: ``BENANZA_SYSTEM`` or the host name.
+        settings: how to measure; None: the defaults with ``BENANZA_HARNESS_*`` applied.
+        env: the resolved ``BENANZA_*`` settings; None reads this process's environment once, here.
+    """
+    env = env if env is not None else load_settings()
+    harness = settings if settings is not None else env.harness_settings()
     target = open_target(runtime, runtime_options)
-    name = system or default_system_name()
-    store = open_store(db)
+    name = system or env.system_name()
+    store = open_store(db, settings=env)
     register(store, name, [target])
-    return LocalContext(store, target.runtime, name, target.stack_id, target.stack, settings or HarnessSettings())
+    return LocalContext(store, target.runtime, name, target.stack_id, target.stack, harness)
 
 
 def plan_models(

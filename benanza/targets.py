@@ -15,7 +15,7 @@ from typing import Any
 
 from benanza.bench.contract import Runtime
 from benanza.bench.spec import variant_id
-from benanza.fingerprint import stack_fingerprint, stack_id, system_fingerprint
+from benanza.fingerprint import StackFingerprint, stack_fingerprint, system_fingerprint
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store
 
@@ -25,7 +25,7 @@ class Target:
     """One runtime of a system and the software stack its measurements belong to."""
 
     runtime: Runtime
-    stack: dict[str, Any]
+    stack: StackFingerprint
     stack_id: str
 
     @property
@@ -37,17 +37,20 @@ def open_target(runtime: str, options: Mapping[str, Any] | None = None) -> Targe
     """The runtime registered as ``runtime``, built with ``options``, and its stack fingerprint."""
     rt = get_runtime(runtime, **dict(options or {}))
     stack = stack_fingerprint({"runtime": rt.name, **rt.stack()})
-    return Target(rt, stack, stack_id(stack))
+    return Target(rt, stack, stack.stack_id)
 
 
 def register(
-    store: Store, system: str, targets: Iterable[Target], extra: Mapping[str, Any] | None = None
+    store: Store, system: str, targets: Iterable[Target], config: Mapping[str, Any] | None = None
 ) -> dict[str, bool]:
-    """Register ``system`` (its fingerprint, with ``extra``) and every target's stack.
+    """Register ``system`` (its fingerprint, with the fleet config's entry of it) and every target's stack.
 
     Returns:
         stack id -> whether that stack is new on the system.
     """
     targets = list(targets)
-    store.register_system(system, {**system_fingerprint(t.runtime for t in targets), **(extra or {})})
-    return {t.stack_id: store.register_stack(system, t.stack_id, t.stack) for t in targets}
+    fingerprint = system_fingerprint(t.runtime for t in targets)
+    if config is not None:
+        fingerprint = fingerprint.with_config(config)
+    store.register_system(system, fingerprint.to_doc())
+    return {t.stack_id: store.register_stack(system, t.stack_id, t.stack.to_doc()) for t in targets}

@@ -43,12 +43,12 @@ from typing import Any
 
 from benanza.bench.execute import run_specs
 from benanza.bench.generate import ModelPlan, plan_model, specs_for_plan
-from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import open_local
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_shape_overrides
 from benanza.model.zoo import zoo_paths
+from benanza.settings import load_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -203,7 +203,7 @@ def main() -> None:
         if unknown:
             parser.error(f"unknown models for --set {args.set}: {', '.join(sorted(unknown))}")
         entries = [e for e in entries if e.name in args.models]
-    settings = HarnessSettings.from_env()
+    settings = load_settings().harness_settings()
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="benanza-bt-") as tmp:
         ctx = open_local(

@@ -35,6 +35,7 @@ from benanza.bench.spec import SpecKind
 from benanza.config import MAIN_JOB_GRANULARITIES, default_fleet_config
 from benanza.local import analyze, bench, open_local, plan_models
 from benanza.model.zoo import zoo_paths
+from benanza.settings import load_settings
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -51,7 +52,7 @@ while True:
 
 
 def run_case(name: str, models: list[Path], burst: tuple[float, float] | None) -> dict:
-    settings = default_fleet_config().harness_settings()
+    settings = default_fleet_config().harness_settings(load_settings())
     burner = None
     with tempfile.TemporaryDirectory(prefix=f"noisy-{name}-") as tmp:
         ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", {}, settings=settings)

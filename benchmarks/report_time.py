@@ -62,7 +62,9 @@ def fill(path: Path, records: int, systems: int) -> dict[str, int]:
     with SqliteStore(path) as store:
         for n in range(systems):
             system = f"system-{n:02d}"
-            store.register_system(system, {**fingerprint, "config": {"kind": "cpu", "price_per_hour": 0.5 + n / 10}})
+            store.register_system(
+                system, fingerprint.with_config({"kind": "cpu", "price_per_hour": 0.5 + n / 10}).to_doc()
+            )
             speed = 0.6 + 0.1 * n
             for k in range(stacks):
                 if written >= records:

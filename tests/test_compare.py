@@ -90,10 +90,10 @@ def fleet_db(tmp_path_factory, models, fast_harness):
 
         fingerprint = system_fingerprint()
         store = ctx.store
-        store.register_system("sys-b", {**fingerprint, "config": {"kind": "cpu", "price_per_hour": 3.6}})
+        store.register_system("sys-b", fingerprint.with_config({"kind": "cpu", "price_per_hour": 3.6}).to_doc())
         store.register_stack("sys-b", B_OLD, STACK_B_OLD)
         store.register_stack("sys-b", B_NEW, STACK_B_NEW)  # registered later: the latest
-        store.register_system("sys-c", {**fingerprint, "config": {"kind": "cpu", "threads": 2}})
+        store.register_system("sys-c", fingerprint.with_config({"kind": "cpu", "threads": 2}).to_doc())
         store.register_stack("sys-c", C1, STACK_C)
 
         copies = []

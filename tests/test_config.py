@@ -18,6 +18,7 @@ from benanza.config import (
 )
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
 from benanza.model.zoo import zoo_dir, zoo_paths
+from benanza.settings import load_settings
 from benanza.store.uri import StoreURI
 
 REPO = Path(__file__).resolve().parent.parent
@@ -85,7 +86,7 @@ def test_local_fleet_simulates_three_cpu_systems_with_sqlite() -> None:
     assert config.batch_sizes == [1]
     assert config.models and all(p.parent == zoo_dir() and p.is_file() for p in config.models)
     assert config.system("cpu-2t").runtime_options("onnxruntime") == {"threads": 2}
-    assert config.harness_settings(environ={}).max_time_s == 1.0
+    assert config.harness_settings(load_settings({})).max_time_s == 1.0
 
 
 def test_gpu_fleet_uses_catalog_systems_and_reads_the_database_from_the_environment() -> None:
@@ -117,8 +118,8 @@ def test_defaults_are_this_machine_in_process_ray_default_db_and_the_zoo(monkeyp
     assert config.model_paths() == zoo_paths()
     # the main job's settings, as `benanza run` has them
     assert config.granularities == [1, 3]
-    assert config.harness_settings(environ={}) == HarnessSettings(min_time_s=0.02, max_time_s=0.5)
-    assert config.harness_settings(environ={"BENANZA_HARNESS_MAX_TIME_S": "0.05"}).max_time_s == 0.05
+    assert config.harness_settings(load_settings({})) == HarnessSettings(min_time_s=0.02, max_time_s=0.5)
+    assert config.harness_settings(load_settings({"BENANZA_HARNESS_MAX_TIME_S": "0.05"})).max_time_s == 0.05
     assert config.source is None
 
 
@@ -306,13 +307,15 @@ def test_harness_overrides_file_then_environment_then_flags(tmp_path: Path) -> N
     path = write(tmp_path / "fleet.toml", "[harness]\nmax_time_s = 0.5\nmin_samples = 5\n" + SYSTEM)
     config = load_fleet_config(path)
     assert config.harness == {"max_time_s": 0.5, "min_samples": 5}
-    settings = config.harness_settings(environ={})
+    settings = config.harness_settings(load_settings({}))
     assert (settings.max_time_s, settings.min_samples, settings.warmup_runs) == (0.5, 5, 3)
     env = {"BENANZA_HARNESS_MAX_TIME_S": "3"}
-    assert config.harness_settings(environ=env).max_time_s == 3.0
-    assert config.harness_settings(environ=env, max_time_s=4.0).max_time_s == 4.0
-    with pytest.raises(UsageError, match="min_samples"):
-        config.harness_settings(environ={"BENANZA_HARNESS_MIN_SAMPLES": "zero"})
+    assert config.harness_settings(load_settings(env)).max_time_s == 3.0
+    assert config.harness_settings(load_settings(env), max_time_s=4.0).max_time_s == 4.0
+    with pytest.raises(UsageError, match=r"BENANZA_HARNESS_MIN_SAMPLES: .*'zero'"):
+        config.harness_settings(load_settings({"BENANZA_HARNESS_MIN_SAMPLES": "zero"}))
+    with pytest.raises(UsageError, match="min_samples"):  # a value that only the file's makes inconsistent
+        config.harness_settings(load_settings({"BENANZA_HARNESS_MAX_SAMPLES": "4"}))
 
 
 def test_model_paths_are_relative_to_the_config_file(tmp_path: Path, monkeypatch, zoo_path) -> None:

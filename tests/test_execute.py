@@ -25,6 +25,7 @@ from benanza.local import bench, open_local, plan_models, specs_for
 from benanza.model.network import Network, RefKind
 from benanza.runtimes.null import NullPrepared, NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+from benanza.settings import load_settings
 from benanza.store import Outcome, open_store
 
 SYSTEM = "test-system"
@@ -331,7 +332,7 @@ def test_incremental_runs_measure_only_what_is_new(tmp_path, conv_chain, fast_ha
 def test_the_default_schedule_is_interleaved_at_any_thread_count(tmp_path, conv_chain, fast_harness):
     # the default, not asked for: a model's parts and whole sampled in rounds with 2-thread sessions
     assert HarnessSettings().schedule == "interleaved"
-    assert HarnessSettings.from_env({"BENANZA_HARNESS_SCHEDULE": "sequential"}).schedule == "sequential"
+    assert load_settings({"BENANZA_HARNESS_SCHEDULE": "sequential"}).harness_settings().schedule == "sequential"
     path = model_file(tmp_path, conv_chain, "reshape")
     settings = fast_harness.model_copy(update={"schedule": "interleaved"})
     ctx = open_local(f"sqlite:///{tmp_path / 't.db'}", "onnxruntime", {"threads": 2}, system=SYSTEM, settings=settings)

@@ -13,18 +13,25 @@ import onnxruntime
 import pytest
 
 from benanza import fingerprint
-from benanza.fingerprint import default_system_name, stack_fingerprint, stack_id, system_fingerprint
+from benanza.fingerprint import (
+    StackFingerprint,
+    SystemFingerprint,
+    stack_fingerprint,
+    stack_id,
+    system_fingerprint,
+)
+from benanza.settings import load_settings
 
 
 def test_system_fingerprint_fields() -> None:
     fp = system_fingerprint()
-    assert set(fp) == {"cpu_model", "logical_cores", "physical_cores", "memory_bytes", "os", "machine", "host"}
-    assert isinstance(fp["cpu_model"], str) and fp["cpu_model"]
-    assert isinstance(fp["logical_cores"], int) and fp["logical_cores"] >= 1
-    assert fp["physical_cores"] is None or 1 <= fp["physical_cores"] <= fp["logical_cores"]
-    assert fp["memory_bytes"] is None or fp["memory_bytes"] > 2**20
-    assert fp["os"] == platform.platform() and fp["machine"] == platform.machine()
-    assert fp["host"] == socket.gethostname()
+    assert set(fp.to_doc()) == {"cpu_model", "logical_cores", "physical_cores", "memory_bytes", "os", "machine", "host"}
+    assert isinstance(fp.cpu_model, str) and fp.cpu_model
+    assert isinstance(fp.logical_cores, int) and fp.logical_cores >= 1
+    assert fp.physical_cores is None or 1 <= fp.physical_cores <= fp.logical_cores
+    assert fp.memory_bytes is None or fp.memory_bytes > 2**20
+    assert fp.os == platform.platform() and fp.machine == platform.machine()
+    assert fp.host == socket.gethostname()
 
 
 def test_cpuinfo_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -38,24 +45,25 @@ def test_cpuinfo_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert fingerprint._physical_cores(arm) is None
     monkeypatch.setattr(fingerprint, "_read_cpuinfo", list)  # no /proc (macOS, Windows)
     fp = system_fingerprint()
-    assert fp["cpu_model"] == (platform.processor() or platform.machine()) and fp["physical_cores"] is None
+    assert fp.cpu_model == (platform.processor() or platform.machine()) and fp.physical_cores is None
 
 
 def test_stack_fingerprint_fields() -> None:
     stack = stack_fingerprint()
-    assert stack["python"] == {"implementation": platform.python_implementation(), "version": platform.python_version()}
-    assert stack["numpy"]["version"] == np.__version__
-    blas = stack["numpy"]["blas"]
+    assert stack.python == {"implementation": platform.python_implementation(), "version": platform.python_version()}
+    assert stack.numpy["version"] == np.__version__
+    blas = stack.numpy["blas"]
     assert blas is None or (set(blas) == {"name", "version"} and blas["name"])
-    assert stack["onnx"] == onnx.__version__  # metadata agrees with the imported package
-    assert stack["onnxruntime"] == onnxruntime.__version__
+    assert stack.packages["onnx"] == onnx.__version__  # metadata agrees with the imported package
+    assert stack.packages["onnxruntime"] == onnxruntime.__version__
+    assert stack.runtime is None and stack.parts == {}
 
 
 def test_stack_id_is_stable_and_tracks_versions(monkeypatch: pytest.MonkeyPatch) -> None:
     first, second = stack_fingerprint(), stack_fingerprint()
     assert first == second and stack_id(first) == stack_id(second)
     assert re.fullmatch(r"[0-9a-f]{16}", stack_id(first))
-    assert stack_id(dict(reversed(list(first.items())))) == stack_id(first)  # key order does not matter
+    assert stack_id(dict(reversed(list(first.to_doc().items())))) == stack_id(first)  # key order does not matter
 
     real_version = importlib.metadata.version
 
@@ -64,20 +72,21 @@ def test_stack_id_is_stable_and_tracks_versions(monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr(importlib.metadata, "version", newer_ort)
     changed = stack_fingerprint()
-    assert changed["onnxruntime"] == "99.0.0" and changed["onnx"] == first["onnx"]
+    assert changed.packages["onnxruntime"] == "99.0.0" and changed.packages["onnx"] == first.packages["onnx"]
     assert stack_id(changed) != stack_id(first)
 
 
 def test_stack_extra_parts(monkeypatch: pytest.MonkeyPatch) -> None:
     base = stack_fingerprint()
     cuda = stack_fingerprint({"cuda": {"driver": "560.35", "cudnn": "9.5.0"}})
-    assert cuda["cuda"] == {"driver": "560.35", "cudnn": "9.5.0"} and stack_id(cuda) != stack_id(base)
+    assert cuda.parts["cuda"] == {"driver": "560.35", "cudnn": "9.5.0"} and stack_id(cuda) != stack_id(base)
     ort = stack_fingerprint(
         {"onnxruntime": {"version": onnxruntime.__version__, "providers": ["CPUExecutionProvider"]}}
     )
-    assert ort["onnxruntime"]["providers"] == ["CPUExecutionProvider"]
-    ort["numpy"]["version"] = "mutated"  # the result is the caller's: no shared state
-    assert stack_fingerprint()["numpy"]["version"] == np.__version__
+    assert ort.packages["onnxruntime"]["providers"] == ["CPUExecutionProvider"]  # in the package's place
+    ort.to_doc()["numpy"]["version"] = "mutated"  # a document is the caller's: no shared state
+    ort.numpy["version"] = "mutated"  # type: ignore[index]
+    assert stack_fingerprint().numpy["version"] == np.__version__
 
 
 def test_non_canonical_distribution_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -93,9 +102,9 @@ def test_non_canonical_distribution_is_named(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_default_system_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("BENANZA_SYSTEM", "lab-h100")
-    assert default_system_name() == "lab-h100"
+    assert load_settings().system_name() == "lab-h100"
     monkeypatch.delenv("BENANZA_SYSTEM")
-    assert default_system_name() == socket.gethostname()
+    assert load_settings().system_name() == socket.gethostname()
 
 
 def test_numpys_configuration_is_read_once_per_process() -> None:
@@ -137,13 +146,12 @@ def test_a_device_joins_the_system_fingerprint_at_the_top_level_on_every_path(tm
     The two paths once differed: the local one nested the device under ``gpu`` (shown as a
     dict's text in comparisons), the fleet's worker stored none.
     """
-    from benanza.analysis.compare import gpu_names
     from benanza.config import SystemConfig
     from benanza.fleet.worker import SystemWorker
     from benanza.local import open_local
     from benanza.store.base import open_store
 
-    assert system_fingerprint([device_runtime()]).items() >= DEVICE.items()
+    assert system_fingerprint([device_runtime()]).devices == DEVICE
     db = f"sqlite:///{tmp_path / 'x.db'}"
     ctx = open_local(db, "null-device", system="local-box")
     ctx.close()
@@ -153,5 +161,65 @@ def test_a_device_joins_the_system_fingerprint_at_the_top_level_on_every_path(tm
         stored = {s["name"]: s["fingerprint"] for s in store.systems()}
     for name in ("local-box", "fleet-box"):
         assert stored[name].items() >= DEVICE.items(), stored[name]
-        assert "gpu" not in stored[name] and gpu_names(stored[name]) == ["Test Board 80GB"]
-    assert gpu_names(system_fingerprint()) == []  # a CPU system names no board
+        assert "gpu" not in stored[name]
+        assert SystemFingerprint.from_doc(stored[name]).gpu_names() == ["Test Board 80GB"]
+    assert system_fingerprint().gpu_names() == []  # a CPU system names no board
+
+
+# -- typed fingerprints, stored documents unchanged ------------------------------------------------
+
+# Documents as the code before typed fingerprints wrote them (dict order as stored in MongoDB; SQLite
+# sorts the keys): a fleet worker's GPU system, with its config entry, and an ONNX Runtime stack.
+STORED_SYSTEM = (
+    '{"gpu_name": "NVIDIA H100 80GB HBM3", "gpu_uuid": "GPU-5d1c", "gpu_memory_bytes": 85899345920, '
+    '"gpu_compute_capability": "9.0", "cpu_model": "AMD EPYC", "logical_cores": 2, "physical_cores": 2, '
+    '"memory_bytes": 25276510208, "os": "Linux-6.18.44-x86_64-with-glibc2.36", "machine": "x86_64", '
+    '"host": "vm", "config": {"name": "h100", "kind": "gpu", "price_per_hour": 2.5}}'
+)
+STORED_STACK = (
+    '{"python": {"implementation": "CPython", "version": "3.11.7"}, "numpy": {"version": "2.1.0", '
+    '"blas": {"name": "scipy-openblas", "version": "0.3.27"}}, "onnx": "1.17.0", "onnxruntime": "1.20.1", '
+    '"runtime": "onnxruntime", "providers": "CPUExecutionProvider"}'
+)
+STORED_STACK_ID = "397fc287b4a437e2"  # what stack_id gave for STORED_STACK before the stacks were typed
+
+
+def test_stored_documents_read_and_write_back_byte_for_byte() -> None:
+    import json
+
+    system = SystemFingerprint.from_doc(json.loads(STORED_SYSTEM))
+    assert (system.cpu_model, system.logical_cores, system.host) == ("AMD EPYC", 2, "vm")
+    assert system.gpu_names() == ["NVIDIA H100 80GB HBM3"] and system.price_per_hour() == 2.5
+    assert system.config == {"name": "h100", "kind": "gpu", "price_per_hour": 2.5} and system.extra == {}
+    assert json.dumps(system.to_doc()) == STORED_SYSTEM  # the same keys, in the same order
+    stack = StackFingerprint.from_doc(json.loads(STORED_STACK))
+    assert stack.runtime == "onnxruntime" and stack.packages == {"onnx": "1.17.0", "onnxruntime": "1.20.1"}
+    assert stack.parts == {"providers": "CPUExecutionProvider"}
+    assert json.dumps(stack.to_doc()) == STORED_STACK
+    assert stack.stack_id == stack_id(stack) == stack_id(json.loads(STORED_STACK)) == STORED_STACK_ID
+    # a hand-written or older entry keeps what it holds
+    old = {"cpu_model": "x", "gpus": [{"name": "A100"}, "V100"], "config": "not a table"}
+    read = SystemFingerprint.from_doc(old)
+    assert read.gpu_names() == ["A100", "V100"] and read.config is None and read.price_per_hour() is None
+    assert read.to_doc().items() >= old.items()
+
+
+def test_a_registered_system_and_stack_are_the_documents_the_untyped_code_wrote(tmp_path, device_runtime) -> None:
+    """What ``targets.register`` stores: the fingerprint's fields flat, the config entry last; the stack as built."""
+    from benanza.store.base import open_store
+    from benanza.targets import open_target, register
+
+    target = open_target("null-device")
+    config = {"name": "box", "kind": "gpu"}
+    db = f"sqlite:///{tmp_path / 'r.db'}"
+    with open_store(db) as store:
+        assert register(store, "box", [target], config) == {target.stack_id: True}
+        ((name, stored),) = [(s["name"], s["fingerprint"]) for s in store.systems()]
+        (stack,) = store.stacks("box")
+    untyped = {**DEVICE, **system_fingerprint().to_doc(), "config": config}  # the old merge of dicts
+    assert name == "box" and stored == untyped  # (SQLite stores the keys sorted; MongoDB as to_doc orders them)
+    fingerprint = system_fingerprint([target.runtime]).with_config(config)
+    assert list(fingerprint.to_doc()) == list(untyped)
+    assert stack["stack"] == target.stack.to_doc() and stack["stack_id"] == stack_id(stack["stack"])
+    assert StackFingerprint.from_doc(stack["stack"]) == target.stack
+    assert target.stack.runtime == target.runtime.name

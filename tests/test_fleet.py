@@ -503,6 +503,30 @@ def test_results_reach_mongodb_over_the_wire_and_survive_an_outage(
         assert len(store.records(system="sys-c")) == second["total"]
 
 
+def test_workers_follow_the_drivers_settings_not_their_environment(
+    cluster, tmp_path: Path, two_models, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver hands its resolved settings to every worker: a result spilled earlier to the driver's
+    BENANZA_SPILL_DIR is drained by a worker whose own environment names no spill folder."""
+    from test_store import record_for
+
+    from benanza.settings import load_settings
+    from benanza.store.spill import SpillFile
+
+    monkeypatch.delenv("BENANZA_SPILL_DIR", raising=False)
+    spill = tmp_path / "driver-spill"
+    earlier = record_for(1, system="sys-a")
+    assert SpillFile(spill / "an-earlier-worker.jsonl").append([earlier]) == 1
+    db = f"sqlite:///{tmp_path / 'settings.db'}"
+    settings = load_settings({"BENANZA_SPILL_DIR": str(spill), "BENANZA_KEEP_REPEATS": "0"})
+    cfg = fleet_config([two_models[0]], db, systems=("sys-a",))
+    out = FleetDriver(cfg, settings=settings).run().to_dict()["systems"]["sys-a"]
+    assert out["error"] is None and out["drained"] == 1
+    assert not list(spill.glob("*.jsonl"))  # imported, then removed
+    with open_store(db) as store:
+        assert earlier.spec_id in {r.spec_id for r in store.records(system="sys-a")}
+
+
 def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: Path, conv_chain) -> None:
     """`benanza fleet run` with no config: in-process Ray, this machine, ONNX Runtime, SQLite."""
     import onnx

@@ -15,6 +15,7 @@ from benanza.bench.stats import TRIM_PROPORTION, describe, trimmed_mean_sorted, 
 from benanza.errors import UsageError
 from benanza.runtimes import base
 from benanza.runtimes.base import Prepared, Runtime, get_runtime
+from benanza.settings import load_settings
 
 SPEC = BenchmarkSpec(kind=SpecKind.LAYER, key="k", batch_size=1, dtype="float32", runtime="null")
 # short caps keep each measurement well under a second; the stopping rules are tested here with
@@ -222,12 +223,15 @@ def test_settings_defaults_validation_and_frozen() -> None:
 
 def test_settings_from_env() -> None:
     env = {"BENANZA_HARNESS_MAX_TIME_S": "0.5", "BENANZA_HARNESS_MIN_SAMPLES": "4", "OTHER": "x"}
-    s = HarnessSettings.from_env(env, min_samples=7)
+    s = load_settings(env).harness_settings(min_samples=7)
     assert s.max_time_s == 0.5
     assert s.min_samples == 7  # explicit overrides beat the environment
-    assert HarnessSettings.from_env({}) == HarnessSettings()
+    assert load_settings(env).harness_settings().min_samples == 4
+    assert load_settings({}).harness_settings() == HarnessSettings()
+    with pytest.raises(UsageError, match=r"BENANZA_HARNESS_MAX_TIME_S: .*'soon'"):
+        load_settings({"BENANZA_HARNESS_MAX_TIME_S": "soon"})
     with pytest.raises(UsageError, match="max_time_s"):
-        HarnessSettings.from_env({"BENANZA_HARNESS_MAX_TIME_S": "soon"})
+        load_settings({}).harness_settings(max_time_s="soon")
 
 
 @pytest.fixture

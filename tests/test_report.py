@@ -67,7 +67,9 @@ def db(tmp_path_factory, models, fast_harness) -> str:
         plans = plan_models(models, ctx.runtime, (1,), None, (1, 3))
         assert bench(ctx, plans, e2e=True).failed == 0
         store = ctx.store
-        store.register_system("sys-b", {**system_fingerprint(), "config": {"kind": "cpu", "price_per_hour": 3.6}})
+        store.register_system(
+            "sys-b", system_fingerprint().with_config({"kind": "cpu", "price_per_hour": 3.6}).to_doc()
+        )
         store.register_stack("sys-b", B_OLD, STACK_OLD)
         store.register_stack("sys-b", B_NEW, STACK_NEW)
         copies = []

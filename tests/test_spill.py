@@ -23,9 +23,9 @@ import pytest
 from test_store import STACK, SYSTEM, record_for
 
 from benanza.errors import StoreError
+from benanza.settings import load_settings
 from benanza.store import BenchmarkRecord, open_store
 from benanza.store.spill import (
-    SPILL_ENV,
     ResilientWriter,
     SpillFile,
     WriteResult,
@@ -221,11 +221,16 @@ def test_writer_says_so_when_it_can_neither_store_nor_spill(sqlite_store: Sqlite
 
 def test_default_spill_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sqlite_store: SqliteStore) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv(SPILL_ENV, raising=False)
-    assert default_spill_dir() == tmp_path / "benanza-spill"
-    monkeypatch.setenv(SPILL_ENV, str(tmp_path / "elsewhere"))
-    assert default_spill_dir() == tmp_path / "elsewhere"
-    assert ResilientWriter(sqlite_store).spill.path == tmp_path / "elsewhere" / "benanza.jsonl"
+    monkeypatch.delenv("BENANZA_SPILL_DIR", raising=False)
+    assert default_spill_dir() == tmp_path / "benanza-spill" == load_settings().spill_path()
+    monkeypatch.setenv("BENANZA_SPILL_DIR", str(tmp_path / "elsewhere"))
+    assert load_settings().spill_path() == tmp_path / "elsewhere"
+    monkeypatch.setenv("BENANZA_SPILL_DIR", "rel")
+    assert load_settings().spill_path() == tmp_path / "rel"  # relative to the working directory
+    writer = ResilientWriter(sqlite_store, load_settings().spill_path())
+    assert writer.spill.path == tmp_path / "rel" / "benanza.jsonl"
+    # without a folder, the default: this process's environment is read by the settings alone
+    assert ResilientWriter(sqlite_store).spill.path == tmp_path / "benanza-spill" / "benanza.jsonl"
 
 
 def test_nothing_is_lost_while_the_mongodb_server_is_down(tmp_path: Path, nx_27017_factory) -> None:

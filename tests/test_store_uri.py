@@ -25,6 +25,7 @@ from benanza.cli import app
 from benanza.cli.store_options import hide_credentials_in_title, masked_argv
 from benanza.config import FleetConfig, SystemConfig, load_fleet_config
 from benanza.errors import ConfigError, StoreError, UsageError
+from benanza.settings import load_settings
 from benanza.store import open_store
 from benanza.store.uri import MASK, StoreURI, mask_uri, resolve_store_uri
 
@@ -134,21 +135,24 @@ def test_a_malformed_uri_error_names_the_store_masked_in_one_line() -> None:
 def test_the_uri_comes_from_a_flag_a_file_or_the_environment(tmp_path: Path) -> None:
     secret = tmp_path / "db-uri"
     secret.write_text("  mongodb://alice:S3cr3t@db/perf \n")
-    assert resolve_store_uri("sqlite:///a.db", environ={}) == StoreURI("sqlite:///a.db")
-    assert resolve_store_uri(None, secret, environ={}) == StoreURI("mongodb://alice:S3cr3t@db/perf")
-    assert resolve_store_uri(environ={"BENANZA_DB_FILE": str(secret)}).reveal() == "mongodb://alice:S3cr3t@db/perf"
-    assert resolve_store_uri(environ={"BENANZA_DB": "sqlite:///e.db"}) == StoreURI("sqlite:///e.db")
-    assert resolve_store_uri(environ={}) == StoreURI("sqlite:///benanza.db")
+    assert resolve_store_uri("sqlite:///a.db", settings=load_settings({})) == StoreURI("sqlite:///a.db")
+    assert resolve_store_uri(None, secret, settings=load_settings({})) == StoreURI("mongodb://alice:S3cr3t@db/perf")
+    assert (
+        resolve_store_uri(settings=load_settings({"BENANZA_DB_FILE": str(secret)})).reveal()
+        == "mongodb://alice:S3cr3t@db/perf"
+    )
+    assert resolve_store_uri(settings=load_settings({"BENANZA_DB": "sqlite:///e.db"})) == StoreURI("sqlite:///e.db")
+    assert resolve_store_uri(settings=load_settings({})) == StoreURI("sqlite:///benanza.db")
     with pytest.raises(UsageError, match="not both"):
-        resolve_store_uri("sqlite:///a.db", secret, environ={})
+        resolve_store_uri("sqlite:///a.db", secret, settings=load_settings({}))
     with pytest.raises(UsageError, match="both BENANZA_DB and BENANZA_DB_FILE"):
-        resolve_store_uri(environ={"BENANZA_DB": "sqlite:///e.db", "BENANZA_DB_FILE": str(secret)})
+        resolve_store_uri(settings=load_settings({"BENANZA_DB": "sqlite:///e.db", "BENANZA_DB_FILE": str(secret)}))
     empty, missing, several = tmp_path / "empty", tmp_path / "missing", tmp_path / "several"
     empty.write_text("\n")
     several.write_text("mongodb://alice:S3cr3t@db/a\nmongodb://alice:S3cr3t@db/b\n")
     for path, reason in ((empty, "is empty"), (missing, "cannot read"), (several, "several lines")):
         with pytest.raises(UsageError, match=reason) as info:
-            resolve_store_uri(None, path, environ={})
+            resolve_store_uri(None, path, settings=load_settings({}))
         assert str(path) in str(info.value) and SECRET not in str(info.value)
 
 

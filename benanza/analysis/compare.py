@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benanza.analysis.lower_bound import KERNEL_STATISTIC, LowerBound
+from benanza.fingerprint import SystemFingerprint
 
 E2E = "e2e_ms"
 SEQUENTIAL = "sequential_ms"
@@ -149,18 +150,11 @@ def compare_systems(rows: Iterable[LowerBound], prices: Mapping[str, float | Non
     return [Comparison(model, batch, tuple(entries)) for (model, batch), entries in groups.items()]
 
 
-def configured_price(fingerprint: Mapping[str, Any] | None) -> float | None:
-    """``config.price_per_hour`` of a stored system fingerprint, if the fleet config set one."""
-    config = (fingerprint or {}).get("config") or {}
-    price = config.get("price_per_hour") if isinstance(config, Mapping) else None
-    return float(price) if isinstance(price, int | float) and not isinstance(price, bool) else None
-
-
 def system_prices(
     systems: Iterable[Mapping[str, Any]], overrides: Mapping[str, float | None] | None = None
 ) -> dict[str, float | None]:
     """Hourly prices by system: the stored fingerprints' config, replaced where ``overrides`` sets one."""
-    prices = {s["name"]: configured_price(s.get("fingerprint")) for s in systems}
+    prices = {s["name"]: SystemFingerprint.from_doc(s.get("fingerprint")).price_per_hour() for s in systems}
     for name, price in (overrides or {}).items():
         if price is not None:
             prices[name] = float(price)
@@ -321,32 +315,19 @@ def latest_stack(stacks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | Non
     return max(stacks, key=lambda s: (s["last_seen"], s["first_seen"]), default=None)
 
 
-def hardware_summary(fingerprint: Mapping[str, Any]) -> dict[str, Any]:
-    """CPU and GPU model, cores and memory of a stored system fingerprint (None where unknown)."""
-    config = fingerprint.get("config") if isinstance(fingerprint.get("config"), Mapping) else {}
+def hardware_summary(fingerprint: SystemFingerprint) -> dict[str, Any]:
+    """CPU and GPU model, cores and memory of a system's fingerprint (None where unknown)."""
+    config = fingerprint.config or {}
     return {
         "kind": config.get("kind"),
-        "cpu_model": fingerprint.get("cpu_model"),
-        "physical_cores": fingerprint.get("physical_cores"),
-        "logical_cores": fingerprint.get("logical_cores"),
-        "memory_bytes": fingerprint.get("memory_bytes"),
-        "gpus": gpu_names(fingerprint) or None,
+        "cpu_model": fingerprint.cpu_model,
+        "physical_cores": fingerprint.physical_cores,
+        "logical_cores": fingerprint.logical_cores,
+        "memory_bytes": fingerprint.memory_bytes,
+        "gpus": fingerprint.gpu_names() or None,
         "threads": config.get("threads"),
-        "price_per_hour": configured_price(fingerprint),
+        "price_per_hour": fingerprint.price_per_hour(),
     }
-
-
-def gpu_names(fingerprint: Mapping[str, Any]) -> list[str]:
-    """GPU models named by a fingerprint: its ``gpu_name`` (``fingerprint.system_fingerprint``), or a ``gpus`` list.
-
-    ``gpus`` (names, or documents with ``name``) is what a hand-written system entry may hold.
-    """
-    gpus = fingerprint.get("gpus")
-    if isinstance(gpus, list):
-        names = [g.get("name") if isinstance(g, Mapping) else g for g in gpus]
-        return [str(n) for n in names if n]
-    single = fingerprint.get("gpu_name")
-    return [str(single)] if isinstance(single, str) and single else []
 
 
 def _counts(rows: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
@@ -424,7 +405,7 @@ def system_report(
     fingerprint = system.get("fingerprint") or {}
     return SystemReport(
         name=system["name"],
-        hardware=hardware_summary(fingerprint),
+        hardware=hardware_summary(SystemFingerprint.from_doc(fingerprint)),
         first_seen=system.get("first_seen"),
         last_seen=system.get("last_seen"),
         stacks=tuple(history),

@@ -52,15 +52,12 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import random
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, Self
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing import Any, Literal
 
 from benanza.bench.stats import (
     TRIM_PROPORTION,
@@ -70,80 +67,12 @@ from benanza.bench.stats import (
     trimmed_mean_sorted,
     trimmed_stderr_sorted,
 )
-from benanza.errors import UsageError
+
+# defined beside the other settings (benanza.settings); re-exported: the harness is measured with them
+from benanza.settings import HarnessSettings as HarnessSettings
+from benanza.settings import Schedule as Schedule
 
 StopReason = Literal["noise", "time_cap", "max_samples"]
-Schedule = Literal["sequential", "interleaved"]
-ENV_PREFIX = "BENANZA_HARNESS_"
-
-
-class HarnessSettings(BaseModel):
-    """How long and how carefully to measure one benchmark."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    warmup_runs: int = Field(3, ge=0, description="untimed calls before calibration")
-    min_samples: int = Field(10, ge=1)
-    max_samples: int = Field(100_000, ge=1)
-    # 10 ms: with samples of at least ``min_sample_time_s`` that is 50 or more samples of a fast layer. At 50 ms
-    # (the former default) the floor, not the noise, set the cost of most layers, and measuring ResNet-50's
-    # layers twice gave no closer figures (median difference 1.9% at 50 ms, 1.3% at 10 ms, on a busy 2-core VM).
-    min_time_s: float = Field(0.01, ge=0, description="measured time before the noise rule may stop")
-    max_time_s: float = Field(2.0, gt=0, description="wall-time cap per benchmark")
-    target_rel_stderr: float = Field(0.01, ge=0, description="stop once the mean is known to this fraction")
-    min_sample_time_s: float = Field(2e-4, ge=0, description="batch calls until one sample lasts this long")
-    kernel_runs: int = Field(20, ge=0, description="profiled runs for the library's kernel time")
-    schedule: Schedule = Field(
-        "interleaved",
-        description="interleaved (default): a model's benchmarks sampled in rounds, so drift hits parts and whole "
-        "alike; sequential: one benchmark after another",
-    )
-    interleave_precalls: int = Field(
-        1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
-    )
-    interleave_max_bytes: int | None = Field(
-        None, ge=0, description="memory for one interleaved group (memory guard estimate); None: a quarter of RAM"
-    )
-    disturbance_step: float = Field(
-        0.05, ge=0, description="relative change of the host's speed between thirds of a measurement that disturbs it"
-    )
-    min_cpu_share: float = Field(
-        0.8, ge=0, description="process CPU time over wall time below which a measurement is disturbed"
-    )
-    disturbance_retries: int = Field(1, ge=0, description="times a disturbed measurement is taken again")
-    interleave_max_sessions: int = Field(
-        1024,
-        ge=1,
-        description="live runtime sessions in one interleaved group (a benchmark with kernel times holds two)",
-    )
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Self:
-        if self.min_samples > self.max_samples:
-            raise ValueError(f"min_samples {self.min_samples} > max_samples {self.max_samples}")
-        if self.min_time_s > self.max_time_s:
-            raise ValueError(f"min_time_s {self.min_time_s} > max_time_s {self.max_time_s}")
-        return self
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> HarnessSettings:
-        """Defaults, overridden by ``BENANZA_HARNESS_<FIELD>`` variables, overridden by ``overrides``.
-
-        Raises:
-            UsageError: a variable or override does not validate.
-        """
-        environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            raw = environ.get(ENV_PREFIX + name.upper())
-            if raw is not None:
-                values[name] = raw
-        values.update(overrides)
-        try:
-            return cls.model_validate(values)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'settings'}: {e['msg']}" for e in exc.errors())
-            raise UsageError(f"invalid harness settings: {problems}") from None
 
 
 @dataclass(frozen=True, slots=True)

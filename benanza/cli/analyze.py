@@ -49,16 +49,16 @@ from benanza.cli.common import (
     TensorCoresOpt,
     ThreadsOpt,
     ThresholdOpt,
+    cli_settings,
     model_names,
     one_batch,
     parse_count,
     parse_fraction,
 )
 from benanza.cli.pipeline import requested
-from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.cli.store_options import DbFileOpt, DbOpt, open_read_only
 from benanza.config import load_fleet_config
 from benanza.errors import UsageError
-from benanza.fingerprint import default_system_name
 from benanza.local import repro_targets
 from benanza.report.bench import lower_bound_table
 from benanza.report.compare import comparison_table, systems_tables
@@ -66,7 +66,6 @@ from benanza.report.optimize import op_type_table, optimizations_table
 from benanza.report.output import OutputFormat, console, emit
 from benanza.report.plots import lower_bound_bars, unit_breakdown
 from benanza.report.regressions import regression_documents, regression_group, regression_rows
-from benanza.store import open_store
 
 # Filters on the stored plans' runtime and variant (None: any); a stored variant names its settings
 StoredRuntimeOpt = Annotated[
@@ -94,7 +93,7 @@ def _selection(models, wanted, runtime=None, **variant) -> PlanSelection:
 
 def _systems(system: list[str] | None) -> list[str]:
     """--system values, or this machine's name ($BENANZA_SYSTEM or the hostname)."""
-    return list(system) if system else [default_system_name()]
+    return list(system) if system else [cli_settings().system_name()]
 
 
 def config_prices(config: Path | None) -> dict[str, float | None]:
@@ -151,7 +150,7 @@ def lower_bound_cmd(
     selection = _selection(
         models, wanted, runtime, threads=threads, opt=opt_level, ep=ep, precision=precision, tensor_cores=tensor_cores
     )
-    with open_store(store_uri(db, db_file), read_only=True) as store:
+    with open_read_only(db, db_file) as store:
         rows = analyze_stored(store, _systems(system), stack=stack, selection=selection)
         if not rows:
             _warn_nothing_stored(store, _systems(system))
@@ -225,7 +224,7 @@ def optimizations_cmd(
     """
     wanted = requested(batch, shape, "")
     selection = _selection(models, wanted, runtime, precision=precision, tensor_cores=tensor_cores)
-    with open_store(store_uri(db, db_file), read_only=True) as store:
+    with open_read_only(db, db_file) as store:
         analyses = stored_analyses(store, _systems(system), stack=stack, selection=selection)
         if not analyses:
             _warn_nothing_stored(store, _systems(system))
@@ -258,7 +257,7 @@ def systems_cmd(
     batch_size = one_batch(batch, "analyze systems") or 1
     slowest = parse_count(top, "--top", minimum=0)
     selection = PlanSelection.of(models=model_names(models), shapes=requested(None, shape, "").overrides)
-    with open_store(store_uri(db, db_file), read_only=True) as store:
+    with open_read_only(db, db_file) as store:
         reports = system_reports(store, system or [ALL], batch=batch_size, top=slowest, selection=selection)
     if not emit(format, [r.to_dict() for r in reports]):
         console().print(systems_tables(reports))
@@ -297,10 +296,10 @@ def regressions_cmd(
     )
     if history and base is not None:
         raise UsageError("--history looks at one stack (--head); --base is for comparing two")
-    with open_store(store_uri(db, db_file), read_only=True) as store:
+    with open_read_only(db, db_file) as store:
         found = regressions(
             store,
-            system or [default_system_name()],
+            system or [cli_settings().system_name()],
             base=base,
             head=head,
             history=history,

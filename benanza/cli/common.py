@@ -21,6 +21,7 @@ from benanza.errors import BenanzaError, UsageError
 from benanza.model.load import expand_model_paths
 from benanza.model.zoo import zoo_paths
 from benanza.report.output import OutputFormat
+from benanza.settings import Settings, load_settings
 
 
 class BenanzaGroup(TyperGroup):
@@ -36,6 +37,19 @@ class BenanzaGroup(TyperGroup):
         except BenanzaError as exc:
             print(f"error: {exc}", file=sys.stderr)
             raise typer.Exit(2) from None
+
+
+def cli_settings() -> Settings:
+    """The ``BENANZA_*`` settings of this command: read from the environment on first use, then kept
+    on the root context, so that every part of one command sees the same values (and ``--help``
+    works whatever they are)."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return load_settings()
+    root = ctx.find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = load_settings()
+    return root.obj
 
 
 MAIN_JOB_GRANULARITY = ",".join(map(str, MAIN_JOB_GRANULARITIES))  # --granularity of the main job's commands

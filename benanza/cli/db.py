@@ -9,9 +9,9 @@ import typer
 
 from benanza.bench.records import Outcome
 from benanza.cli.common import BenanzaGroup, FormatOpt
-from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.cli.store_options import DbFileOpt, DbOpt, open_read_only
+from benanza.fingerprint import SystemFingerprint
 from benanza.report.output import OutputFormat, console, emit, table
-from benanza.store import open_store
 
 app = typer.Typer(
     cls=BenanzaGroup,
@@ -29,7 +29,7 @@ def _db() -> None:
 def ls(db: DbOpt = None, db_file: DbFileOpt = None, format: FormatOpt = OutputFormat.table) -> None:
     """Systems, their software stacks, and result counts per runtime, kind and outcome (the URI shown masked)."""
 
-    with open_store(store_uri(db, db_file), read_only=True) as store:
+    with open_read_only(db, db_file) as store:
         listing = {
             "db": store.shown_uri,
             "systems": store.systems(),
@@ -60,15 +60,16 @@ def _listing_tables(listing: dict[str, Any]) -> list[Any]:
         (
             (
                 s["name"],
-                s["fingerprint"].get("cpu_model"),
-                s["fingerprint"].get("logical_cores"),
-                s["fingerprint"].get("physical_cores"),
-                _gib(s["fingerprint"].get("memory_bytes")),
-                s["fingerprint"].get("os"),
+                fp.cpu_model,
+                fp.logical_cores,
+                fp.physical_cores,
+                _gib(fp.memory_bytes),
+                fp.os,
                 _when(s["first_seen"]),
                 _when(s["last_seen"]),
             )
             for s in systems
+            for fp in [SystemFingerprint.from_doc(s["fingerprint"])]
         ),
     )
     stacks = listing["stacks"]

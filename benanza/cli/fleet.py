@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from benanza.cli.analyze import report_lower_bounds
-from benanza.cli.common import BatchesOpt, BenanzaGroup, FormatOpt, ModelsOpt, ShapeOpt, parse_int_list
+from benanza.cli.common import BatchesOpt, BenanzaGroup, FormatOpt, ModelsOpt, ShapeOpt, cli_settings, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.config import default_fleet_config, load_fleet_config
 from benanza.errors import BenanzaError
@@ -45,8 +45,9 @@ def _config(config: Path | None, db, address: str | None = None, models=None, ba
 
     batches = parse_int_list(batch, "--batch") if batch else None
     parse_shape_overrides(shape)  # a bad --shape is one line naming the flag, before the config is read
-    cfg = load_fleet_config(config) if config is not None else default_fleet_config()
-    db = db or cfg.db or default_uri()
+    settings = cli_settings()
+    cfg = load_fleet_config(config) if config is not None else default_fleet_config(settings)
+    db = db or cfg.db or default_uri(settings)
     return cfg.with_overrides(db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None)
 
 
@@ -79,10 +80,10 @@ def run(
 
     cfg = _config(config, store_uri(db, db_file), address, models, batch, shape)
     if quiet:
-        summary = run_fleet(cfg)
+        summary = run_fleet(cfg, settings=cli_settings())
     else:
         with FleetProgress(console(sys.stderr)) as progress:
-            summary = run_fleet(cfg, progress=progress)
+            summary = run_fleet(cfg, progress=progress, settings=cli_settings())
     data = summary.to_dict()
     with _analysis_store(cfg, summary.ok) as store:
         bounds = _lower_bounds(store, cfg, summary) if store is not None else []
@@ -107,7 +108,7 @@ def _analysis_store(cfg, ok: bool):
         yield None
         return
     try:
-        store = open_store(cfg.db, read_only=True)
+        store = open_store(cfg.db, read_only=True, settings=cli_settings())
     except BenanzaError as exc:
         print(f"warning: lower bounds not computed: {exc}", file=sys.stderr)
         yield None
@@ -140,7 +141,7 @@ def status(
 
     cfg = _config(config, store_uri(db, db_file), None, models, batch, shape)
     corpus = plan_corpus(cfg)
-    with open_store(cfg.db, read_only=True) as store:
+    with open_store(cfg.db, read_only=True, settings=cli_settings()) as store:
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]
     if not emit(format, rows):
         console().print(status_table(rows))

@@ -15,8 +15,7 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from benanza.bench.generate import ModelPlan, plan_report
-from benanza.bench.harness import HarnessSettings
-from benanza.cli.common import model_paths, parse_batches, parse_count, parse_int_list
+from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_count, parse_int_list
 from benanza.errors import UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
 from benanza.model.shapes import parse_shape_overrides
@@ -45,14 +44,15 @@ def open_context(
     """
     if "threads" in flags:
         flags["threads"] = parse_count(flags["threads"], "--threads")
+    env = cli_settings()
     harness = {"min_time_s": min_time, "max_time_s": max_time, "schedule": schedule}
-    settings = HarnessSettings.from_env(**{k: v for k, v in harness.items() if v is not None})
+    settings = env.harness_settings(**{k: v for k, v in harness.items() if v is not None})
     takes = set(runtime_options(runtime))
     stray = [k for k, v in flags.items() if v is not None and k not in takes and k in _STRICT_FLAGS]
     if stray:
         raise UsageError(f"--{stray[0].replace('_', '-')} is not an option of runtime {runtime!r}")
     options = {k: v for k, v in flags.items() if k in takes and v is not None}
-    return open_local(db, runtime, options, system, settings)
+    return open_local(db, runtime, options, system, settings, env=env)
 
 
 # GPU flags are refused by a runtime without them; --threads and --opt-level have defaults and are ignored

@@ -9,10 +9,9 @@ from typing import Annotated
 import typer
 
 from benanza.cli.common import BatchesOpt, GranOpt, StoredModelsOpt, model_names, parse_batches, parse_int_list
-from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
+from benanza.cli.store_options import DbFileOpt, DbOpt, open_read_only
 from benanza.report.output import OutputFormat, emit
 from benanza.report.site import write_site
-from benanza.store import open_store
 from benanza.survey import survey
 
 
@@ -43,7 +42,7 @@ def report_command(
 
     batches = [b for b in parse_batches(batch) if b is not None]
     grans = parse_int_list(granularity, "--granularity") if granularity else []
-    with open_store(store_uri(db, db_file), read_only=True) as store:
+    with open_read_only(db, db_file) as store:
         data = survey(store, model_names(models), batches=batches, granularities=grans)
     files = write_site(data, out)
     listing = [{"kind": kind, "path": path} for kind, names in files.listing() for path in names]

@@ -17,6 +17,8 @@ from typing import Annotated
 
 import typer
 
+from benanza.cli.common import cli_settings
+from benanza.store.base import Store, open_store
 from benanza.store.uri import StoreURI, mask_uri, resolve_store_uri
 
 DB_FLAG = "--db"
@@ -49,6 +51,11 @@ def store_uri(db: str | None, db_file: Path | None) -> StoreURI | None:
     if db is None and db_file is None:
         return None
     return resolve_store_uri(db, db_file)
+
+
+def open_read_only(db: str | None, db_file: Path | None) -> Store:
+    """The database that ``--db``/``--db-file`` or the environment names, opened read-only (commands that only read)."""
+    return open_store(store_uri(db, db_file), read_only=True, settings=cli_settings())
 
 
 def masked_argv(argv: Sequence[str]) -> list[str]:

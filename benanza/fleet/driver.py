@@ -48,12 +48,10 @@ from benanza.fleet.plan import CorpusWork, SystemPlan, Target, plan_target
 from benanza.fleet.systems import actor_options, connect, devices_of, missing_node_reason, system_nodes
 from benanza.fleet.worker import SystemWorker
 from benanza.runtimes.base import get_runtime
-from benanza.store.base import Store, open_store
+from benanza.settings import Settings, load_settings
+from benanza.store.base import Store, default_uri, open_store
 
 log = logging.getLogger(__name__)
-
-# Settings of the driver's environment that its workers follow too (wherever they run).
-PROPAGATED_ENV = ("BENANZA_DB_RETRY_WINDOW_S", "BENANZA_SPILL_DIR")
 
 ProgressHook = Callable[[str, str, int], None]  # (system, event, count): event in total/ok/failed/skipped/reused
 
@@ -298,8 +296,13 @@ class FleetDriver:
         actor_start_timeout_s: float = 120.0,
         spill_dir: str | None = None,
         inflight_per_actor: int = 2,
+        settings: Settings | None = None,
     ) -> None:
         self.config = config
+        # the BENANZA_* variables, read once here (None) and handed to every worker, wherever it runs
+        self.settings = settings if settings is not None else load_settings()
+        # one URI for the driver and every worker: a BENANZA_DB_FILE is read here, where it exists
+        self.db = config.db or default_uri(self.settings)
         self.progress = progress or (lambda system, event, n: None)
         self.owner = owner or f"driver-{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.actor_start_timeout_s = actor_start_timeout_s
@@ -314,7 +317,7 @@ class FleetDriver:
         corpus = plan_corpus(self.config)
         if corpus.models == 0:  # nothing to run: neither the store nor Ray is needed to say so
             return FleetSummary(self.results, 0, corpus.model_errors, time.perf_counter() - started)
-        store = open_store(self.config.db)
+        store = open_store(self.db, settings=self.settings)
         try:
             with connect(self.config.ray, self.config.systems):
                 self._setup_metrics()
@@ -340,9 +343,8 @@ class FleetDriver:
 
         nodes = system_nodes(self.config.systems)
         remote = ray.remote(SystemWorker)
-        harness = self.config.harness_settings().model_dump()
+        harness = self.config.harness_settings(self.settings).model_dump()
         pending: dict[Any, tuple[SystemConfig, Any]] = {}
-        env = {k: v for k, v in os.environ.items() if k in PROPAGATED_ENV}
         for system in self.config.systems:
             result = self.results[system.name]
             result.nodes = [n["node_id"] for n in nodes[system.name]]
@@ -350,11 +352,8 @@ class FleetDriver:
                 result.error = missing_node_reason(system)
                 continue
             for _ in range(devices_of(system, nodes[system.name])):
-                options = actor_options(system)
-                if env:
-                    options["runtime_env"] = {"env_vars": env}
-                handle = remote.options(**options).remote(
-                    system.model_dump(mode="json"), self.config.db, harness, self.spill_dir
+                handle = remote.options(**actor_options(system)).remote(
+                    system.model_dump(mode="json"), self.db, harness, self.spill_dir, settings=self.settings
                 )
                 pending[handle.identity.remote()] = (system, handle)
         ready, not_ready = [], []
@@ -449,7 +448,7 @@ class FleetDriver:
         """The queued benchmarks of the model at the head of the queue (``chunk_by_model``), or []."""
         owners = run.plan.work.models
         if self._harness is None:
-            self._harness = self.config.harness_settings()
+            self._harness = self.config.harness_settings(self.settings)
         settings = self._harness
         if not (run.queue and self.config.chunk_by_model and owners and settings.schedule == "interleaved"):
             return []

@@ -24,8 +24,9 @@ from benanza.bench.records import BenchmarkRecord, Outcome
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, one_line
+from benanza.settings import Settings, default_settings
 from benanza.store.base import Store, open_store
-from benanza.store.spill import ResilientWriter, SpillFile, default_spill_dir, drain
+from benanza.store.spill import ResilientWriter, SpillFile, drain
 from benanza.store.uri import StoreURI
 from benanza.targets import Target, open_target, register
 
@@ -76,8 +77,12 @@ class SystemWorker:
         harness: dict[str, Any] | None = None,
         spill_dir: str | None = None,
         write_retries: int = 2,
+        *,
+        settings: Settings | None = None,
     ) -> None:
         self.config = SystemConfig.model_validate(system)
+        # the driver's BENANZA_* settings (this process's environment is not read); None: the defaults
+        self.env = settings if settings is not None else default_settings()
         self.name = self.config.name
         self.settings = HarnessSettings.model_validate(harness or {})
         self.host = socket.gethostname()
@@ -97,7 +102,7 @@ class SystemWorker:
             self.runtimes[name] = target.runtime
             self.targets[name] = {"stack_id": target.stack_id, "variant": target.runtime.variant()}
             self._entries[(target.runtime.name, target.variant)] = name
-        self.spill_dir = spill_dir or str(default_spill_dir())
+        self.spill_dir = spill_dir or str(self.env.spill_path())  # resolved here: relative to this worker
         owner = f"{self.name}-{self.host}-{os.getpid()}"
         self.store: Store | None = None
         self.writer: ResilientWriter | None = None
@@ -110,9 +115,8 @@ class SystemWorker:
     def _connect(self, db: StoreURI | str | None, owner: str, retries: int) -> None:
         """Open the store and register this system; an unreachable store means spilling."""
         try:
-            self.store = open_store(db)
-            config = {"config": self.config.model_dump(mode="json")}
-            new = register(self.store, self.name, self._targets.values(), config)
+            self.store = open_store(db, settings=self.env)
+            new = register(self.store, self.name, self._targets.values(), self.config.model_dump(mode="json"))
             for target in self.targets.values():
                 target["new_stack"] = new[target["stack_id"]]
             self.drained = drain(self.store, self.spill_dir)

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import time
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -60,6 +59,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 from benanza.bench.plans import StoredPlan
 from benanza.bench.records import BenchmarkRecord
 from benanza.errors import RegistryError, StoreError, UsageError
+from benanza.settings import DEFAULT_KEEP_REPEATS, Settings, load_settings
 from benanza.store.uri import DEFAULT_URI, StoreURI, resolve_store_uri
 
 
@@ -177,23 +177,22 @@ class Store(Protocol):
 
 Clock = Callable[[], float]  # UTC epoch seconds, as ``time.time``
 
-KEEP_REPEATS_ENV = "BENANZA_KEEP_REPEATS"
-DEFAULT_KEEP_REPEATS = 10
 
-
-def keep_repeats(value: int | str | None = None) -> int:
-    """How many repeats a store keeps per identity: ``value``, else ``$BENANZA_KEEP_REPEATS``, else 10.
+def keep_repeats(value: int | str | None = None, settings: Settings | None = None) -> int:
+    """How many repeats a store keeps per identity: ``value``, else the settings' ``$BENANZA_KEEP_REPEATS``,
+    else 10.
 
     Raises:
         UsageError: not a non-negative integer.
     """
-    text = value if value is not None else os.environ.get(KEEP_REPEATS_ENV, DEFAULT_KEEP_REPEATS)
+    if value is None:
+        return settings.keep_repeats if settings is not None else DEFAULT_KEEP_REPEATS
     try:
-        kept = int(str(text).strip())
+        kept = int(str(value).strip())
     except ValueError:
         kept = -1
     if kept < 0:
-        raise UsageError(f"{KEEP_REPEATS_ENV} expects a non-negative integer, got {text!r}")
+        raise UsageError(f"kept repeats: expected a non-negative integer, got {value!r}")
     return kept
 
 
@@ -247,7 +246,8 @@ class StoreBase:
 
 
 StoreFactory = Callable[..., Store]
-"""Called as ``factory(uri, create=..., read_only=...)`` with a ``StoreURI``, and ``clock=`` when one is given;
+"""Called as ``factory(uri, create=..., read_only=..., settings=...)`` with a ``StoreURI`` and the resolved
+``Settings`` (kept repeats, retry window), and ``clock=`` when one is given;
 ``create=False`` must not create a missing database, and ``read_only=True`` (which comes with ``create=False``) must
 write nothing while opening."""
 
@@ -276,13 +276,13 @@ def store_schemes() -> list[str]:
     return sorted(set(_STORES) | available)
 
 
-def default_uri() -> StoreURI:
-    """``$BENANZA_DB``, or the URI in the file ``$BENANZA_DB_FILE``, or a SQLite file ``benanza.db`` here.
+def default_uri(settings: Settings) -> StoreURI:
+    """The settings' ``$BENANZA_DB``, or the URI in the file ``$BENANZA_DB_FILE``, or a SQLite file ``benanza.db`` here.
 
     Raises:
         UsageError: both variables are set, or the file cannot be read.
     """
-    return resolve_store_uri()
+    return resolve_store_uri(settings=settings)
 
 
 def uri_scheme(uri: str | StoreURI) -> str:
@@ -294,26 +294,34 @@ def uri_scheme(uri: str | StoreURI) -> str:
 
 
 def open_store(
-    uri: str | StoreURI | None = None, *, create: bool = True, read_only: bool = False, clock: Clock | None = None
+    uri: str | StoreURI | None = None,
+    *,
+    create: bool = True,
+    read_only: bool = False,
+    clock: Clock | None = None,
+    settings: Settings | None = None,
 ) -> Store:
-    """The store a URI names (default: ``default_uri()``).
+    """The store a URI names (default: ``default_uri(settings)``).
 
     Args:
         uri: ``sqlite:///rel/path.db``, ``sqlite:////abs/path.db``, ``mongodb://...``; None
-            or ``""`` for ``default_uri()``.
+            or ``""`` for ``default_uri(settings)``.
         create: create the database when it does not exist; when False a missing one is a
             ``StoreError``.
         read_only: for commands that only read (``benanza db ls``, ``analyze systems``,
             ``fleet status``): open without writing anything, so a database this process
             cannot write can still be read; implies ``create=False``.
         clock: the store's clock (``StoreBase.clock``); default ``time.time``.
+        settings: the ``BENANZA_*`` settings (default URI, kept repeats, retry window); None reads this
+            process's environment (``load_settings``), as a public entry point does.
 
     Raises:
         RegistryError: no store is registered for the URI's scheme.
         StoreError: the database cannot be opened.
         UsageError: the URI is malformed, or the environment names an unreadable URI file.
     """
-    uri = StoreURI.of(uri) if uri else default_uri()
+    settings = settings if settings is not None else load_settings()
+    uri = StoreURI.of(uri) if uri else default_uri(settings)
     scheme = uri_scheme(uri)
     if scheme not in _STORES and scheme in _BUILTIN:
         _import_builtin(scheme)
@@ -322,7 +330,7 @@ def open_store(
     except KeyError:
         raise RegistryError("store scheme", scheme, store_schemes()) from None
     options = {} if clock is None else {"clock": clock}
-    return factory(uri, create=create and not read_only, read_only=read_only, **options)
+    return factory(uri, create=create and not read_only, read_only=read_only, settings=settings, **options)
 
 
 def _import_builtin(scheme: str) -> None:

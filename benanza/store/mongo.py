@@ -41,7 +41,6 @@ A heartbeat is one ``update_many`` on the owner's leases (indexed by owner).
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -62,7 +61,8 @@ from pymongo.uri_parser import parse_uri
 
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
 from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
-from benanza.errors import StoreError, UsageError, one_line
+from benanza.errors import StoreError, one_line
+from benanza.settings import DEFAULT_RETRY_WINDOW_S, Settings
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
 from benanza.store.uri import StoreURI, mask_uri
 
@@ -71,8 +71,6 @@ __all__ = ["MongoStore", "database_of_uri", "mask_uri"]  # mask_uri: store/uri.p
 DB_SCHEMA_VERSION = 1  # the collection layout; bump (and migrate) when collections or indexes change
 DEFAULT_DATABASE = "benanza"
 SERVER_SELECTION_TIMEOUT_MS = 5_000
-RETRY_WINDOW_ENV = "BENANZA_DB_RETRY_WINDOW_S"
-DEFAULT_RETRY_WINDOW_S = 20.0
 META_ID = "benanza"
 COLLECTIONS = ("results", "systems", "stacks", "leases", "meta", "plans", "plan_docs", "repeats")
 INDEXES: dict[str, list[tuple[str, list[str], bool]]] = {
@@ -161,6 +159,7 @@ class MongoStore(StoreBase):
         retry_window_s: float | None = None,
         clock: Clock | None = None,
         kept_repeats: int | None = None,
+        settings: Settings | None = None,
     ) -> None:
         """Connect, check (or create) the benanza database and its indexes.
 
@@ -178,19 +177,22 @@ class MongoStore(StoreBase):
             backoff_s: the first wait between retries; it doubles up to ``max_backoff_s``.
             max_backoff_s: the longest wait between two retries.
             retry_window_s: no retry starts later than this after the first attempt (an
-                unreachable server costs ``serverSelectionTimeoutMS`` per attempt); default
-                ``$BENANZA_DB_RETRY_WINDOW_S`` or 20 s.
+                unreachable server costs ``serverSelectionTimeoutMS`` per attempt); default: the
+                settings' ``$BENANZA_DB_RETRY_WINDOW_S``, else 20 s.
             clock: the times it writes (``StoreBase.clock``); default ``time.time``.
-            kept_repeats: repeats kept per identity (default ``keep_repeats()``: ``$BENANZA_KEEP_REPEATS`` or 10).
+            kept_repeats: repeats kept per identity (default: the settings' ``$BENANZA_KEEP_REPEATS``, else 10).
+            settings: the resolved ``BENANZA_*`` settings (``open_store`` passes them); None: the defaults.
         """
         if clock is not None:
             self.clock = clock
-        self.kept_repeats = keep_repeats(kept_repeats)
+        self.kept_repeats = keep_repeats(kept_repeats, settings)
         self.uri = StoreURI.of(uri)
         uri = self.uri.reveal()  # to connect with; never shown
         self.read_only = read_only
         self.retries, self.backoff_s, self.max_backoff_s = retries, backoff_s, max_backoff_s
-        self.retry_window_s = retry_window_s if retry_window_s is not None else _retry_window_from_env()
+        if retry_window_s is None:
+            retry_window_s = settings.db_retry_window_s if settings is not None else DEFAULT_RETRY_WINDOW_S
+        self.retry_window_s = retry_window_s
         self._owns_client = client is None
         if client is None:
             options: dict[str, Any] = {"appname": "benanza"}
@@ -610,16 +612,3 @@ class MongoStore(StoreBase):
     def close(self) -> None:
         if self._owns_client and getattr(self, "client", None) is not None:
             self.client.close()
-
-
-def _retry_window_from_env() -> float:
-    text = os.environ.get(RETRY_WINDOW_ENV, "")
-    if not text:
-        return DEFAULT_RETRY_WINDOW_S
-    try:
-        value = float(text)
-    except ValueError:
-        raise UsageError(f"{RETRY_WINDOW_ENV} must be a number of seconds, got {text!r}") from None
-    if value < 0:
-        raise UsageError(f"{RETRY_WINDOW_ENV} must not be negative, got {text!r}")
-    return value

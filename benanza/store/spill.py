@@ -5,7 +5,8 @@ them to a spill file (one ``BenchmarkRecord.to_doc()`` JSON object per line, flu
 fsynced before ``write`` returns). ``drain`` imports every spill file of a folder into a store
 and removes a file only after its records were written; the next run calls it first.
 
-Spill folder: ``$BENANZA_SPILL_DIR``, else ``benanza-spill`` in the working directory.
+Spill folder: the caller's (``Settings.spill_path``: ``$BENANZA_SPILL_DIR``), else ``benanza-spill`` in the
+working directory.
 
 Concurrency: an append holds an exclusive ``flock`` on the file and checks, once it holds it,
 that the name still leads to the file it opened; a drainer first renames a file to a name of
@@ -34,10 +35,9 @@ from typing import IO
 
 from benanza.bench.records import BenchmarkRecord
 from benanza.errors import StoreError
+from benanza.settings import DEFAULT_SPILL_DIR
 from benanza.store.base import Store
 
-SPILL_ENV = "BENANZA_SPILL_DIR"
-DEFAULT_SPILL_DIR = "benanza-spill"  # relative to the working directory
 SUFFIX = ".jsonl"
 DRAINING = ".draining-"  # NAME.jsonl.draining-HOST-PID: taken by the drainer HOST-PID
 
@@ -45,8 +45,8 @@ log = logging.getLogger(__name__)
 
 
 def default_spill_dir() -> Path:
-    """``$BENANZA_SPILL_DIR``, or ``benanza-spill`` in the working directory."""
-    return Path(os.environ.get(SPILL_ENV) or DEFAULT_SPILL_DIR).absolute()
+    """``benanza-spill`` in the working directory (``$BENANZA_SPILL_DIR`` is ``Settings.spill_path``'s)."""
+    return Path(DEFAULT_SPILL_DIR).absolute()
 
 
 @contextmanager

@@ -33,6 +33,7 @@ import orjson
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
 from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError
+from benanza.settings import Settings
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
 from benanza.store.uri import StoreURI
 
@@ -218,6 +219,7 @@ class SqliteStore(StoreBase):
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         clock: Clock | None = None,
         kept_repeats: int | None = None,
+        settings: Settings | None = None,
     ) -> None:
         """Open (or create) the database; see the module docstring for what is refused.
 
@@ -229,9 +231,10 @@ class SqliteStore(StoreBase):
                 a ``StoreError``); every write is refused with a ``StoreError``.
             busy_timeout_s: how long a writer waits for another writer's lock.
             clock: the times it writes (``StoreBase.clock``); default ``time.time``.
-            kept_repeats: repeats kept per identity (default ``keep_repeats()``: ``$BENANZA_KEEP_REPEATS`` or 10).
+            kept_repeats: repeats kept per identity (default: the settings' ``$BENANZA_KEEP_REPEATS``, else 10).
+            settings: the resolved ``BENANZA_*`` settings (``open_store`` passes them); None: the defaults.
         """
-        self.kept_repeats = keep_repeats(kept_repeats)
+        self.kept_repeats = keep_repeats(kept_repeats, settings)
         if isinstance(uri, StoreURI) or (isinstance(uri, str) and "://" in uri):
             self.uri = StoreURI.of(uri)
             self.path = path_of_uri(self.uri).absolute()

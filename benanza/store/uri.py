@@ -17,20 +17,21 @@ with the ``@host`` forgotten), and so is the value of every query option whose n
 holds a secret (``SECRET_OPTION``). SQLite URIs name a file and are shown as they are.
 
 Where the URI comes from (``resolve_store_uri``): ``--db URI``, or ``--db-file FILE`` (the URI
-read from a file, e.g. a mounted secret); else ``$BENANZA_DB``, or ``$BENANZA_DB_FILE``; else
-``sqlite:///benanza.db``. A file holds the URI alone; surrounding whitespace is ignored.
+read from a file, e.g. a mounted secret); else the settings' ``$BENANZA_DB``, or
+``$BENANZA_DB_FILE`` (``benanza.settings``, read by the caller); else ``sqlite:///benanza.db``.
+A file holds the URI alone; surrounding whitespace is ignored.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
 from benanza.errors import UsageError
+from benanza.settings import Settings
 
 DEFAULT_URI = "sqlite:///benanza.db"  # relative to the working directory
 DB_ENV = "BENANZA_DB"
@@ -228,28 +229,26 @@ def read_uri_file(path: str | os.PathLike[str]) -> StoreURI:
     return StoreURI(text)
 
 
-def uri_from_env(environ: Mapping[str, str] | None = None) -> StoreURI | None:
-    """``$BENANZA_DB``, or the URI in the file ``$BENANZA_DB_FILE`` names, or None.
+def uri_from_settings(settings: Settings) -> StoreURI | None:
+    """``$BENANZA_DB``, or the URI in the file ``$BENANZA_DB_FILE`` names, or None (``settings`` holds both).
 
     Raises:
         UsageError: both are set, or the file cannot be read.
     """
-    environ = os.environ if environ is None else environ
-    uri, uri_file = environ.get(DB_ENV), environ.get(DB_FILE_ENV)
-    if uri and uri_file:
+    if settings.db and settings.db_file:
         raise UsageError(f"both {DB_ENV} and {DB_FILE_ENV} are set; set one")
-    if uri_file:
-        return read_uri_file(uri_file)
-    return StoreURI(uri) if uri else None
+    if settings.db_file:
+        return read_uri_file(settings.db_file)
+    return StoreURI(settings.db) if settings.db else None
 
 
 def resolve_store_uri(
     uri: str | StoreURI | None = None,
     uri_file: str | os.PathLike[str] | None = None,
-    environ: Mapping[str, str] | None = None,
+    settings: Settings | None = None,
 ) -> StoreURI:
     """The store to open: ``uri`` (``--db``), or the URI in ``uri_file`` (``--db-file``), else the
-    environment (``uri_from_env``), else ``DEFAULT_URI``.
+    environment's (``uri_from_settings``; None: no settings, no variables), else ``DEFAULT_URI``.
 
     Raises:
         UsageError: both ``uri`` and ``uri_file`` are given, or a file cannot be read.
@@ -260,4 +259,5 @@ def resolve_store_uri(
         return StoreURI.of(uri)
     if uri_file is not None:
         return read_uri_file(uri_file)
-    return uri_from_env(environ) or StoreURI(DEFAULT_URI)
+    from_settings = uri_from_settings(settings) if settings is not None else None
+    return from_settings or StoreURI(DEFAULT_URI)
