@@ -100,7 +100,10 @@ def measure_in_order(ctx: Any, plans: Sequence[ModelPlan]) -> tuple[dict[str, di
         specs = specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=True)
         model = next(s for s in specs if s.kind is SpecKind.MODEL)
         parts = [s for s in specs if s.kind in (SpecKind.LAYER, SpecKind.GROUP)]
-        for batch in ([model], [s for s in parts if s.spec_id not in per_spec]):
+        new = [s for s in parts if s.spec_id not in per_spec]
+        # the model alone, then its new layers, then its new fused groups: each batch's wall time is its own
+        layers = [s for s in new if s.kind is SpecKind.LAYER]
+        for batch in ([model], layers, [s for s in new if s.kind is SpecKind.GROUP]):
             if batch:
                 run_timed(ctx, batch, per_spec, plan.model)
         per_model.append(
@@ -124,42 +127,38 @@ def measure_in_order(ctx: Any, plans: Sequence[ModelPlan]) -> tuple[dict[str, di
 
 
 def run_timed(ctx: Any, specs: Sequence[BenchmarkSpec], per_spec: dict[str, dict[str, Any]], model: str) -> None:
-    """``run_specs`` on ``specs``; each spec's wall time is the time since the previous one finished."""
-    last = [time.perf_counter()]
-    order: list[str] = []
+    """``run_specs`` on ``specs``, and each spec's share of the batch's wall time.
+
+    The interleaved schedule measures a batch's specs together and reports them at its end, so
+    a spec's wall time is its own warm-up, calibration and samples (``stats.spent_s``) plus an
+    equal share of what the batch spent outside them (building sessions, profiling, storing).
+    """
+    records: dict[str, Any] = {}
 
     def progress(spec: BenchmarkSpec, record: Any) -> None:
-        now = time.perf_counter()
-        order.append(spec.spec_id)
-        per_spec[spec.spec_id] = {
-            "kind": str(spec.kind),
-            "label": spec.label,
-            "wall_s": now - last[0],
-            "latency_s": trimmed_s(record),
-            "outcome": str(record.outcome),
-            "stopped_by": (record.stats or {}).get("stopped_by"),
-            "first_for": model,
-        }
-        last[0] = now
+        records[spec.spec_id] = record
 
+    started = time.perf_counter()
     summary = run_specs(
         specs, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, progress=progress
     )
-    if order:  # the last batch of store writes happens after the last progress call
-        per_spec[order[-1]]["wall_s"] += time.perf_counter() - last[0]
-    for spec in specs:  # not run: the memory free at the time did not admit it (said, not hidden)
-        if spec.spec_id not in per_spec:
+    wall = time.perf_counter() - started
+    spent = {i: float((r.stats or {}).get("spent_s") or 0.0) for i, r in records.items()}
+    rest = max(wall - sum(spent.values()), 0.0) / max(len(records), 1)
+    for spec in specs:
+        record = records.get(spec.spec_id)
+        if record is None:  # not run: the memory free at the time did not admit it (said, not hidden)
             why = summary.deferred_reason or f"not run ({summary.to_dict()})"
             print(f"  {spec.label}: {why}", flush=True)
-            per_spec[spec.spec_id] = {
-                "kind": str(spec.kind),
-                "label": spec.label,
-                "wall_s": 0.0,
-                "latency_s": None,
-                "outcome": "deferred",
-                "stopped_by": None,
-                "first_for": model,
-            }
+        per_spec[spec.spec_id] = {
+            "kind": str(spec.kind),
+            "label": spec.label,
+            "wall_s": spent[spec.spec_id] + rest if record is not None else 0.0,
+            "latency_s": trimmed_s(record) if record is not None else None,
+            "outcome": str(record.outcome) if record is not None else "deferred",
+            "stopped_by": (record.stats or {}).get("stopped_by") if record is not None else None,
+            "first_for": model,
+        }
 
 
 def total(per_spec: dict[str, dict[str, Any]], ids: Sequence[str] | set[str], field: str) -> float:

@@ -236,6 +236,7 @@ def test_interleaved_group_records_like_one_by_one(chain_specs, runtime, fast_ha
         assert record.settings["harness"]["schedule"] == "interleaved"
         assert 0 < record.settings["kernel_time"]["scale_median"] <= 1  # profiler cost taken out
         assert record.host == "h" and record.duration_s > 0
+        assert 0 < record.stats["spent_s"] < record.duration_s  # its own share of the group's time
     assert len({r.stats["n"] for r in records}) == 1  # one sample of each per round
 
 

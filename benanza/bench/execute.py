@@ -53,6 +53,7 @@ def _timing_stats(timing: Timing) -> dict[str, Any]:
         stats["disturbed_reason"] = timing.disturbed_reason
     stats["cpu_share"] = timing.cpu_share
     stats["remeasured"] = timing.remeasured
+    stats["spent_s"] = timing.total_s  # this benchmark's warm-up, calibration and samples (its share of a group's)
     return stats
 
 
