@@ -10,7 +10,7 @@ from onnx import helper
 from benanza.errors import ModelError
 from benanza.model.process import cycle_collection_paused, process_model
 from benanza.model.resolve import _without_dead_constants
-from benanza.model.walks import topological_nodes
+from benanza.model.walks import stable_topological_order, topological_nodes
 from benanza.model.zoo import zoo_paths
 
 
@@ -80,3 +80,9 @@ def test_the_collector_is_left_as_it_was_after_processing_and_after_a_failure(en
         assert gc.isenabled() is enabled
     finally:
         gc.enable() if was else gc.disable()
+
+
+def test_stable_topological_order_keeps_index_order_among_the_ready_and_stops_at_a_cycle():
+    assert stable_topological_order(4, []) == [0, 1, 2, 3]
+    assert stable_topological_order(4, [(3, 0), (2, 1), (3, 0)]) == [2, 1, 3, 0]  # a duplicate edge counts once
+    assert stable_topological_order(3, [(0, 1), (1, 0)]) == [2]  # the cycle and what is behind it are left out

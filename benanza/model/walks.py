@@ -64,27 +64,39 @@ def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> l
     producers = {out: i for i, n in enumerate(nodes) for out in n.output if out}
     if _in_order(nodes, producers, available):
         return nodes  # what the sort below returns for a sorted graph, without its bookkeeping
-    indegree = [0] * len(nodes)
-    consumers: list[list[int]] = [[] for _ in nodes]
-    for i, n in enumerate(nodes):
-        deps = {producers[x] for x in node_reads(n) if x not in available and x in producers}
-        indegree[i] = len(deps)
-        for d in deps:
-            consumers[d].append(i)
-    ready = [i for i, d in enumerate(indegree) if d == 0]  # a heap: file order wins among ready nodes
+    edges = (
+        (producers[x], i) for i, n in enumerate(nodes) for x in node_reads(n) if x not in available and x in producers
+    )
+    order = stable_topological_order(len(nodes), edges)
+    if len(order) != len(nodes):  # a cycle: keep the remaining nodes in file order
+        seen = set(order)
+        order.extend(i for i in range(len(nodes)) if i not in seen)
+    return [nodes[i] for i in order]
+
+
+def stable_topological_order(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:
+    """Indices ``0..count-1`` with ``a`` before ``b`` for every edge ``(a, b)``, the lowest index first among the ready.
+
+    Kahn's algorithm with a heap, so an order that is already topological comes back as it is.
+    On a cycle, the indices behind it are missing from the result (the caller decides).
+    """
+    indegree = [0] * count
+    after: list[set[int]] = [set() for _ in range(count)]
+    for a, b in edges:
+        if b not in after[a]:
+            after[a].add(b)
+            indegree[b] += 1
+    ready = [i for i, d in enumerate(indegree) if d == 0]
     heapq.heapify(ready)
     order: list[int] = []
     while ready:
         i = heapq.heappop(ready)
         order.append(i)
-        for c in consumers[i]:
-            indegree[c] -= 1
-            if indegree[c] == 0:
-                heapq.heappush(ready, c)
-    if len(order) != len(nodes):  # a cycle: keep the remaining nodes in file order
-        seen = set(order)
-        order.extend(i for i in range(len(nodes)) if i not in seen)
-    return [nodes[i] for i in order]
+        for j in after[i]:
+            indegree[j] -= 1
+            if indegree[j] == 0:
+                heapq.heappush(ready, j)
+    return order
 
 
 def _in_order(nodes: list[onnx.NodeProto], producers: dict[str, int], available: set[str]) -> bool:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import heapq
 import itertools
 import json
 import os
@@ -45,7 +44,7 @@ from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
 from benanza.model.synthetic import synthetic_array
-from benanza.model.walks import node_reads
+from benanza.model.walks import node_reads, stable_topological_order
 from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
@@ -519,23 +518,8 @@ def _in_dependency_order(graph: ModelGraph, groups: list[list[int]]) -> list[lis
     on each other both ways stay ordered by last layer (the plan then says so).
     """
     owner = {i: g for g, members in enumerate(groups) for i in members}
-    after: list[set[int]] = [set() for _ in groups]
-    waiting = [0] * len(groups)
-    for a, b in graph.edges:
-        ga, gb = owner[a], owner[b]
-        if ga != gb and gb not in after[ga]:
-            after[ga].add(gb)
-            waiting[gb] += 1
-    ready = [g for g, n in enumerate(waiting) if n == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        g = heapq.heappop(ready)
-        order.append(g)
-        for nxt in after[g]:
-            waiting[nxt] -= 1
-            if waiting[nxt] == 0:
-                heapq.heappush(ready, nxt)
+    edges = ((owner[a], owner[b]) for a, b in graph.edges if owner[a] != owner[b])
+    order = stable_topological_order(len(groups), edges)
     if len(order) != len(groups):  # a cycle between groups
         return groups
     return [groups[g] for g in order]
