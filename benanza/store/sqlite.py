@@ -47,20 +47,17 @@ _NO_WAL_INDEX = (1288, 1544)
 _KEYS_PER_QUERY = 500  # stays far below SQLite's limit on bound parameters
 
 _IDENTITY = ", ".join(IDENTITY_FIELDS)
+# a record identity's columns, in IDENTITY_FIELDS' order (results and repeats both key on them)
+_IDENTITY_COLUMNS = ",\n    ".join(
+    f"{f} {'INTEGER' if f == 'batch_size' else 'TEXT'} NOT NULL" for f in IDENTITY_FIELDS
+)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS results (
-    system TEXT NOT NULL,
-    stack_id TEXT NOT NULL,
-    runtime TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    key TEXT NOT NULL,
-    batch_size INTEGER NOT NULL,
-    dtype TEXT NOT NULL,
-    variant TEXT NOT NULL,
+    {_IDENTITY_COLUMNS},
     spec_id TEXT NOT NULL,
     outcome TEXT NOT NULL,
     schema_version INTEGER NOT NULL,
@@ -84,14 +81,7 @@ CREATE TABLE IF NOT EXISTS stacks (
     PRIMARY KEY (system, stack_id)
 );
 CREATE TABLE IF NOT EXISTS repeats (
-    system TEXT NOT NULL,
-    stack_id TEXT NOT NULL,
-    runtime TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    key TEXT NOT NULL,
-    batch_size INTEGER NOT NULL,
-    dtype TEXT NOT NULL,
-    variant TEXT NOT NULL,
+    {_IDENTITY_COLUMNS},
     measured_at TEXT NOT NULL,
     schema_version INTEGER NOT NULL,
     doc TEXT NOT NULL,
