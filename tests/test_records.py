@@ -124,3 +124,19 @@ def test_extras_cannot_shadow_a_named_field_and_the_value_pickles_exactly():
     assert stats.sample_stats() == SampleStats.from_doc(PINNED["cudnn"]["stats"])
     with pytest.raises(ValueError, match="unknown statistic"):
         stats.statistic("algorithms")
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_reading_a_document_gives_the_value_the_constructor_gives(name):
+    """``from_doc`` fills the slots directly (it is on every record a store reads): the same value as ``__init__``."""
+    for older in (PINNED[name], *_older(PINNED[name]).values()):
+        stats, kernel = older["stats"], older["kernel_stats"]
+        if kernel is not None:
+            assert SampleStats.from_doc(kernel) == SampleStats(**{**dict.fromkeys(SAMPLE_STATISTICS), **kernel})
+        if stats is not None:
+            named = {k: v for k, v in stats.items() if k in SAMPLE_STATISTICS or k in PROVENANCE_FIELDS}
+            extras = {k: v for k, v in stats.items() if k not in named}
+            built = MeasurementStats(**{**dict.fromkeys(SAMPLE_STATISTICS), **named}, extras=extras)
+            read = MeasurementStats.from_doc(stats)
+            assert read == built and dict(read.extras) == extras and type(read.extras) is type(built.extras)
+            assert read.kept_null == {k for k, v in named.items() if v is None}

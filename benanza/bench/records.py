@@ -29,7 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.bench.stats import SAMPLE_STATISTICS, SampleStats
+from benanza.bench.stats import SAMPLE_STATISTICS, SampleStats, assembled
 from benanza.errors import StoreError
 
 SCHEMA_VERSION = 1  # bump when a field is added, removed or changes meaning
@@ -73,12 +73,13 @@ class MeasurementStats(SampleStats):
     kept_null: frozenset[str] = field(default=frozenset(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        shadowed = _NAMED_SET.intersection(self.extras)
-        if shadowed:
-            raise ValueError(f"extras may not hold the named fields {sorted(shadowed)}")
-        if not isinstance(self.extras, MappingProxyType):
-            object.__setattr__(self, "extras", MappingProxyType(dict(self.extras)))
-        object.__setattr__(self, "kept_null", frozenset(self.kept_null))
+        if self.extras is not _NO_EXTRAS:
+            shadowed = _NAMED_SET.intersection(self.extras)
+            if shadowed:
+                raise ValueError(f"extras may not hold the named fields {sorted(shadowed)}")
+            object.__setattr__(self, "extras", MappingProxyType(dict(self.extras)) if self.extras else _NO_EXTRAS)
+        if type(self.kept_null) is not frozenset:
+            object.__setattr__(self, "kept_null", frozenset(self.kept_null))
 
     @classmethod
     def of(cls, sample: SampleStats, **provenance: Any) -> MeasurementStats:
@@ -107,11 +108,26 @@ class MeasurementStats(SampleStats):
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> MeasurementStats:
         """A stored ``stats`` document, any written so far (values as stored; unknown keys are ``extras``)."""
-        return cls(
-            **{name: doc.get(name) for name in _NAMED},
-            extras={k: v for k, v in doc.items() if k not in _NAMED_SET},
-            kept_null=frozenset(k for k in _NAMED if k in doc and doc[k] is None),
-        )
+        if _NAMED_SET.issuperset(doc):  # the CPU harness's documents: every key a field
+            named, extras = doc, _NO_EXTRAS
+        else:
+            named = {k: v for k, v in doc.items() if k in _NAMED_SET}
+            extras = MappingProxyType({k: v for k, v in doc.items() if k not in _NAMED_SET})
+        value = assembled(cls, _NAMED_SETTERS, named)
+        _set_extras(value, extras)
+        nulls = [k for k, v in named.items() if v is None]
+        _set_kept_null(value, frozenset(nulls) if nulls else _NOTHING_NULL)
+        return value
+
+
+_NAMED_SETTERS = tuple((name, getattr(MeasurementStats, name).__set__) for name in _NAMED)
+_set_extras = MeasurementStats.extras.__set__  # type: ignore[attr-defined]
+_set_kept_null = MeasurementStats.kept_null.__set__  # type: ignore[attr-defined]
+_NOTHING_NULL: frozenset[str] = frozenset()
+
+
+_OUTCOMES: dict[str, Outcome] = {str(o): o for o in Outcome}  # a StrEnum member hashes as its value
+_KINDS: dict[str, str] = {str(k): str(k) for k in SpecKind}
 
 
 def utc_now() -> str:
@@ -149,8 +165,9 @@ class BenchmarkRecord:
     def __post_init__(self) -> None:
         # Normalise what callers may pass loosely (lists, plain strings, numpy floats).
         set_ = object.__setattr__
-        set_(self, "outcome", Outcome(self.outcome))
-        set_(self, "kind", str(SpecKind(self.kind)))
+        # a dict lookup first: the Enum call costs microseconds, and a store reads thousands of records
+        set_(self, "outcome", _OUTCOMES.get(self.outcome) or Outcome(self.outcome))
+        set_(self, "kind", _KINDS.get(self.kind) or str(SpecKind(self.kind)))
         set_(self, "batch_size", int(self.batch_size))
         set_(self, "samples", tuple(float(s) for s in self.samples))
         set_(self, "kernel_samples", tuple(float(s) for s in self.kernel_samples))

@@ -24,12 +24,14 @@ a second to import, and every command imports this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy.special import bdtr, stdtrit
+
+T = TypeVar("T")
 
 TRIM_PROPORTION = 0.2  # DLBricks' trimmed mean: cut 20% of the samples from each end
 CONFIDENCE = 0.95  # of every interval benanza stores and prints
@@ -95,10 +97,32 @@ class SampleStats:
         A statistic the document lacks is None: statistics stored before intervals existed
         have no ``<statistic>_low``; a hand-written record may hold only a few.
         """
-        return cls(**{name: doc.get(name) for name in SAMPLE_STATISTICS})
+        return assembled(cls, _SAMPLE_SETTERS if cls is SampleStats else slot_setters(cls), doc)
 
 
 SAMPLE_STATISTICS = tuple(f.name for f in fields(SampleStats))  # in the order documents hold them
+
+
+def slot_setters(cls: type) -> tuple[tuple[str, Callable[[Any, Any], None]], ...]:
+    """Each field of a frozen slots dataclass with the setter of its slot (see ``assembled``)."""
+    return tuple((f.name, getattr(cls, f.name).__set__) for f in fields(cls))
+
+
+def assembled(cls: type[T], setters: Iterable[tuple[str, Callable[[Any, Any], None]]], values: Mapping[str, Any]) -> T:
+    """A value of ``cls`` holding ``values`` (None where one is missing), built slot by slot.
+
+    Equal to ``cls(**values)`` where that would not fail, and a third of its time: a frozen
+    dataclass's ``__init__`` makes a call per field, and a store reads every record's
+    statistics (tens of thousands). Only for documents read back, never to skip a check.
+    """
+    value = object.__new__(cls)
+    get = values.get
+    for name, set_slot in setters:
+        set_slot(value, get(name))
+    return value
+
+
+_SAMPLE_SETTERS = slot_setters(SampleStats)
 
 
 @dataclass(frozen=True, slots=True)
