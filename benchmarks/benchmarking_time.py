@@ -89,7 +89,7 @@ def plan_of(entry: Entry, runtime: Any) -> ModelPlan:
 
 
 def trimmed_s(record: Any) -> float | None:
-    return float(record.stats["trimmed_mean"]) if record.outcome == "ok" and record.stats else None
+    return float(record.stats.trimmed_mean) if record.outcome == "ok" and record.stats is not None else None
 
 
 def measure_in_order(ctx: Any, plans: Sequence[ModelPlan]) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
@@ -143,7 +143,7 @@ def run_timed(ctx: Any, specs: Sequence[BenchmarkSpec], per_spec: dict[str, dict
         specs, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, progress=progress
     )
     wall = time.perf_counter() - started
-    spent = {i: float((r.stats or {}).get("spent_s") or 0.0) for i, r in records.items()}
+    spent = {i: float(r.stats.spent_s or 0.0) if r.stats is not None else 0.0 for i, r in records.items()}
     rest = max(wall - sum(spent.values()), 0.0) / max(len(records), 1)
     for spec in specs:
         record = records.get(spec.spec_id)
@@ -156,7 +156,7 @@ def run_timed(ctx: Any, specs: Sequence[BenchmarkSpec], per_spec: dict[str, dict
             "wall_s": spent[spec.spec_id] + rest if record is not None else 0.0,
             "latency_s": trimmed_s(record) if record is not None else None,
             "outcome": str(record.outcome) if record is not None else "deferred",
-            "stopped_by": (record.stats or {}).get("stopped_by") if record is not None else None,
+            "stopped_by": record.stats.stopped_by if record is not None and record.stats is not None else None,
             "first_for": model,
         }
 

@@ -61,7 +61,7 @@ def main() -> None:
             started = time.perf_counter()
             record = run_spec(spec, runtime, settings, system="fixed-cost", stack_id="-")
             walls.append(time.perf_counter() - started)
-            calls.append(record.stats["median"] if record.stats else 0.0)
+            calls.append(record.stats.median if record.stats is not None else 0.0)
             if record.outcome != "ok":
                 raise SystemExit(f"{spec.label}: {record.outcome}: {record.reason}")
         passes.append({"total_s": sum(walls), "median_ms": 1e3 * statistics.median(walls), "calls_s": sum(calls)})

@@ -74,9 +74,10 @@ def run_case(name: str, models: list[Path], burst: tuple[float, float] | None) -
                 burner.kill()
                 burner.wait()
             ctx.close()
-    disturbed = [r for r in records if r.stats and r.stats.get("disturbed")]
-    remeasured = sum(1 for r in records if r.stats and r.stats.get("remeasured"))
-    shares = sorted(r.stats["cpu_share"] for r in records if r.stats and r.stats.get("cpu_share") is not None)
+    measured = [r.stats for r in records if r.stats is not None]
+    disturbed = [s for s in measured if s.disturbed]
+    remeasured = sum(1 for s in measured if s.remeasured)
+    shares = sorted(s.cpu_share for s in measured if s.cpu_share is not None)
     errors: dict[int, list[float]] = {g: [] for g in MAIN_JOB_GRANULARITIES}
     per_model = []
     for r in rows:

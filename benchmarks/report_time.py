@@ -30,6 +30,7 @@ from pathlib import Path
 
 from benanza.bench.generate import specs_for_plan, unique_specs
 from benanza.bench.plans import stored_plans
+from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import variant_id
 from benanza.bench.stats import describe
 from benanza.fingerprint import stack_id, system_fingerprint
@@ -85,9 +86,9 @@ def fill(path: Path, records: int, systems: int) -> dict[str, int]:
                             stack_id=sid,
                             outcome=Outcome.OK,
                             samples=calls,
-                            stats=describe(calls).to_dict(),
+                            stats=MeasurementStats.of(describe(calls)),
                             kernel_samples=kernels,
-                            kernel_stats=describe(kernels).to_dict(),
+                            kernel_stats=describe(kernels),
                             settings={"intra_op_num_threads": 1},
                             host="bench-host",
                         )

@@ -38,6 +38,7 @@ from benanza.analysis.compare import (
 )
 from benanza.analysis.lower_bound import LowerBound
 from benanza.analysis.stored import PlanSelection, analyze_stored, system_reports
+from benanza.bench.records import MeasurementStats
 from benanza.bench.stats import describe
 from benanza.cli import app
 from benanza.fingerprint import stack_id, system_fingerprint
@@ -59,9 +60,9 @@ def _timed(record, call_s: float, kernel_s: float, **changes):
     return dataclasses.replace(
         record,
         samples=calls,
-        stats=describe(calls).to_dict(),
+        stats=MeasurementStats.of(describe(calls)),
         kernel_samples=kernels,
-        kernel_stats=describe(kernels).to_dict(),
+        kernel_stats=describe(kernels),
         **changes,
     )
 

@@ -9,6 +9,8 @@ device path is in the ``gpu``-marked tests.
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import pytest
 
@@ -141,16 +143,16 @@ def test_every_candidate_is_timed_and_the_best_and_the_default_are_kept():
     )
     m = prepared.measure(QUICK)
     assert sorted(device.order) == ["FFT", "IMPLICIT_GEMM", "WINOGRAD", "nhwc:eng0"]
-    algos = m.stats["algorithms"]
+    algos = m.stats.extras["algorithms"]
     assert algos["best"] == "cudnn-legacy:WINOGRAD" and algos["best_s"] == pytest.approx(1e-5)
     # the framework's pick is the legacy API's first heuristic choice, not the graph API's
     assert algos["default"] == "cudnn-legacy:IMPLICIT_GEMM" and algos["default_over_best"] == pytest.approx(3.0)
     assert [c["name"] for c in algos["candidates"]] == ["WINOGRAD", "nhwc:eng0", "FFT", "IMPLICIT_GEMM"]
     assert all(s == pytest.approx(3e-5) for s in m.samples)  # call figure: the default pick
     assert all(s == pytest.approx(1e-5) for s in m.kernel_samples)  # kernel figure: the best
-    assert m.stats["cold"]["best"]["median"] == pytest.approx(2e-5)
-    assert m.stats["cold"]["default"]["median"] == pytest.approx(6e-5)
-    assert m.stats["hot_modes"] == ["graph"]
+    assert m.stats.extras["cold"]["best"]["median"] == pytest.approx(2e-5)
+    assert m.stats.extras["cold"]["default"]["median"] == pytest.approx(6e-5)
+    assert m.stats.extras["hot_modes"] == ["graph"]
     assert {c["hot_mode"] for c in algos["candidates"]} == {"graph"}
     assert m.settings["gpu_clocks"]["before"]["sm_clock_mhz"] == 1980
 
@@ -160,7 +162,7 @@ def test_a_candidate_that_fails_at_run_time_is_kept_with_its_error():
     candidates = [candidate("broken", heuristic_rank=0), candidate("IMPLICIT_GEMM", heuristic_rank=1)]
     prepared = prepared_with(candidates, device)
     m = prepared.measure(QUICK)
-    algos = m.stats["algorithms"]
+    algos = m.stats.extras["algorithms"]
     assert algos["measured"] == 1 and algos["failed"] == 1
     assert algos["candidates"][-1]["error"] == "RuntimeError: CUDNN_STATUS_EXECUTION_FAILED"
     assert algos["best"] == "cudnn-legacy:IMPLICIT_GEMM"
@@ -177,7 +179,7 @@ def test_no_candidate_running_is_a_failure_not_a_zero():
 def test_a_view_costs_nothing_on_the_gpu():
     flatten = DataMovementParams("Flatten", ((2, 3, 4),), (2, 12), "float32", view=True)
     m = prepared_with([], FakeDevice({}), params=flatten).measure(QUICK)
-    assert m.samples == (0.0,) and m.kernel_samples == (0.0,) and m.stats["view"] is True
+    assert m.samples == (0.0,) and m.kernel_samples == (0.0,) and m.stats.extras["view"] is True
 
 
 def test_a_layer_that_computes_is_never_free():
@@ -217,10 +219,31 @@ def test_run_spec_stores_what_a_self_measuring_benchmark_reports(chain_specs):
     prepared = prepared_with([candidate("IMPLICIT_GEMM", heuristic_rank=0), candidate("WINOGRAD")], device)
     record = run_spec(layer, SelfMeasuringRuntime(prepared), QUICK, system="gpu", stack_id="s")
     assert record.outcome is Outcome.OK
-    assert record.stats["median"] == pytest.approx(3e-5)
-    assert record.kernel_stats["median"] == pytest.approx(1e-5)
-    assert record.stats["algorithms"]["best"] == "cudnn-legacy:WINOGRAD"
+    assert record.stats.median == pytest.approx(3e-5)
+    assert record.kernel_stats.median == pytest.approx(1e-5)
+    assert record.stats.extras["algorithms"]["best"] == "cudnn-legacy:WINOGRAD"
     assert record.settings["gpu_clocks"]["after"]["sm_clock_mhz"] == 1980
+
+
+def test_the_stored_statistics_are_those_the_previous_code_wrote(chain_specs):
+    """The same fake measurement gives the statistics documents written before they were typed, byte for byte."""
+    pinned = json.loads((Path(__file__).parent / "data" / "records_80e1d22.json").read_text())
+    _, _, specs = chain_specs
+    layer = next(s for s in specs if s.kind is SpecKind.LAYER)
+    device = FakeDevice({"IMPLICIT_GEMM": 3e-5, "WINOGRAD": 1e-5})
+    candidates = [
+        candidate("IMPLICIT_GEMM", heuristic_rank=0),
+        candidate("WINOGRAD"),
+        candidate("broken", heuristic_rank=1),
+    ]
+    prepared = prepared_with(candidates, device)
+    prepared.build_errors = {"cudnn-graph": "no engine"}
+    flatten = DataMovementParams("Flatten", ((2, 3, 4),), (2, 12), "float32", view=True)
+    view = prepared_with([], FakeDevice({}), params=flatten)
+    for name, measured in (("cudnn", prepared), ("cudnn_view", view)):
+        doc = run_spec(layer, SelfMeasuringRuntime(measured), QUICK, system="gpu", stack_id="s").to_doc()
+        for part in ("stats", "kernel_stats"):
+            assert json.dumps(doc[part]) == json.dumps(pinned[name][part]), (name, part)
 
 
 def test_run_spec_stores_an_unsupported_layer_as_skipped_and_a_gpu_error_as_failed(chain_specs):
@@ -279,7 +302,7 @@ def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path):
     record = run_spec(model, rt, QUICK, system="gpu", stack_id="s")
     assert record.outcome is Outcome.OK, record.reason
     assert record.settings["framework"] in ("onnxruntime-cuda", "pytorch")
-    assert 0 < record.stats["median"] < 1.0
+    assert 0 < record.stats.median < 1.0
     rt.close()
 
 
@@ -287,7 +310,7 @@ def test_when_the_framework_library_runs_nothing_its_pick_stays_empty():
     device = FakeDevice({"nhwc:eng0": 2e-5})
     prepared = prepared_with([candidate("broken", heuristic_rank=0), candidate("nhwc:eng0", "cudnn-graph")], device)
     m = prepared.measure(QUICK)
-    algos = m.stats["algorithms"]
+    algos = m.stats.extras["algorithms"]
     assert algos["best"] == "cudnn-graph:nhwc:eng0"
     assert algos["default"] is None and algos["default_fallback"] is True  # never read as the framework's pick
     assert all(s == pytest.approx(2e-5) for s in m.kernel_samples)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -66,17 +68,36 @@ def test_run_spec_records_samples_kernel_times_and_provenance(chain_specs, runti
     assert record.variant == "ep=cpu,opt=extended,threads=1"
     assert (record.system, record.stack_id, record.host) == (SYSTEM, STACK, "bench-host")
     assert record.samples and all(s > 0 for s in record.samples)
-    assert record.stats["n"] == len(record.samples)
-    assert record.stats["stopped_by"] in ("noise", "time_cap", "max_samples")
+    assert record.stats.n == len(record.samples)
+    assert record.stats.stopped_by in ("noise", "time_cap", "max_samples")
     assert len(record.kernel_samples) == fast_harness.kernel_runs
-    assert record.kernel_stats["n"] == fast_harness.kernel_runs
+    assert record.kernel_stats.n == fast_harness.kernel_runs
     kernel_time = record.settings.pop("kernel_time")
     assert record.settings == {"runtime": runtime.variant(), "harness": fast_harness.model_dump()}
     # the profiler's cost taken out: every kernel time at most the unprofiled call latency
     assert 0 < kernel_time["scale_median"] <= 1 and kernel_time["raw_median_s"] > 0
-    assert max(record.kernel_samples) <= record.stats["median"]
+    assert max(record.kernel_samples) <= record.stats.median
     assert BenchmarkSpec.from_dict(record.spec).spec_id == group.spec_id
     assert record.duration_s > 0
+    assert _stored_keys(record) == _previous_keys("onnxruntime")  # readable by the code before typed stats
+
+
+# records written before the statistics were typed (tests/test_records.py)
+PINNED = json.loads((Path(__file__).parent / "data" / "records_80e1d22.json").read_text())
+
+
+def _previous_keys(name: str) -> tuple[list[str], list[str]]:
+    return list(PINNED[name]["stats"]), list(PINNED[name]["kernel_stats"])
+
+
+def _stored_keys(record) -> tuple[list[str], list[str]]:
+    """The keys of the record's stored statistics (``disturbed_reason`` only where it was disturbed)."""
+    stats = record.to_doc()["stats"]
+    if "disturbed_reason" in stats:
+        assert (
+            stats["disturbed"] is True and list(stats).index("disturbed_reason") == list(stats).index("disturbed") + 1
+        )
+    return [k for k in stats if k != "disturbed_reason"], list(record.to_doc()["kernel_stats"])
 
 
 def test_profiler_overhead_is_taken_out_run_by_run_and_never_added():
@@ -231,13 +252,14 @@ def test_interleaved_group_records_like_one_by_one(chain_specs, runtime, fast_ha
     assert [r.spec_id for r in records] == [s.spec_id for s in chain_specs]
     for record in records:
         assert record.outcome is Outcome.OK
-        assert record.stats["n"] == len(record.samples) >= settings.min_samples
+        assert record.stats.n == len(record.samples) >= settings.min_samples
         assert settings.kernel_runs <= len(record.kernel_samples) <= 2 * settings.kernel_runs  # spread over the rounds
         assert record.settings["harness"]["schedule"] == "interleaved"
         assert 0 < record.settings["kernel_time"]["scale_median"] <= 1  # profiler cost taken out
         assert record.host == "h" and record.duration_s > 0
-        assert 0 < record.stats["spent_s"] < record.duration_s  # its own share of the group's time
-    assert len({r.stats["n"] for r in records}) == 1  # one sample of each per round
+        assert 0 < record.stats.spent_s < record.duration_s  # its own share of the group's time
+        assert _stored_keys(record) == _previous_keys("onnxruntime_interleaved")
+    assert len({r.stats.n for r in records}) == 1  # one sample of each per round
 
 
 def test_interleaved_faults_lose_nothing(store, fast_harness):
@@ -293,7 +315,7 @@ def test_interleaved_local_pipeline_is_incremental(tmp_path, conv_chain, fast_ha
         assert model_spec.model["weight_bytes"] > 0
         first = bench(ctx, plans, e2e=True)
         assert first.failed == first.skipped == 0 and first.measured == len(specs_for(ctx, plans, e2e=True))
-        assert len({r.stats["n"] for r in first.records}) == 1  # the model and its units in the same rounds
+        assert len({r.stats.n for r in first.records}) == 1  # the model and its units in the same rounds
         assert bench(ctx, plans, e2e=True).to_dict()["measured"] == 0
     finally:
         ctx.close()

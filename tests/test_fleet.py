@@ -562,7 +562,7 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
         records = store.records(system="laptop")
     assert {r.settings["harness"]["schedule"] for r in records} == {"interleaved"}
     assert len({r.settings["placement"]["pid"] for r in records}) == 1
-    assert all("disturbed" in r.stats and "trimmed_mean_low" in r.stats for r in records)
+    assert all(r.stats.disturbed is not None and r.stats.trimmed_mean_low is not None for r in records)
     status = subprocess.run(
         [sys.executable, "-m", "benanza", "fleet", "status", "--models", str(model), "--format", "json"],
         capture_output=True,
@@ -665,7 +665,7 @@ def test_a_worker_measures_its_chunk_interleaved_when_the_harness_says_so(tmp_pa
         records = store.records(system="sys-i")
     assert len(records) == 5
     assert {r.settings["harness"]["schedule"] for r in records} == {"interleaved"}
-    assert len({r.stats["n"] for r in records}) == 1  # one sample of each per round
+    assert len({r.stats.n for r in records}) == 1  # one sample of each per round
 
 
 def test_one_runtime_in_two_variants_on_a_system_stores_both_and_status_sees_both(

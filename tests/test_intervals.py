@@ -97,13 +97,15 @@ def test_describe_stores_the_intervals_and_old_stats_read_as_unknown() -> None:
 
 def test_interval_of_reads_stats_else_derives_from_samples_else_a_point() -> None:
     values = [float(x) for x in range(1, 31)]
-    stored = describe(values).to_dict()
+    stored = describe(values)
     from_stats = interval_of(stored, "trimmed_mean")
-    old = {"trimmed_mean": stored["trimmed_mean"], "p10": stored["p10"]}
+    assert from_stats == Interval(stored.trimmed_mean, stored.trimmed_mean_low, stored.trimmed_mean_high)
+    old = SampleStats.from_doc({"trimmed_mean": stored.trimmed_mean, "p10": stored.p10})
     assert interval_of(old, "trimmed_mean", values) == from_stats
     assert interval_of(old, "p10", values) == percentile_interval(values, 10.0)
-    assert interval_of(old, "trimmed_mean") == Interval.point(stored["trimmed_mean"])
+    assert interval_of(old, "trimmed_mean") == Interval.point(stored.trimmed_mean)
     assert interval_of(old, "median") is None
+    assert interval_of(stored, "p90") == Interval.point(stored.p90)  # a statistic stored without an interval
     assert interval_of(None, "median") is None
 
 

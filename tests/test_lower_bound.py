@@ -10,8 +10,9 @@ from onnx import TensorProto, helper
 
 from benanza.analysis.lower_bound import METHOD, lower_bound
 from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import SpecKind
-from benanza.bench.stats import describe
+from benanza.bench.stats import SAMPLE_STATISTICS, describe
 from benanza.local import analyze, bench, open_local, plan_models
 from benanza.runtimes.null import NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
@@ -53,9 +54,9 @@ def fake_records(plan, call_s, kernel_s, *, runtime="null", variant=None, outcom
             outcome=outcome,
             reason=None if outcome is Outcome.OK else "broken",
             samples=calls,
-            stats=describe(calls).to_dict(),
+            stats=MeasurementStats.of(describe(calls)),
             kernel_samples=kernels,
-            kernel_stats=describe(kernels).to_dict(),
+            kernel_stats=describe(kernels),
         )
     return records
 
@@ -139,9 +140,9 @@ def noisy_records(plan, call_s, kernel_s, spread):
             stack_id=STACK,
             outcome=Outcome.OK,
             samples=calls,
-            stats=describe(calls).to_dict(),
+            stats=MeasurementStats.of(describe(calls)),
             kernel_samples=kernels,
-            kernel_stats=describe(kernels).to_dict(),
+            kernel_stats=describe(kernels),
         )
     return records
 
@@ -178,8 +179,7 @@ def test_intervals_of_sums_and_json(branching):
     seq, par = lb.interval("sequential_ms"), lb.interval("parallel_ms")
     # quadrature: the sum's half-width is below the sum of the units' half-widths, above the largest
     unit_half = [
-        (r.kernel_stats["p10_high"] - r.kernel_stats["p10_low"]) * 1e3 / 2
-        for r in (records[k] for k in branching.unit_keys)
+        (r.kernel_stats.p10_high - r.kernel_stats.p10_low) * 1e3 / 2 for r in (records[k] for k in branching.unit_keys)
     ]
     # the Tanh unit counted twice is one measurement: its error counts twice, the others add in quadrature
     tanh = unit_half[2]
@@ -197,7 +197,7 @@ def test_intervals_of_sums_and_json(branching):
 def test_disturbed_measurements_mark_their_figures(branching, all_results):
     results = dict(all_results)
     model = next(s for s in specs_for_plan(branching, "null", {}, e2e=True) if s.kind is SpecKind.MODEL)
-    stats = {**results[model.key].stats, "disturbed": True, "disturbed_reason": "step"}
+    stats = dataclasses.replace(results[model.key].stats, disturbed=True, disturbed_reason="step")
     results[model.key] = dataclasses.replace(results[model.key], stats=stats)
     lb = bound(branching, results)
     assert lb.disturbed == ("e2e_ms", "e2e_kernel_ms")
@@ -206,11 +206,12 @@ def test_disturbed_measurements_mark_their_figures(branching, all_results):
 def test_records_stored_before_intervals_get_them_from_their_samples(branching):
     records = noisy_records(branching, call_seconds, kernel_seconds, 0.1)
     fresh = bound(branching, records)
+    no_intervals = {n: None for n in SAMPLE_STATISTICS if n.endswith(("_low", "_high"))}
     old = {
         k: dataclasses.replace(
             r,
-            stats={n: v for n, v in r.stats.items() if not n.endswith(("_low", "_high"))},
-            kernel_stats={n: v for n, v in r.kernel_stats.items() if not n.endswith(("_low", "_high"))},
+            stats=dataclasses.replace(r.stats, **no_intervals),
+            kernel_stats=dataclasses.replace(r.kernel_stats, **no_intervals),
         )
         for k, r in records.items()
     }

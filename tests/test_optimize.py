@@ -8,6 +8,7 @@ import pytest
 
 from benanza.analysis.optimize import METHOD, optimizations
 from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import SpecKind
 from benanza.bench.stats import describe
 from benanza.runtimes.cuda.runtime import CudnnRuntime
@@ -49,9 +50,9 @@ def records(plan, *, scale: float = 1.0, e2e_ms: float = 10.0):
             stack_id=STACK,
             outcome="ok",
             samples=calls,
-            stats=describe(calls).to_dict(),
+            stats=MeasurementStats.of(describe(calls)),
             kernel_samples=kernels,
-            kernel_stats=describe(kernels).to_dict(),
+            kernel_stats=describe(kernels),
         )
     return out
 
@@ -103,7 +104,7 @@ def test_a_missing_variant_or_record_leaves_its_figure_empty(plan):
 def test_a_layer_whose_framework_library_ran_nothing_has_no_default_figure(plan):
     results = records(plan)
     unit = results[plan.unit_keys[1]]
-    stats = {**unit.stats, "algorithms": {"default": None, "best": "cudnn-graph:nhwc:eng0"}}
+    stats = dataclasses.replace(unit.stats, extras={"algorithms": {"default": None, "best": "cudnn-graph:nhwc:eng0"}})
     results[plan.unit_keys[1]] = dataclasses.replace(unit, stats=stats)
     row = optimizations(plan, results, system=SYSTEM, stack_id=STACK, runtime="cudnn", variant="v")
     assert row.bound.sequential_ms == pytest.approx(3.5)  # the best figures are all there

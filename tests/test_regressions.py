@@ -139,7 +139,7 @@ def test_run_to_run_noise_from_repeats_widens_the_interval() -> None:
 
 
 def test_a_change_measured_while_the_host_was_disturbed_is_reported_but_not_flagged() -> None:
-    """The harness marks a measurement the host disturbed (stats["disturbed"]); it is no evidence of a regression."""
+    """The harness marks a measurement the host disturbed (stats.disturbed); it is no evidence of a regression."""
     rng = np.random.default_rng(11)
 
     def record(stack: str, median_s: float, disturbed: bool) -> BenchmarkRecord:

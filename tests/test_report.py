@@ -26,6 +26,7 @@ import pytest
 from cli_checks import one_line_error
 from typer.testing import CliRunner
 
+from benanza.bench.records import MeasurementStats
 from benanza.bench.stats import describe
 from benanza.cli import app
 from benanza.fingerprint import stack_id, system_fingerprint
@@ -43,9 +44,9 @@ def _timed(record, call_s: float, kernel_s: float, **changes):
     return dataclasses.replace(
         record,
         samples=calls,
-        stats=describe(calls).to_dict(),
+        stats=MeasurementStats.of(describe(calls)),
         kernel_samples=kernels,
-        kernel_stats=describe(kernels).to_dict(),
+        kernel_stats=describe(kernels),
         **changes,
     )
 

@@ -414,7 +414,7 @@ class StoreContract:
             by_writer[rec.settings["writer"]] = by_writer.get(rec.settings["writer"], 0) + 1
             if rec.key < f"key{shared:07d}":  # a shared identity: one whole write, never a mix of two
                 worker = int(rec.settings["writer"][1:])
-                assert rec.samples[0] == float(worker + 1) and rec.stats == {"median": float(worker + 1), "n": 3}
+                assert rec.samples[0] == float(worker + 1) and (rec.stats.median, rec.stats.n) == (float(worker + 1), 3)
         assert sum(by_writer.values()) == writers * own + shared
         assert all(by_writer[f"w{w}"] >= own for w in range(writers))
         expected = {record_for((w + 1) * 100_000 + i).spec_id for w in range(writers) for i in range(own)}

@@ -22,6 +22,7 @@ from test_store import plan_for
 from typer.testing import CliRunner
 
 from benanza.analysis.stored import PlanSelection, analyze_stored
+from benanza.bench.records import MeasurementStats
 from benanza.bench.stats import describe
 from benanza.cli import app
 from benanza.store import BenchmarkRecord, Outcome
@@ -47,9 +48,9 @@ def _stored(key: str, kind: str, call_ms: float, *, variant: str = "opt=all,thre
         label=key,
         outcome=Outcome.OK,
         samples=calls,
-        stats=describe(calls).to_dict(),
+        stats=MeasurementStats.of(describe(calls)),
         kernel_samples=kernels,
-        kernel_stats=describe(kernels).to_dict(),
+        kernel_stats=describe(kernels),
     )
 
 

@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from benanza.analysis.lower_bound import lower_bound
 from benanza.bench.generate import model_key, plan_model, specs_for_plan
+from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import SpecKind
 from benanza.bench.stats import describe
 from benanza.cli import app
@@ -150,9 +151,9 @@ def test_a_model_with_an_unbenchmarked_node_has_no_lower_bound(loop_model, proce
             stack_id="k",
             outcome=Outcome.OK,
             samples=samples,
-            stats=describe(samples).to_dict(),
+            stats=MeasurementStats.of(describe(samples)),
             kernel_samples=samples,
-            kernel_stats=describe(samples).to_dict(),
+            kernel_stats=describe(samples),
         )
     row = lower_bound(plan, results, system="s", stack_id="k", runtime="null", variant="")
     assert row.coverage == 0.5  # Relu measured, Loop not benchmarkable

@@ -23,6 +23,7 @@ from benanza.analysis.lower_bound import LowerBound
 if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loads no model
     from benanza.bench.generate import ModelPlan
     from benanza.bench.plans import StoredPlan
+    from benanza.bench.records import BenchmarkRecord
 
 SPREAD = ("p10", "p90")
 SPREAD_METHOD = "10th to 90th percentile of the record's samples (their spread, not a confidence interval)"
@@ -37,14 +38,17 @@ class Spread:
         return {"low_ms": self.low_ms, "high_ms": self.high_ms, "method": SPREAD_METHOD}
 
 
-def spread(record: Any, which: str = "call") -> Spread | None:
+def spread(record: BenchmarkRecord | None, which: str = "call") -> Spread | None:
     """The p10-p90 spread (ms) of an ok record's call (``"call"``) or kernel (``"kernel"``) samples."""
     if record is None or record.outcome != "ok":
         return None
     stats = record.kernel_stats if which == "kernel" else record.stats
-    if not stats or any(stats.get(s) is None for s in SPREAD):
+    if stats is None:
         return None
-    return Spread(float(stats[SPREAD[0]]) * 1e3, float(stats[SPREAD[1]]) * 1e3)
+    low, high = (stats.statistic(s) for s in SPREAD)
+    if low is None or high is None:
+        return None
+    return Spread(float(low) * 1e3, float(high) * 1e3)
 
 
 @dataclass(frozen=True, slots=True)

@@ -341,9 +341,10 @@ def slowest_layers(records: Iterable[Any], top: int) -> tuple[SlowLayer, ...]:
     """The ``top`` ok layer records with the highest median call latency."""
     layers = []
     for r in records:
-        if r.kind != "layer" or r.outcome != "ok" or not r.stats or r.stats.get(LAYER_STATISTIC) is None:
+        call = r.stats.statistic(LAYER_STATISTIC) if r.stats is not None else None
+        if r.kind != "layer" or r.outcome != "ok" or call is None:
             continue
-        kernel = (r.kernel_stats or {}).get(KERNEL_STATISTIC)
+        kernel = r.kernel_stats.statistic(KERNEL_STATISTIC) if r.kernel_stats is not None else None
         layers.append(
             SlowLayer(
                 key=r.key,
@@ -351,7 +352,7 @@ def slowest_layers(records: Iterable[Any], top: int) -> tuple[SlowLayer, ...]:
                 batch_size=r.batch_size,
                 runtime=r.runtime,
                 variant=r.variant,
-                ms=float(r.stats[LAYER_STATISTIC]) * 1e3,
+                ms=float(call) * 1e3,
                 kernel_ms=None if kernel is None else float(kernel) * 1e3,
             )
         )

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loads no model
     from benanza.bench.generate import ModelPlan
     from benanza.bench.plans import StoredPlan
+    from benanza.bench.records import BenchmarkRecord
 
 from benanza.bench.stats import CONFIDENCE, Interval, interval_of, sum_intervals
 
@@ -139,7 +140,7 @@ def _ms(record: Any, which: str) -> float | None:
     return None if figure is None else figure.value
 
 
-def _figure(record: Any, which: str) -> Interval | None:
+def _figure(record: BenchmarkRecord | None, which: str) -> Interval | None:
     """A record's kernel or call figure in ms with its interval (None: no such figure)."""
     if record is None or record.outcome != "ok":
         return None
@@ -162,8 +163,8 @@ def _total(figures: Iterable[tuple[str, Interval | None]]) -> Interval:
     return sum_intervals(by_key[k].scaled(c) for k, c in counts.items())
 
 
-def _disturbed(record: Any) -> bool:
-    return bool(record is not None and record.stats and record.stats.get("disturbed"))
+def _disturbed(record: BenchmarkRecord | None) -> bool:
+    return bool(record is not None and record.stats is not None and record.stats.disturbed)
 
 
 def lower_bound(

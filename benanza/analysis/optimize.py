@@ -2,7 +2,7 @@
 
 From the records of the GPU runtime (``runtimes.cuda``), where a layer's ``kernel_samples``
 are its fastest candidate's and its ``samples`` the candidate a framework picks without
-benchmarking (``stats["algorithms"]`` holds them all):
+benchmarking (``stats.extras["algorithms"]`` holds them all):
 
 - ``algorithm_selection``: the sequential lower bound with the heuristic's pick for every
   layer over the bound with the best algorithm for every layer (Benanza: up to 1.32x
@@ -31,9 +31,10 @@ from benanza.analysis.lower_bound import KERNEL_STATISTIC, LowerBound, lower_bou
 if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loads no model
     from benanza.bench.generate import ModelPlan
     from benanza.bench.plans import StoredPlan
+    from benanza.bench.records import BenchmarkRecord
 
 
-def _kernel_ms(record: Any, which: str) -> float | None:
+def _kernel_ms(record: BenchmarkRecord | None, which: str) -> float | None:
     """A record's kernel figure in ms: ``best`` candidate or ``default`` (the framework's pick).
 
     Both are device-timed kernel samples on the GPU runtime, so both take the lower bound's
@@ -41,13 +42,12 @@ def _kernel_ms(record: Any, which: str) -> float | None:
     """
     if record is None or record.outcome != "ok":
         return None
-    algorithms = (record.stats or {}).get("algorithms")
+    algorithms = record.stats.extras.get("algorithms") if record.stats is not None else None
     if which == "default" and algorithms is not None and not algorithms.get("default"):
         return None  # the framework's library ran no candidate: there is no default pick to compare
     stats = record.kernel_stats if which == "best" else record.stats
-    if not stats or stats.get(KERNEL_STATISTIC) is None:
-        return None
-    return float(stats[KERNEL_STATISTIC]) * 1e3
+    figure = stats.statistic(KERNEL_STATISTIC) if stats is not None else None
+    return float(figure) * 1e3 if figure is not None else None
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:

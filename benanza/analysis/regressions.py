@@ -118,7 +118,7 @@ class Run:
     stack_id: str
     measured_at: str
     samples: tuple[float, ...]  # seconds per call
-    disturbed: bool = False  # the harness saw the host's speed change while it measured (stats["disturbed"])
+    disturbed: bool = False  # the harness saw the host's speed change while it measured (stats.disturbed)
 
     @property
     def median_s(self) -> float:
@@ -146,7 +146,7 @@ def series_of(records: Iterable[BenchmarkRecord], min_samples: int = 1) -> dict[
             continue
         subject = Subject.of(r)
         labels.setdefault(subject, r.label)
-        disturbed = bool((r.stats or {}).get("disturbed"))
+        disturbed = bool(r.stats is not None and r.stats.disturbed)
         runs.setdefault(subject, {})[(r.stack_id, r.measured_at)] = Run(r.stack_id, r.measured_at, r.samples, disturbed)
     return {
         s: Series(s, labels[s], tuple(sorted(found.values(), key=lambda run: run.measured_at)))

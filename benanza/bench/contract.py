@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import onnx
 
     from benanza.bench.harness import HarnessSettings
+    from benanza.bench.records import MeasurementStats
     from benanza.bench.spec import BenchmarkSpec
     from benanza.model.graph import ModelGraph
 
@@ -36,7 +37,7 @@ class Measured:
     """What a benchmark that times itself on a device (``Prepared.measure``) returns."""
 
     samples: tuple[float, ...]
-    stats: dict[str, Any]
+    stats: MeasurementStats
     kernel_samples: tuple[float, ...] = ()
     settings: dict[str, Any] = field(default_factory=dict)
 

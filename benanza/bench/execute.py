@@ -26,7 +26,7 @@ from benanza.bench.contract import KernelProfiler, Prepared, Runtime
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.memory import spec_memory
-from benanza.bench.records import BenchmarkRecord, Outcome, make_record
+from benanza.bench.records import BenchmarkRecord, MeasurementStats, Outcome, make_record
 from benanza.bench.spec import BenchmarkSpec
 from benanza.bench.stats import describe
 from benanza.errors import UnsupportedLayer, one_line
@@ -43,18 +43,19 @@ def _failure(exc: Exception) -> str:
     return f"{type(exc).__name__}: {one_line(exc)}"
 
 
-def _timing_stats(timing: Timing) -> dict[str, Any]:
+def _timing_stats(timing: Timing) -> MeasurementStats:
     """The record's statistics: the samples', how sampling ended, and what the interference check found."""
-    stats = timing.stats.to_dict()
-    stats["stopped_by"] = timing.stopped_by
-    stats["iterations"] = timing.iterations
-    stats["disturbed"] = timing.disturbed
-    if timing.disturbed_reason is not None:
-        stats["disturbed_reason"] = timing.disturbed_reason
-    stats["cpu_share"] = timing.cpu_share
-    stats["remeasured"] = timing.remeasured
-    stats["spent_s"] = timing.total_s  # this benchmark's warm-up, calibration and samples (its share of a group's)
-    return stats
+    return MeasurementStats.of(
+        timing.stats,
+        stopped_by=timing.stopped_by,
+        iterations=timing.iterations,
+        disturbed=timing.disturbed,
+        disturbed_reason=timing.disturbed_reason,
+        cpu_share=timing.cpu_share,
+        remeasured=timing.remeasured,
+        spent_s=timing.total_s,  # this benchmark's warm-up, calibration and samples (its share of a group's)
+        kept_null=frozenset({"cpu_share"}),  # stored as null where it was not taken, as it always was
+    )
 
 
 def run_spec(
@@ -114,7 +115,7 @@ def _record(
     outcome: Outcome,
     reason: str | None,
     samples: tuple[float, ...],
-    stats: dict[str, Any] | None,
+    stats: MeasurementStats | None,
     kernel: tuple[float, ...],
     system: str,
     stack_id: str,
@@ -131,7 +132,7 @@ def _record(
         samples=samples,
         stats=stats,
         kernel_samples=kernel,
-        kernel_stats=describe(kernel).to_dict() if kernel else None,
+        kernel_stats=describe(kernel) if kernel else None,
         settings={"runtime": runtime.variant(), "harness": settings.model_dump(), **(extra or {})},
         measured_at=_now(),
         host=host,

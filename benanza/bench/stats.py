@@ -24,12 +24,14 @@ a second to import, and every command imports this module.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from scipy.special import bdtr, stdtrit
+
+T = TypeVar("T")
 
 TRIM_PROPORTION = 0.2  # DLBricks' trimmed mean: cut 20% of the samples from each end
 CONFIDENCE = 0.95  # of every interval benanza stores and prints
@@ -73,6 +75,54 @@ class SampleStats:
     def from_dict(cls, data: Mapping[str, Any]) -> SampleStats:
         values = {f.name: data.get(f.name) for f in fields(cls)}
         return cls(**{name: v if v is None else int(v) if name == "n" else float(v) for name, v in values.items()})
+
+    def statistic(self, name: str) -> float | None:
+        """The statistic called ``name`` (``"median"``, ``"p10"``, ``"p10_low"``...); None where none is held.
+
+        Raises:
+            ValueError: ``name`` is no statistic of ``SampleStats``.
+        """
+        if name not in SAMPLE_STATISTICS:
+            raise ValueError(f"unknown statistic {name!r}; known: {', '.join(SAMPLE_STATISTICS)}")
+        return getattr(self, name)
+
+    def to_doc(self) -> dict[str, Any]:
+        """The stored document: every statistic held, in field order (one not held is left out, not null)."""
+        return {name: value for name in SAMPLE_STATISTICS if (value := getattr(self, name)) is not None}
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> SampleStats:
+        """A stored document (any written so far): values as stored, so ``to_doc`` gives the same document.
+
+        A statistic the document lacks is None: statistics stored before intervals existed
+        have no ``<statistic>_low``; a hand-written record may hold only a few.
+        """
+        return assembled(cls, _SAMPLE_SETTERS if cls is SampleStats else slot_setters(cls), doc)
+
+
+SAMPLE_STATISTICS = tuple(f.name for f in fields(SampleStats))  # in the order documents hold them
+
+
+def slot_setters(cls: type) -> tuple[tuple[str, Callable[[Any, Any], None]], ...]:
+    """Each field of a frozen slots dataclass with the setter of its slot (see ``assembled``)."""
+    return tuple((f.name, getattr(cls, f.name).__set__) for f in fields(cls))
+
+
+def assembled(cls: type[T], setters: Iterable[tuple[str, Callable[[Any, Any], None]]], values: Mapping[str, Any]) -> T:
+    """A value of ``cls`` holding ``values`` (None where one is missing), built slot by slot.
+
+    Equal to ``cls(**values)`` where that would not fail, and a third of its time: a frozen
+    dataclass's ``__init__`` makes a call per field, and a store reads every record's
+    statistics (tens of thousands). Only for documents read back, never to skip a check.
+    """
+    value = object.__new__(cls)
+    get = values.get
+    for name, set_slot in setters:
+        set_slot(value, get(name))
+    return value
+
+
+_SAMPLE_SETTERS = slot_setters(SampleStats)
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,16 +228,19 @@ def sum_intervals(intervals: Iterable[Interval]) -> Interval:
     return Interval(value, value - math.sqrt(below), value + math.sqrt(above))
 
 
-def interval_of(stats: Mapping[str, Any] | None, statistic: str, samples: Sequence[float] = ()) -> Interval | None:
+def interval_of(stats: SampleStats | None, statistic: str, samples: Sequence[float] = ()) -> Interval | None:
     """A stored statistic with its interval: from ``stats``, else derived from the raw ``samples``.
 
     Records stored before intervals existed hold no ``<statistic>_low``; their samples give
     it. With neither, the figure is a point (unknown uncertainty); without the statistic, None.
     """
-    if not stats or stats.get(statistic) is None:
+    stored = stats.statistic(statistic) if stats is not None else None
+    if stored is None:
         return None
-    value = float(stats[statistic])
-    low, high = stats.get(f"{statistic}_low"), stats.get(f"{statistic}_high")
+    value = float(stored)
+    low = high = None
+    if statistic in INTERVAL_STATISTICS:
+        low, high = stats.statistic(f"{statistic}_low"), stats.statistic(f"{statistic}_high")
     if low is not None and high is not None:
         return Interval(value, float(low), float(high))
     if samples:

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from benanza.bench.stats import SampleStats
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -45,7 +47,7 @@ class CandidateResult:
     heuristic_rank: int | None = None
     default: bool = False
     samples: tuple[float, ...] = ()
-    stats: dict[str, Any] | None = None
+    stats: SampleStats | None = None
     error: str | None = None
     hot_mode: str | None = None  # graph (CUDA graph replays) or stream (plain launches: capture failed)
 
@@ -67,7 +69,7 @@ class CandidateResult:
 
     @property
     def median(self) -> float | None:
-        return float(self.stats["median"]) if self.stats and self.error is None else None
+        return float(self.stats.median) if self.stats is not None and self.error is None else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,7 +79,7 @@ class CandidateResult:
             "tensor_cores": self.tensor_cores,
             "heuristic_rank": self.heuristic_rank,
             "default": self.default,
-            "stats": self.stats,
+            "stats": self.stats.to_dict() if self.stats is not None else None,
             "error": self.error,
             "hot_mode": self.hot_mode,
         }

@@ -16,7 +16,7 @@ What one record holds (the method, stated once):
   for convolutions the first choice of the legacy ``cudnnGetConvolutionForwardAlgorithm_v7``
   heuristic (PyTorch with ``cudnn.benchmark`` off; ONNX Runtime with cuDNN 9 goes through the
   graph API, whose heuristic's first plan is the graph candidates' default), for GEMMs
-  cublasLt's first heuristic algorithm. ``stats["algorithms"]`` lists every candidate with its statistics.
+  cublasLt's first heuristic algorithm. ``stats.extras["algorithms"]`` lists every candidate with its statistics.
 - A whole model (``MODEL`` spec) runs in ONNX Runtime's CUDA execution provider with inputs
   and outputs bound on the device (IOBinding), or, where ONNX Runtime has no CUDA EP, in
   PyTorch (converted by onnx2torch, ``cudnn.benchmark`` off): the framework end to end the
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from benanza.bench.harness import HarnessSettings, Timing, measure_device
+from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import GpuError, UnsupportedLayer, UsageError, one_line
@@ -194,7 +195,8 @@ class GpuPrepared(Prepared):
         ctx = self._ctx
         before = ctx.clocks()
         if self.view:  # a view (Reshape, Squeeze, ...): metadata only, no kernel runs on the GPU
-            return Measured((0.0,), {**_zero_stats(), "algorithms": summarise([]), "view": True}, (0.0,))
+            view = MeasurementStats.of(describe((0.0,)), extras={"algorithms": summarise([]), "view": True})
+            return Measured((0.0,), view, (0.0,))
         order = list(self.candidates)
         self._rng.shuffle(order)
         results: dict[str, CandidateResult] = {}
@@ -209,9 +211,7 @@ class GpuPrepared(Prepared):
                 continue
             timings[c.label] = timing
             mode = getattr(sampler, "mode", None)
-            results[c.label] = CandidateResult.of(
-                c, samples=timing.samples, stats=timing.stats.to_dict(), hot_mode=mode
-            )
+            results[c.label] = CandidateResult.of(c, samples=timing.samples, stats=timing.stats, hot_mode=mode)
         ordered = [results[c.label] for c in self.candidates]
         summary = summarise(ordered, PRIMARY_SOURCE.get(type(self.params)))
         if summary["best"] is None:
@@ -228,16 +228,16 @@ class GpuPrepared(Prepared):
             if label in timings:
                 cold[role] = measure_device(ctx.cold_sampler(by_label[label].launch), settings).stats.to_dict()
         after = ctx.clocks()
-        stats = {
-            **default.stats.to_dict(),
-            "stopped_by": default.stopped_by,
-            "iterations": default.iterations,
+        extras = {
             "algorithms": summary,
             "cold": cold,
             "hot_modes": sorted({str(r.hot_mode) for r in ordered if r.hot_mode}),
         }
         if self.build_errors:
-            stats["build_errors"] = dict(self.build_errors)
+            extras["build_errors"] = dict(self.build_errors)
+        stats = MeasurementStats.of(
+            default.stats, stopped_by=default.stopped_by, iterations=default.iterations, extras=extras
+        )
         return Measured(default.samples, stats, best.samples, {"gpu_clocks": {"before": before, "after": after}})
 
     def close(self) -> None:
@@ -246,10 +246,6 @@ class GpuPrepared(Prepared):
 
 def _is_view(params: LayerParams) -> bool:
     return isinstance(params, DataMovementParams) and params.view
-
-
-def _zero_stats() -> dict[str, Any]:
-    return describe((0.0,)).to_dict()
 
 
 @register_runtime("cudnn")
