@@ -67,6 +67,15 @@ class HarnessSettings(BaseModel):
     interleave_precalls: int = Field(
         1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
     )
+    interleave_group_rule: bool = Field(
+        True,
+        description="interleaved: stop once the calls' errors together are within the target of the longest call "
+        "(each within interleave_each_rel_stderr of max(itself, the group's floor)); false: each call within the "
+        "target of max(itself, the group's floor)",
+    )
+    interleave_each_rel_stderr: float = Field(
+        0.05, ge=0, description="interleaved group rule: the relative error each call may keep"
+    )
     interleave_max_bytes: int | None = Field(
         None, ge=0, description="memory for one interleaved group (memory guard estimate); None: a quarter of RAM"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from collections.abc import Callable
 
@@ -309,6 +310,32 @@ def test_interleaved_noise_rule_weighs_a_tiny_call_by_the_groups_average() -> No
     assert tt.stopped_by == "noise" and tt.stats.n == 10
     assert tt.stats.rel_stderr > 0.1
     assert measure(tiny, s, clock=clock).stats.n > 500
+
+
+def test_the_group_rule_lets_one_noisy_call_keep_a_larger_error_and_stops_sooner() -> None:
+    # a steady 10 ms call (the model), twenty steady 0.2 ms ones and a noisy 1 ms one. Each call to
+    # 1% of max(itself, the floor: 10 ms / sqrt(22)) takes the noisy one hundreds of rounds; the
+    # group's budget (1% of 10 ms, in quadrature) is met in a few dozen
+    def group(rule: bool) -> list[Timing]:
+        clock = FakeClock()
+        calls = [clock.call_taking(10_000_000), *(clock.call_taking(200_000) for _ in range(20))]
+        calls.append(clock.call_taking(1_000_000, 1_600_000, 500_000, 1_400_000, 700_000))
+        s = settings(
+            warmup_runs=0,
+            min_samples=10,
+            min_time_s=0.0,
+            min_sample_time_s=0.0,
+            max_time_s=100.0,
+            interleave_precalls=0,
+            interleave_group_rule=rule,
+        )
+        return measure_interleaved(calls, s, clock=clock).timings
+
+    each, grouped = group(False), group(True)
+    assert all(t.stopped_by == "noise" for t in (*each, *grouped))
+    assert grouped[-1].stats.n < each[-1].stats.n / 5
+    errors = math.sqrt(sum((t.stats.stdev / math.sqrt(t.stats.n)) ** 2 for t in grouped))
+    assert errors <= 0.01 * grouped[0].stats.mean  # the calls together known to 1% of the longest
 
 
 def test_interleaving_cancels_a_drift_that_biases_one_after_the_other() -> None:

@@ -357,6 +357,15 @@ class _Track:
     def per_call(self) -> float:
         return self.mean / self.k
 
+    def stderr_per_call(self) -> float:
+        """The smaller of its mean's and its 20% trimmed mean's standard error, per call (ns)."""
+        n = self.n
+        if n < 2:
+            return math.inf
+        plain = math.sqrt(self.m2 / (n - 1) / n)
+        trimmed = trimmed_stderr_sorted(sorted(self.durations or ()), TRIM_PROPORTION)
+        return min(plain, trimmed) / self.k
+
     def settled(self, min_samples: int, target: float, floor: float) -> bool:
         """``min_samples`` taken, and the mean or the trimmed mean known to ``target`` of max(itself, ``floor``)."""
         n = self.n
@@ -392,12 +401,15 @@ def measure_interleaved(
     1.15-1.25x the whole model; preceded by one call, 0.97-1.05x). Stopping rules, checked
     after every round:
 
-    - ``noise``: every call has ``min_samples`` samples and its per-call mean, or its 20%
-      trimmed mean (standard error from the winsorized samples, robust to a shared
+    - ``noise``: every call has ``min_samples`` samples, the rounds have lasted ``min_time_s``,
+      ``untimed_runs`` companion runs are kept, and the calls are known well enough. By default
+      (``interleave_group_rule``, ``_group_settled``) that is the calls' standard errors together
+      within ``target_rel_stderr`` of the longest call, each within ``interleave_each_rel_stderr``
+      of the largest of itself and the floor below; otherwise each call's per-call mean, or its
+      20% trimmed mean (standard error from the winsorized samples, robust to a shared
       machine's rare stalls), known to ``target_rel_stderr`` of the largest of itself, the
       group's average call and its longest call over sqrt(calls) (``_settle_floor``: a call
-      far shorter than the rest weighs little in any sum, so its relative error may be larger),
-      the rounds have lasted ``min_time_s`` and ``untimed_runs`` companion runs are kept;
+      far shorter than the rest weighs little in any sum, so its relative error may be larger);
     - ``max_samples``: ``max_samples`` rounds;
     - ``time_cap``: ``max_time_s`` per call of wall time since the start (the group has the
       budget its calls would have one after another). At least one round always runs.
@@ -502,6 +514,26 @@ def _speed_index(tracks: Sequence[_Track]) -> list[float]:
     return [math.fsum(d[r] for d in timed) / typical for r in range(rounds)]
 
 
+def _group_settled(tracks: Sequence[_Track], settings: HarnessSettings, floor: float) -> bool:
+    """The group rule (``interleave_group_rule``): the calls' errors together within the target of the longest.
+
+    The composition a group serves is a sum of its calls, compared with its longest (the model
+    end to end): what must be known to ``target_rel_stderr`` is that sum, relative to that call.
+    The error budget goes where the noise is, instead of every call reaching the target alone, so
+    one noisy call no longer keeps the whole group sampling; each call is still known to
+    ``interleave_each_rel_stderr`` of the larger of itself and the group's floor (``_settle_floor``),
+    and has ``min_samples`` samples.
+    """
+    if not tracks or any(t.n < settings.min_samples for t in tracks):
+        return False
+    errors = [t.stderr_per_call() for t in tracks]
+    each = settings.interleave_each_rel_stderr
+    if any(e > each * max(t.per_call(), floor) for e, t in zip(errors, tracks, strict=True)):
+        return False
+    longest = max(t.per_call() for t in tracks)
+    return math.sqrt(math.fsum(e * e for e in errors)) <= settings.target_rel_stderr * longest
+
+
 def _settle_floor(calls: Sequence[float]) -> float:
     """The error each call of a group may have, as a latency: the larger of the average call and the
     longest call over sqrt(number of calls).
@@ -566,7 +598,11 @@ def _rounds(
         if (
             now - sampling_start >= min_time_ns
             and sum(r % stride == 0 for r in companion_rounds) >= untimed_runs
-            and all(t.settled(settings.min_samples, settings.target_rel_stderr, floor) for t in live)
+            and (
+                _group_settled(live, settings, floor)
+                if settings.interleave_group_rule
+                else all(t.settled(settings.min_samples, settings.target_rel_stderr, floor) for t in live)
+            )
         ):
             stopped_by = "noise"
             break
