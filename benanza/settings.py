@@ -68,7 +68,7 @@ class HarnessSettings(BaseModel):
         1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
     )
     interleave_group_rule: bool = Field(
-        True,
+        False,
         description="interleaved: stop once the calls' errors together are within the target of the longest call "
         "(each within interleave_each_rel_stderr of max(itself, the group's floor)); false: each call within the "
         "target of max(itself, the group's floor)",

@@ -402,8 +402,8 @@ def measure_interleaved(
     after every round:
 
     - ``noise``: every call has ``min_samples`` samples, the rounds have lasted ``min_time_s``,
-      ``untimed_runs`` companion runs are kept, and the calls are known well enough. By default
-      (``interleave_group_rule``, ``_group_settled``) that is the calls' standard errors together
+      ``untimed_runs`` companion runs are kept, and the calls are known well enough. With
+      ``interleave_group_rule`` (``_group_settled``) that is the calls' standard errors together
       within ``target_rel_stderr`` of the longest call, each within ``interleave_each_rel_stderr``
       of the largest of itself and the floor below; otherwise each call's per-call mean, or its
       20% trimmed mean (standard error from the winsorized samples, robust to a shared
