@@ -68,10 +68,11 @@ class HarnessSettings(BaseModel):
         1, ge=0, description="interleaved: untimed calls before each sample, so it runs with its own data in cache"
     )
     interleave_group_rule: bool = Field(
-        False,
-        description="interleaved: stop once the calls' errors together are within the target of the longest call "
-        "(each within interleave_each_rel_stderr of max(itself, the group's floor)); false: each call within the "
-        "target of max(itself, the group's floor)",
+        True,
+        description="interleaved: stop once each call is within the target of max(itself, the group's floor), or "
+        "sooner once the longest call is within the target of itself and the others' errors together within the "
+        "target of their sum (each within interleave_each_rel_stderr of max(itself, the floor)); false: the first "
+        "rule only",
     )
     interleave_each_rel_stderr: float = Field(
         0.05, ge=0, description="interleaved group rule: the relative error each call may keep"

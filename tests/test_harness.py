@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 import time
 from collections.abc import Callable
 
 import pytest
 from pydantic import ValidationError
 
-from benanza.bench.harness import HarnessSettings, Timing, measure, measure_device, measure_interleaved
+from benanza.bench.harness import (
+    HarnessSettings,
+    Timing,
+    _group_settled,
+    _settle_floor,
+    _Track,
+    measure,
+    measure_device,
+    measure_interleaved,
+)
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import TRIM_PROPORTION, describe, trimmed_mean_sorted, trimmed_stderr_sorted
 from benanza.errors import UsageError
@@ -336,6 +346,59 @@ def test_the_group_rule_lets_one_noisy_call_keep_a_larger_error_and_stops_sooner
     assert grouped[-1].stats.n < each[-1].stats.n / 5
     errors = math.sqrt(sum((t.stats.stdev / math.sqrt(t.stats.n)) ** 2 for t in grouped))
     assert errors <= 0.01 * grouped[0].stats.mean  # the calls together known to 1% of the longest
+
+
+def _track_of(durations_ns: list[int]) -> _Track:
+    track = _Track(fn=lambda: None, untimed=None, durations=[])
+    for d in durations_ns:
+        track.add(d)
+    return track
+
+
+def test_the_group_rule_keeps_the_longest_calls_own_error_out_of_the_others_budget() -> None:
+    # the model (10 ms) known to 0.9% of itself, twenty 0.5 ms layers whose errors together are 0.9%
+    # of their sum (10 ms): both figures of the group are known to 1%, so it is settled, although
+    # all of the errors together (1.27%) are not within 1% of the longest call
+    n = 40
+    model = _track_of([10_000_000 + (1 if i % 2 else -1) * 569_000 for i in range(n)])
+    layers = [_track_of([500_000 + (1 if i % 2 else -1) * 127_000 for i in range(n)]) for _ in range(20)]
+    tracks = [model, *layers]
+    s = settings(min_samples=10, interleave_group_rule=True, interleave_each_rel_stderr=0.05)
+    e_model = model.stderr_per_call() / model.per_call()
+    e_layers = math.sqrt(sum(t.stderr_per_call() ** 2 for t in layers)) / sum(t.per_call() for t in layers)
+    assert 0.0085 < e_model < 0.01 and 0.0085 < e_layers < 0.01
+    assert math.hypot(e_model, e_layers) > 0.01
+    floor = _settle_floor([t.per_call() for t in tracks])
+    assert _group_settled(tracks, s, floor)
+    # the model itself must still be known to the target
+    noisy_model = _track_of([10_000_000 + (1 if i % 2 else -1) * 700_000 for i in range(n)])
+    assert not _group_settled([noisy_model, *layers], s, floor)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_group_rule_never_samples_longer_than_the_per_call_rule(seed: int) -> None:
+    # a noisy model and noisy layers: with the group rule the rounds stop no later than without it
+    rng = random.Random(seed)
+    model = [int(10_000_000 * rng.uniform(0.8, 1.2)) for _ in range(97)]
+    layers = [[int(400_000 * rng.uniform(0.7, 1.3)) for _ in range(89)] for _ in range(12)]
+
+    def group(rule: bool) -> list[Timing]:
+        clock = FakeClock()
+        calls = [clock.call_taking(*model), *(clock.call_taking(*d) for d in layers)]
+        s = settings(
+            warmup_runs=0,
+            min_samples=10,
+            min_time_s=0.0,
+            min_sample_time_s=0.0,
+            max_time_s=100.0,
+            interleave_precalls=0,
+            interleave_group_rule=rule,
+        )
+        return measure_interleaved(calls, s, clock=clock, seed=seed).timings
+
+    each, grouped = group(False), group(True)
+    assert all(t.stopped_by == "noise" for t in (*each, *grouped))
+    assert grouped[0].stats.n <= each[0].stats.n
 
 
 def test_interleaving_cancels_a_drift_that_biases_one_after_the_other() -> None:
