@@ -23,6 +23,10 @@ if TYPE_CHECKING:
     from benanza.analysis.lower_bound import LowerBound
 
 DISTURBED_MARK = " (disturbed)"
+DISTURBED_NOTE = (
+    "(disturbed): the host's speed changed while a measurement it is built from ran, and again when"
+    " measured again: not a figure to trust"
+)
 
 
 class OutputFormat(StrEnum):

@@ -32,15 +32,12 @@ from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE, Interval
 from benanza.errors import UsageError
 from benanza.report import site_plots
-from benanza.report.output import figure_cell, fmt, write_csv
+from benanza.report.output import DISTURBED_NOTE, figure_cell, fmt, write_csv
 from benanza.survey import ModelFigures, Survey, SystemFigures
 
 FIGURE_STYLE = 2  # bump when a figure's drawing changes, so an incremental report redraws it
 BREAKDOWN_ROWS = 30  # units listed per system on a model page (the CSV has all)
-INTERVAL_NOTE = (
-    f"± half-width of the {CONFIDENCE:.0%} confidence interval; (disturbed): the harness found the host's "
-    "speed changed while the figure was measured, and a re-measure did not help"
-)
+INTERVAL_NOTE = f"± half-width of the {CONFIDENCE:.0%} confidence interval"
 
 
 @dataclass(frozen=True)
@@ -91,6 +88,12 @@ def _figure(row: LowerBound, figure: str, value: float | None) -> dict:
     """A table cell of one of ``row``'s figures, as the CLI prints it: ``42.1 ± 0.4``, marked when disturbed."""
     disturbed = value is not None and figure in row.disturbed
     return _c(figure_cell(row, figure, value), cls="num disturbed" if disturbed else "num")
+
+
+def _figures_note(rows: Iterable[LowerBound]) -> str:
+    """What a lower-bound table's cells mean: ms with ± the interval's half-width, and ``(disturbed)`` if any is."""
+    disturbed = any(r.disturbed for r in rows)
+    return f"ms, {INTERVAL_NOTE}" + (f"; {DISTURBED_NOTE}" if disturbed else "")
 
 
 def _ms_of(row: LowerBound, figure: str, value: float) -> str:
@@ -288,7 +291,7 @@ class _Site:
         )
         grans = sorted({g for _, f in latest for g in f.row.composed_ms})
         headline = {
-            "caption": f"ms, {INTERVAL_NOTE}; gap: end to end / lower bound",
+            "caption": f"{_figures_note(f.row for _, f in latest)}; gap: end to end / lower bound",
             "csv": self.csv("headline", [f.to_dict() | {"units": None} for _, f in latest], root),
             "columns": [
                 _col("model"),
@@ -464,7 +467,7 @@ class _Site:
         every = [(m, r) for m in batches for r in m.every_stack]
         grans = sorted({g for _, r in every for g in r.composed_ms})
         figures = {
-            "caption": f"ms, every system and stack; {INTERVAL_NOTE}; gap: end to end / lower bound",
+            "caption": f"every system and stack; {_figures_note(r for _, r in every)}; gap: end to end / lower bound",
             "csv": self.csv(f"model_{key}_figures", [r for _, r in every], root),
             "columns": [
                 _col("system"),
