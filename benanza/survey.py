@@ -179,7 +179,7 @@ def survey(
                 latest=tuple(
                     SystemFigures(
                         row=a.row,
-                        breakdown=unit_breakdown(a.plan, a.row, a.results),
+                        breakdown=unit_breakdown(a.plan, a.row),
                         optimizations=_optimizations(a),
                     )
                     for a in newest

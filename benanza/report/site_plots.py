@@ -1,9 +1,8 @@
 """The report site's figures as SVG (matplotlib, headless, no network).
 
 Every figure takes analysis values and a colour per system (``system_colors``, the same on
-every page). The bounds chart draws each figure's confidence interval (``LowerBound.intervals``)
-as an error bar; the unit breakdown, whose figures are single records' kernel times, draws the
-spread of their samples (``analysis.breakdown.Spread``, p10-p90) as a whisker.
+every page). Each figure's confidence interval (``LowerBound.intervals``, a unit's
+``UnitShare.kernel_interval``) is drawn as an error bar.
 """
 
 from __future__ import annotations
@@ -141,21 +140,18 @@ def bounds_chart(rows: Sequence[BoundsRow], colors: Mapping[str, str], path: Pat
 
 
 def breakdown_chart(units: Sequence[UnitShare], color: str, path: Path, title: str, top: int = 15) -> Path:
-    """The ``top`` units by kernel time (ms), each labelled with its share of the bound; whisker p10-p90."""
+    """The ``top`` units by kernel time (ms), each labelled with its share of the bound; error bar: its interval."""
     plt = _pyplot()
     shown = [u for u in units if u.kernel_ms is not None][:top][::-1]
     fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(shown) + 1.2))
-    values = [u.kernel_ms for u in shown]
-    errs = [
-        [0.0 for _ in shown],
-        [max(u.kernel_spread.high_ms - (u.kernel_ms or 0.0), 0.0) if u.kernel_spread else 0.0 for u in shown],
-    ]
-    ax.barh(range(len(shown)), values, color=color, xerr=errs, ecolor="#333333", capsize=2)
-    ax.set_yticks(range(len(shown)), [f"{u.op} {_shape(u)}"[:60] for u in shown], fontsize=7)
+    ax.barh(range(len(shown)), [u.kernel_ms for u in shown], color=color)
     for y, u in enumerate(shown):
-        end = max(u.kernel_ms or 0.0, u.kernel_spread.high_ms if u.kernel_spread else 0.0)
+        if u.kernel_interval is not None:
+            _error(ax, u.kernel_interval, y)
+        end = max(u.kernel_ms or 0.0, u.kernel_interval.high if u.kernel_interval else 0.0)
         ax.text(end, y, f"  {u.share:.1%}" if u.share is not None else "", va="center", fontsize=7)
-    ax.set_xlabel("kernel time (ms, p10; whisker to p90)")
+    ax.set_yticks(range(len(shown)), [f"{u.op} {_shape(u)}"[:60] for u in shown], fontsize=7)
+    ax.set_xlabel(f"kernel time (ms, p10; error bar: its {CONFIDENCE:.0%} interval)")
     ax.set_title(title, loc="left", fontsize=10)
     return _save(plt, fig, path)
 
