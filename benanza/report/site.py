@@ -32,7 +32,7 @@ from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE, Interval
 from benanza.errors import UsageError
 from benanza.report import site_plots
-from benanza.report.output import DISTURBED_NOTE, figure_cell, fmt, fmt_interval, write_csv
+from benanza.report.output import DISTURBED_NOTE, figure_cell, fmt, fmt_figure, write_csv
 from benanza.survey import ModelFigures, Survey, SystemFigures
 
 FIGURE_STYLE = 2  # bump when a figure's drawing changes, so an incremental report redraws it
@@ -78,11 +78,6 @@ def _col(name: str, num: bool = False) -> dict[str, Any]:
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.3g} ms" if value < 1000 else f"{value:,.0f} ms"
-
-
-def _with_half_width(value: float | None, interval: Interval | None) -> str:
-    """``value ± half-width`` as the CLI prints a figure (the value alone where no interval is known)."""
-    return fmt_interval(value, *((interval.low, interval.high) if interval is not None else ()))
 
 
 def _figure(row: LowerBound, figure: str, value: float | None) -> dict:
@@ -628,7 +623,7 @@ class _Site:
                     _c(", ".join("x".join(map(str, s)) or "scalar" for s in u.input_shapes)),
                     _c(", ".join("x".join(map(str, s)) or "scalar" for s in u.output_shapes)),
                     _c(None if u.flops is None else u.flops / 1e6, num=True),
-                    _c(_with_half_width(u.kernel_ms, u.kernel_interval), num=True),
+                    _c(fmt_figure(u.kernel_ms, u.kernel_interval), num=True),
                     _c(f"{u.share:.1%}" if u.share is not None else "-", num=True),
                 ]
                 for u in units[:BREAKDOWN_ROWS]
