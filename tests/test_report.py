@@ -212,7 +212,8 @@ def test_the_headline_table_prints_every_figure_as_the_cli_does(site, db, models
     assert widths and all(" ± " in w and not w.endswith(" ± 0.00") for w in widths)  # real samples: a width
     assert all(r["end to end"].endswith(" ± 0.00 (disturbed)") for r in table if r["system"] == "sys-b")
     assert 'class="num disturbed"' in index
-    assert "± half-width of the 95% confidence interval" in index and "(disturbed): the host's speed" in index
+    caption = html.unescape(index)
+    assert "± half-width of the 95% confidence interval" in caption and "(disturbed): the host's speed" in caption
 
 
 def test_the_model_page_prints_every_stack_as_the_cli_does(site, db, models):
