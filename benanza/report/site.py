@@ -32,7 +32,7 @@ from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE, Interval
 from benanza.errors import UsageError
 from benanza.report import site_plots
-from benanza.report.output import DISTURBED_NOTE, figure_cell, fmt, fmt_figure, write_csv
+from benanza.report.output import DISTURBED_MARK, DISTURBED_NOTE, figure_cell, fmt, fmt_figure, write_csv
 from benanza.survey import ModelFigures, Survey, SystemFigures
 
 FIGURE_STYLE = 2  # bump when a figure's drawing changes, so an incremental report redraws it
@@ -81,9 +81,13 @@ def _ms(value: float | None) -> str:
 
 
 def _figure(row: LowerBound, figure: str, value: float | None) -> dict:
-    """A table cell of one of ``row``'s figures, as the CLI prints it: ``42.1 ± 0.4``, marked when disturbed."""
-    disturbed = value is not None and figure in row.disturbed
-    return _c(figure_cell(row, figure, value), cls="num disturbed" if disturbed else "num")
+    """A table cell of one of ``row``'s figures, as the CLI prints it: ``42.1 ± 0.4``, marked when disturbed.
+
+    The mark goes on a line of its own under the figure, as in the CLI's table, so a column stays narrow.
+    """
+    if value is None or figure not in row.disturbed:
+        return _c(figure_cell(row, figure, value), num=True)
+    return _c(fmt_figure(value, row.interval(figure)), cls="num disturbed") | {"mark": DISTURBED_MARK.strip()}
 
 
 def _figures_note(rows: Iterable[LowerBound]) -> str:
