@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benanza.analysis.breakdown import Spread, UnitShare, spread, unit_breakdown
+from benanza.analysis.breakdown import UnitShare, unit_breakdown
 from benanza.analysis.compare import Comparison, SystemReport, compare_systems, latest_stack
 from benanza.analysis.history import FigureChange, UnitHistory, stack_changes, unit_history
 from benanza.analysis.lower_bound import LowerBound
@@ -50,14 +50,12 @@ class SystemFigures:
     """One model at one batch size on one system's stack: its row and what the pages show of it."""
 
     row: LowerBound
-    e2e_spread: Spread | None
     breakdown: tuple[UnitShare, ...]
     optimizations: Optimizations
 
     def to_dict(self) -> dict[str, Any]:
         return {
             **self.row.to_dict(),
-            "e2e_spread": self.e2e_spread.to_dict() if self.e2e_spread else None,
             "units": [u.to_dict() for u in self.breakdown],
             "optimizations": self.optimizations.to_dict()["speedups"],
         }
@@ -181,8 +179,7 @@ def survey(
                 latest=tuple(
                     SystemFigures(
                         row=a.row,
-                        e2e_spread=spread(a.results.get(a.plan.model_key), "call"),
-                        breakdown=unit_breakdown(a.plan, a.row, a.results),
+                        breakdown=unit_breakdown(a.plan, a.row),
                         optimizations=_optimizations(a),
                     )
                     for a in newest

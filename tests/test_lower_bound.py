@@ -186,6 +186,9 @@ def test_intervals_of_sums_and_json(branching):
     others = unit_half[:2] + unit_half[4:]
     assert seq.half_width == pytest.approx(math.sqrt(sum(h * h for h in others) + (2 * tanh) ** 2))
     assert max(unit_half) < seq.half_width < sum(unit_half)
+    # each unit carries the interval the sum is built from (the report's unit breakdown prints it)
+    assert [lb.units[u].kernel_interval.half_width for u in range(5)] == pytest.approx(unit_half)
+    assert all(u.kernel_interval.value == u.kernel_ms for u in lb.units)
     assert par.value == pytest.approx(lb.parallel_ms) and par.half_width < seq.half_width
     assert lb.interval("composed_ms[1]").value == pytest.approx(lb.composed_ms[1])
     doc = lb.to_dict()

@@ -3,8 +3,9 @@
 One real SQLite store: ``sys-a`` is measured for real (ONNX Runtime, one thread, a
 millisecond harness) on two small models; ``sys-b`` holds copies of its records on two
 stacks (``b-old``: kernel 2 ms, call 4 ms; the later ``b-new``: kernel 0.5 ms, call 1 ms,
-models end to end 4 ms) with a price of USD 3.60 per hour, and ``sys-a``'s stored plans on
-both stacks, as its own runs would have stored them (the report reads nothing else).
+models end to end 4 ms, measured disturbed) with a price of USD 3.60 per hour, and
+``sys-a``'s stored plans on both stacks, as its own runs would have stored them (the report
+reads nothing else).
 
 The browser test opens every page in headless Chromium (Selenium) and is skipped, with the
 reason, where Chromium or its driver is not installed (``.ci/run`` installs both).
@@ -14,9 +15,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import html
 import io
 import json
 import os
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -31,7 +34,7 @@ from benanza.bench.stats import describe
 from benanza.cli import app
 from benanza.fingerprint import stack_id, system_fingerprint
 from benanza.local import bench, open_local, plan_models
-from benanza.report.output import csv_cells
+from benanza.report.output import csv_cells, fmt_interval
 
 STACK_OLD = {"runtime": "onnxruntime", "onnxruntime": "1.0.0", "onnx": "1.17.0", "python": {"version": "3.11.9"}}
 STACK_NEW = {**STACK_OLD, "onnxruntime": "1.1.0"}
@@ -39,12 +42,12 @@ B_OLD, B_NEW = stack_id(STACK_OLD), stack_id(STACK_NEW)
 ENV = {"BENANZA_DB": None, "BENANZA_SYSTEM": None}
 
 
-def _timed(record, call_s: float, kernel_s: float, **changes):
+def _timed(record, call_s: float, kernel_s: float, disturbed: bool | None = None, **changes):
     calls, kernels = (call_s,) * 5, (kernel_s,) * 3
     return dataclasses.replace(
         record,
         samples=calls,
-        stats=MeasurementStats.of(describe(calls)),
+        stats=MeasurementStats.of(describe(calls), disturbed=disturbed),
         kernel_samples=kernels,
         kernel_stats=describe(kernels),
         **changes,
@@ -76,7 +79,10 @@ def db(tmp_path_factory, models, fast_harness) -> str:
         copies = []
         for r in store.records(system="sys-a"):
             copies.append(_timed(r, 0.004, 0.002, system="sys-b", stack_id=B_OLD))
-            copies.append(_timed(r, 0.004 if r.kind == "model" else 0.001, 0.0005, system="sys-b", stack_id=B_NEW))
+            model = r.kind == "model"
+            copies.append(
+                _timed(r, 0.004 if model else 0.001, 0.0005, disturbed=model or None, system="sys-b", stack_id=B_NEW)
+            )
         store.upsert(copies)
         measured = store.plans(system="sys-a")
         store.put_plans("sys-b", B_OLD, measured)
@@ -103,6 +109,40 @@ def csv_of(result) -> list[dict[str, str]]:
 def read_csv(path: Path) -> list[dict[str, str]]:
     with path.open(newline="", encoding="utf-8") as f:
         return list(csv.DictReader(f))
+
+
+def html_table(page: str, after: str) -> list[dict[str, str]]:
+    """The first table after ``after`` on ``page``: one dict per row, header -> the cell's text."""
+    table = page[page.index(after) :].split("<table>", 1)[1].split("</table>", 1)[0]
+
+    def cells(row: str, tag: str) -> list[str]:
+        found = re.findall(rf"<{tag}[^>]*>(.*?)</{tag}>", row, re.S)
+        return [html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in found]
+
+    header, *rows = re.findall(r"<tr>(.*?)</tr>", table, re.S)
+    names = cells(header, "th")
+    return [dict(zip(names, cells(r, "td"), strict=True)) for r in rows]
+
+
+def shown(row: dict, figure: str, unit: str = "") -> str:
+    """A figure of a JSON row of `analyze lower-bound` as the CLI prints it: value ± half-width, (disturbed)."""
+    name, _, g = figure.partition(".")
+    value = row[name][g] if g else row[name]
+    if value is None:
+        return "-"
+    interval = row["intervals"][name][g] if g else row["intervals"][name]
+    disturbed = (f"{name}[{g}]" if g else name) in row["disturbed"]
+    return fmt_interval(value, interval["low"], interval["high"]) + unit + (" (disturbed)" if disturbed else "")
+
+
+# headline columns -> lower-bound JSON figures
+FIGURE_COLUMNS = {
+    "lower bound": "sequential_ms",
+    "parallel": "parallel_ms",
+    "composed G=1": "composed_ms.1",
+    "composed G=3": "composed_ms.3",
+    "end to end": "e2e_ms",
+}
 
 
 @pytest.fixture(scope="module")
@@ -143,13 +183,58 @@ def test_the_headline_is_the_analysis_the_cli_prints(site, db, models):
     rows = read_csv(site / "csv" / "headline.csv")
     assert {(r["model"], r["system"]) for r in rows} == set(expected)
     for r in rows:
-        want = expected[(r["model"], r["system"])]
-        for name in ("sequential_ms", "parallel_ms", "e2e_ms", "composed_ms.1", "composed_ms.3"):
-            value = csv_cells(want)[name]
-            assert (float(r[name]) if r[name] else "") == pytest.approx(value), name
+        want = csv_cells(expected[(r["model"], r["system"])])
+        for name in FIGURE_COLUMNS.values():
+            # the figure and its interval, as `analyze lower-bound --format csv` gives them
+            for column in (name, f"intervals.{name}.low", f"intervals.{name}.high"):
+                assert (float(r[column]) if r[column] else "") == pytest.approx(want[column]), column
+        assert json.loads(r["disturbed"]) == json.loads(want["disturbed"])
+        assert float(r["confidence"]) == pytest.approx(0.95)
     b = next(r for r in rows if (r["model"], r["system"]) == ("chain", "sys-b"))
     assert float(b["sequential_ms"]) == pytest.approx(1.5)  # three units at 0.5 ms
-    assert float(b["e2e_spread.low_ms"]) == pytest.approx(4.0)  # constant samples: no spread
+    assert float(b["intervals.e2e_ms.low"]) == pytest.approx(4.0)  # constant samples: no width
+    assert "e2e_spread.low_ms" not in b  # the interval replaced the p10-p90 spread
+
+
+def test_the_headline_table_prints_every_figure_as_the_cli_does(site, db, models):
+    """Each cell is the CLI's `42.1 ± 0.4` for the same figure, `(disturbed)` where the CLI marks it."""
+    cli = json_of(invoke("analyze", "lower-bound", *models, "--db", db, "--system", "all", "-g", "1,3", "-f", "json"))
+    expected = {(r["model"], r["system"]): r for r in cli}
+    index = (site / "index.html").read_text()
+    table = html_table(index, "<h2>Headline")
+    assert {(r["model"], r["system"]) for r in table} == set(expected)
+    assert "e2e spread" not in table[0]
+    for r in table:
+        want = expected[(r["model"], r["system"])]
+        for column, figure in FIGURE_COLUMNS.items():
+            assert r[column] == shown(want, figure), (r["model"], r["system"], column)
+    widths = [r["end to end"] for r in table if r["system"] == "sys-a"]
+    assert widths and all(" ± " in w and not w.endswith(" ± 0.00") for w in widths)  # real samples: a width
+    assert all(r["end to end"].endswith(" ± 0.00 (disturbed)") for r in table if r["system"] == "sys-b")
+    assert 'class="num disturbed"' in index
+    caption = html.unescape(index)
+    assert "± half-width of the 95% confidence interval" in caption and "(disturbed): the host's speed" in caption
+
+
+def test_the_model_page_prints_every_stack_as_the_cli_does(site, db, models):
+    argv = ("analyze", "lower-bound", *models, "--db", db, "--system", "all", "--stack", "all", "-g", "1,3")
+    expected = {(r["system"], r["stack_id"]): r for r in json_of(invoke(*argv, "-f", "json")) if r["model"] == "chain"}
+    table = html_table((site / "models" / "chain.html").read_text(), "every system and stack")
+    assert {(r["system"], r["stack"]) for r in table} == set(expected) and len(expected) == 3
+    for r in table:
+        want = expected[(r["system"], r["stack"])]
+        for column, figure in (*FIGURE_COLUMNS.items(), ("unfused", "sequential_unfused_ms")):
+            assert r[column] == shown(want, figure), (r["system"], r["stack"], column)
+    rows = read_csv(site / "csv" / "model_chain_figures.csv")
+    assert {"intervals.e2e_ms.low", "intervals.e2e_ms.high", "intervals.composed_ms.3.high"} <= set(rows[0])
+
+
+def test_the_bounds_chart_draws_intervals(site):
+    chart = (site / "figures" / "headline.svg").read_text()
+    assert "error bar: 95% interval" in chart and "disturbed measurement" in chart
+    assert "p10-p90" not in chart
+    page = (site / "models" / "chain.html").read_text()
+    assert "Error bars: the 95% confidence interval" in page and "p10-p90 of its samples" not in page
 
 
 def test_index_answers_first(site, db, models):
@@ -158,11 +243,13 @@ def test_index_answers_first(site, db, models):
     index = (site / "index.html").read_text()
     first_answer = index.index('class="answer"')
     assert first_answer < index.index("<table") and first_answer < index.index('<img class="figure"')
+    rows = json_of(invoke(*(a for a in argv if a != "--compare")))
     for c in json_of(invoke(*argv)):
-        best = next(s for s in c["systems"] if s["system"] == c["fastest"])
+        best = next(r for r in rows if (r["model"], r["system"]) == (c["model"], c["fastest"]))
         sentence = index[index.index(f">{c['model']}</a> at batch 1 on {c['fastest']}") :].split("</div>")[0]
-        assert f"could run in <b>{best['sequential_ms']:,.3g} ms</b>" in sentence
-        assert f"runs in <b>{best['e2e_ms']:,.3g} ms</b> end to end" in sentence
+        assert f"could run in <b>{shown(best, 'sequential_ms', ' ms')}</b>" in sentence
+        assert f"runs in <b>{shown(best, 'e2e_ms', ' ms')}</b> end to end" in sentence
+        assert " ± " in sentence
         assert "Why not faster: the runtime" in sentence
 
 
@@ -183,6 +270,15 @@ def test_model_page_breakdown_and_history(site, models):
     assert kernel == sorted(kernel, reverse=True)  # largest first
     assert sum(float(r["share"]) for r in units) == pytest.approx(1.0)
     assert all(r["flops"] != "" for r in units if r["op"].startswith("Conv"))
+    for r in units:  # constant samples: an interval of no width around the kernel time
+        assert float(r["intervals.kernel_ms.low"]) == pytest.approx(float(r["kernel_ms"]))
+        assert float(r["intervals.kernel_ms.high"]) == pytest.approx(float(r["kernel_ms"]))
+    measured = read_csv(site / "csv" / "model_chain_sys-a_b1_units.csv")
+    assert all(float(r["intervals.kernel_ms.low"]) <= float(r["kernel_ms"]) for r in measured)
+    assert any(float(r["intervals.kernel_ms.high"]) > float(r["kernel_ms"]) for r in measured)
+    cells = html_table((site / "models" / "chain.html").read_text(), "Where the time goes: sys-a")
+    assert len(cells) == len(measured) and "p10-p90" not in cells[0]
+    assert all(" ± " in c["kernel ms"] for c in cells)
     history = read_csv(site / "csv" / "model_chain_b1_history.csv")
     points = json.loads(history[0]["points"])
     sys_b = [(p["system"], p["stack_id"]) for p in points if p["system"] == "sys-b"]

@@ -72,6 +72,7 @@ class UnitCost:
     layers: tuple[int, ...]
     kernel_ms: float | None
     call_ms: float | None
+    kernel_interval: Interval | None = None  # of kernel_ms
 
 
 @dataclass(frozen=True)
@@ -183,9 +184,10 @@ def lower_bound(
     covered = [False] * len(graph.layers)
     for u, (members, key) in enumerate(zip(plan.units, plan.unit_keys, strict=True)):
         rec = results.get(key)
-        kernel, call = _ms(rec, "kernel"), _ms(rec, "call")
+        kernel_figure, call = _figure(rec, "kernel"), _ms(rec, "call")
+        kernel = None if kernel_figure is None else kernel_figure.value
         ops = "+".join(graph.layers[i].op_type for i in members)
-        units.append(UnitCost(u, f"{graph.layers[members[-1]].name} ({ops})", members, kernel, call))
+        units.append(UnitCost(u, f"{graph.layers[members[-1]].name} ({ops})", members, kernel, call, kernel_figure))
         if kernel is not None:
             layer_cost[members[-1]] = kernel
             for i in members:

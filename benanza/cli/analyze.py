@@ -63,7 +63,7 @@ from benanza.local import repro_targets
 from benanza.report.bench import lower_bound_table
 from benanza.report.compare import comparison_table, systems_tables
 from benanza.report.optimize import op_type_table, optimizations_table
-from benanza.report.output import OutputFormat, console, emit
+from benanza.report.output import DISTURBED_NOTE, OutputFormat, console, emit
 from benanza.report.plots import lower_bound_bars, unit_breakdown
 from benanza.report.regressions import regression_documents, regression_group, regression_rows
 
@@ -176,10 +176,7 @@ def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None
     elif not emit(format, [r.to_dict() for r in rows]):
         console().print(lower_bound_table(rows, by_system=by_system))
         if any(r.disturbed for r in rows):
-            console().print(
-                "(disturbed): the host's speed changed while a measurement it is built from ran, and again when"
-                " measured again: not a figure to trust; measure again on a quieter machine"
-            )
+            console().print(f"{DISTURBED_NOTE}; measure again on a quieter machine")
         for r in rows:
             for check in r.checks:
                 console().print(f"check: {r.model} (batch {r.batch_size}): {check}")

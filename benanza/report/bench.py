@@ -9,16 +9,7 @@ from rich.table import Table
 
 from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE
-from benanza.report.output import fmt_interval, table
-
-DISTURBED_MARK = " (disturbed)"
-
-
-def figure_cell(row: LowerBound, figure: str, value: float | None) -> str:
-    """A figure as ``42.1 ± 0.4`` (its interval's half-width), marked where its measurement was disturbed."""
-    interval = row.interval(figure)
-    text = fmt_interval(value, *((interval.low, interval.high) if interval is not None else ()))
-    return text + DISTURBED_MARK if value is not None and figure in row.disturbed else text
+from benanza.report.output import figure_cell, table
 
 
 def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Table:

@@ -14,10 +14,20 @@ import math
 import sys
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from benanza.analysis.lower_bound import LowerBound
+    from benanza.bench.stats import Interval
+
+DISTURBED_MARK = " (disturbed)"
+DISTURBED_NOTE = (
+    "(disturbed): the host's speed changed while a measurement it is built from ran, and again when"
+    " measured again: not a figure to trust"
+)
 
 
 class OutputFormat(StrEnum):
@@ -115,6 +125,21 @@ def fmt_interval(value: float | None, low: float | None = None, high: float | No
     if half > 0 and round(half, decimals) == 0:
         decimals = max(decimals, -math.floor(math.log10(half)))
     return f"{value:,.{decimals}f} ± {half:.{decimals}f}"
+
+
+def fmt_figure(value: float | None, interval: Interval | None) -> str:
+    """``fmt_interval`` of a figure and its ``Interval`` (the value alone where none is known)."""
+    return fmt_interval(value, *((interval.low, interval.high) if interval is not None else ()))
+
+
+def figure_cell(row: LowerBound, figure: str, value: float | None, unit: str = "") -> str:
+    """A figure of ``row`` as ``42.1 ± 0.4`` (its interval's half-width) followed by ``unit``, marked
+    ``(disturbed)`` where the harness found its measurement disturbed: the CLI's tables and the
+    report's pages print a figure the same way."""
+    text = fmt_figure(value, row.interval(figure))
+    if value is None:
+        return text
+    return text + unit + (DISTURBED_MARK if figure in row.disturbed else "")
 
 
 def fmt(value: Any) -> str:

@@ -28,13 +28,16 @@ from typing import Any
 
 from benanza import __version__
 from benanza.analysis.compare import flatten
+from benanza.analysis.lower_bound import LowerBound
+from benanza.bench.stats import CONFIDENCE, Interval
 from benanza.errors import UsageError
 from benanza.report import site_plots
-from benanza.report.output import fmt, write_csv
+from benanza.report.output import DISTURBED_MARK, DISTURBED_NOTE, figure_cell, fmt, fmt_figure, write_csv
 from benanza.survey import ModelFigures, Survey, SystemFigures
 
-FIGURE_STYLE = 1  # bump when a figure's drawing changes, so an incremental report redraws it
+FIGURE_STYLE = 2  # bump when a figure's drawing changes, so an incremental report redraws it
 BREAKDOWN_ROWS = 30  # units listed per system on a model page (the CSV has all)
+INTERVAL_NOTE = f"± half-width of the {CONFIDENCE:.0%} confidence interval"
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,25 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.3g} ms" if value < 1000 else f"{value:,.0f} ms"
 
 
-def _spread(s) -> str:
-    return "-" if s is None else f"{s.low_ms:.3g}-{s.high_ms:.3g}"
+def _figure(row: LowerBound, figure: str, value: float | None) -> dict:
+    """A table cell of one of ``row``'s figures, as the CLI prints it: ``42.1 ± 0.4``, marked when disturbed.
+
+    The mark goes on a line of its own under the figure, as in the CLI's table, so a column stays narrow.
+    """
+    if value is None or figure not in row.disturbed:
+        return _c(figure_cell(row, figure, value), num=True)
+    return _c(fmt_figure(value, row.interval(figure)), cls="num disturbed") | {"mark": DISTURBED_MARK.strip()}
+
+
+def _figures_note(rows: Iterable[LowerBound]) -> str:
+    """What a lower-bound table's cells mean: ms with ± the interval's half-width, and ``(disturbed)`` if any is."""
+    disturbed = any(r.disturbed for r in rows)
+    return f"ms, {INTERVAL_NOTE}" + (f"; {DISTURBED_NOTE}" if disturbed else "")
+
+
+def _ms_of(row: LowerBound, figure: str, value: float) -> str:
+    """A figure of ``row`` in a sentence: ``42.1 ± 0.4 ms``, marked when disturbed."""
+    return figure_cell(row, figure, value, unit=" ms")
 
 
 class _Site:
@@ -161,7 +181,12 @@ class _Site:
             for s in self.survey.systems
         ]
         html = self.env.get_template(template).render(
-            survey=self.survey, version=__version__, root=root, nav_systems=nav, **context
+            survey=self.survey,
+            version=__version__,
+            root=root,
+            nav_systems=nav,
+            confidence=f"{CONFIDENCE:.0%}",
+            **context,
         )
         path = self.out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -198,15 +223,15 @@ class _Site:
         row = fig.row
         parts = [f"{subject} at batch {m.batch_size} on {escape(row.system)}"]
         if row.sequential_ms is not None:
-            could = f"could run in <b>{_ms(row.sequential_ms)}</b> (sum of its kernels"
+            could = f"could run in <b>{_ms_of(row, 'sequential_ms', row.sequential_ms)}</b> (sum of its kernels"
             if row.parallel_ms is not None and row.parallel_ms < row.sequential_ms * 0.995:
-                could += f"; {_ms(row.parallel_ms)} with independent layers in parallel"
+                could += f"; {_ms_of(row, 'parallel_ms', row.parallel_ms)} with independent layers in parallel"
             parts.append(could + ")")
         else:
             parts.append(f"has no lower bound ({row.coverage:.0%} of its nodes measured)")
         if row.e2e_ms is not None:
             ratio = f": {row.e2e_ms / row.sequential_ms:.2f}x its lower bound" if row.sequential_ms else ""
-            parts.append(f"and runs in <b>{_ms(row.e2e_ms)}</b> end to end{ratio}")
+            parts.append(f"and runs in <b>{_ms_of(row, 'e2e_ms', row.e2e_ms)}</b> end to end{ratio}")
         sentence = " ".join(parts[:1]) + " " + " ".join(parts[1:]) + "."
         top = next((u for u in fig.breakdown if u.share is not None), None)
         if top is not None:
@@ -266,7 +291,7 @@ class _Site:
         )
         grans = sorted({g for _, f in latest for g in f.row.composed_ms})
         headline = {
-            "caption": "ms; e2e spread: 10th-90th percentile of its samples; gap: end to end / lower bound",
+            "caption": f"{_figures_note(f.row for _, f in latest)}; gap: end to end / lower bound",
             "csv": self.csv("headline", [f.to_dict() | {"units": None} for _, f in latest], root),
             "columns": [
                 _col("model"),
@@ -276,7 +301,6 @@ class _Site:
                 _col("parallel", True),
                 *[_col(f"composed G={g}", True) for g in grans],
                 _col("end to end", True),
-                _col("e2e spread", True),
                 _col("gap", True),
                 _col("coverage", True),
             ],
@@ -285,11 +309,10 @@ class _Site:
                     _c(m.model, href=self.model_link(m.model, root)),
                     _c(m.batch_size, num=True),
                     self.system_cell(f.row.system, root),
-                    _c(f.row.sequential_ms, num=True),
-                    _c(f.row.parallel_ms, num=True),
-                    *[_c(f.row.composed_ms.get(g), num=True) for g in grans],
-                    _c(f.row.e2e_ms, num=True),
-                    _c(_spread(f.e2e_spread), num=True),
+                    _figure(f.row, "sequential_ms", f.row.sequential_ms),
+                    _figure(f.row, "parallel_ms", f.row.parallel_ms),
+                    *[_figure(f.row, f"composed_ms[{g}]", f.row.composed_ms.get(g)) for g in grans],
+                    _figure(f.row, "e2e_ms", f.row.e2e_ms),
                     _c(_ratio(f.row.e2e_ms, f.row.sequential_ms), num=True),
                     _c(f"{f.row.coverage:.0%}", num=True),
                 ]
@@ -443,10 +466,8 @@ class _Site:
         )
         every = [(m, r) for m in batches for r in m.every_stack]
         grans = sorted({g for _, r in every for g in r.composed_ms})
-        spreads = {(f.row.system, f.row.stack_id, m.batch_size): f.e2e_spread for m in batches for f in m.latest}
         figures = {
-            "caption": "ms, every system and stack; e2e spread: 10th-90th percentile of its samples "
-            "(latest stacks); gap: end to end / lower bound",
+            "caption": f"every system and stack; {_figures_note(r for _, r in every)}; gap: end to end / lower bound",
             "csv": self.csv(f"model_{key}_figures", [r for _, r in every], root),
             "columns": [
                 _col("system"),
@@ -457,7 +478,6 @@ class _Site:
                 _col("parallel", True),
                 *[_col(f"composed G={g}", True) for g in grans],
                 _col("end to end", True),
-                _col("e2e spread", True),
                 _col("gap", True),
                 _col("coverage", True),
             ],
@@ -466,12 +486,11 @@ class _Site:
                     self.system_cell(r.system, root),
                     _c(r.stack_id),
                     _c(m.batch_size, num=True),
-                    _c(r.sequential_ms, num=True),
-                    _c(r.sequential_unfused_ms, num=True),
-                    _c(r.parallel_ms, num=True),
-                    *[_c(r.composed_ms.get(g), num=True) for g in grans],
-                    _c(r.e2e_ms, num=True),
-                    _c(_spread(spreads.get((r.system, r.stack_id, m.batch_size))), num=True),
+                    _figure(r, "sequential_ms", r.sequential_ms),
+                    _figure(r, "sequential_unfused_ms", r.sequential_unfused_ms),
+                    _figure(r, "parallel_ms", r.parallel_ms),
+                    *[_figure(r, f"composed_ms[{g}]", r.composed_ms.get(g)) for g in grans],
+                    _figure(r, "e2e_ms", r.e2e_ms),
                     _c(_ratio(r.e2e_ms, r.sequential_ms), num=True),
                     _c(f"{r.coverage:.0%}", num=True),
                 ]
@@ -590,7 +609,7 @@ class _Site:
             )
         table = {
             "caption": f"{len(units)} units the runtime executes, largest first; share of the sum of their kernel "
-            "times; kernel time p10, spread to p90 of its samples",
+            f"times; kernel time: the 10th percentile of its samples, {INTERVAL_NOTE}",
             "csv": self.csv(f"model_{tag}_units", units, root),
             "columns": [
                 _col("unit"),
@@ -599,7 +618,6 @@ class _Site:
                 _col("output shapes"),
                 _col("MFLOPs", True),
                 _col("kernel ms", True),
-                _col("p10-p90", True),
                 _col("share", True),
             ],
             "rows": [
@@ -609,8 +627,7 @@ class _Site:
                     _c(", ".join("x".join(map(str, s)) or "scalar" for s in u.input_shapes)),
                     _c(", ".join("x".join(map(str, s)) or "scalar" for s in u.output_shapes)),
                     _c(None if u.flops is None else u.flops / 1e6, num=True),
-                    _c(u.kernel_ms, num=True),
-                    _c(_spread(u.kernel_spread), num=True),
+                    _c(fmt_figure(u.kernel_ms, u.kernel_interval), num=True),
                     _c(f"{u.share:.1%}" if u.share is not None else "-", num=True),
                 ]
                 for u in units[:BREAKDOWN_ROWS]
@@ -892,21 +909,29 @@ def _model_count(m) -> dict[str, Any]:
     return {"model": m.model, "layers": m.layers, "unique_layers": m.unique_layers, "unsupported": m.unsupported}
 
 
-def _bound_entry(label: str, figure: SystemFigures) -> tuple[Any, ...]:
-    """One bar of a bounds chart: label, system, sequential bound, composed (smallest G), e2e, e2e spread."""
-    row, spread = figure.row, figure.e2e_spread
-    return (
-        label,
-        row.system,
-        row.sequential_ms,
-        _smallest_g(row.composed_ms),
-        row.e2e_ms,
-        (spread.low_ms, spread.high_ms) if spread else None,
+def _bound_entry(label: str, figure: SystemFigures) -> site_plots.BoundsRow:
+    """One row of a bounds chart: the sequential bound, the composition at the smallest G and end to end."""
+    row = figure.row
+    g = min(row.composed_ms) if row.composed_ms else None
+    composed = None if g is None else _with_interval(row, f"composed_ms[{g}]", row.composed_ms[g])
+    disturbed = [name for name in ("sequential_ms", "e2e_ms") if name in row.disturbed]
+    if g is not None and f"composed_ms[{g}]" in row.disturbed:
+        disturbed.append("composed")
+    return site_plots.BoundsRow(
+        label=label,
+        system=row.system,
+        bound=_with_interval(row, "sequential_ms", row.sequential_ms),
+        composed=composed,
+        e2e=_with_interval(row, "e2e_ms", row.e2e_ms),
+        disturbed=tuple(disturbed),
     )
 
 
-def _smallest_g(composed: Mapping[int, float | None]) -> float | None:
-    return composed[min(composed)] if composed else None
+def _with_interval(row: LowerBound, figure: str, value: float | None) -> Interval | None:
+    """``figure`` with its interval; a figure stored without one is a point (no error bar)."""
+    if value is None:
+        return None
+    return row.interval(figure) or Interval.point(value)
 
 
 def _ratio(num: float | None, den: float | None) -> str:

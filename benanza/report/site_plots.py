@@ -1,17 +1,19 @@
 """The report site's figures as SVG (matplotlib, headless, no network).
 
 Every figure takes analysis values and a colour per system (``system_colors``, the same on
-every page); whiskers are drawn only where a figure is one record's statistic and the
-record holds the spread of its samples (``analysis.breakdown.Spread``).
+every page). Each figure's confidence interval (``LowerBound.intervals``, a unit's
+``UnitShare.kernel_interval``) is drawn as an error bar.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from benanza.analysis.breakdown import UnitShare
 from benanza.analysis.optimize import Optimizations
+from benanza.bench.stats import CONFIDENCE, Interval
 
 SPEEDUPS = ("fusion", "parallel", "framework_gap", "algorithm_selection", "tensor_cores", "combined")
 
@@ -52,38 +54,69 @@ def system_colors(names: Sequence[str]) -> dict[str, str]:
     return {name: to_hex(palette(i % palette.N)) for i, name in enumerate(ordered)}
 
 
-def bounds_chart(
-    entries: Sequence[tuple[str, str, float | None, float | None, float | None, tuple[float, float] | None]],
-    colors: Mapping[str, str],
-    path: Path,
-    title: str,
-) -> Path:
-    """Per row (label, system, lower bound, composed, e2e, e2e spread): e2e bar, lower bound inside, composed mark.
+@dataclass(frozen=True, slots=True)
+class BoundsRow:
+    """One row of a bounds chart: a model on a system, its figures (ms) with their intervals.
+
+    A figure without a known interval is an ``Interval.point`` (no error bar); ``disturbed``
+    names the figures (``"sequential_ms"``, ``"composed"``, ``"e2e_ms"``) whose measurement
+    the harness found disturbed: they are drawn hatched.
+    """
+
+    label: str
+    system: str
+    bound: Interval | None  # the sequential lower bound
+    composed: Interval | None  # DLBricks composition at the smallest G
+    e2e: Interval | None
+    disturbed: tuple[str, ...] = ()
+
+
+def _error(ax, figure: Interval, y: float) -> None:
+    """The figure's interval as an error bar at height ``y``; none where the interval has no width."""
+    if figure.high > figure.low:
+        err = [[max(figure.value - figure.low, 0.0)], [max(figure.high - figure.value, 0.0)]]
+        ax.errorbar([figure.value], [y], xerr=err, fmt="none", ecolor="#222222", elinewidth=0.9, capsize=2.5)
+
+
+def bounds_chart(rows: Sequence[BoundsRow], colors: Mapping[str, str], path: Path, title: str) -> Path:
+    """Per row: e2e bar, lower bound inside it, composed mark; each with its interval as an error bar.
 
     The gap between the inner (lower bound) and outer (end to end) bar is the time the
-    runtime spends beyond its kernels. Log scale: models differ by orders of magnitude.
+    runtime spends beyond its kernels; where the error bars of the two overlap, the gap is
+    within the noise of the measurements. Log scale: models differ by orders of magnitude.
     """
     plt = _pyplot()
-    n = len(entries)
-    fig, ax = plt.subplots(figsize=(8.5, 0.42 * n + 1.3))
+    n = len(rows)
+    fig, ax = plt.subplots(figsize=(8.5, 0.5 * n + 1.3))
     ys = list(range(n))[::-1]
     labelled: set[str] = set()
-    for y, (_label, system, bound, composed, e2e, spread) in zip(ys, entries, strict=True):
-        color = colors.get(system, "#777777")
-        if e2e is not None:
-            err = None
-            if spread is not None:
-                err = [[max(e2e - spread[0], 0.0)], [max(spread[1] - e2e, 0.0)]]
-            ax.barh(y, e2e, height=0.7, color=color, alpha=0.45, xerr=err, ecolor="#333333", capsize=2)
-        if bound is not None:
-            ax.barh(y, bound, height=0.34, color=color, edgecolor="#222222", linewidth=0.5)
-        if composed is not None:
-            ax.plot([composed], [y], marker="D", color="#222222", markersize=4, linestyle="none")
-        if e2e is None and bound is None:
+    for y, row in zip(ys, rows, strict=True):
+        color = colors.get(row.system, "#777777")
+        if row.e2e is not None:
+            hatch = "///" if "e2e_ms" in row.disturbed else None
+            ax.barh(y, row.e2e.value, height=0.7, color=color, alpha=0.45, hatch=hatch)
+            _error(ax, row.e2e, y + 0.24)  # in the outer bar, above the inner one
+        if row.bound is not None:
+            hatch = "///" if "sequential_ms" in row.disturbed else None
+            ax.barh(y, row.bound.value, height=0.3, color=color, edgecolor="#222222", linewidth=0.5, hatch=hatch)
+            _error(ax, row.bound, y)
+        if row.composed is not None:
+            face = "white" if "composed" in row.disturbed else "#222222"
+            ax.plot(
+                [row.composed.value],
+                [y - 0.24],
+                marker="D",
+                color="#222222",
+                markerfacecolor=face,
+                markersize=4,
+                linestyle="none",
+            )
+            _error(ax, row.composed, y - 0.24)
+        if row.e2e is None and row.bound is None:
             ax.text(0.01, y, "no figures", transform=ax.get_yaxis_transform(), va="center", fontsize=7)
-        labelled.add(system)
-    ax.set_yticks(ys, [e[0] for e in entries])
-    values = [v for e in entries for v in (e[2], e[4]) if v]
+        labelled.add(row.system)
+    ax.set_yticks(ys, [r.label for r in rows])
+    values = [f.value for r in rows for f in (r.bound, r.e2e) if f is not None and f.value]
     if values and max(values) / min(values) > 30:  # orders of magnitude apart: log, or the small ones vanish
         ax.set_xscale("log")
         ax.set_xlabel("latency (ms, log scale)")
@@ -95,30 +128,30 @@ def bounds_chart(
 
     legend = [Patch(facecolor=colors[s], label=s) for s in sorted(labelled) if s in colors]
     legend += [
-        Patch(facecolor="#999999", alpha=0.45, label="end to end (whisker: p10-p90)"),
+        Patch(facecolor="#999999", alpha=0.45, label="end to end"),
         Patch(facecolor="#999999", edgecolor="#222222", label="lower bound"),
+        plt.Line2D([], [], marker="D", color="#222222", linestyle="none", label="composed (DLBricks)"),
+        plt.Line2D([], [], color="#222222", linewidth=0.9, label=f"error bar: {CONFIDENCE:.0%} interval"),
     ]
-    legend.append(plt.Line2D([], [], marker="D", color="#222222", linestyle="none", label="composed (DLBricks)"))
+    if any(r.disturbed for r in rows):
+        legend.append(Patch(facecolor="white", edgecolor="#222222", hatch="///", label="disturbed measurement"))
     ax.legend(handles=legend, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.9)
     return _save(plt, fig, path)
 
 
 def breakdown_chart(units: Sequence[UnitShare], color: str, path: Path, title: str, top: int = 15) -> Path:
-    """The ``top`` units by kernel time (ms), each labelled with its share of the bound; whisker p10-p90."""
+    """The ``top`` units by kernel time (ms), each labelled with its share of the bound; error bar: its interval."""
     plt = _pyplot()
     shown = [u for u in units if u.kernel_ms is not None][:top][::-1]
     fig, ax = plt.subplots(figsize=(8.5, 0.32 * len(shown) + 1.2))
-    values = [u.kernel_ms for u in shown]
-    errs = [
-        [0.0 for _ in shown],
-        [max(u.kernel_spread.high_ms - (u.kernel_ms or 0.0), 0.0) if u.kernel_spread else 0.0 for u in shown],
-    ]
-    ax.barh(range(len(shown)), values, color=color, xerr=errs, ecolor="#333333", capsize=2)
-    ax.set_yticks(range(len(shown)), [f"{u.op} {_shape(u)}"[:60] for u in shown], fontsize=7)
+    ax.barh(range(len(shown)), [u.kernel_ms for u in shown], color=color)
     for y, u in enumerate(shown):
-        end = max(u.kernel_ms or 0.0, u.kernel_spread.high_ms if u.kernel_spread else 0.0)
+        if u.kernel_interval is not None:
+            _error(ax, u.kernel_interval, y)
+        end = max(u.kernel_ms or 0.0, u.kernel_interval.high if u.kernel_interval else 0.0)
         ax.text(end, y, f"  {u.share:.1%}" if u.share is not None else "", va="center", fontsize=7)
-    ax.set_xlabel("kernel time (ms, p10; whisker to p90)")
+    ax.set_yticks(range(len(shown)), [f"{u.op} {_shape(u)}"[:60] for u in shown], fontsize=7)
+    ax.set_xlabel(f"kernel time (ms, p10; error bar: its {CONFIDENCE:.0%} interval)")
     ax.set_title(title, loc="left", fontsize=10)
     return _save(plt, fig, path)
 
