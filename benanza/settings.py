@@ -70,9 +70,9 @@ class HarnessSettings(BaseModel):
     interleave_group_rule: bool = Field(
         True,
         description="interleaved: stop once each call is within the target of max(itself, the group's floor), or "
-        "sooner once the longest call is within the target of itself and the others' errors together within the "
-        "target of their sum (each within interleave_each_rel_stderr of max(itself, the floor)); false: the first "
-        "rule only",
+        "sooner once the calls of each sum the group serves (the model end to end, its layers, its sequences, its "
+        "fused groups) have errors together within the target of that sum (each within interleave_each_rel_stderr "
+        "of max(itself, the floor)); false: the first rule only",
     )
     interleave_each_rel_stderr: float = Field(
         0.05, ge=0, description="interleaved group rule: the relative error each call may keep"

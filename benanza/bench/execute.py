@@ -206,6 +206,7 @@ def run_interleaved(
             settings,
             untimed=[prof.run if prof is not None else None for _, _, prof in live],
             untimed_runs=settings.kernel_runs,
+            parts=[specs[i].kind for i, _, _ in live],  # the model, its layers, sequences, fused groups: a sum each
         )
         for (i, prepared, profiler), timing in zip(live, rounds.timings, strict=True):
             if isinstance(timing, Exception):

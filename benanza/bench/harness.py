@@ -55,7 +55,7 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -345,6 +345,7 @@ class _Track:
     m2: float = 0.0
     spent_ns: int = 0  # warm-up, calibration and samples of this call
     error: Exception | None = None
+    part_of: Hashable = None  # the sum (composition) of the group this call is part of
 
     def add(self, duration: int) -> None:
         assert self.durations is not None
@@ -389,6 +390,7 @@ def measure_interleaved(
     untimed_runs: int = 0,
     clock: Callable[[], int] = time.perf_counter_ns,
     seed: int = 0,
+    parts: Sequence[Hashable] | None = None,
 ) -> Rounds:
     """Time several calls in shuffled rounds, one sample of each call per round.
 
@@ -408,8 +410,8 @@ def measure_interleaved(
       group's average call and its longest call over sqrt(calls) (``_settle_floor``: a call
       far shorter than the rest weighs little in any sum, so its relative error may be larger),
       or, with ``interleave_group_rule``, whichever comes first of that and ``_group_settled``
-      (the longest call to the target of itself, the others' errors together to the target of
-      their sum), so the group rule never samples longer than the per-call rule;
+      (the calls of each sum in ``parts`` known together to the target of that sum), so the
+      group rule never samples longer than the per-call rule;
     - ``max_samples``: ``max_samples`` rounds;
     - ``time_cap``: ``max_time_s`` per call of wall time since the start (the group has the
       budget its calls would have one after another). At least one round always runs.
@@ -421,6 +423,8 @@ def measure_interleaved(
             the whole measurement (see ``Rounds``) until ``untimed_runs`` of them are kept,
             so that kernel times cover the same period as the samples.
         seed: the shuffle's seed; rounds are reproducible in order.
+        parts: per call, the sum it is part of (for instance its kind: the model end to end, its
+            layers, its sequences), for the group rule (``_group_settled``); None: one sum.
 
     Returns:
         ``Rounds``: per call its ``Timing`` or the exception it (or its companion) raised (a
@@ -428,7 +432,11 @@ def measure_interleaved(
     """
     if untimed is not None and len(untimed) != len(fns):
         raise ValueError("untimed needs one entry per call")
-    tracks = [_Track(fn, untimed[i] if untimed else None) for i, fn in enumerate(fns)]
+    if parts is not None and len(parts) != len(fns):
+        raise ValueError("parts needs one entry per call")
+    tracks = [
+        _Track(fn, untimed[i] if untimed else None, part_of=parts[i] if parts else None) for i, fn in enumerate(fns)
+    ]
     repeat = itertools.repeat
     start = clock()
     deadline = start + round(settings.max_time_s * 1e9) * max(len(fns), 1)
@@ -515,33 +523,31 @@ def _speed_index(tracks: Sequence[_Track]) -> list[float]:
 
 
 def _group_settled(tracks: Sequence[_Track], settings: HarnessSettings, floor: float) -> bool:
-    """The group rule (``interleave_group_rule``): the longest call and the sum of the others known to the target.
+    """The group rule (``interleave_group_rule``): every sum the group serves known to the target of itself.
 
-    A group serves two figures: its longest call (the model end to end, where the group has it)
-    and the sum of its other calls (the composition), compared with each other. So the longest
-    call is known to ``target_rel_stderr`` of itself, and the other calls' standard errors
-    together, in quadrature, to ``target_rel_stderr`` of the larger of their sum and the longest
-    call. The error budget goes where the noise is, instead of every call reaching the target
-    alone, so one noisy call no longer keeps the whole group sampling. Each call is still known to
-    ``interleave_each_rel_stderr`` of the larger of itself and the group's floor
-    (``_settle_floor``), and has ``min_samples`` samples. The longest call's own error is not in
-    the others' budget: with it there, a group whose model is as noisy as the target alone could
-    never settle and ran to its time cap (the README's main command took 1.9x as long).
+    A group's calls make up sums that are compared with each other: the model end to end (a sum
+    of one call), its layers (the DLBricks composition at G = 1), its longer sequences, its fused
+    groups. Each ``_Track.part_of`` names the sum a call belongs to (one sum for the whole group
+    where the caller named none). The group is settled once, for every sum, its calls' standard
+    errors together, in quadrature, are within ``target_rel_stderr`` of the sum itself: the error
+    budget goes where the noise is, instead of every call reaching the target alone, so one noisy
+    layer no longer keeps a hundred others sampling, and the model's own error is not in its
+    layers' budget. Each call is still known to ``interleave_each_rel_stderr`` of the larger of
+    itself and the group's floor (``_settle_floor``), and has ``min_samples`` samples.
     """
     if not tracks or any(t.n < settings.min_samples for t in tracks):
         return False
-    target = settings.target_rel_stderr
-    means = [t.per_call() for t in tracks]
-    errors = [t.stderr_per_call() for t in tracks]
-    longest = max(range(len(tracks)), key=means.__getitem__)
-    if errors[longest] > target * means[longest]:
-        return False
     each = settings.interleave_each_rel_stderr
-    if any(e > each * max(m, floor) for e, m in zip(errors, means, strict=True)):
-        return False
-    others = math.fsum(e * e for i, e in enumerate(errors) if i != longest)
-    reference = max(means[longest], math.fsum(means) - means[longest])
-    return math.sqrt(others) <= target * reference
+    sums: dict[Hashable, list[float]] = {}  # part -> [sum of means, sum of squared errors]
+    for t in tracks:
+        m, e = t.per_call(), t.stderr_per_call()
+        if e > each * max(m, floor):
+            return False
+        acc = sums.setdefault(t.part_of, [0.0, 0.0])
+        acc[0] += m
+        acc[1] += e * e
+    target = settings.target_rel_stderr
+    return all(math.sqrt(var) <= target * total for total, var in sums.values())
 
 
 def _settle_floor(calls: Sequence[float]) -> float:
