@@ -22,7 +22,13 @@ from benanza.bench.harness import (
     measure_interleaved,
 )
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.bench.stats import TRIM_PROPORTION, describe, trimmed_mean_sorted, trimmed_stderr_sorted
+from benanza.bench.stats import (
+    TRIM_PROPORTION,
+    describe,
+    statistic_interval,
+    trimmed_mean_sorted,
+    trimmed_stderr_sorted,
+)
 from benanza.errors import UsageError
 from benanza.runtimes import base
 from benanza.runtimes.base import Prepared, Runtime, get_runtime
@@ -531,3 +537,14 @@ def test_device_samples_stop_at_the_wall_clock_cap() -> None:
     assert t.iterations == 1  # a 1 ms run already lasts 200 us
     assert len(t.samples) == 5000  # 10 us of wall time per run, 50 ms cap
     assert sorted({round(x, 9) for x in t.samples}) == [1e-3, 3e-3]
+
+
+def test_an_interleaved_group_past_its_time_cap_still_takes_three_rounds() -> None:
+    # a 126 ms call alone with a 0.5 s cap: warm-up and calibration spend the budget, yet three samples
+    # are taken, so its trimmed mean has an interval (one sample would be printed "126 ± 0")
+    clock = FakeClock()
+    s = settings(warmup_runs=3, min_samples=10, max_time_s=0.5, min_sample_time_s=0.0)
+    t = measure_interleaved([clock.call_taking(126_000_000, 130_000_000, 128_000_000)], s, clock=clock).timings[0]
+    assert (t.stopped_by, t.stats.n) == ("time_cap", 3)
+    interval = statistic_interval(t.samples, "trimmed_mean")
+    assert interval is not None and interval.high > interval.low

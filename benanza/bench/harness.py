@@ -414,7 +414,8 @@ def measure_interleaved(
       group rule never samples longer than the per-call rule;
     - ``max_samples``: ``max_samples`` rounds;
     - ``time_cap``: ``max_time_s`` per call of wall time since the start (the group has the
-      budget its calls would have one after another). At least one round always runs.
+      budget its calls would have one after another). At least ``MIN_ROUNDS`` (3) rounds always
+      run, so that every call's trimmed mean has an interval.
 
     Args:
         fns: the prepared calls.
@@ -504,6 +505,12 @@ def measure_interleaved(
             )
         )
     return Rounds(results, discarded + kept)
+
+
+# rounds an interleaved group always takes, past its time cap too: the fewest samples whose 20% trimmed
+# mean has an interval (one sample is a point, two leave no degree of freedom), so no figure is printed
+# "± 0" because a long model end to end spent its budget on its warm-up (vgg19, 126 ms a call, 0.5 s cap)
+MIN_ROUNDS = 3
 
 
 def _speed_index(tracks: Sequence[_Track]) -> list[float]:
@@ -624,7 +631,7 @@ def _rounds(
         if rounds >= settings.max_samples:
             stopped_by = "max_samples"
             break
-        if now >= deadline or not live:
+        if (now >= deadline and rounds >= MIN_ROUNDS) or not live:
             stopped_by = "time_cap"
             break
     return stopped_by, companion_rounds, stride
