@@ -51,11 +51,14 @@ while True:
 """
 
 
-def run_case(name: str, models: list[Path], burst: tuple[float, float] | None) -> dict:
+def run_case(
+    name: str, models: list[Path], burst: tuple[float, float] | None, runtime_options: dict | None = None
+) -> dict:
+    """One case into a fresh database; ``runtime_options`` (e.g. ``{"threads": 1}``): the runtime's defaults if None."""
     settings = default_fleet_config().harness_settings(load_settings())
     burner = None
     with tempfile.TemporaryDirectory(prefix=f"noisy-{name}-") as tmp:
-        ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", {}, settings=settings)
+        ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", runtime_options or {}, settings=settings)
         try:
             plans = plan_models(models, ctx.runtime, (1,), None, MAIN_JOB_GRANULARITIES)
             if burst is not None:

@@ -26,10 +26,8 @@ MODELS = ("light_resnet50", "light_inception_v2", "light_squeezenet", "light_den
 
 def main() -> None:
     threads, case = int(sys.argv[1]), sys.argv[2]
-    open_local = nn.open_local
-    nn.open_local = lambda db, runtime, options, **kw: open_local(db, runtime, {**options, "threads": threads}, **kw)
     models = [p for p in zoo_paths() if p.stem in MODELS]
-    r = nn.run_case(case, models, (0.3, 0.3) if case == "loaded" else None)
+    r = nn.run_case(case, models, (0.3, 0.3) if case == "loaded" else None, {"threads": threads})
     ratios = {m["model"]: round(m["composed_over_e2e"]["1"], 3) for m in r["per_model"]}
     e2e = {m["model"]: round(m["e2e_ms"], 2) for m in r["per_model"]}
     print(f"threads={threads} {case}: G=1 {r['g1']:.1%} composed/e2e {ratios} e2e ms {e2e}", flush=True)

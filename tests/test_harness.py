@@ -328,6 +328,19 @@ def test_interleaved_noise_rule_weighs_a_tiny_call_by_the_groups_average() -> No
     assert measure(tiny, s, clock=clock).stats.n > 500
 
 
+def _rounds_only(**overrides: object) -> HarnessSettings:
+    """Exact rounds on a fake clock: no warm-up, precalls or minimum times, 10 samples, no time cap in reach."""
+    return settings(
+        warmup_runs=0,
+        min_samples=10,
+        min_time_s=0.0,
+        min_sample_time_s=0.0,
+        max_time_s=100.0,
+        interleave_precalls=0,
+        **overrides,
+    )
+
+
 def test_the_group_rule_lets_one_noisy_call_keep_a_larger_error_and_stops_sooner() -> None:
     # a steady 10 ms call (the model), twenty steady 0.2 ms layers and a noisy 1 ms one. Each call to
     # 1% of max(itself, the floor: 10 ms / sqrt(22)) takes the noisy one hundreds of rounds; the
@@ -336,15 +349,7 @@ def test_the_group_rule_lets_one_noisy_call_keep_a_larger_error_and_stops_sooner
         clock = FakeClock()
         calls = [clock.call_taking(10_000_000), *(clock.call_taking(200_000) for _ in range(20))]
         calls.append(clock.call_taking(1_000_000, 1_600_000, 500_000, 1_400_000, 700_000))
-        s = settings(
-            warmup_runs=0,
-            min_samples=10,
-            min_time_s=0.0,
-            min_sample_time_s=0.0,
-            max_time_s=100.0,
-            interleave_precalls=0,
-            interleave_group_rule=rule,
-        )
+        s = _rounds_only(interleave_group_rule=rule)
         return measure_interleaved(calls, s, clock=clock, parts=["model", *["layer"] * 21]).timings
 
     each, grouped = group(False), group(True)
@@ -394,15 +399,7 @@ def test_the_group_rule_never_samples_longer_than_the_per_call_rule(seed: int) -
     def group(rule: bool) -> list[Timing]:
         clock = FakeClock()
         calls = [clock.call_taking(*model), *(clock.call_taking(*d) for d in layers)]
-        s = settings(
-            warmup_runs=0,
-            min_samples=10,
-            min_time_s=0.0,
-            min_sample_time_s=0.0,
-            max_time_s=100.0,
-            interleave_precalls=0,
-            interleave_group_rule=rule,
-        )
+        s = _rounds_only(interleave_group_rule=rule)
         return measure_interleaved(calls, s, clock=clock, seed=seed).timings
 
     each, grouped = group(False), group(True)

@@ -346,10 +346,12 @@ class _Track:
     spent_ns: int = 0  # warm-up, calibration and samples of this call
     error: Exception | None = None
     part_of: Hashable = None  # the sum (composition) of the group this call is part of
+    _ordered: list[int] | None = None  # the durations sorted, until the next sample
 
     def add(self, duration: int) -> None:
         assert self.durations is not None
         self.durations.append(duration)
+        self._ordered = None
         self.n += 1
         delta = duration - self.mean
         self.mean += delta / self.n
@@ -358,13 +360,19 @@ class _Track:
     def per_call(self) -> float:
         return self.mean / self.k
 
+    def ordered(self) -> list[int]:
+        """The durations sorted: once per round, however many rules look at them."""
+        if self._ordered is None:
+            self._ordered = sorted(self.durations or ())
+        return self._ordered
+
     def stderr_per_call(self) -> float:
         """The smaller of its mean's and its 20% trimmed mean's standard error, per call (ns)."""
         n = self.n
         if n < 2:
             return math.inf
         plain = math.sqrt(self.m2 / (n - 1) / n)
-        trimmed = trimmed_stderr_sorted(sorted(self.durations or ()), TRIM_PROPORTION)
+        trimmed = trimmed_stderr_sorted(self.ordered(), TRIM_PROPORTION)
         return min(plain, trimmed) / self.k
 
     def settled(self, min_samples: int, target: float, floor: float) -> bool:
@@ -377,7 +385,7 @@ class _Track:
         scale = max(self.per_call(), floor) * self.k
         if self.m2 / (n - 1) / n <= (target * scale) ** 2:
             return True
-        ordered = sorted(self.durations or ())
+        ordered = self.ordered()
         trimmed = max(trimmed_mean_sorted(ordered, TRIM_PROPORTION), floor * self.k)
         return trimmed_stderr_sorted(ordered, TRIM_PROPORTION) <= target * trimmed
 
