@@ -55,6 +55,7 @@ CORPUS = ROOT / "corpus"
 RESULTS = Path(__file__).parent / "results"
 # (model, models already stored): one more family member, and a variant of a stored model
 FAMILY_ADDITIONS = (
+    ("resnet152", ("resnet18", "resnet34", "resnet50", "resnet101")),
     ("resnet101", ("resnet18", "resnet34", "resnet50")),
     ("resnet50", ("resnet18", "resnet34", "resnet101")),
     ("resnet50_fp16", ("resnet18", "resnet34", "resnet50", "resnet101")),
@@ -62,6 +63,8 @@ FAMILY_ADDITIONS = (
     ("bert_fp16", ("bert", "roberta", "distilbert")),
     ("gpt2_int8_dynamic", ("gpt2", "bert", "bert_int8_dynamic")),
     ("vit_small_patch16_224", ("deit_tiny_patch16_224", "yolos_tiny")),
+    ("convnext_small", ("convnext_tiny",)),
+    ("swin_small_patch4_window7_224", ("swin_tiny_patch4_window7_224",)),
     ("light_zfnet512", ("light_bvlc_alexnet", "light_vgg19")),
 )
 
@@ -72,11 +75,15 @@ class Entry:
     path: Path
     overrides: dict[str, tuple[int, ...]] | None
     fully_benchmarked: bool = True
+    variant: str = "fp32"  # the corpus's variant (fp32, int8_qdq, int8_qop, int8_dynamic, fp16)
 
 
 def corpus_entries() -> list[Entry]:
     manifest = json.loads((CORPUS / "corpus.json").read_text())
-    return [Entry(e["name"], CORPUS / e["file"], parse_shape_overrides(e["shape_args"]) or None) for e in manifest]
+    return [
+        Entry(e["name"], CORPUS / e["file"], parse_shape_overrides(e["shape_args"]) or None, variant=e["variant"])
+        for e in manifest
+    ]
 
 
 def zoo_entries() -> list[Entry]:
@@ -218,6 +225,7 @@ def main() -> None:
         finally:
             ctx.close()
     by_name = {m["model"]: m for m in per_model}
+    variant = {e.name: e.variant for e in entries}
     models = [m["model_spec"] for m in per_model]
     layers = sorted({i for m in per_model for i in m["layers"]})
     groups = sorted({i for m in per_model for i in m["groups"]} - set(layers))
@@ -260,6 +268,13 @@ def main() -> None:
             "(20% trimmed mean per call; DLBricks section 4.2, G = 1)",
             "all_models": dlbricks(per_model, layers),
             "fully_benchmarked_models": dlbricks(complete, complete_layers),
+            # per variant: its models' e2e over the unique layers among them (a layer shared across
+            # variants counts in each), which shows where the corpus repeats and where it does not
+            "by_variant": {
+                v: dlbricks(ms, sorted({i for m in ms for i in m["layers"]}))
+                for v in sorted({variant[m["model"]] for m in per_model})
+                for ms in [[m for m in per_model if variant[m["model"]] == v]]
+            },
         },
         "wall_clock": {
             "whole_models_s": whole_s,
@@ -290,6 +305,9 @@ def main() -> None:
                 "not_benchmarkable": m["not_benchmarkable"],
                 "whole_s": per_spec[m["model_spec"]]["wall_s"],
                 "e2e_ms": 1e3 * (per_spec[m["model_spec"]]["latency_s"] or 0.0),
+                # the unique layers first benchmarked for this model (models in order) and their latency
+                "new_layers": len(new := [i for i in set(m["layers"]) if per_spec[i]["first_for"] == m["model"]]),
+                "new_layers_ms": 1e3 * total(per_spec, new, "latency_s"),
             }
             for m in per_model
         ],
@@ -313,6 +331,11 @@ def main() -> None:
         f"(whole/unique = {w['whole_over_unique_layers'] or 0:.2f}x); with {len(groups)} fused groups "
         f"{layers_s + groups_s:.1f} s ({w['whole_over_layers_and_groups'] or 0:.2f}x)"
     )
+    for v, fig in d["by_variant"].items():
+        print(
+            f"  {v:13s} {fig['models']:3d} models, {fig['unique_layers']:5d} unique layers: "
+            f"{fig['sum_e2e_ms']:8.1f} ms e2e / {fig['sum_unique_layers_ms']:7.1f} ms = {fig['speedup'] or 0:.2f}x"
+        )
     for a in result["adding"]:
         print(
             f"adding {a['model']} to {', '.join(a['stored'])}: {a['new_layers']} new of {a['unique_layers']} "

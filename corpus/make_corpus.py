@@ -215,11 +215,12 @@ TEXT = {"sequence": SEQUENCE}
 BERT_TEXT = text(30522)
 
 ARCHS: tuple[Arch, ...] = (
-    # ResNets of four depths: their layers repeat across the family
+    # ResNets of five depths: their layers repeat across the family
     Arch("resnet18", "ResNet", "timm resnet18", timm_model("resnet18"), image(), ("logits",), CNN_INT8),
     Arch("resnet34", "ResNet", "timm resnet34", timm_model("resnet34"), image(), ("logits",)),
     Arch("resnet50", "ResNet", "timm resnet50", timm_model("resnet50"), image(), ("logits",), (*CNN_INT8, "fp16")),
     Arch("resnet101", "ResNet", "timm resnet101", timm_model("resnet101"), image(), ("logits",)),
+    Arch("resnet152", "ResNet", "timm resnet152", timm_model("resnet152"), image(), ("logits",)),
     Arch(
         "efficientnet_b0",
         "EfficientNet",
@@ -249,6 +250,7 @@ ARCHS: tuple[Arch, ...] = (
     Arch(
         "convnext_tiny", "ConvNeXt", "timm convnext_tiny", timm_model("convnext_tiny"), image(), ("logits",), ("fp16",)
     ),
+    Arch("convnext_small", "ConvNeXt", "timm convnext_small", timm_model("convnext_small"), image(), ("logits",)),
     Arch(
         "regnety_004",
         "RegNet",
@@ -283,13 +285,21 @@ ARCHS: tuple[Arch, ...] = (
         image(),
         ("logits",),
     ),
+    Arch(
+        "swin_small_patch4_window7_224",
+        "Swin",
+        "timm swin_small_patch4_window7_224",
+        timm_model("swin_small_patch4_window7_224"),
+        image(),
+        ("logits",),
+    ),
     Arch("mobilevit_xs", "MobileViT", "timm mobilevit_xs", timm_model("mobilevit_xs"), image(256), ("logits",)),
-    # text encoders and decoders: standard widths, fewer layers where said
+    # text encoders and decoders: standard sizes (whisper-tiny, t5-small, a small Llama where said)
     Arch(
         "bert",
         "BERT",
-        "transformers BertModel(BertConfig(num_hidden_layers=4)) (bert-base width, 4 of 12 layers)",
-        hf("BertModel", "BertConfig", BERT_TEXT, last_hidden, num_hidden_layers=4),
+        "transformers BertModel(BertConfig()) (bert-base: 12 layers, hidden 768)",
+        hf("BertModel", "BertConfig", BERT_TEXT, last_hidden),
         BERT_TEXT,
         ("last_hidden_state",),
         ("int8_qdq", "int8_qop", "int8_dynamic", "fp16"),
@@ -298,8 +308,8 @@ ARCHS: tuple[Arch, ...] = (
     Arch(
         "roberta",
         "RoBERTa",
-        "transformers RobertaModel(RobertaConfig(num_hidden_layers=4)) (roberta-base width, 4 of 12 layers)",
-        hf("RobertaModel", "RobertaConfig", text(50265), last_hidden, num_hidden_layers=4, vocab_size=50265),
+        "transformers RobertaModel(RobertaConfig(vocab_size=50265)) (roberta-base: 12 layers, hidden 768)",
+        hf("RobertaModel", "RobertaConfig", text(50265), last_hidden, vocab_size=50265),
         text(50265),
         ("last_hidden_state",),
         ("int8_dynamic",),
@@ -318,8 +328,8 @@ ARCHS: tuple[Arch, ...] = (
     Arch(
         "gpt2",
         "GPT-2",
-        "transformers GPT2Model(GPT2Config(n_layer=4, use_cache=False)) (gpt2 width, 4 of 12 layers)",
-        hf("GPT2Model", "GPT2Config", text(50257), last_hidden, n_layer=4, use_cache=False),
+        "transformers GPT2Model(GPT2Config(use_cache=False)) (gpt2: 12 layers, hidden 768)",
+        hf("GPT2Model", "GPT2Config", text(50257), last_hidden, use_cache=False),
         text(50257),
         ("last_hidden_state",),
         ("int8_dynamic", "fp16"),

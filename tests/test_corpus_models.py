@@ -71,7 +71,7 @@ def test_the_committed_corpus_is_the_listed_one():
 def test_the_corpus_ships_no_weight_data():
     assert not list((CORPUS / "models").glob("*.data"))
     total = sum(p.stat().st_size for p in (CORPUS / "models").iterdir())
-    assert total < 8 * 2**20, f"corpus/models holds {total / 2**20:.1f} MiB"
+    assert total < 12 * 2**20, f"corpus/models holds {total / 2**20:.1f} MiB"  # 9.4 MiB for 53 models
 
 
 @pytest.mark.parametrize("name", sorted(BY_NAME))
@@ -156,5 +156,6 @@ def test_a_qdq_transformer_is_grouped_as_onnxruntime_fuses_it():
     """The query, key and value MatMuls share one DequantizeLinear; each runs as a QLinearMatMul."""
     _, units = corpus_plan("bert_int8_qdq")  # was planned each layer alone: units out of order
     matmuls = [unit for unit in units if "MatMul" in unit]
-    assert len(matmuls) == 32
+    # per encoder layer: query, key, value, attention out, two feed-forward, two attention products
+    assert len(matmuls) == 8 * 12
     assert all(unit == ["DequantizeLinear", "DequantizeLinear", "MatMul", "QuantizeLinear"] for unit in matmuls)
