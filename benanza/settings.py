@@ -86,6 +86,12 @@ class HarnessSettings(BaseModel):
     min_cpu_share: float = Field(
         0.8, ge=0, description="process CPU time over wall time below which a measurement is disturbed"
     )
+    max_other_cores: float = Field(
+        0.25,
+        ge=0,
+        description="other processes' CPU use (cores, from /proc/stat) beyond the cores a benchmark's threads leave "
+        "free of the host's that disturbs a measurement",
+    )
     disturbance_retries: int = Field(1, ge=0, description="times a disturbed measurement is taken again")
     interleave_max_sessions: int = Field(
         1024,

@@ -82,6 +82,48 @@ def test_too_little_cpu_is_a_disturbance() -> None:
     assert disturbance([1.0] * 30, 0.55, HarnessSettings(min_cpu_share=0.5)) is None
 
 
+def test_other_processes_beyond_the_cores_the_threads_leave_free_are_a_disturbance() -> None:
+    settings = HarnessSettings()
+    flat = [1.0] * 30
+    reason = disturbance(flat, 1.9, settings, other_cores=0.6, threads=2, cores=2)
+    assert reason.startswith("other processes used 0.60 of the host's 2 cores while it was measured")
+    assert "more than the 0 its 2 threads left free" in reason
+    assert disturbance(flat, 1.9, settings, other_cores=0.2, threads=2, cores=2) is None  # within 0.25
+    assert disturbance(flat, 1.0, settings, other_cores=1.1, threads=1, cores=2) is None  # a core left free
+    assert disturbance(flat, 1.0, settings, other_cores=1.3, threads=1, cores=2) is not None
+    assert disturbance(flat, 1.9, settings, other_cores=3.0, threads=None, cores=2) is None  # threads not known
+    assert disturbance(flat, 1.9, HarnessSettings(max_other_cores=1.0), other_cores=0.6, threads=2, cores=2) is None
+
+
+def test_the_host_cpu_reading_sees_another_process_busy() -> None:
+    from benanza.bench import host_cpu
+
+    if host_cpu.host_busy_s() is None:
+        pytest.skip("no /proc/stat")
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.2)  # it is running
+        start = host_cpu.mark()
+        time.sleep(0.6)
+        use = host_cpu.since(start)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert use.share is not None and use.share < 0.05  # this process slept
+    assert use.others is not None and use.others > 0.7  # the other one used about a core
+
+
+def test_host_busy_time_reads_proc_stat_and_nothing_else(tmp_path) -> None:
+    from benanza.bench.host_cpu import TICKS_PER_S, host_busy_s
+
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 5 50 9000 40 3 2 7 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    assert host_busy_s(stat) == pytest.approx((100 + 5 + 50 + 3 + 2 + 7) / TICKS_PER_S)  # not idle, not iowait
+    stat.write_text("intr 1 2 3\n")
+    assert host_busy_s(stat) is None
+    assert host_busy_s(tmp_path / "missing") is None
+
+
 # -- a real ONNX Runtime benchmark, a real competitor --------------------------------------------
 
 
@@ -171,13 +213,38 @@ def test_a_step_during_interleaved_rounds_flags_every_call(conv_session) -> None
     assert "speed changed by +" in first.disturbed_reason
 
 
+def test_a_competitor_beside_a_benchmark_using_every_core_is_flagged(conv_session) -> None:
+    # the step and CPU-share checks off: only the other processes' CPU time can find it; the
+    # benchmark's threads are all the host's cores, so any core the competitor takes is theirs
+    from benanza.bench.host_cpu import host_busy_s, host_cores
+
+    if host_busy_s() is None:
+        pytest.skip("no /proc/stat")
+    settings = HarnessSettings(
+        **{**SLOW, "min_time_s": 0.4, "max_time_s": 0.4}, disturbance_step=10.0, min_cpu_share=0.0
+    )
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.1)
+        timing = measure(conv_session, settings, threads=host_cores())
+        group = measure_interleaved([conv_session, conv_session], settings, threads=host_cores())
+    finally:
+        busy.kill()
+        busy.wait()
+    assert timing.disturbed and timing.remeasured == 1
+    assert timing.other_cores > 0.7
+    assert timing.disturbed_reason.startswith("other processes used")
+    assert all(t.disturbed and t.disturbed_reason.startswith("other processes used") for t in group.timings)
+
+
 def test_a_flagged_timing_round_trips_and_old_timings_read_as_undisturbed() -> None:
     from benanza.bench.harness import Timing
     from benanza.bench.stats import describe
 
     samples = (1e-3, 1.1e-3, 0.9e-3)
-    flagged = Timing(samples, 4, describe(samples), "noise", 0.01, True, "a step", 0.5, 1)
+    flagged = Timing(samples, 4, describe(samples), "noise", 0.01, True, "a step", 0.5, 1, 0.8)
     assert Timing.from_dict(flagged.to_dict()) == flagged
-    old = {k: v for k, v in flagged.to_dict().items() if k not in ("disturbed", "disturbed_reason", "cpu_share")}
+    newer = ("disturbed", "disturbed_reason", "cpu_share", "other_cores")
+    old = {k: v for k, v in flagged.to_dict().items() if k not in newer}
     restored = Timing.from_dict({**old, "remeasured": 0})
-    assert not restored.disturbed and restored.cpu_share is None
+    assert not restored.disturbed and restored.cpu_share is None and restored.other_cores is None

@@ -141,6 +141,14 @@ class Runtime:
         """Host memory one prepared benchmark of ``spec`` holds; None: not on the host, or not known."""
         return None
 
+    def cpu_threads(self) -> int | None:
+        """The host CPU threads one call of its benchmarks runs; None: not known, or not on the host's CPUs.
+
+        The harness's interference check compares them with the cores the other processes of the
+        host leave free (``HarnessSettings.max_other_cores``).
+        """
+        return None
+
     def factory(self) -> Callable[[], Runtime]:
         """A picklable callable that builds an equal runtime in another process (needed when ``isolated``)."""
         raise NotImplementedError(f"runtime {self.name!r} cannot be rebuilt in another process")

@@ -53,6 +53,7 @@ def _timing_stats(timing: Timing) -> MeasurementStats:
         disturbed_reason=timing.disturbed_reason,
         cpu_share=timing.cpu_share,
         remeasured=timing.remeasured,
+        other_cores=timing.other_cores,
         spent_s=timing.total_s,  # this benchmark's warm-up, calibration and samples (its share of a group's)
         kept_null=frozenset({"cpu_share"}),  # stored as null where it was not taken, as it always was
     )
@@ -90,7 +91,7 @@ def run_spec(
                 samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
                 extra.update(measured.settings)
             else:
-                timing = measure(prepared.call, settings)
+                timing = measure(prepared.call, settings, threads=runtime.cpu_threads())
                 samples, stats = timing.samples, _timing_stats(timing)
                 kernel, how = _kernel_figures(prepared, None, (), settings, timing)
                 if how is not None:
@@ -207,6 +208,7 @@ def run_interleaved(
             untimed=[prof.run if prof is not None else None for _, _, prof in live],
             untimed_runs=settings.kernel_runs,
             parts=[specs[i].kind for i, _, _ in live],  # the model, its layers, sequences, fused groups: a sum each
+            threads=runtime.cpu_threads(),
         )
         for (i, prepared, profiler), timing in zip(live, rounds.timings, strict=True):
             if isinstance(timing, Exception):

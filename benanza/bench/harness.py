@@ -42,10 +42,17 @@ moving it. ``measure`` tests a call's own samples; ``measure_interleaved`` tests
 speed index (per round, the time the round's samples took over the time their calls'
 medians would take), which every call of the group shares. They also take the process's CPU time over the wall
 time of the sampling (``cpu_share``): below ``min_cpu_share`` another process had the CPU
-for part of it. A disturbed measurement is taken again, up to ``disturbance_retries``
-times; one still disturbed is kept and marked (``Timing.disturbed`` and its reason), and
-reports never show it as fact. A periodic load (a neighbour's on/off bursts much shorter
-than a third of the measurement) is noise: it widens the intervals instead.
+for part of it. And, given the threads a call runs (``threads``), they take the other
+processes' CPU time over the same wall time (``other_cores``, ``benanza.bench.host_cpu``): beyond
+``max_other_cores`` more than the cores those threads leave free of the host's, the others
+competed with the benchmark's threads, which biases parts measured alone against a whole (on
+a 2-core VM at 2 threads, beside a one-core on/off burner, the zoo's layers summed to
+1.14-1.30x their end to end, while at one thread they composed within 3%). A disturbed
+measurement is taken again, up to ``disturbance_retries`` times; one still disturbed is kept
+and marked (``Timing.disturbed`` and its reason), and reports never show it as fact. A
+periodic load (a neighbour's on/off bursts much shorter than a third of the measurement) is
+noise for the step check: it widens the intervals instead; the other processes' CPU time
+still finds it where it competes with the benchmark's threads.
 """
 
 from __future__ import annotations
@@ -59,6 +66,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
+from benanza.bench import host_cpu
+from benanza.bench.host_cpu import host_cores
 from benanza.bench.stats import (
     TRIM_PROPORTION,
     SampleStats,
@@ -88,6 +97,7 @@ class Timing:
     disturbed_reason: str | None = None
     cpu_share: float | None = None  # process CPU time over wall time while sampling (None: not taken)
     remeasured: int = 0  # times it was taken again because it was disturbed
+    other_cores: float | None = None  # other processes' CPU time over wall time while sampling (None: not taken)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,12 +110,13 @@ class Timing:
             "disturbed_reason": self.disturbed_reason,
             "cpu_share": self.cpu_share,
             "remeasured": self.remeasured,
+            "other_cores": self.other_cores,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Timing:
         samples = tuple(float(x) for x in data["samples"])
-        share = data.get("cpu_share")
+        share, others = data.get("cpu_share"), data.get("other_cores")
         return cls(
             samples=samples,
             iterations=int(data["iterations"]),
@@ -116,6 +127,7 @@ class Timing:
             disturbed_reason=data.get("disturbed_reason"),
             cpu_share=None if share is None else float(share),
             remeasured=int(data.get("remeasured", 0)),
+            other_cores=None if others is None else float(others),
         )
 
 
@@ -156,8 +168,17 @@ def speed_step(series: Sequence[float]) -> SpeedStep | None:
     return best
 
 
-def disturbance(series: Sequence[float], cpu_share: float | None, settings: HarnessSettings) -> str | None:
-    """Why a measurement is disturbed (a step in the host's speed, too little CPU), or None."""
+def disturbance(
+    series: Sequence[float],
+    cpu_share: float | None,
+    settings: HarnessSettings,
+    *,
+    other_cores: float | None = None,
+    threads: int | None = None,
+    cores: int | None = None,
+) -> str | None:
+    """Why a measurement is disturbed (a step in the host's speed, too little CPU, other processes
+    competing with its ``threads`` on the host's ``cores``), or None."""
     found = speed_step(series)
     if found is not None and found.apart and abs(found.step) > settings.disturbance_step:
         means = ", ".join(f"{m:.4g}" for m in found.thirds)
@@ -170,28 +191,28 @@ def disturbance(series: Sequence[float], cpu_share: float | None, settings: Harn
             f"the process had {cpu_share:.0%} of a CPU while sampling (under {settings.min_cpu_share:.0%}): "
             "another process took the rest"
         )
+    if other_cores is not None and threads is not None:
+        cores = cores or host_cores()
+        free = max(cores - threads, 0)
+        if other_cores > free + settings.max_other_cores:
+            return (
+                f"other processes used {other_cores:.2f} of the host's {cores} cores while it was measured, "
+                f"more than the {free} its {threads} threads left free: they competed with it"
+            )
     return None
 
 
-def _cpu_and_wall() -> tuple[int, int]:
-    return time.process_time_ns(), time.perf_counter_ns()
-
-
-def _share(start: tuple[int, int]) -> float | None:
-    cpu, wall = _cpu_and_wall()
-    return (cpu - start[0]) / (wall - start[1]) if wall > start[1] else None
-
-
-def _checked(take: Callable[[], Timing], settings: HarnessSettings, *, cpu: bool) -> Timing:
+def _checked(take: Callable[[], Timing], settings: HarnessSettings, *, cpu: bool, threads: int | None) -> Timing:
     """``take()`` until it is not disturbed, at most ``1 + disturbance_retries`` times; the last is kept."""
     for attempt in range(settings.disturbance_retries + 1):
-        start = _cpu_and_wall()
+        start = host_cpu.mark()
         timing = take()
-        share = _share(start) if cpu else None
-        reason = disturbance(timing.samples, share, settings)
+        use = host_cpu.since(start) if cpu else host_cpu.CpuUse(None, None)
+        reason = disturbance(timing.samples, use.share, settings, other_cores=use.others, threads=threads)
+        taken = replace(timing, cpu_share=use.share, other_cores=use.others, remeasured=attempt)
         if reason is None:
-            return replace(timing, cpu_share=share, remeasured=attempt)
-    return replace(timing, cpu_share=share, remeasured=attempt, disturbed=True, disturbed_reason=reason)
+            return taken
+    return replace(taken, disturbed=True, disturbed_reason=reason)
 
 
 DEFAULT_SETTINGS = HarnessSettings()
@@ -202,6 +223,7 @@ def measure(
     settings: HarnessSettings = DEFAULT_SETTINGS,
     *,
     clock: Callable[[], int] = time.perf_counter_ns,
+    threads: int | None = None,
 ) -> Timing:
     """Time ``fn`` until the mean is known well enough or a cap is reached.
 
@@ -213,6 +235,7 @@ def measure(
         fn: the prepared call; its return value is ignored.
         settings: warm-up, calibration and stopping rules.
         clock: a monotonic nanosecond clock; tests inject a fake one to make stopping exact.
+        threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
     """
     repeat = itertools.repeat
 
@@ -222,7 +245,7 @@ def measure(
             fn()
         return clock() - t0
 
-    return _checked(lambda: _sampled(timed_ns, fn, settings, clock), settings, cpu=True)
+    return _checked(lambda: _sampled(timed_ns, fn, settings, clock), settings, cpu=True, threads=threads)
 
 
 def measure_device(
@@ -243,7 +266,10 @@ def measure_device(
     """
     # the host's CPU share says nothing of a device's speed: only steps are checked
     return _checked(
-        lambda: _sampled(lambda k: round(sample(k) * k * 1e9), lambda: sample(1), settings, clock), settings, cpu=False
+        lambda: _sampled(lambda k: round(sample(k) * k * 1e9), lambda: sample(1), settings, clock),
+        settings,
+        cpu=False,
+        threads=None,
     )
 
 
@@ -399,6 +425,7 @@ def measure_interleaved(
     clock: Callable[[], int] = time.perf_counter_ns,
     seed: int = 0,
     parts: Sequence[Hashable] | None = None,
+    threads: int | None = None,
 ) -> Rounds:
     """Time several calls in shuffled rounds, one sample of each call per round.
 
@@ -434,6 +461,7 @@ def measure_interleaved(
         seed: the shuffle's seed; rounds are reproducible in order.
         parts: per call, the sum it is part of (for instance its kind: the model end to end, its
             layers, its sequences), for the group rule (``_group_settled``); None: one sum.
+        threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
 
     Returns:
         ``Rounds``: per call its ``Timing`` or the exception it (or its companion) raised (a
@@ -479,13 +507,13 @@ def measure_interleaved(
             for t in tracks:
                 t.durations, t.n, t.mean, t.m2 = [], 0, 0.0, 0.0
             deadline = clock() + budget_ns
-        cpu_start = _cpu_and_wall()
+        cpu_start = host_cpu.mark()
         stopped_by, companion_rounds, stride = _rounds(
             tracks, settings, rng, order, deadline, min_time_ns, precalls, untimed_runs, clock
         )
-        share = _share(cpu_start)
+        use = host_cpu.since(cpu_start)
         index = _speed_index([t for t in tracks if t.error is None])
-        reason = disturbance(index, share, settings)
+        reason = disturbance(index, use.share, settings, other_cores=use.others, threads=threads)
         kept = tuple(r % stride == 0 for r in companion_rounds)
         if reason is None:
             break
@@ -508,8 +536,9 @@ def measure_interleaved(
                 total_s=t.spent_ns / 1e9,
                 disturbed=reason is not None,
                 disturbed_reason=reason,
-                cpu_share=share,
+                cpu_share=use.share,
                 remeasured=attempt,
+                other_cores=use.others,
             )
         )
     return Rounds(results, discarded + kept)

@@ -44,7 +44,16 @@ class Outcome(StrEnum):
 
 
 # how a measurement went, in the order a stored ``stats`` document holds them after the statistics
-PROVENANCE_FIELDS = ("stopped_by", "iterations", "disturbed", "disturbed_reason", "cpu_share", "remeasured", "spent_s")
+PROVENANCE_FIELDS = (
+    "stopped_by",
+    "iterations",
+    "disturbed",
+    "disturbed_reason",
+    "cpu_share",
+    "remeasured",
+    "spent_s",
+    "other_cores",
+)
 _NAMED = (*SAMPLE_STATISTICS, *PROVENANCE_FIELDS)
 _NAMED_SET = frozenset(_NAMED)
 _NO_EXTRAS: Mapping[str, Any] = MappingProxyType({})
@@ -68,6 +77,7 @@ class MeasurementStats(SampleStats):
     cpu_share: float | None = None  # process CPU time over wall time while sampling
     remeasured: int | None = None  # times it was taken again because it was disturbed
     spent_s: float | None = None  # its own warm-up, calibration and samples (its share of a group's)
+    other_cores: float | None = None  # other processes' CPU time over wall time while sampling, in cores
     # a runtime's own keys (the GPU runtime's algorithms, cold, hot_modes), read-only
     extras: Mapping[str, Any] = field(default_factory=lambda: _NO_EXTRAS)
     kept_null: frozenset[str] = field(default=frozenset(), repr=False, compare=False)

@@ -400,6 +400,10 @@ class OnnxRuntimeCPU(Runtime):
     def variant(self) -> dict[str, Any]:
         return {"ep": self.ep, "opt": self.opt_level, "threads": self.threads}
 
+    def cpu_threads(self) -> int | None:
+        """Its intra-op threads with the CPU provider (the calling thread is one of them); None with CUDA."""
+        return self.threads if self.ep == "cpu" else None
+
     def stack(self) -> dict[str, Any]:
         ort = _ort()
         return {"onnxruntime": ort.__version__, "providers": ",".join(ort.get_available_providers())}

@@ -1,0 +1,93 @@
+"""Who had the CPU while a benchmark sampled: this process, and every other process of the host.
+
+A benchmark whose calls run ``threads`` threads needs that many cores. When other processes
+use more than the cores those threads leave free, they compete with it, and a composition of
+parts measured alone against a whole measured alone stops holding (on a 2-core VM at 2
+threads, beside a process burning one core in on/off bursts, the zoo's layers summed to
+1.14-1.30x their end to end, while the CPU pressure the kernel reports, ``/proc/pressure/cpu``,
+stayed at zero for 99.9% of the samples: the slowdown is not a queue the guest can see). What
+can be seen is the CPU time: the host's busy time from ``/proc/stat`` (all CPUs; ``steal``, the
+time a hypervisor gave a virtual CPU to another machine, counted as busy) less this process's
+own CPU time is what the other processes used.
+
+``mark`` takes a reading; ``since`` turns two readings into a ``CpuUse``. Where ``/proc/stat``
+cannot be read (not Linux), ``others`` is None and only this process's share is known.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC_STAT = Path("/proc/stat")
+# /proc/stat's first line: cpu user nice system idle iowait irq softirq steal guest guest_nice
+# (guest time is already in user); busy = all but idle and iowait
+_BUSY_FIELDS = (0, 1, 2, 5, 6, 7)
+
+
+def _ticks_per_s() -> int:
+    try:
+        return int(os.sysconf("SC_CLK_TCK"))
+    except (AttributeError, ValueError, OSError):
+        return 100
+
+
+TICKS_PER_S = _ticks_per_s()
+
+
+def host_busy_s(stat: Path = PROC_STAT) -> float | None:
+    """Every CPU's busy time since boot, in seconds; None where ``/proc/stat`` cannot be read."""
+    try:
+        with stat.open("rb") as f:
+            line = f.readline().split()
+    except OSError:
+        return None
+    if len(line) < 9 or line[0] != b"cpu":
+        return None
+    try:
+        values = [int(line[1 + i]) for i in _BUSY_FIELDS]
+    except ValueError:
+        return None
+    return sum(values) / TICKS_PER_S
+
+
+@dataclass(frozen=True, slots=True)
+class CpuMark:
+    """One reading: the wall clock, this process's CPU time, and the host's busy time."""
+
+    wall_ns: int
+    process_ns: int
+    host_busy_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class CpuUse:
+    """CPU use between two readings, over their wall time."""
+
+    share: float | None  # this process's CPU time over wall time (1.0: one core the whole time)
+    others: float | None  # the other processes' CPU time over wall time, in cores (None: not known)
+
+
+def mark() -> CpuMark:
+    return CpuMark(time.perf_counter_ns(), time.process_time_ns(), host_busy_s())
+
+
+def since(start: CpuMark) -> CpuUse:
+    end = mark()
+    wall = end.wall_ns - start.wall_ns
+    if wall <= 0:
+        return CpuUse(None, None)
+    mine_s = (end.process_ns - start.process_ns) / 1e9
+    share = mine_s * 1e9 / wall
+    if start.host_busy_s is None or end.host_busy_s is None:
+        return CpuUse(share, None)
+    # the host's ticks and this process's precise time disagree by a tick or so: never below zero
+    others = max((end.host_busy_s - start.host_busy_s) - mine_s, 0.0) * 1e9 / wall
+    return CpuUse(share, others)
+
+
+def host_cores() -> int:
+    """The CPUs ``/proc/stat`` counts (all of the host's, not only this process's affinity)."""
+    return max(os.cpu_count() or 1, 1)
