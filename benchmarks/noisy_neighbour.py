@@ -81,6 +81,7 @@ def run_case(
     disturbed = [s for s in measured if s.disturbed]
     remeasured = sum(1 for s in measured if s.remeasured)
     shares = sorted(s.cpu_share for s in measured if s.cpu_share is not None)
+    others = sorted(s.other_cores for s in measured if s.other_cores is not None)
     errors: dict[int, list[float]] = {g: [] for g in MAIN_JOB_GRANULARITIES}
     per_model = []
     for r in rows:
@@ -119,6 +120,10 @@ def run_case(
         "records_disturbed": len(disturbed),
         "records_remeasured": remeasured,
         "cpu_share_median": shares[len(shares) // 2] if shares else None,
+        # other processes' CPU use while each record was sampled, in cores (the harness's interference check)
+        "other_cores_median": others[len(others) // 2] if others else None,
+        "other_cores_max": others[-1] if others else None,
+        "disturbed_reasons": sorted({(s.disturbed_reason or "").split(":")[0] for s in disturbed}),
         "e2e_records": sum(1 for r in records if r.kind == SpecKind.MODEL),
         "per_model": per_model,
         "settings": settings.model_dump(),
