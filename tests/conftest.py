@@ -319,3 +319,15 @@ def nx_27017_factory():
     for proc in started:
         if proc.poll() is None:
             stop_process(proc)
+
+
+@pytest.fixture(autouse=True)
+def _other_processes_unknown(request, monkeypatch):
+    """The harness's other-processes check (``benanza.bench.host_cpu``) reads the whole host's CPU
+    time, and in this suite the host runs the suite's own Ray clusters and subprocesses, which go on
+    for a while after their test: a later test's benchmark would be measured again and flagged for
+    them. Every test but those of the check itself (``test_interference.py``, with real competitor
+    processes) runs as on a host whose other processes cannot be read, as where ``/proc/stat`` is
+    absent; the CPU-share and step checks stay on."""
+    if request.module.__name__.rsplit(".", 1)[-1] != "test_interference":
+        monkeypatch.setattr("benanza.bench.host_cpu.host_busy_s", lambda *a, **k: None)

@@ -542,7 +542,7 @@ def _busy_half(cpu: int, period_s: float = 0.002) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 def test_a_real_slow_down_of_some_units_is_found_by_the_history(tmp_path: Path) -> None:
-    """Real ONNX Runtime runs of squeezenet's units: three as usual, then two in which a few of
+    """Real ONNX Runtime runs of squeezenet's units: three as usual, then three in which a few of
     them share their core with a busy process. The history flags those and attributes the
     model's change to them. The harness's CPU-share and other-processes checks are off here (they
     would hold the slowed runs back as interference); see benchmarks/regression_detection.py --part power."""
@@ -561,7 +561,7 @@ def test_a_real_slow_down_of_some_units_is_found_by_the_history(tmp_path: Path) 
         units = [s for s in specs if s.key in set(plans[0].unit_keys)]
         slowed = sorted(units, key=lambda s: s.key)[:3]
         others = [s for s in units if s not in slowed]  # the model's units: what its change is attributed to
-        for run in range(5):
+        for run in range(6):  # three runs as usual, then three slowed: a change known from 3 runs a side
             run_specs(
                 others, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, repeat=True
             )
