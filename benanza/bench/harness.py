@@ -205,9 +205,9 @@ def disturbance(
 def _checked(take: Callable[[], Timing], settings: HarnessSettings, *, cpu: bool, threads: int | None) -> Timing:
     """``take()`` until it is not disturbed, at most ``1 + disturbance_retries`` times; the last is kept."""
     for attempt in range(settings.disturbance_retries + 1):
-        start = host_cpu.mark()
+        start = host_cpu.mark() if cpu else None  # a device's speed: no host reading to take
         timing = take()
-        use = host_cpu.since(start) if cpu else host_cpu.CpuUse(None, None)
+        use = host_cpu.since(start) if start is not None else host_cpu.CpuUse(None, None)
         reason = disturbance(timing.samples, use.share, settings, other_cores=use.others, threads=threads)
         taken = replace(timing, cpu_share=use.share, other_cores=use.others, remeasured=attempt)
         if reason is None:
@@ -383,6 +383,11 @@ class _Track:
         self.mean += delta / self.n
         self.m2 += delta * (duration - self.mean)
 
+    def restart(self) -> None:
+        """No samples: a measurement taken again keeps the calibration, not the samples or their order."""
+        self.durations, self._ordered = [], None
+        self.n, self.mean, self.m2 = 0, 0.0, 0.0
+
     def per_call(self) -> float:
         return self.mean / self.k
 
@@ -505,7 +510,7 @@ def measure_interleaved(
     for attempt in range(settings.disturbance_retries + 1):
         if attempt:  # measure again: the same calibration, fresh samples and a fresh time budget
             for t in tracks:
-                t.durations, t.n, t.mean, t.m2 = [], 0, 0.0, 0.0
+                t.restart()
             deadline = clock() + budget_ns
         cpu_start = host_cpu.mark()
         stopped_by, companion_rounds, stride = _rounds(
