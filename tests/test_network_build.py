@@ -278,3 +278,104 @@ def test_attributes_unknown_to_the_opset_are_dropped():
     assert [(o.domain, o.version) for o in model.opset_import] == [("", 13)]
     (out,) = run_network(network)
     assert out.shape == (2, 3)
+
+
+# -- sinks: a built unit's outputs read as inside its model -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tanh_gelu_model(build_model, process_proto):
+    """GPT-2's tanh GELU between two MatMuls, as ``torch.onnx`` exports it (x [1, 8, 16])."""
+    rng = np.random.default_rng(0)
+    c = {
+        "half": np.float32(0.5),
+        "three": np.float32(3.0),
+        "k": np.float32(0.044715),
+        "s": np.float32(0.7978846),
+        "one": np.float32(1.0),
+        "w1": rng.standard_normal((16, 32)).astype(np.float32),
+        "w2": rng.standard_normal((32, 16)).astype(np.float32),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"]),
+        helper.make_node("Mul", ["h", "half"], ["m0"]),
+        helper.make_node("Pow", ["h", "three"], ["p"]),
+        helper.make_node("Mul", ["p", "k"], ["m1"]),
+        helper.make_node("Add", ["h", "m1"], ["a0"]),
+        helper.make_node("Mul", ["a0", "s"], ["m2"]),
+        helper.make_node("Tanh", ["m2"], ["t"]),
+        helper.make_node("Add", ["t", "one"], ["a1"]),
+        helper.make_node("Mul", ["m0", "a1"], ["g"]),
+        helper.make_node("MatMul", ["g", "w2"], ["y"]),
+    ]
+    model = build_model(nodes, [("x", TensorProto.FLOAT, [1, 8, 16])], [("y", TensorProto.FLOAT, None)], c)
+    return process_proto(model)
+
+
+def optimized_ops(model: onnx.ModelProto, tmp_path) -> list[str]:
+    path = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(
+        model.SerializeToString(),
+        session_options("extended", 1, optimized_path=path),
+        providers=["CPUExecutionProvider"],
+    )
+    return [n.op_type for n in onnx.load(path).graph.node]
+
+
+def test_a_fused_group_built_with_a_sink_optimizes_as_inside_its_model(tanh_gelu_model, tmp_path):
+    from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+
+    plan = plan_model(tanh_gelu_model, OnnxRuntimeCPU(threads=1), ())
+    gelu = next(k for members, k in zip(plan.units, plan.unit_keys, strict=True) if len(members) == 8)
+    network = plan.networks[gelu]
+    # the cause: ONNX Runtime fuses no pattern whose last node writes a graph output
+    assert optimized_ops(build_onnx(network), tmp_path) == ["Mul", "Pow", "Mul", "Add", "Mul", "Tanh", "Add", "Mul"]
+    sunk = build_onnx(network, sink=True)
+    onnx.checker.check_model(sunk)
+    assert optimized_ops(sunk, tmp_path) == ["FastGelu", "Slice"]  # one kernel, as in the model
+    session = ort.InferenceSession(sunk.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, feeds_for(sunk))
+    assert out.shape == (1, 1, 1)
+
+
+def test_a_sink_is_opaque_to_the_transpose_optimizer(build_model, process_proto, tmp_path):
+    """A Slice of constant axes lets ORT push a Transpose through it onto one element; the sink's axes are an input."""
+    model = build_model(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]), helper.make_node("Relu", ["t"], ["y"])],
+        [("x", TensorProto.FLOAT, [1, 64, 12, 64])],
+        [("y", TensorProto.FLOAT, None)],
+    )
+    graph = process_proto(model).graph
+    _, network = network_of(graph, [0])
+    assert optimized_ops(build_onnx(network, sink=True), tmp_path) == ["Transpose", "Slice"]
+
+
+def test_a_network_of_an_opset_before_ten_is_built_without_sinks(build_model, process_proto):
+    model = build_model(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Sigmoid", ["r"], ["y"])],
+        [("x", TensorProto.FLOAT, [1, 4])],
+        [("y", TensorProto.FLOAT, None)],
+        opset=9,
+    )
+    _, network = network_of(process_proto(model).graph, [0, 1])
+    built = build_onnx(network, sink=True)
+    assert [n.op_type for n in built.graph.node] == ["Relu", "Sigmoid"]
+    assert [i.name for i in built.graph.input] == ["in0"]
+    assert built.opset_import[0].version == 9
+
+
+def test_every_output_of_a_network_gets_its_own_sink_and_the_sinks_feeds_are_every_axis(build_model, process_proto):
+    model = build_model(
+        [helper.make_node("Split", ["x"], ["a", "b"], axis=1), helper.make_node("Relu", ["a"], ["y"])],
+        [("x", TensorProto.FLOAT, [1, 4, 3])],
+        [("y", TensorProto.FLOAT, None), ("b", TensorProto.FLOAT, None)],
+    )
+    _, network = network_of(process_proto(model).graph, [0, 1])
+    built = build_onnx(network, sink=True)
+    sinks = [n for n in built.graph.node if n.op_type == "Slice"]
+    assert len(sinks) == len(built.graph.output) == 2
+    feeds = feeds_for(built)
+    assert [k for k in feeds if k.startswith("benanza_sink")] == ["benanza_sink_axes3"]
+    assert feeds["benanza_sink_axes3"].tolist() == [0, 1, 2]
+    session = ort.InferenceSession(built.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert [o.shape for o in session.run(None, feeds)] == [(1, 1, 1), (1, 1, 1)]

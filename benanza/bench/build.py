@@ -8,6 +8,18 @@ filtered to those the operator schema of the recorded opset knows (normalisation
 canonical ones, such as explicit dilations, that an older opset does not accept). A
 control-flow node gets its carried subgraphs back, their captured outer tensors bound to the
 tensors the built model feeds in their place, and their large constants synthesised.
+
+Built for a runtime (``sink=True``), every output goes through a *sink*: a ``Slice`` of its
+first element whose ``axes`` is a runtime input (``sink_feeds`` gives its values). Inside a
+model a layer's output is read by the next layer; as a graph output it is not, and ONNX
+Runtime's fusions refuse a pattern whose last node writes a graph output: a tanh-GELU group
+of GPT-2 or ALBERT ran as eight kernels alone (267 us) where the model runs one ``FastGelu``
+(80 us), and ALBERT's fused units summed above its end-to-end latency. Its ``axes`` unknown
+until run time, the sink is opaque to every optimizer (none folds it, the transpose optimizer
+cannot push a ``Transpose`` through it), and its one-element output spares the copy a large
+output costs each call. Kernel time leaves the sink out (``is_sink``); call latency pays it
+(about 2 us). ``Slice`` takes ``axes`` as an input from opset 10: a network of an older
+default-domain opset is built without sinks.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ from typing import Any
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from benanza.model.control_flow import decode_subgraph, rename_reads
 from benanza.model.load import with_synthetic_weights
@@ -28,6 +40,25 @@ from benanza.model.walks import graphs_of, subgraph_attributes
 
 # IR version written for built models: old enough for any onnxruntime we support.
 _IR_VERSION = 8
+
+SINK_PREFIX = "benanza_sink"  # the name of every sink node and of its axes inputs
+_SINK_MIN_OPSET = 10  # Slice reads starts, ends and axes as inputs
+_SINK_OPSET = 13  # the default-domain opset a network without default-domain nodes gets for its sinks
+
+
+def is_sink(node_name: str) -> bool:
+    """Whether a node (or a profiler event named after it) is a sink ``build_onnx`` added."""
+    return node_name.startswith(SINK_PREFIX)
+
+
+def sink_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """The values of a built model's sink inputs (each sink's ``axes``: every axis, in order)."""
+    feeds = {}
+    for vi in model.graph.input:
+        if is_sink(vi.name):
+            rank = vi.type.tensor_type.shape.dim[0].dim_value
+            feeds[vi.name] = np.arange(rank, dtype=np.int64)
+    return feeds
 
 
 def _schema_attributes(op_type: str, opset: int, domain: str) -> frozenset[str] | None:
@@ -46,8 +77,12 @@ def weight_tensor(name: str, shape: Sequence[int], dtype: str, seed: int = 0, sl
     return tensor
 
 
-def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
-    """A runnable ONNX model of ``network``; inputs ``in{i}``, outputs ``out{j}``."""
+def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.ModelProto:
+    """A runnable ONNX model of ``network``; inputs ``in{i}``, outputs ``out{j}``.
+
+    ``sink``: each output (a tensor of rank 1 or more) is its first element, read by a sink
+    (see the module docstring); the model's inputs then include the sinks' ``axes``.
+    """
     inputs = [
         helper.make_tensor_value_info(f"in{i}", _elem_type(t.dtype), t.shape) for i, t in enumerate(network.inputs)
     ]
@@ -92,8 +127,17 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
         nodes.append(helper.make_node(node.op_type, node_inputs, outs, name=f"n{pos}", domain=domain or None, **attrs))
     outputs = []
     rename = []
+    default_opset = opsets.get("", 0)
+    sinks = sink and (default_opset == 0 or default_opset >= _SINK_MIN_OPSET)
     for j, o in enumerate(network.outputs):
         spec = network.output_tensor(o)
+        if sinks and spec.shape:
+            _sink(out_name[(o.node, o.output)], f"out{j}", len(spec.shape), nodes, inputs, initializers)
+            outputs.append(
+                helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), [min(d, 1) for d in spec.shape])
+            )
+            opsets.setdefault("", _SINK_OPSET)
+            continue
         outputs.append(helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), spec.shape))
         rename.append((out_name[(o.node, o.output)], f"out{j}"))
     # Graph outputs take the internal tensor names through Identity-free renaming.
@@ -112,6 +156,23 @@ def build_onnx(network: Network, seed: int = 0) -> onnx.ModelProto:
     opset_imports = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
     model = helper.make_model(graph, opset_imports=opset_imports, ir_version=_IR_VERSION, producer_name="benanza")
     return with_synthetic_weights(model, seed)  # a subgraph's large constants travel as shape and dtype
+
+
+def _sink(
+    tensor: str,
+    output: str,
+    rank: int,
+    nodes: list[onnx.NodeProto],
+    inputs: list[onnx.ValueInfoProto],
+    initializers: list[onnx.TensorProto],
+) -> None:
+    """Append the sink that reads ``tensor`` and writes ``output``; its rank's axes input and bounds once."""
+    axes, starts, ends = (f"{SINK_PREFIX}_{what}{rank}" for what in ("axes", "starts", "ends"))
+    if all(vi.name != axes for vi in inputs):
+        inputs.append(helper.make_tensor_value_info(axes, TensorProto.INT64, [rank]))
+        initializers.append(numpy_helper.from_array(np.zeros(rank, np.int64), starts))
+        initializers.append(numpy_helper.from_array(np.ones(rank, np.int64), ends))
+    nodes.append(helper.make_node("Slice", [tensor, starts, ends, axes], [output], name=f"{SINK_PREFIX}_{output}"))
 
 
 def _attr(value: Any) -> Any:

@@ -17,11 +17,12 @@ as constants, as inference servers use them.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -221,8 +222,9 @@ def fold_constants(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         from onnxscript.optimizer import fold_constants as fold
 
         ir_model = ir.from_proto(m)
-        fold(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
-        m = ir.to_proto(ir_model)
+        with _quiet(_FOLDER_LOG):
+            fold(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
+        m = without_orphans(ir.to_proto(ir_model), read_tensors(m))
     except Exception as exc:  # the optimizer is best effort; inference below still runs
         if str(path) not in _UNFOLDED:  # one line per model, not one per time it is processed
             _UNFOLDED.add(str(path))
@@ -236,6 +238,54 @@ def fold_constants(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
 
 
 _UNFOLDED: set[str] = set()  # models whose folding failed, already said
+
+
+def read_tensors(model: onnx.ModelProto) -> set[str]:
+    """The tensors something reads: a node (its subgraphs' captures included) or the graph's outputs."""
+    return {x for node in model.graph.node for x in node_reads(node)} | {o.name for o in model.graph.output}
+
+
+def without_orphans(model: onnx.ModelProto, read_before: set[str]) -> onnx.ModelProto:
+    """``model`` without the nodes that folding left unread: every output unread now, one read before.
+
+    Folding a no-op (a float32 ``Cast`` to float32 in a Llama RMSNorm) rewires its readers to
+    the op's input and leaves behind an ``Identity`` nobody reads. Kept, it was a layer of its
+    own and a second reader of its input, which split the RMSNorm into two units where ONNX
+    Runtime fuses one. A node the model itself never read stays: ONNX Runtime runs it.
+    """
+    kept = list(model.graph.node)
+    while True:
+        read = {x for node in kept for x in node_reads(node)} | {o.name for o in model.graph.output}
+        orphans = {
+            id(n) for n in kept if not any(o in read for o in n.output) and any(o in read_before for o in n.output)
+        }
+        if not orphans:
+            break
+        kept = [n for n in kept if id(n) not in orphans]
+    if len(kept) == len(model.graph.node):
+        return model
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
+
+
+# The optimizer warns on the terminal for each node its reference evaluator cannot compute
+# ("Evaluation failed: cannot reshape array of size 1 into shape (1,64)" for a dynamo-exported
+# ALBERT's mask): that node stays unfolded, which is all the warning means, and shape
+# inference and ONNX Runtime's own shapes (``resolve.py``) take it from there.
+_FOLDER_LOG = "onnxscript.optimizer._constant_folding"
+
+
+@contextlib.contextmanager
+def _quiet(name: str) -> Iterator[None]:
+    """Below errors, nothing from logger ``name`` while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def infer_shapes(model: onnx.ModelProto, path: object) -> onnx.ModelProto:

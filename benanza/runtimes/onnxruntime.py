@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from benanza.bench.build import build_onnx
+from benanza.bench.build import build_onnx, is_sink, sink_feeds
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
@@ -100,12 +100,12 @@ def session_options(opt_level: str, threads: int, profile: bool = False, optimiz
 
 
 def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Synthetic inputs for every runtime input of ``model`` (shapes must be static)."""
+    """Synthetic inputs for every runtime input of ``model`` (shapes must be static), sinks' axes as built."""
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
-    feeds = {}
+    feeds = sink_feeds(model)
     for vi in model.graph.input:
-        if vi.name in inits:
+        if vi.name in inits or vi.name in feeds:
             continue
         tt = vi.type.tensor_type
         shape = [d.dim_value for d in tt.shape.dim]
@@ -259,6 +259,11 @@ def _profile_dir() -> Path:
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
+# How a unit's outputs are built (``bench/build.py``): read by a sink since units stopped
+# running unfused where the model fuses them. Part of the stack, so a database's earlier
+# records (outputs as graph outputs) are a different stack, never mixed with these.
+UNIT_OUTPUTS = "sink"
+
 
 def cuda_provider_missing() -> str | None:
     """None when ONNX Runtime's CUDA execution provider is installed, else why not (one line)."""
@@ -345,7 +350,7 @@ def profile_kernel_times(events: Sequence[dict[str, Any]]) -> tuple[list[float],
     model ORT removes each pair between two such ops, so counting them made a float16
     Whisper encoder's layers sum to 1.6x the whole model (106 ms of casts in the layers,
     9 ms in the model). Left out, the sum stays a lower bound: the casts the model keeps are
-    in its end-to-end latency.
+    in its end-to-end latency. A built network's sinks (``bench/build.py``) are not counted.
     """
     runs = sorted(
         (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"
@@ -362,6 +367,8 @@ def profile_kernel_times(events: Sequence[dict[str, Any]]) -> tuple[list[float],
         if outer_start <= ts and ts - neg_dur <= outer_end:
             continue  # within the enclosing control-flow node's event
         outer_start, outer_end = ts, ts - neg_dur
+        if is_sink(name):
+            continue  # what a built network's output costs to read, not the network (bench/build.py)
         into = casts if name.startswith(_PRECISION_CAST_PREFIX) else totals
         for i, (start, end) in enumerate(runs):
             if start <= ts <= end:
@@ -405,8 +412,13 @@ class OnnxRuntimeCPU(Runtime):
         return self.threads if self.ep == "cpu" else None
 
     def stack(self) -> dict[str, Any]:
+        """ONNX Runtime's version and providers, and how units are built (``UNIT_OUTPUTS``)."""
         ort = _ort()
-        return {"onnxruntime": ort.__version__, "providers": ",".join(ort.get_available_providers())}
+        return {
+            "onnxruntime": ort.__version__,
+            "providers": ",".join(ort.get_available_providers()),
+            "unit_outputs": UNIT_OUTPUTS,
+        }
 
     def host_memory_bytes(self, spec: BenchmarkSpec) -> int | None:
         """The memory guard's estimate of one prepared benchmark (``benanza.bench.memory``).
@@ -436,7 +448,7 @@ class OnnxRuntimeCPU(Runtime):
         elif spec.network is None:
             raise UsageError(f"spec {spec.key} carries no network to build")
         else:
-            model = build_onnx(spec.network)
+            model = build_onnx(spec.network, sink=True)
         if self.ep == "cuda":
             return OrtCudaModel(model)
         return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads)
