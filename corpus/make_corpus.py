@@ -2,8 +2,11 @@
 
 Each architecture is built from ``timm`` or ``transformers`` model code with random weights
 (``pretrained=False``, configs constructed in code: nothing is downloaded) and exported by
-PyTorch's CPU build through ``torch.onnx.export`` (TorchScript exporter, ``dynamo=False``,
-opset 17) with symbolic batch (and sequence) dimensions. Deployed variants are made from the
+PyTorch's CPU build through ``torch.onnx.export`` with symbolic batch (and sequence)
+dimensions: by the TorchScript exporter (``dynamo=False``, opset 17), and, for the models
+marked so, by the ``torch.export``-based exporter that is PyTorch's default since 2.9
+(``dynamo=True``, its own opset and onnxscript's graph optimisation), since that is what a
+user exporting today gets. Deployed variants are made from the
 exported fp32 model: int8 by ONNX Runtime's quantizer (static QDQ and QOperator, calibrated
 on random data; dynamic) and fp16 by onnxconverter-common. Every model is checked against
 PyTorch (fp32 exports) and run by ONNX Runtime at batch 1 and 2 before it is written.
@@ -59,7 +62,10 @@ README = ROOT / "README.md"
 OPSET = 17
 THRESHOLD = 1024  # bytes: larger tensors are weights, shipped without data
 SEQUENCE = 128  # tokens, for the text models' symbolic sequence dimension
-EXPORTER = "torch.onnx.export (TorchScript, dynamo=False)"
+EXPORTERS = {
+    "torchscript": "torch.onnx.export (TorchScript, dynamo=False)",
+    "dynamo": "torch.onnx.export (torch.export, dynamo=True)",
+}
 
 
 # ------------------------------------------------------------------ imports
@@ -143,6 +149,7 @@ class Arch:
     variants: tuple[str, ...] = ()  # besides fp32: int8_qdq, int8_qop, int8_dynamic, fp16
     note: str = ""
     sizes: dict[str, int] = field(default_factory=dict)  # symbolic dim -> value at export and in corpus.json
+    exporter: str = "torchscript"  # a key of EXPORTERS
 
 
 def image(size: int | tuple[int, int] = 224, name: str = "pixel_values") -> tuple[Input, ...]:
@@ -326,6 +333,28 @@ ARCHS: tuple[Arch, ...] = (
         sizes=TEXT,
     ),
     Arch(
+        "albert",
+        "ALBERT",
+        "transformers AlbertModel(AlbertConfig(albert-base sizes: embedding 128, hidden 768, 12 layers sharing "
+        "one set of weights, 12 heads, intermediate 3072)), exported by the dynamo exporter",
+        hf(
+            "AlbertModel",
+            "AlbertConfig",
+            text(30000),
+            last_hidden,
+            embedding_size=128,
+            hidden_size=768,
+            num_hidden_layers=12,
+            num_attention_heads=12,
+            intermediate_size=3072,
+        ),
+        text(30000),
+        ("last_hidden_state",),
+        ("int8_dynamic",),
+        sizes=TEXT,
+        exporter="dynamo",
+    ),
+    Arch(
         "gpt2",
         "GPT-2",
         "transformers GPT2Model(GPT2Config(use_cache=False)) (gpt2: 12 layers, hidden 768)",
@@ -483,26 +512,54 @@ def export(arch: Arch) -> tuple[onnx.ModelProto, Any, int]:
     example = feeds(arch, 1, seed=0)
     args = tuple(torch.from_numpy(v) for v in example.values())
     dynamic = {i.name: {k: d for k, d in enumerate(i.dims) if isinstance(d, str)} for i in arch.inputs}
-    buffer = io.BytesIO()
     with torch.no_grad():
-        torch.onnx.export(
-            module,
-            args,
-            buffer,
-            dynamo=False,
-            opset_version=OPSET,
-            input_names=[i.name for i in arch.inputs],
-            output_names=list(arch.outputs),
-            dynamic_axes={**dynamic, **{o: {0: "batch"} for o in arch.outputs}},
-            do_constant_folding=True,
-        )
+        if arch.exporter == "dynamo":
+            model = export_dynamo(arch, module)
+        else:
+            buffer = io.BytesIO()
+            torch.onnx.export(
+                module,
+                args,
+                buffer,
+                dynamo=False,
+                opset_version=OPSET,
+                input_names=[i.name for i in arch.inputs],
+                output_names=list(arch.outputs),
+                dynamic_axes={**dynamic, **{o: {0: "batch"} for o in arch.outputs}},
+                do_constant_folding=True,
+            )
+            model = onnx.load_from_string(buffer.getvalue())
         expected = module(*args)
     expected = [expected] if isinstance(expected, torch.Tensor) else list(expected)
-    model = onnx.load_from_string(buffer.getvalue())
     got = run(model, example)
     for name, e, g in zip(arch.outputs, expected, got, strict=True):
         np.testing.assert_allclose(g, e.numpy(), rtol=1e-3, atol=1e-3, err_msg=f"{arch.name} {name}: ORT != torch")
     return model, module, params
+
+
+def export_dynamo(arch: Arch, module: Any) -> onnx.ModelProto:
+    """The ``torch.export``-based export, symbolic dimensions as ``torch.export.Dim`` objects.
+
+    Traced at batch 2 (and the sequence length less 32): ``torch.export`` specialises a
+    dimension of size 1, and one equal to another that may differ at run time.
+    """
+    import torch
+    from torch.export import Dim
+
+    dims = {d: Dim(d, min=1, max=4096) for i in arch.inputs for d in i.dims if isinstance(d, str)}
+    traced = feeds(arch, 2, seed=0, extra=-32 if arch.sizes else 0)
+    program = torch.onnx.export(
+        module,
+        tuple(torch.from_numpy(v) for v in traced.values()),
+        dynamo=True,
+        input_names=[i.name for i in arch.inputs],
+        output_names=list(arch.outputs),
+        # every wrapper's forward takes ``*args``: one entry per input under its name
+        dynamic_shapes={
+            "args": tuple({k: dims[d] for k, d in enumerate(i.dims) if isinstance(d, str)} for i in arch.inputs)
+        },
+    )
+    return program.model_proto
 
 
 def run(model: onnx.ModelProto, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -604,6 +661,9 @@ def write_structure_only(model: onnx.ModelProto, path: Path) -> int:
     data = path.with_name(path.name + ".data")
     model = copy(model)  # saving with external data moves the data out of the proto it is given
     del model.graph.value_info[:]  # inferred types of intermediates: benanza and ORT infer them again
+    for node in model.graph.node:  # the dynamo exporter's stack traces and FX names: 3 KiB a node
+        del node.metadata_props[:]
+        node.doc_string = ""
     onnx.save(
         model,
         str(path),
@@ -619,7 +679,6 @@ def write_structure_only(model: onnx.ModelProto, path: Path) -> int:
 
 STATIC = "u8 activations, s8 weights, per tensor, MinMax calibration on random data"
 MADE_BY = {
-    "fp32": EXPORTER,
     "int8_qdq": f"onnxruntime.quantization.quantize_static (QDQ; {STATIC})",
     "int8_qop": f"onnxruntime.quantization.quantize_static (QOperator; {STATIC})",
     "int8_dynamic": "onnxruntime.quantization.quantize_dynamic (s8 weights)",
@@ -648,7 +707,7 @@ def describe(arch: Arch, name: str, kind: str, model: onnx.ModelProto, params: i
         "architecture": arch.name,
         "source": arch.source,
         "variant": kind,
-        "made_by": MADE_BY[kind],
+        "made_by": EXPORTERS[arch.exporter] if kind == "fp32" else MADE_BY[kind],
         "opset": {(o.domain or "ai.onnx"): o.version for o in model.opset_import if o.domain in used},
         "inputs": [{"name": i.name, "dtype": i.dtype, "dims": list(i.dims)} for i in arch.inputs],
         "outputs": list(arch.outputs),
