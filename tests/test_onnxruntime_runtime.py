@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -354,3 +355,26 @@ def test_null_runtime_runs_anything():
     assert prepared.call() is None
     assert prepared.kernel_times(5) is None
     prepared.close()
+
+
+def test_profile_folders_of_processes_that_are_gone_are_removed(tmp_path):
+    """A process killed before its exit handlers ran leaves its folder; the next process removes it."""
+    import subprocess
+    import sys
+
+    from benanza.runtimes.onnxruntime import remove_stale_profile_folders
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
+    )
+    gone = tmp_path / f"benanza-prof-{child.stdout.strip()}-abc"
+    alive = tmp_path / f"benanza-prof-{os.getpid()}-def"
+    for folder in (gone, alive):
+        folder.mkdir()
+        (folder / "ort-0.json").write_text("")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    link = tmp_path / f"benanza-prof-{child.stdout.strip()}-link"
+    link.symlink_to(elsewhere)
+    assert remove_stale_profile_folders(tmp_path) == [gone]
+    assert not gone.exists() and alive.exists() and link.exists() and elsewhere.exists()

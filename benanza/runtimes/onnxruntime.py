@@ -28,6 +28,8 @@ import itertools
 import json
 import os
 import re
+import shutil
+import stat
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -250,11 +252,54 @@ class _OrtProfiler(KernelProfiler):
 _PROFILES = itertools.count()
 
 
+_PROFILE_PREFIX = "benanza-prof-"
+
+
 @functools.cache
 def _profile_dir() -> Path:
-    folder = tempfile.TemporaryDirectory(prefix="benanza-prof-")
+    """This process's profile folder, removed at exit; folders of processes gone are removed first.
+
+    A process killed before its exit handlers ran (a fleet worker stopped with its Ray
+    cluster, an isolated benchmark's child ended on its timeout) leaves its folder behind:
+    on a machine that benchmarks every day they piled up in the temporary folder (126 in
+    half a day here). Each folder is named after its process id, so the next process removes
+    those whose process no longer exists.
+    """
+    parent = Path(tempfile.gettempdir())
+    remove_stale_profile_folders(parent)
+    folder = tempfile.TemporaryDirectory(prefix=f"{_PROFILE_PREFIX}{os.getpid()}-", dir=parent)
     atexit.register(folder.cleanup)
     return Path(folder.name)
+
+
+def remove_stale_profile_folders(parent: Path) -> list[Path]:
+    """Remove this user's profile folders in ``parent`` whose process no longer exists; those removed."""
+    removed = []
+    for stale in parent.glob(f"{_PROFILE_PREFIX}*-*"):
+        pid = stale.name[len(_PROFILE_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not _process_exists(int(pid)) and _own_folder(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+            removed.append(stale)
+    return removed
+
+
+def _own_folder(path: Path) -> bool:
+    """A folder (not a link to one) that this user owns."""
+    try:
+        st = path.lstat()
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
