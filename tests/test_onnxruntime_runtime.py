@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import numpy as np
 import pytest
@@ -368,13 +369,18 @@ def test_profile_folders_of_processes_that_are_gone_are_removed(tmp_path):
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True
     )
     gone = tmp_path / f"benanza-prof-{child.stdout.strip()}-abc"
+    recent = tmp_path / f"benanza-prof-{child.stdout.strip()}-new"  # written to lately: maybe another namespace's
     alive = tmp_path / f"benanza-prof-{os.getpid()}-def"
-    for folder in (gone, alive):
+    for folder in (gone, recent, alive):
         folder.mkdir()
         (folder / "ort-0.json").write_text("")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     link = tmp_path / f"benanza-prof-{child.stdout.strip()}-link"
     link.symlink_to(elsewhere)
+    hours_ago = time.time() - 2 * 3600
+    for path in (gone, alive, elsewhere):
+        os.utime(path, (hours_ago, hours_ago))
+    os.utime(link, (hours_ago, hours_ago), follow_symlinks=False)
     assert remove_stale_profile_folders(tmp_path) == [gone]
-    assert not gone.exists() and alive.exists() and link.exists() and elsewhere.exists()
+    assert not gone.exists() and recent.exists() and alive.exists() and link.exists() and elsewhere.exists()

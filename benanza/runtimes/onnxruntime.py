@@ -31,6 +31,7 @@ import re
 import shutil
 import stat
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -263,7 +264,8 @@ def _profile_dir() -> Path:
     cluster, an isolated benchmark's child ended on its timeout) leaves its folder behind:
     on a machine that benchmarks every day they piled up in the temporary folder (126 in
     half a day here). Each folder is named after its process id, so the next process removes
-    those whose process no longer exists.
+    those whose process no longer exists and that nothing wrote to for an hour (a process of
+    another PID namespace sharing the folder, another container's, still writes to its own).
     """
     parent = Path(tempfile.gettempdir())
     remove_stale_profile_folders(parent)
@@ -272,24 +274,27 @@ def _profile_dir() -> Path:
     return Path(folder.name)
 
 
+_STALE_AFTER_S = 3600.0
+
+
 def remove_stale_profile_folders(parent: Path) -> list[Path]:
-    """Remove this user's profile folders in ``parent`` whose process no longer exists; those removed."""
+    """Remove this user's profile folders in ``parent`` left by processes gone (``_profile_dir``); those removed."""
     removed = []
     for stale in parent.glob(f"{_PROFILE_PREFIX}*-*"):
         pid = stale.name[len(_PROFILE_PREFIX) :].split("-", 1)[0]
-        if pid.isdigit() and not _process_exists(int(pid)) and _own_folder(stale):
+        if pid.isdigit() and not _process_exists(int(pid)) and _own_stale_folder(stale):
             shutil.rmtree(stale, ignore_errors=True)
             removed.append(stale)
     return removed
 
 
-def _own_folder(path: Path) -> bool:
-    """A folder (not a link to one) that this user owns."""
+def _own_stale_folder(path: Path) -> bool:
+    """A folder (not a link to one) of this user's that nothing wrote to for ``_STALE_AFTER_S``."""
     try:
         st = path.lstat()
     except OSError:
         return False
-    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid()
+    return stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and time.time() - st.st_mtime > _STALE_AFTER_S
 
 
 def _process_exists(pid: int) -> bool:
