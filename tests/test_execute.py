@@ -405,3 +405,14 @@ def test_a_runtime_that_cannot_interleave_falls_back_and_warns_only_when_asked(c
         assert effective_settings(runtime, HarnessSettings(schedule="interleaved")).schedule == "sequential"
     assert [r.levelname for r in caplog.records] == ["WARNING"]
     assert "cannot be measured interleaved" in caplog.text
+
+
+def test_a_group_holding_a_whole_model_samples_it_min_samples_times_past_the_time_cap(zoo_model, fast_harness) -> None:
+    """A real ONNX Runtime model measured alone, its cap shorter than its warm-up: min_samples rounds still."""
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(zoo_model("squeezenet"), runtime, ())
+    (model,) = [s for s in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True) if s.kind is SpecKind.MODEL]
+    never_settled = {"min_samples": 6, "max_time_s": 0.001, "kernel_runs": 0, "target_rel_stderr": 1e-9}
+    s = fast_harness.model_copy(update=never_settled)
+    (record,) = run_interleaved([model], runtime, s, system=SYSTEM, stack_id=STACK)
+    assert record.outcome == "ok" and record.stats.stopped_by == "time_cap" and len(record.samples) == 6

@@ -492,6 +492,17 @@ def test_interleaved_time_cap_is_the_groups_budget() -> None:
     assert 0.4e9 <= clock.now - start <= 0.4e9 + 3_000_000
 
 
+def test_an_interleaved_group_past_its_time_cap_takes_three_rounds_or_the_rounds_asked() -> None:
+    # one 100 ms call, a 0.1 s cap: the cap has passed after the first round
+    s = settings(warmup_runs=0, min_samples=1000, target_rel_stderr=1e-6, max_time_s=0.1, min_sample_time_s=0.0)
+    clock = FakeClock()
+    (t,) = measure_interleaved([clock.call_taking(100_000_000, 110_000_000)], s, clock=clock).timings
+    assert (t.stopped_by, t.stats.n) == ("time_cap", 3)
+    clock = FakeClock()
+    (t,) = measure_interleaved([clock.call_taking(100_000_000, 110_000_000)], s, clock=clock, min_rounds=10).timings
+    assert (t.stopped_by, t.stats.n) == ("time_cap", 10)
+
+
 def test_interleaved_real_calls() -> None:
     timings = measure_interleaved([trivial, lambda: busy_wait(1e-4)], settings(target_rel_stderr=0.05)).timings
     assert all(isinstance(t, Timing) and t.stats.n >= 10 for t in timings)

@@ -27,7 +27,7 @@ from benanza.bench.harness import HarnessSettings, Timing, measure, measure_inte
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.memory import spec_memory
 from benanza.bench.records import BenchmarkRecord, MeasurementStats, Outcome, make_record
-from benanza.bench.spec import BenchmarkSpec
+from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import describe
 from benanza.errors import UnsupportedLayer, one_line
 from benanza.host_memory import MemoryReader, MemoryRefusal, refusal, system_memory
@@ -209,6 +209,7 @@ def run_interleaved(
             untimed_runs=settings.kernel_runs,
             parts=[specs[i].kind for i, _, _ in live],  # the model, its layers, sequences, fused groups: a sum each
             threads=runtime.cpu_threads(),
+            min_rounds=settings.min_samples if any(specs[i].kind is SpecKind.MODEL for i, _, _ in live) else 0,
         )
         for (i, prepared, profiler), timing in zip(live, rounds.timings, strict=True):
             if isinstance(timing, Exception):
