@@ -98,10 +98,12 @@ def fleet_db(tmp_path_factory, models, fast_harness):
         store.register_stack("sys-c", C1, STACK_C)
 
         copies = []
+        overhead = {p.call_overhead_key for p in plans}
         for r in real:
             copies.append(_timed(r, 0.004, 0.002, system="sys-b", stack_id=B_OLD))
             e2e = r.kind == "model"
-            copies.append(_timed(r, 0.004 if e2e else 0.001, 0.0005, system="sys-b", stack_id=B_NEW))
+            call = 0.004 if e2e else 0.00001 if r.key in overhead else 0.001  # a call's overhead: 0.01 ms
+            copies.append(_timed(r, call, 0.0005, system="sys-b", stack_id=B_NEW))
             if not e2e and r.key != maxpool_key:
                 copies.append(_timed(r, 0.0004, 0.0002, system="sys-c", stack_id=C1, variant=THREADS_2))
         decoy = next(r for r in real if r.kind == "layer")
@@ -154,7 +156,7 @@ def test_one_row_per_model_system_and_latest_stack(fleet_db, models):
     b = rows[("chain", "sys-b")]
     assert b["sequential_ms"] == pytest.approx(1.5) and b["parallel_ms"] == pytest.approx(1.5)
     assert b["e2e_ms"] == pytest.approx(4.0) and b["variant"] == THREADS_1
-    assert b["composed_ms"]["1"] == pytest.approx(3.0)  # 3 units of 1 ms call latency
+    assert b["composed_ms"]["1"] == pytest.approx(3.0 - 2 * 0.01)  # 3 units of 1 ms, the overhead counted once
     # the stored plan's variant, not the decoy's: its 100 ms is not used
     c = rows[("chain", "sys-c")]
     assert c["variant"] == THREADS_2 and c["sequential_ms"] == pytest.approx(0.6)

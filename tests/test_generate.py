@@ -134,8 +134,9 @@ def test_sequences_are_made_of_whole_units_and_cover_every_layer_once(chain, ort
 def test_plan_networks_hold_every_layer_unit_and_sequence(chain, ort_runtime):
     plan = plan_model(chain, ort_runtime, (2,))
     expected = set(chain.graph.layer_keys) | set(plan.unit_keys) | set(plan.sequence_keys[2])
-    assert set(plan.networks) == expected
-    assert len(plan.networks) == 5 + 1 + 1  # 5 layers, the Conv+BN+Relu group, one 4-layer sequence
+    assert set(plan.networks) == expected | {plan.call_overhead_key}
+    # 5 layers, the Conv+BN+Relu group, one 4-layer sequence, the call overhead's Relu of one float
+    assert len(plan.networks) == 5 + 1 + 1 + 1
 
 
 def test_plan_is_deterministic(chain, ort_runtime, conv_chain, process_proto):
@@ -161,7 +162,7 @@ def test_a_runtime_without_groups_plans_single_layers(chain):
     plan = plan_model(chain, NullRuntime(), (1,))
     assert plan.units == tuple((i,) for i in range(5))
     assert plan.unit_keys == tuple(chain.graph.layer_keys)
-    assert set(plan.networks) == set(chain.graph.layer_keys)
+    assert set(plan.networks) == set(chain.graph.layer_keys) | {plan.call_overhead_key}
 
 
 class _DisorderedGroups:
@@ -176,7 +177,7 @@ def test_groups_against_the_topological_order_fall_back_to_layers(chain):
     assert plan.units == tuple((i,) for i in range(5))
     assert plan.unit_keys == tuple(chain.graph.layer_keys)
     # the rejected group is not benchmarked
-    assert set(plan.networks) == set(chain.graph.layer_keys)
+    assert set(plan.networks) == set(chain.graph.layer_keys) | {plan.call_overhead_key}
 
 
 def test_specs_for_plan_kinds_and_payloads(chain, ort_runtime):
@@ -185,7 +186,7 @@ def test_specs_for_plan_kinds_and_payloads(chain, ort_runtime):
     by_kind: dict[SpecKind, list[BenchmarkSpec]] = {}
     for s in specs:
         by_kind.setdefault(s.kind, []).append(s)
-    assert {s.key for s in by_kind[SpecKind.LAYER]} == set(chain.graph.layer_keys)
+    assert {s.key for s in by_kind[SpecKind.LAYER]} == set(chain.graph.layer_keys) | {plan.call_overhead_key}
     assert [s.key for s in by_kind[SpecKind.GROUP]] == [plan.unit_keys[0]]
     assert by_kind[SpecKind.GROUP][0].label == "Conv+BatchNormalization+Relu 1x3x8x8"
     assert [s.key for s in by_kind[SpecKind.SEQUENCE]] == [plan.sequence_keys[2][0]]
@@ -214,8 +215,8 @@ def test_specs_of_two_models_share_their_common_layers(chain, conv_chain, proces
     specs_b = specs_for_plan(plan_model(other, ort_runtime, (1, 2)), "onnxruntime", ort_runtime.variant())
     ids_a, ids_b = {s.spec_id for s in specs_a}, {s.spec_id for s in specs_b}
     shared = ids_a & ids_b
-    # Conv, BN, Relu, the second Conv, the fused group, and Conv+BN+Relu->Conv as a G=2 sequence
-    assert len(shared) == 6
+    # Conv, BN, Relu, the second Conv, the fused group, Conv+BN+Relu->Conv as a G=2 sequence, the call overhead
+    assert len(shared) == 7
     assert len(unique_specs([*specs_a, *specs_b])) == len(ids_a | ids_b)
 
 
@@ -233,3 +234,17 @@ def test_spec_id_of_equals_the_canonical_json_hash(key, batch, dtype, runtime, v
 
     fields = {"key": key, "batch_size": batch, "dtype": dtype, "runtime": runtime, "variant": variant}
     assert spec_id_of(key, batch, dtype, runtime, variant) == stable_id(fields, version=SPEC_VERSION)
+
+
+def test_a_plan_with_sequences_measures_the_call_overhead_at_the_models_opset(chain, ort_runtime, zoo_model):
+    """One Relu of one float, built like the model's networks: with a sink at opset 17, none at the zoo's 9."""
+    from benanza.bench.build import build_onnx
+
+    plan = plan_model(chain, ort_runtime, (1,))
+    overhead = plan.networks[plan.call_overhead_key]
+    assert [(n.op_type, n.opset) for n in overhead.nodes] == [("Relu", 17)]
+    assert [n.op_type for n in build_onnx(overhead, sink=True).graph.node] == ["Relu", "Slice"]
+    old = plan_model(zoo_model("squeezenet"), ort_runtime, (1,))
+    assert old.call_overhead_key != plan.call_overhead_key
+    assert [n.op_type for n in build_onnx(old.networks[old.call_overhead_key], sink=True).graph.node] == ["Relu"]
+    assert plan_model(chain, ort_runtime, ()).call_overhead_key == ""  # nothing composed, nothing to subtract

@@ -42,11 +42,18 @@ def branching(build_model, process_proto):
     return plan_model(processed, NullRuntime(), (1, 2))
 
 
+OVERHEAD_S = 1e-5  # the call overhead network's call latency: 0.01 ms
+
+
 def fake_records(plan, call_s, kernel_s, *, runtime="null", variant=None, outcome=Outcome.OK):
-    """One OK record per spec of ``plan``; ``call_s(spec)`` and ``kernel_s(spec)`` give seconds."""
+    """One OK record per spec of ``plan``; ``call_s(spec)`` and ``kernel_s(spec)`` give seconds.
+
+    The call overhead network (``plan.call_overhead_key``) takes ``OVERHEAD_S`` a call.
+    """
     records = {}
     for spec in specs_for_plan(plan, runtime, variant or {}, e2e=True):
-        calls, kernels = [call_s(spec)] * 5, [kernel_s(spec)] * 5
+        overhead = spec.key == plan.call_overhead_key
+        calls, kernels = [OVERHEAD_S if overhead else call_s(spec)] * 5, [kernel_s(spec)] * 5
         records[spec.key] = make_record(
             spec,
             system=SYSTEM,
@@ -102,8 +109,13 @@ def test_complete_results(branching, all_results):
     assert lb.parallel_ms <= lb.sequential_ms
     assert lb.coverage == 1.0
     assert lb.missing == ()
-    assert lb.composed_ms[1] == pytest.approx(5 * 0.1)  # five single-layer sequences of 0.1 ms
-    assert lb.composed_ms[2] == pytest.approx(0.2 + 0.2 + 0.1)  # (Relu, Sigmoid), (Tanh, Tanh), (Add)
+    # five single-layer sequences of 0.1 ms, less the 0.01 ms call overhead four times (the model pays it once)
+    assert lb.composed_sum_ms[1] == pytest.approx(5 * 0.1)
+    assert lb.composed_ms[1] == pytest.approx(5 * 0.1 - 4 * 0.01)
+    assert lb.call_overhead_ms == pytest.approx(0.01)
+    # (Relu, Sigmoid), (Tanh, Tanh), (Add)
+    assert lb.composed_sum_ms[2] == pytest.approx(0.2 + 0.2 + 0.1)
+    assert lb.composed_ms[2] == pytest.approx(0.2 + 0.2 + 0.1 - 2 * 0.01)
     assert lb.e2e_ms == pytest.approx(50.0)
     assert lb.e2e_kernel_ms == pytest.approx(40.0)
     assert [u.kernel_ms for u in lb.units] == pytest.approx([1.0, 3.0, 2.0, 2.0, 0.5])
@@ -255,7 +267,7 @@ def test_missing_layers_give_no_totals_and_exact_coverage(branching, all_results
     )
     assert lb.partial_sequential_ms == pytest.approx(1.0 + 3.0 + 0.5)  # what is present
     assert lb.composed_ms[1] is None  # G=1 needs the Tanh unit
-    assert lb.composed_ms[2] == pytest.approx(0.5)  # the Tanh pair was measured as a sequence
+    assert lb.composed_ms[2] == pytest.approx(0.5 - 2 * 0.01)  # the Tanh pair was measured as a sequence
     assert lb.e2e_ms == pytest.approx(50.0)
 
 
@@ -264,7 +276,7 @@ def test_a_missing_sequence_leaves_only_its_granularity_open(branching, all_resu
     results = {k: r for k, r in all_results.items() if k != pair}
     lb = bound(branching, results)
     assert lb.composed_ms[2] is None
-    assert lb.composed_ms[1] == pytest.approx(0.5)
+    assert lb.composed_ms[1] == pytest.approx(0.5 - 4 * 0.01)
     assert lb.sequential_ms == pytest.approx(8.5)
     assert lb.coverage == 1.0
 
@@ -281,7 +293,7 @@ def test_failed_records_and_records_without_kernel_times_count_as_missing(branch
     no_kernel = dataclasses.replace(all_results[add.layer_key], kernel_samples=(), kernel_stats=None)
     lb = bound(branching, {**all_results, add.layer_key: no_kernel})
     assert lb.sequential_ms is None and [m["index"] for m in lb.missing] == [4]
-    assert lb.composed_ms[1] == pytest.approx(0.5)  # the call latency is there
+    assert lb.composed_ms[1] == pytest.approx(0.5 - 4 * 0.01)  # the call latency is there
 
 
 def test_no_results_at_all(branching):
@@ -351,3 +363,12 @@ def test_measured_in_the_store_then_analyzed(tmp_path, conv_chain, fast_harness)
         assert value is not None and value >= 0
     assert lb.parallel_ms == pytest.approx(lb.sequential_ms)
     assert lb.e2e_ms > 0
+
+
+def test_without_a_measured_call_overhead_the_composition_is_dlbricks_plain_sum(branching, all_results):
+    """A plan stored before the overhead was measured, or its record missing: the plain sum, said so."""
+    results = {k: r for k, r in all_results.items() if k != branching.call_overhead_key}
+    lb = bound(branching, results)
+    assert lb.call_overhead_ms is None
+    assert lb.composed_ms[1] == pytest.approx(0.5) == lb.composed_sum_ms[1]
+    assert lb.to_dict()["call_overhead_ms"] is None

@@ -7,7 +7,10 @@ Figures and the statistic behind each (also in every JSON row under ``method``):
   time it occurs. ``sequential_unfused_ms`` does the same with every layer run alone.
 - ``parallel_ms``: the critical path of the layer DAG with those unit kernel times.
 - ``composed_ms[G]``: DLBricks' estimate, the sum of the 20% trimmed mean *call latency* of
-  the model's sequences of at most G units.
+  the model's sequences of at most G units, less the runtime's fixed cost of a call
+  (``call_overhead_ms``) counted once per sequence beyond the first: each sequence measured
+  alone paid it, the model pays it once. DLBricks' plain sum is ``composed_sum_ms[G]``; a
+  plan stored before the overhead was measured has only the plain sum.
 - ``e2e_ms``: the 20% trimmed mean call latency of the whole model in the same runtime and
   settings.
 
@@ -60,7 +63,9 @@ METHOD = {
     "sequential_ms": f"sum of unit kernel time ({KERNEL_STATISTIC}, runtime profiler less its overhead), fused units",
     "sequential_unfused_ms": f"sum of single-layer kernel time ({KERNEL_STATISTIC})",
     "parallel_ms": "critical path of the layer DAG with unit kernel times",
-    "composed_ms": f"sum of sequence call latency ({CALL_STATISTIC} 20%), sequences of <= G units",
+    "composed_ms": f"sum of sequence call latency ({CALL_STATISTIC} 20%), sequences of <= G units, "
+    "less (sequences - 1) x the call overhead",
+    "call_overhead_ms": f"call latency ({CALL_STATISTIC} 20%) of one Relu of one float: a call's fixed cost",
     "e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%)",
 }
 
@@ -99,6 +104,8 @@ class LowerBound:
     composed_intervals: Mapping[int, Interval] = field(default_factory=dict)
     # figures ("e2e_ms", "composed_ms[2]", ...) with a measurement the harness found disturbed
     disturbed: tuple[str, ...] = ()
+    call_overhead_ms: float | None = None  # None: not measured (composed_ms is then DLBricks' plain sum)
+    composed_sum_ms: Mapping[int, float | None] = field(default_factory=dict)  # DLBricks' plain sum
 
     def interval(self, figure: str) -> Interval | None:
         """The interval of ``figure``: a field name, or ``composed_ms[G]``."""
@@ -121,6 +128,8 @@ class LowerBound:
             "e2e_ms": self.e2e_ms,
             "e2e_kernel_ms": self.e2e_kernel_ms,
             "composed_ms": {str(g): v for g, v in sorted(self.composed_ms.items())},
+            "composed_sum_ms": {str(g): v for g, v in sorted(self.composed_sum_ms.items())},
+            "call_overhead_ms": self.call_overhead_ms,
             "coverage": self.coverage,
             "missing": list(self.missing),
             "checks": list(self.checks),
@@ -198,16 +207,22 @@ def lower_bound(
     partial = sum(u.kernel_ms for u in units if u.kernel_ms is not None)
     unfused = [_ms(results.get(layer.layer_key), "kernel") for layer in graph.layers]
     composed: dict[int, float | None] = {}
+    composed_sum: dict[int, float | None] = {}
     composed_intervals: dict[int, Interval] = {}
     disturbed: list[str] = []
+    overhead_key = plan.call_overhead_key
+    overhead = _figure(results.get(overhead_key), "call") if overhead_key else None
     for g, keys in plan.sequence_keys.items():
         costs = [_figure(results.get(k), "call") for k in keys]
         whole = bool(costs) and all(c is not None for c in costs) and not unbenchmarked
-        composed[g] = None
+        composed[g] = composed_sum[g] = None
         if whole:
             total = _total(zip(keys, costs, strict=True))
+            composed_sum[g] = total.value
+            if overhead is not None:
+                total = sum_intervals([total, overhead.scaled(-(len(keys) - 1))])
             composed[g], composed_intervals[g] = total.value, total
-            if any(_disturbed(results.get(k)) for k in keys):
+            if any(_disturbed(results.get(k)) for k in (*keys, *([overhead_key] if overhead else []))):
                 disturbed.append(f"composed_ms[{g}]")
     e2e = results.get(plan.model_key)
     unit_of = {i: key for members, key in zip(plan.units, plan.unit_keys, strict=True) for i in members}
@@ -266,6 +281,8 @@ def lower_bound(
         e2e_ms=e2e_ms,
         e2e_kernel_ms=_ms(e2e, "kernel"),
         composed_ms=composed,
+        composed_sum_ms=composed_sum,
+        call_overhead_ms=None if overhead is None else overhead.value,
         coverage=(sum(covered) / n) if n else 0.0,
         missing=missing,
         units=tuple(units),

@@ -21,7 +21,7 @@ from benanza.errors import PlanningError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
-from benanza.model.network import Network, network_of
+from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, network_of
 from benanza.model.process import ProcessedModel, process_model
 from benanza.model.subgraphs import find_model_subgraphs
 
@@ -42,6 +42,7 @@ class ModelPlan:
     networks: Mapping[str, Network] = field(default_factory=dict, repr=False)  # key -> network
     requested: Mapping[str, Any] = field(default_factory=dict)  # the batch/shape arguments, to reload the model
     notes: tuple[str, ...] = ()  # how the plan departs from the runtime's execution (one line each)
+    call_overhead_key: str = ""  # the network that measures one call's fixed cost (``call_overhead_network``)
 
     @property
     def model(self) -> str:
@@ -148,6 +149,22 @@ def contracted(graph: ModelGraph, units: Sequence[Sequence[int]], keys: Sequence
     return ModelGraph(graph.model, graph.path, graph.opset, graph.inputs, tuple(layers), tuple(sorted(edges)))
 
 
+def call_overhead_network(graph: ModelGraph) -> tuple[str, Network]:
+    """The network whose call latency is the runtime's fixed cost of one call, and its key.
+
+    One ``Relu`` of one float: its kernel costs nothing next to the call around it (feeding
+    the input, running the session, returning the output). Every benchmark of a DLBricks
+    sequence pays that cost once and the whole model pays it once, so the composition of n
+    sequences counts it n - 1 times too many (``analysis.lower_bound``). Built at the model's
+    default-domain opset, so that it has a sink when the model's networks do (``bench/build.py``).
+    """
+    opset = int(graph.opset.get("", 0) or graph.opset.get("ai.onnx", 0) or 13)
+    key = stable_id({"call_overhead": "Relu float32 [1]", "opset": opset})
+    one = NetworkTensor((1,), "float32")
+    node = NetworkNode("Relu", "", opset, (), (InputRef.of_input(0),), (one,), layer_key=key)
+    return key, Network((one,), (node,), (NetworkOutput(0, 0),), 1)
+
+
 def plan_model_file(
     path: str | Path,
     runtimes: Sequence[Runtime],
@@ -226,6 +243,10 @@ def plan_model(
     for layer in graph.layers:
         if layer.layer_key not in networks:
             networks[layer.layer_key] = network_of(graph, [layer.index])[1]
+    overhead_key = ""
+    if any(sequence_keys.values()):  # what a composition of several sequences subtracts
+        overhead_key, overhead = call_overhead_network(graph)
+        networks.setdefault(overhead_key, overhead)
     return ModelPlan(
         graph=graph,
         path=graph.path,
@@ -239,6 +260,7 @@ def plan_model(
         networks=networks,
         requested={"batch": batch, "shapes": {k: list(v) for k, v in (overrides or {}).items()}},
         notes=tuple(notes),
+        call_overhead_key=overhead_key,
     )
 
 

@@ -132,6 +132,7 @@ class StoredPlan:
     sequences: Mapping[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     sequence_keys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    call_overhead_key: str = ""  # ``bench.generate.call_overhead_network``; "" in plans stored before it
     system: str = ""  # set by the store: where it was measured
     stack_id: str = ""
     schema_version: int = PLAN_SCHEMA_VERSION
@@ -157,6 +158,7 @@ class StoredPlan:
             sequences={int(g): tuple(tuple(s) for s in seqs) for g, seqs in plan.sequences.items()},
             sequence_keys={int(g): tuple(keys) for g, keys in plan.sequence_keys.items()},
             notes=tuple(plan.notes),
+            call_overhead_key=plan.call_overhead_key,
             system=system,
             stack_id=stack_id,
         )
@@ -203,6 +205,8 @@ class StoredPlan:
         keys = {layer.layer_key for layer in self.layers} | set(self.unit_keys) | {self.model_key}
         for seq in self.sequence_keys.values():
             keys.update(seq)
+        if self.call_overhead_key:
+            keys.add(self.call_overhead_key)
         return keys
 
     @property
@@ -252,6 +256,7 @@ class StoredPlan:
             "sequences": {str(g): [list(s) for s in seqs] for g, seqs in sorted(self.sequences.items())},
             "sequence_keys": {str(g): list(keys) for g, keys in sorted(self.sequence_keys.items())},
             "notes": list(self.notes),
+            **({"call_overhead_key": self.call_overhead_key} if self.call_overhead_key else {}),
         }
 
     @classmethod
@@ -288,6 +293,7 @@ class StoredPlan:
                 },
                 sequence_keys={int(g): tuple(keys) for g, keys in doc.get("sequence_keys", {}).items()},
                 notes=tuple(doc.get("notes", ())),
+                call_overhead_key=doc.get("call_overhead_key", ""),
             )
         except KeyError as exc:
             raise StoreError(f"stored plan lacks field {exc.args[0]!r}") from None

@@ -144,7 +144,9 @@ class Interval:
         return (self.high - self.low) / 2
 
     def scaled(self, factor: float) -> Interval:
-        """The same interval in another unit (``factor`` > 0)."""
+        """The same interval in another unit, or times a count; a negative ``factor`` swaps its ends."""
+        if factor < 0:
+            return Interval(self.value * factor, self.high * factor, self.low * factor)
         return Interval(self.value * factor, self.low * factor, self.high * factor)
 
     def above(self, other: Interval) -> bool:
