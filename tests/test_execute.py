@@ -417,3 +417,13 @@ def test_a_group_holding_a_whole_model_samples_it_min_samples_times_past_the_tim
     s = fast_harness.model_copy(update=never_settled)
     (record,) = run_interleaved([model], runtime, s, system=SYSTEM, stack_id=STACK)
     assert record.outcome == "ok" and record.stats.stopped_by == "time_cap" and len(record.samples) == 6
+
+
+def test_a_whole_model_measured_alone_takes_min_samples_past_the_time_cap(zoo_model, fast_harness) -> None:
+    """The sequential schedule too: SqueezeNet whole, its cap shorter than its warm-up."""
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(zoo_model("squeezenet"), runtime, ())
+    (model,) = [s for s in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True) if s.kind is SpecKind.MODEL]
+    never_settled = {"min_samples": 6, "max_time_s": 0.001, "kernel_runs": 0, "target_rel_stderr": 1e-9}
+    record = run_spec(model, runtime, fast_harness.model_copy(update=never_settled), system=SYSTEM, stack_id=STACK)
+    assert record.outcome == "ok" and record.stats.stopped_by == "time_cap" and len(record.samples) == 6

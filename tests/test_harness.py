@@ -170,6 +170,14 @@ def test_time_cap_shorter_than_one_call_still_takes_one_sample() -> None:
     assert t.total_s == pytest.approx(0.06)
 
 
+def test_a_time_cap_waits_for_the_samples_asked() -> None:
+    # 30 ms calls, a 10 ms cap: one sample by default (above), five when asked
+    clock = FakeClock()
+    capped = settings(warmup_runs=0, max_time_s=0.01)
+    t = measure(clock.call_taking(30_000_000), capped, clock=clock, min_samples_at_cap=5)
+    assert (t.stopped_by, t.stats.n) == ("time_cap", 5)
+
+
 def test_max_samples() -> None:
     clock = FakeClock()
     fn = clock.call_taking(1000)

@@ -91,7 +91,8 @@ def run_spec(
                 samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
                 extra.update(measured.settings)
             else:
-                timing = measure(prepared.call, settings, threads=runtime.cpu_threads())
+                whole = settings.min_samples if spec.kind is SpecKind.MODEL else 1  # the figure all compare with
+                timing = measure(prepared.call, settings, threads=runtime.cpu_threads(), min_samples_at_cap=whole)
                 samples, stats = timing.samples, _timing_stats(timing)
                 kernel, how = _kernel_figures(prepared, None, (), settings, timing)
                 if how is not None:

@@ -224,6 +224,7 @@ def measure(
     *,
     clock: Callable[[], int] = time.perf_counter_ns,
     threads: int | None = None,
+    min_samples_at_cap: int = 1,
 ) -> Timing:
     """Time ``fn`` until the mean is known well enough or a cap is reached.
 
@@ -236,6 +237,8 @@ def measure(
         settings: warm-up, calibration and stopping rules.
         clock: a monotonic nanosecond clock; tests inject a fake one to make stopping exact.
         threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
+        min_samples_at_cap: the samples the time cap waits for (the executor asks ``min_samples``
+            for a whole model, as ``measure_interleaved``'s ``min_rounds``).
     """
     repeat = itertools.repeat
 
@@ -245,7 +248,10 @@ def measure(
             fn()
         return clock() - t0
 
-    return _checked(lambda: _sampled(timed_ns, fn, settings, clock), settings, cpu=True, threads=threads)
+    def take() -> Timing:
+        return _sampled(timed_ns, fn, settings, clock, min_samples_at_cap)
+
+    return _checked(take, settings, cpu=True, threads=threads)
 
 
 def measure_device(
@@ -278,8 +284,12 @@ def _sampled(
     warm: Callable[[], object],
     settings: HarnessSettings,
     clock: Callable[[], int],
+    min_samples_at_cap: int = 1,
 ) -> Timing:
-    """Warm-up, calibration and adaptive sampling; ``timed_ns(k)`` is one sample of ``k`` calls."""
+    """Warm-up, calibration and adaptive sampling; ``timed_ns(k)`` is one sample of ``k`` calls.
+
+    The time cap stops sampling once it has ``min_samples_at_cap`` samples (one: any).
+    """
     start = clock()
     deadline = start + round(settings.max_time_s * 1e9)
 
@@ -325,7 +335,7 @@ def _sampled(
         if n >= max_samples:
             stopped_by = "max_samples"
             break
-        if now >= deadline:
+        if now >= deadline and n >= min_samples_at_cap:
             stopped_by = "time_cap"
             break
         duration = timed_ns(k)
