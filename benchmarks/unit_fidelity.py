@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from benanza.bench.generate import plan_model
 from benanza.model.load import with_synthetic_weights
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_shape_overrides
-from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, session_options
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, optimized_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -44,11 +43,7 @@ _CAST = "InsertedPrecisionFreeCast_"
 
 
 def optimized(model: onnx.ModelProto) -> onnx.ModelProto:
-    with tempfile.TemporaryDirectory(prefix="benanza-fidelity-") as tmp:
-        path = str(Path(tmp) / "optimized.onnx")
-        options = session_options("extended", 1, optimized_path=path)
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return onnx.load(path, load_external_data=False)
+    return optimized_model(model, "extended")
 
 
 def counted(node: onnx.NodeProto) -> bool:

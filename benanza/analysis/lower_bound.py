@@ -210,8 +210,8 @@ def lower_bound(
     composed_sum: dict[int, float | None] = {}
     composed_intervals: dict[int, Interval] = {}
     disturbed: list[str] = []
-    overhead_key = plan.call_overhead_key
-    overhead = _figure(results.get(overhead_key), "call") if overhead_key else None
+    overhead_record = results.get(plan.call_overhead_key) if plan.call_overhead_key else None
+    overhead = _figure(overhead_record, "call")
     for g, keys in plan.sequence_keys.items():
         costs = [_figure(results.get(k), "call") for k in keys]
         whole = bool(costs) and all(c is not None for c in costs) and not unbenchmarked
@@ -222,7 +222,7 @@ def lower_bound(
             if overhead is not None:
                 total = sum_intervals([total, overhead.scaled(-(len(keys) - 1))])
             composed[g], composed_intervals[g] = total.value, total
-            if any(_disturbed(results.get(k)) for k in (*keys, *([overhead_key] if overhead else []))):
+            if any(_disturbed(results.get(k)) for k in keys) or (overhead is not None and _disturbed(overhead_record)):
                 disturbed.append(f"composed_ms[{g}]")
     e2e = results.get(plan.model_key)
     unit_of = {i: key for members, key in zip(plan.units, plan.unit_keys, strict=True) for i in members}

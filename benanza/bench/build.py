@@ -43,7 +43,7 @@ _IR_VERSION = 8
 
 SINK_PREFIX = "benanza_sink"  # the name of every sink node and of its axes inputs
 _SINK_MIN_OPSET = 10  # Slice reads starts, ends and axes as inputs
-_SINK_OPSET = 13  # the default-domain opset a network without default-domain nodes gets for its sinks
+DEFAULT_OPSET = 13  # the default-domain opset of a network with no default-domain node (its sinks need one)
 
 
 def is_sink(node_name: str) -> bool:
@@ -136,7 +136,7 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
             outputs.append(
                 helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), [min(d, 1) for d in spec.shape])
             )
-            opsets.setdefault("", _SINK_OPSET)
+            opsets.setdefault("", DEFAULT_OPSET)
             continue
         outputs.append(helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), spec.shape))
         rename.append((out_name[(o.node, o.output)], f"out{j}"))

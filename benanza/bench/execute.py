@@ -59,6 +59,15 @@ def _timing_stats(timing: Timing) -> MeasurementStats:
     )
 
 
+def samples_at_cap(specs: Sequence[BenchmarkSpec], settings: HarnessSettings) -> int:
+    """The samples the time cap waits for: ``min_samples`` where a whole model is measured, else 1.
+
+    A whole model's end to end is the figure every other is compared with: three samples of
+    VGG-19 (100 ms a call, alone in a memory-capped group) printed "109 ± 20" ms.
+    """
+    return settings.min_samples if any(s.kind is SpecKind.MODEL for s in specs) else 1
+
+
 def run_spec(
     spec: BenchmarkSpec,
     runtime: Runtime,
@@ -91,8 +100,8 @@ def run_spec(
                 samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
                 extra.update(measured.settings)
             else:
-                whole = settings.min_samples if spec.kind is SpecKind.MODEL else 1  # the figure all compare with
-                timing = measure(prepared.call, settings, threads=runtime.cpu_threads(), min_samples_at_cap=whole)
+                at_cap = samples_at_cap([spec], settings)
+                timing = measure(prepared.call, settings, threads=runtime.cpu_threads(), min_samples_at_cap=at_cap)
                 samples, stats = timing.samples, _timing_stats(timing)
                 kernel, how = _kernel_figures(prepared, None, (), settings, timing)
                 if how is not None:
@@ -210,7 +219,7 @@ def run_interleaved(
             untimed_runs=settings.kernel_runs,
             parts=[specs[i].kind for i, _, _ in live],  # the model, its layers, sequences, fused groups: a sum each
             threads=runtime.cpu_threads(),
-            min_rounds=settings.min_samples if any(specs[i].kind is SpecKind.MODEL for i, _, _ in live) else 0,
+            min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
         )
         for (i, prepared, profiler), timing in zip(live, rounds.timings, strict=True):
             if isinstance(timing, Exception):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benanza.bench.build import DEFAULT_OPSET
 from benanza.bench.contract import Runtime
 from benanza.bench.memory import graph_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
@@ -158,7 +159,7 @@ def call_overhead_network(graph: ModelGraph) -> tuple[str, Network]:
     sequences counts it n - 1 times too many (``analysis.lower_bound``). Built at the model's
     default-domain opset, so that it has a sink when the model's networks do (``bench/build.py``).
     """
-    opset = int(graph.opset.get("", 0) or graph.opset.get("ai.onnx", 0) or 13)
+    opset = graph.opset.get("", 0) or DEFAULT_OPSET
     key = stable_id({"call_overhead": "Relu float32 [1]", "opset": opset})
     one = NetworkTensor((1,), "float32")
     node = NetworkNode("Relu", "", opset, (), (InputRef.of_input(0),), (one,), layer_key=key)

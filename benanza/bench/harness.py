@@ -237,8 +237,7 @@ def measure(
         settings: warm-up, calibration and stopping rules.
         clock: a monotonic nanosecond clock; tests inject a fake one to make stopping exact.
         threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
-        min_samples_at_cap: the samples the time cap waits for (the executor asks ``min_samples``
-            for a whole model, as ``measure_interleaved``'s ``min_rounds``).
+        min_samples_at_cap: the samples the time cap waits for (``execute.samples_at_cap``).
     """
     repeat = itertools.repeat
 
@@ -478,9 +477,8 @@ def measure_interleaved(
         parts: per call, the sum it is part of (for instance its kind: the model end to end, its
             layers, its sequences), for the group rule (``_group_settled``); None: one sum.
         threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
-        min_rounds: the rounds the time cap waits for. The executor asks ``min_samples`` for a
-            group that holds a whole model: its end to end is the figure every other is
-            compared with, and three rounds of a 100 ms model gave VGG-19 "109 ± 20" ms.
+        min_rounds: the rounds the time cap waits for, if more than ``MIN_ROUNDS``
+            (``execute.samples_at_cap``: ``min_samples`` for a group that holds a whole model).
 
     Returns:
         ``Rounds``: per call its ``Timing`` or the exception it (or its companion) raised (a
@@ -638,7 +636,7 @@ def _rounds(
     precalls: int,
     untimed_runs: int,
     clock: Callable[[], int],
-    min_rounds: int = 3,
+    min_rounds: int,
 ) -> tuple[StopReason, list[int], int]:
     """Sampling rounds until a stopping rule fires: why it stopped, the companion rounds, their final stride."""
     repeat = itertools.repeat

@@ -22,7 +22,7 @@ import copy
 import logging
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -240,9 +240,13 @@ def fold_constants(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
 _UNFOLDED: set[str] = set()  # models whose folding failed, already said
 
 
-def read_tensors(model: onnx.ModelProto) -> set[str]:
-    """The tensors something reads: a node (its subgraphs' captures included) or the graph's outputs."""
-    return {x for node in model.graph.node for x in node_reads(node)} | {o.name for o in model.graph.output}
+def read_tensors(model: onnx.ModelProto, nodes: Iterable[onnx.NodeProto] | None = None) -> set[str]:
+    """The tensors something reads: a node (its subgraphs' captures included) or the graph's outputs.
+
+    ``nodes``: these nodes of ``model`` instead of all of them.
+    """
+    nodes = model.graph.node if nodes is None else nodes
+    return {x for node in nodes for x in node_reads(node)} | {o.name for o in model.graph.output}
 
 
 def without_orphans(model: onnx.ModelProto, read_before: set[str]) -> onnx.ModelProto:
@@ -255,7 +259,7 @@ def without_orphans(model: onnx.ModelProto, read_before: set[str]) -> onnx.Model
     """
     kept = list(model.graph.node)
     while True:
-        read = {x for node in kept for x in node_reads(node)} | {o.name for o in model.graph.output}
+        read = read_tensors(model, kept)
         orphans = {
             id(n) for n in kept if not any(o in read for o in n.output) and any(o in read_before for o in n.output)
         }

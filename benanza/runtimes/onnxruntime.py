@@ -283,8 +283,9 @@ def remove_stale_profile_folders(parent: Path) -> list[Path]:
     for stale in parent.glob(f"{_PROFILE_PREFIX}*-*"):
         pid = stale.name[len(_PROFILE_PREFIX) :].split("-", 1)[0]
         if pid.isdigit() and not _process_exists(int(pid)) and _own_stale_folder(stale):
-            shutil.rmtree(stale, ignore_errors=True)
-            removed.append(stale)
+            shutil.rmtree(stale, ignore_errors=True)  # another process may be removing it too
+            if not stale.exists():
+                removed.append(stale)
     return removed
 
 
@@ -511,18 +512,28 @@ class OnnxRuntimeCPU(Runtime):
                 does not know, an op it does not implement); the plan then measures each layer
                 alone.
         """
-        ort = _ort()
-        with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
-            path = str(Path(tmp) / "optimized.onnx")
-            so = session_options(self.opt_level, 1, optimized_path=path)
-            providers = [CUDA_PROVIDER] if self.ep == "cuda" else ["CPUExecutionProvider"]
-            try:
-                ort.InferenceSession(with_synthetic_weights(proto).SerializeToString(), so, providers=providers)
-            except ort_errors() as exc:
-                reason = f"ONNX Runtime cannot build its optimized graph: {ort_message(exc)}"
-                raise PlanningError(graph.path, reason) from None
-            optimized = onnx.load(path, load_external_data=False)
+        providers = [CUDA_PROVIDER] if self.ep == "cuda" else ["CPUExecutionProvider"]
+        try:
+            optimized = optimized_model(with_synthetic_weights(proto), self.opt_level, providers)
+        except ort_errors() as exc:
+            reason = f"ONNX Runtime cannot build its optimized graph: {ort_message(exc)}"
+            raise PlanningError(graph.path, reason) from None
         return groups_from_optimized(graph, optimized)
+
+
+def optimized_model(
+    model: onnx.ModelProto, opt_level: str, providers: Sequence[str] = ("CPUExecutionProvider",)
+) -> onnx.ModelProto:
+    """The graph ONNX Runtime runs for ``model`` at ``opt_level`` (its optimized model file, read back).
+
+    Raises:
+        ONNX Runtime's own errors (``ort_errors``): it cannot build a session of the model.
+    """
+    with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
+        path = str(Path(tmp) / "optimized.onnx")
+        so = session_options(opt_level, 1, optimized_path=path)
+        _ort().InferenceSession(model.SerializeToString(), so, providers=list(providers))
+        return onnx.load(path, load_external_data=False)
 
 
 def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list[list[int]]:
