@@ -7,13 +7,13 @@ with the real plan of a zoo model; the slow test measures two real onnxruntime r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-import multiprocessing
 import os
 import subprocess
 import sys
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -529,22 +529,38 @@ def test_a_run_of_too_few_samples_is_left_out() -> None:
     assert "1 runs with fewer than 5 samples left out" in report.notes
 
 
-def _busy_half(cpu: int, period_s: float = 0.002) -> None:
-    """Spin half of every ``period_s`` on ``cpu``: a neighbour taking about half of that core."""
-    os.sched_setaffinity(0, {cpu})
-    while True:
-        end = time.perf_counter() + period_s / 2
-        while time.perf_counter() < end:
-            pass
-        time.sleep(period_s / 2)
+# A neighbour spinning on one core, started as a bare interpreter (``-S -c``: it imports
+# nothing, so it spins within tens of milliseconds even on a busy host) that says so on its
+# stdout once pinned. Spinning all the time at the benchmark's priority, it takes half of the
+# core under Linux's fair scheduler: a steady slow-down of about 2x that 20 ms samples average.
+# (A competitor started by multiprocessing's spawn imports this module first, seconds on a
+# busy host, and a "slowed" run was then partly unslowed: its interval spanned no change.)
+_SPINNER = (
+    "import os, sys\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "print('spinning', flush=True)\n"
+    "while True:\n"
+    "    pass\n"
+)
+
+
+@contextlib.contextmanager
+def _neighbour_on(cpu: int) -> Iterator[None]:
+    competitor = subprocess.Popen([sys.executable, "-S", "-c", _SPINNER, str(cpu)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert competitor.stdout is not None and competitor.stdout.readline().strip() == "spinning"
+        yield
+    finally:
+        competitor.kill()
+        competitor.wait()
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 def test_a_real_slow_down_of_some_units_is_found_by_the_history(tmp_path: Path) -> None:
     """Real ONNX Runtime runs of squeezenet's units: three as usual, then two in which a few of
-    them share their core with a busy process. The history flags those and attributes the
-    model's change to them. The harness's CPU-share check is off here (it would hold the
+    them share their core with a process spinning on it (about 2x slower). The history flags
+    those and attributes the model's change to them. The harness's CPU-share check is off here (it would hold the
     slowed runs back as interference); see benchmarks/regression_detection.py --part power."""
     cpu = min(os.sched_getaffinity(0))
     saved = os.sched_getaffinity(0)
@@ -565,19 +581,10 @@ def test_a_real_slow_down_of_some_units_is_found_by_the_history(tmp_path: Path) 
             run_specs(
                 others, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, repeat=True
             )
-            competitor = None
-            if run >= 3:
-                competitor = multiprocessing.get_context("spawn").Process(target=_busy_half, args=(cpu,), daemon=True)
-                competitor.start()
-                time.sleep(0.2)
-            try:
+            with _neighbour_on(cpu) if run >= 3 else contextlib.nullcontext():
                 run_specs(
                     slowed, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, repeat=True
                 )
-            finally:
-                if competitor is not None:
-                    competitor.terminate()
-                    competitor.join()
         [found] = regressions(ctx.store, [SYSTEM], history=True)
     finally:
         ctx.close()
