@@ -16,9 +16,15 @@ Figures (``benchmarks/results/benchmarking_time_<set>.json``):
    the same number of calls (their 100), fixed costs left out. Given for every model and for
    the models whose every node is a benchmarked layer (in the others the layers cover less
    than the model runs, which flatters the figure).
+1b. ``units``: the same ratio over the units benanza benchmarks at G = 1 in place of single
+   nodes: each layer as the runtime runs it, alone or as the group it fuses into. DLBricks'
+   layers were its units (MXNet runs each alone); ONNX Runtime fuses, and a QDQ model's
+   ``DequantizeLinear -> Conv -> QuantizeLinear`` runs as one int8 convolution, not as three
+   nodes of which two are measured alone at a few microseconds each.
 2. ``wall_clock``: wall seconds to benchmark every model whole vs the unique layers, at the
    same stopping rule, preparation, kernel times and store writes included; and with the
-   fused groups that ``benanza bench`` also measures.
+   fused groups that ``benanza bench`` also measures; and the units alone (what the G = 1
+   bound needs).
 3. ``adding``: the wall seconds to benchmark what one more model adds once others are
    stored (one more ResNet depth, an int8 or fp16 variant of a stored model) vs benchmarking
    it whole; summed from the same run's per-benchmark times. ``adding_last`` gives the same
@@ -105,6 +111,7 @@ def measure_in_order(ctx: Any, plans: Sequence[ModelPlan]) -> tuple[dict[str, di
     per_model: list[dict[str, Any]] = []
     for plan in plans:
         specs = specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=True)
+        unit_keys = set(plan.unit_keys)
         model = next(s for s in specs if s.kind is SpecKind.MODEL)
         parts = [s for s in specs if s.kind in (SpecKind.LAYER, SpecKind.GROUP)]
         new = [s for s in parts if s.spec_id not in per_spec]
@@ -119,6 +126,9 @@ def measure_in_order(ctx: Any, plans: Sequence[ModelPlan]) -> tuple[dict[str, di
                 "model_spec": model.spec_id,
                 "layers": [s.spec_id for s in parts if s.kind is SpecKind.LAYER],
                 "groups": [s.spec_id for s in parts if s.kind is SpecKind.GROUP],
+                # benanza's G = 1 benchmarks: each layer as the runtime runs it, alone or inside the
+                # group it fuses into (a QDQ model's DequantizeLinear -> Conv -> QuantizeLinear is one)
+                "units": [s.spec_id for s in parts if s.key in unit_keys],
                 "layer_count": len(plan.graph.layers),
                 "not_benchmarkable": len(plan.graph.unsupported),
             }
@@ -232,17 +242,29 @@ def main() -> None:
     complete = [m for m in per_model if not m["not_benchmarkable"]]
     complete_layers = sorted({i for m in complete for i in m["layers"]})
 
-    def dlbricks(ms: Sequence[dict[str, Any]], ls: Sequence[str]) -> dict[str, Any]:
+    def dlbricks(ms: Sequence[dict[str, Any]], ls: Sequence[str], of: str = "layers") -> dict[str, Any]:
         e2e = total(per_spec, [m["model_spec"] for m in ms], "latency_s")
         parts = total(per_spec, ls, "latency_s")
         return {
             "models": len(ms),
             "layers": sum(m["layer_count"] for m in ms),
-            "unique_layers": len(ls),
+            f"unique_{of}": len(ls),
             "sum_e2e_ms": 1e3 * e2e,
-            "sum_unique_layers_ms": 1e3 * parts,
+            f"sum_unique_{of}_ms": 1e3 * parts,
             "speedup": e2e / parts if parts else None,
         }
+
+    def by_variant(of: str) -> dict[str, Any]:
+        """Per variant: its models' e2e over the unique benchmarks among them (one shared across
+        variants counts in each), which shows where the corpus repeats and where it does not."""
+        return {
+            v: dlbricks(ms, sorted({i for m in ms for i in m[of]}), of)
+            for v in sorted({variant[m["model"]] for m in per_model})
+            for ms in [[m for m in per_model if variant[m["model"]] == v]]
+        }
+
+    units = sorted({i for m in per_model for i in m["units"]})
+    units_s = total(per_spec, units, "wall_s")
 
     whole_s = total(per_spec, models, "wall_s")
     layers_s = total(per_spec, layers, "wall_s")
@@ -268,13 +290,14 @@ def main() -> None:
             "(20% trimmed mean per call; DLBricks section 4.2, G = 1)",
             "all_models": dlbricks(per_model, layers),
             "fully_benchmarked_models": dlbricks(complete, complete_layers),
-            # per variant: its models' e2e over the unique layers among them (a layer shared across
-            # variants counts in each), which shows where the corpus repeats and where it does not
-            "by_variant": {
-                v: dlbricks(ms, sorted({i for m in ms for i in m["layers"]}))
-                for v in sorted({variant[m["model"]] for m in per_model})
-                for ms in [[m for m in per_model if variant[m["model"]] == v]]
-            },
+            "by_variant": by_variant("layers"),
+        },
+        "units": {
+            "definition": "sum over models of e2e latency / sum over unique units of unit latency: benanza's "
+            "G = 1 benchmarks, each layer as the runtime runs it (alone, or the group it fuses into); "
+            "the same figure as dlbricks with the units benanza benchmarks in place of single nodes",
+            "all_models": dlbricks(per_model, units, "units"),
+            "by_variant": by_variant("units"),
         },
         "wall_clock": {
             "whole_models_s": whole_s,
@@ -284,6 +307,9 @@ def main() -> None:
             "unique_groups": len(groups),
             "unique_groups_s": groups_s,
             "whole_over_layers_and_groups": whole_s / (layers_s + groups_s) if layers_s + groups_s else None,
+            "unique_units": len(units),
+            "unique_units_s": units_s,
+            "whole_over_unique_units": whole_s / units_s if units_s else None,
             "median_layer_s": statistics.median(per_spec[i]["wall_s"] for i in layers) if layers else None,
             "median_model_s": statistics.median(per_spec[i]["wall_s"] for i in models) if models else None,
             "planning_s": planned_s,
@@ -335,6 +361,16 @@ def main() -> None:
         print(
             f"  {v:13s} {fig['models']:3d} models, {fig['unique_layers']:5d} unique layers: "
             f"{fig['sum_e2e_ms']:8.1f} ms e2e / {fig['sum_unique_layers_ms']:7.1f} ms = {fig['speedup'] or 0:.2f}x"
+        )
+    u = result["units"]
+    print(
+        f"by unit (benanza's G = 1 benchmarks): {u['all_models']['speedup'] or 0:.2f}x, "
+        f"{len(units)} unique units; wall clock whole/units = {w['whole_over_unique_units'] or 0:.2f}x"
+    )
+    for v, fig in u["by_variant"].items():
+        print(
+            f"  {v:13s} {fig['models']:3d} models, {fig['unique_units']:5d} unique units: "
+            f"{fig['sum_e2e_ms']:8.1f} ms e2e / {fig['sum_unique_units_ms']:7.1f} ms = {fig['speedup'] or 0:.2f}x"
         )
     for a in result["adding"]:
         print(
