@@ -29,8 +29,8 @@ printed or dumped to JSON shows its password masked. Precedence is the house rul
 flags (``FleetConfig.with_overrides``) over the environment over the file over defaults.
 
 Every problem with a file is a ``ConfigError`` whose one-line message names the file, the
-location in it and the reason (``configs/x.toml: systems[1].threads: Input should be greater
-than 0, got 0``).
+location in it and the reason (``configs/x.toml: systems[1].threads: should be a positive
+integer or 'auto', got 0``).
 
 A system is pinned in Ray by the label ``system=NAME`` and/or the custom resource
 ``system:NAME`` (``SystemConfig.placement``); ``cluster/`` and ``deploy/`` give each node
@@ -72,9 +72,12 @@ RESOURCE_PREFIX = "system:"  # Ray custom resource: system:NAME
 ZOO_PREFIX = "zoo:"
 DEFAULTS_SOURCE = "<embedded defaults>"
 # The main job's defaults, the same for `benanza run` and `benanza fleet run` with no config: DLBricks
-# sequences of 1 and 3 layers (the composition's G = 1 and a fused neighbourhood), and a shorter time cap
-# than the harness's own, so the zoo takes minutes on a laptop.
+# sequences of 1 and 3 layers (the composition's G = 1 and a fused neighbourhood), a shorter time cap
+# than the harness's own, so the zoo takes minutes on a laptop, and the threads the other processes
+# leave free (a laptop or CI runner is rarely idle, and threads that a neighbour competes with skew
+# every composition: see host_cpu.free_cores).
 MAIN_JOB_GRANULARITIES = (1, 3)
+MAIN_JOB_THREADS = "auto"
 MAIN_JOB_HARNESS: Mapping[str, float] = {"min_time_s": 0.02, "max_time_s": 0.5}
 
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
@@ -266,7 +269,11 @@ class SystemConfig(BaseModel):
         min_length=1,
         description='runtime entries: "cudnn", or with options "cudnn:precision=float16,tensor_cores=false"',
     )
-    threads: PositiveInt | None = Field(None, description="CPU intra-op threads (default: all cores)")
+    threads: int | str | None = Field(
+        None,
+        description="CPU intra-op threads: a number, or 'auto' (the cores other processes leave free when the "
+        "system's worker starts); default: all cores, and 'auto' in the embedded defaults (the main job)",
+    )
     opt_level: str | None = Field(None, description="ONNX Runtime graph optimisation level")
     devices: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1, description="GPU ordinals; None=all")
     gpu: str | None = Field(None, description="expected GPU model, e.g. H100 (checked against the device name)")
@@ -275,6 +282,15 @@ class SystemConfig(BaseModel):
     num_cpus: float = Field(1, ge=0, description="CPUs each actor of this system reserves in Ray")
     simulate_cpus: PositiveInt | None = Field(None, description="num_cpus of this system's simulated local node")
     description: str | None = None
+
+    @field_validator("threads", mode="before")
+    @classmethod
+    def _threads(cls, value: Any) -> int | str | None:
+        if value is None or value == "auto":
+            return value
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        raise ValueError(f"should be a positive integer or 'auto', got {value!r}")
 
     @field_validator("name")
     @classmethod
@@ -568,7 +584,7 @@ def default_fleet_config(settings: Settings | None = None) -> FleetConfig:
     name = (settings if settings is not None else load_settings()).system_name()
     try:
         return FleetConfig(
-            systems=[SystemConfig(name=name)],
+            systems=[SystemConfig(name=name, threads=MAIN_JOB_THREADS)],
             granularities=list(MAIN_JOB_GRANULARITIES),
             harness=dict(MAIN_JOB_HARNESS),
         )

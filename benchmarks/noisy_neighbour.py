@@ -2,11 +2,14 @@
 
 Runs the zoo composition (or ``--models``) twice into fresh SQLite databases, at the main
 job's defaults (``benanza fleet run`` with no config: granularities, harness settings,
-threads = all cores, the default schedule):
+``threads = "auto"``, the default schedule):
 
 1. quiet: nothing started by this script;
-2. loaded: beside a background process that this script starts and stops itself, burning
-   one core in on/off bursts (``--burst-on``/``--burst-off`` seconds, default 0.3/0.3).
+2. loaded: beside a background process that this script starts before the runtime is built
+   (so ``auto`` sees it, as it sees a user's busy machine) and stops after the benchmarks,
+   burning one core in on/off bursts (``--burst-on``/``--burst-off`` seconds, default 0.3/0.3).
+
+Each case reports the threads ``auto`` chose and why.
 
 For each case: the geometric mean of |composed/e2e - 1| at G = 1 and at the best G, the
 largest sequential-bound/e2e ratio, whether any bound lies above e2e beyond both
@@ -31,6 +34,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benanza.bench import host_cpu
 from benanza.bench.spec import SpecKind
 from benanza.config import MAIN_JOB_GRANULARITIES, default_fleet_config
 from benanza.local import analyze, bench, open_local, plan_models
@@ -54,15 +58,33 @@ while True:
 def run_case(
     name: str, models: list[Path], burst: tuple[float, float] | None, runtime_options: dict | None = None
 ) -> dict:
-    """One case into a fresh database; ``runtime_options`` (e.g. ``{"threads": 1}``): the runtime's defaults if None."""
-    settings = default_fleet_config().harness_settings(load_settings())
+    """One case into a fresh database; ``runtime_options`` (e.g. ``{"threads": 1}``): the main job's if None.
+
+    The load starts before the runtime is built, as a user's machine is busy before they start
+    benanza; the main job's ``threads = "auto"`` is read afresh for each case, as a new run of
+    the main command reads it (``free_cores_once`` holds one reading per process).
+    """
+    config = default_fleet_config()
+    settings = config.harness_settings(load_settings())
+    if runtime_options is None:
+        runtime_options = config.systems[0].runtime_options("onnxruntime")
+    host_cpu.free_cores_once.cache_clear()
     burner = None
     with tempfile.TemporaryDirectory(prefix=f"noisy-{name}-") as tmp:
-        ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", runtime_options or {}, settings=settings)
+        if burst is not None:
+            burner = subprocess.Popen([sys.executable, "-c", BURNER, str(burst[0]), str(burst[1])])
+            time.sleep(0.2)  # it is running
+        try:
+            ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", runtime_options, settings=settings)
+        except BaseException:
+            if burner is not None:
+                burner.kill()
+                burner.wait()
+            raise
         try:
             plans = plan_models(models, ctx.runtime, (1,), None, MAIN_JOB_GRANULARITIES)
-            if burst is not None:
-                burner = subprocess.Popen([sys.executable, "-c", BURNER, str(burst[0]), str(burst[1])])
+            threads, notes = ctx.runtime.variant()["threads"], list(ctx.runtime.notes())
+            print(f"{name}: threads {threads}; {'; '.join(notes) or 'as given'}", flush=True)
             started = time.perf_counter()
             summary = bench(ctx, plans, e2e=True)
             bench_s = time.perf_counter() - started
@@ -108,6 +130,8 @@ def run_case(
     return {
         "case": name,
         "burst_on_off_s": list(burst) if burst else None,
+        "threads": threads,
+        "threads_notes": notes,
         "run": summary.to_dict(),
         "bench_s": bench_s,
         "geomean_abs_error": {str(g): v for g, v in geo.items()},
@@ -155,7 +179,7 @@ def main() -> None:
         print(
             f"{name:7} G=1 {g1:.1%}  best G={best} {err:.1%}  max seq/e2e {case['max_sequential_over_e2e']:.3f}  "
             f"checks {case['checks']}  disturbed {case['records_disturbed']}/{case['records']} "
-            f"(re-measured {case['records_remeasured']})  {case['bench_s']:.0f} s",
+            f"(re-measured {case['records_remeasured']})  {case['bench_s']:.0f} s  threads {case['threads']}",
             flush=True,
         )
         for m in case["per_model"]:

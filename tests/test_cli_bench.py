@@ -195,3 +195,16 @@ def test_a_missing_model_file_is_a_one_line_error(tmp_path):
 def test_bad_arguments_are_one_line_errors(model_file, tmp_path, flags, message):
     result = invoke("bench", "run", model_file, "--db", f"sqlite:///{tmp_path / 'x.db'}", *flags)
     assert message in one_line_error(result)
+
+
+def test_threads_auto_runs_at_the_free_cores_and_says_so(tmp_path, model_file) -> None:
+    """``--threads auto``: the threads ``host_cpu.free_cores_once`` chose, in the variant and in a note."""
+    from benanza.bench.host_cpu import free_cores_once
+
+    uri = f"sqlite:///{tmp_path / 'auto.db'}"
+    flags = ["--min-time", "0.001", "--max-time", "0.05", "--threads", "auto", "--system", SYSTEM]
+    result = invoke("bench", "run", model_file, "--db", uri, "--granularity", "1", *flags)
+    assert result.exit_code == 0, result.output
+    chosen = free_cores_once()
+    assert f"threads={chosen.threads})" in result.stdout
+    assert f"note: {chosen.note()}" in result.stderr

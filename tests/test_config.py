@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from benanza.bench.harness import HarnessSettings
 from benanza.config import (
@@ -112,7 +113,8 @@ def test_defaults_are_this_machine_in_process_ray_default_db_and_the_zoo(monkeyp
         ["onnxruntime"],
         "both",
     )
-    assert system.threads is None and system.runtime_options("onnxruntime") == {}
+    # the cores other processes leave free when the worker starts (host_cpu.free_cores)
+    assert system.threads == "auto" and system.runtime_options("onnxruntime") == {"threads": "auto"}
     assert config.ray == RayConfig() and config.ray.address is None and not config.ray.local_cluster
     assert config.db is None and config.models == [] and config.batch_sizes == [1] and config.dtypes == ["float32"]
     assert config.model_paths() == zoo_paths()
@@ -229,7 +231,7 @@ SYSTEM = '[[systems]]\nname = "a"\n'
     [
         (
             '[[systems]]\nname = "a"\n[[systems]]\nname = "b"\nthreads = 0\n',
-            "systems[1].threads: Input should be greater than 0, got 0",
+            "systems[1].threads: should be a positive integer or 'auto', got 0",
         ),
         ('[[systems]]\nname = "a"\nthread = 2\n', "systems[0].thread: Extra inputs are not permitted"),
         (SYSTEM + "colour = 1\n", "systems[0].colour: Extra inputs are not permitted"),
@@ -392,3 +394,12 @@ def test_runtime_entries_carry_options_over_the_systems_settings() -> None:
     for bad in (":x=1", "cudnn:precision=float16,precision=float32", "cudnn:=1"):
         with pytest.raises(ValueError, match="runtime entry"):
             runtime_entry(bad)
+
+
+def test_a_system_takes_a_thread_count_or_auto() -> None:
+    assert SystemConfig(name="a", threads=4).runtime_options("onnxruntime") == {"threads": 4}
+    assert SystemConfig(name="a", threads="auto").runtime_options("onnxruntime") == {"threads": "auto"}
+    assert SystemConfig(name="a").runtime_options("onnxruntime") == {}  # every core
+    for bad in (0, "fast", "2x"):
+        with pytest.raises(ValidationError, match="threads"):
+            SystemConfig(name="a", threads=bad)

@@ -550,6 +550,12 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     assert set(out) >= {"systems", "measured", "reused", "failed"}
     laptop = out["systems"]["laptop"]
     assert laptop["measured"] == laptop["total"] == out["measured"] > 0 and laptop["stack_id"]
+    # threads = "auto": the worker ran at the cores other processes left free, and says so
+    (note,) = laptop["notes"]
+    threads = int(note.split()[1])
+    assert note.startswith("threads ") and "(auto:" in note and 1 <= threads <= (os.cpu_count() or 1)
+    assert laptop["variant"] == f"ep=cpu,opt=extended,threads={threads}"
+    assert f"note: laptop: {note}" in done.stderr
     assert (tmp_path / "benanza.db").exists()  # the default store, in the working directory
     # the main job ends with the model's lower bounds on this system, from what the run stored
     (bound,) = out["lower_bounds"]

@@ -248,3 +248,62 @@ def test_a_flagged_timing_round_trips_and_old_timings_read_as_undisturbed() -> N
     old = {k: v for k, v in flagged.to_dict().items() if k not in newer}
     restored = Timing.from_dict({**old, "remeasured": 0})
     assert not restored.disturbed and restored.cpu_share is None and restored.other_cores is None
+
+
+# -- threads = "auto": the cores other processes leave free ------------------------------------
+
+
+def test_the_threads_left_are_those_the_interference_check_accepts() -> None:
+    from benanza.bench.host_cpu import threads_left
+
+    assert threads_left(2, 0.0) == 2 and threads_left(2, 0.25) == 2  # within the tolerance
+    assert threads_left(2, 0.3) == 1 and threads_left(2, 0.5) == 1 and threads_left(2, 1.9) == 1
+    assert threads_left(8, 3.2) == 5 and threads_left(8, 3.3) == 4
+    assert threads_left(1, 0.9) == 1  # never none
+    for cores, others in ((2, 0.5), (8, 3.2), (4, 0.0), (16, 7.9)):
+        threads = threads_left(cores, others)
+
+        def flagged(at: int, cores: int = cores, others: float = others) -> bool:
+            flat = [1.0] * 30
+            return disturbance(flat, None, HarnessSettings(), other_cores=others, threads=at, cores=cores) is not None
+
+        # the harness would not flag a measurement beside that load at these threads, and would at one more
+        assert not flagged(threads)
+        assert threads == cores or flagged(threads + 1)
+
+
+def test_auto_threads_leave_a_busy_neighbour_its_core() -> None:
+    """A real process spinning on one core: ``free_cores`` sees it and leaves it that core."""
+    from benanza.bench import host_cpu
+
+    if host_cpu.host_busy_s() is None:
+        pytest.skip("no /proc/stat")
+    if host_cpu.host_cores() < 2:
+        pytest.skip("needs two cores")
+    spinner = "print('spinning', flush=True)\nwhile True:\n    pass\n"
+    busy = subprocess.Popen([sys.executable, "-S", "-c", spinner], stdout=subprocess.PIPE, text=True)
+    try:
+        assert busy.stdout is not None and busy.stdout.readline().strip() == "spinning"
+        found = host_cpu.free_cores(window_s=0.5)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert found.others is not None and found.others > 0.7, found
+    assert found.threads <= found.cores - 1
+    assert found.note().startswith(f"threads {found.threads} of {found.cores} cores (auto: other processes used")
+
+
+def test_the_runtime_reads_auto_once_per_process_and_says_what_it_chose() -> None:
+    from benanza.bench import host_cpu
+    from benanza.errors import UsageError
+    from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+
+    first, second = OnnxRuntimeCPU(threads="auto"), OnnxRuntimeCPU(threads="auto")
+    chosen = host_cpu.free_cores_once()
+    assert first.threads == second.threads == chosen.threads  # one variant per process
+    assert first.variant()["threads"] == chosen.threads and first.notes() == (chosen.note(),)
+    assert OnnxRuntimeCPU(threads=3).notes() == () and OnnxRuntimeCPU(threads=3).threads == 3
+    assert OnnxRuntimeCPU().threads == host_cpu.host_cores()  # the library's default: every core
+    for bad in (0, -1, "two", 1.5, True):
+        with pytest.raises(UsageError, match="threads must be a positive integer or 'auto'"):
+            OnnxRuntimeCPU(threads=bad)

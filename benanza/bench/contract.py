@@ -129,6 +129,10 @@ class Runtime:
         """The device it drives, as ``gpu_*`` fingerprint keys; empty for a host runtime."""
         return {}
 
+    def notes(self) -> tuple[str, ...]:
+        """What it decided when it was built that a run's output should say (the threads ``auto`` chose)."""
+        return ()
+
     def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]] | None:
         """The model's layers grouped as the runtime executes them (fused units); None: each layer alone.
 

@@ -33,12 +33,13 @@ from benanza.cli.pipeline import (
     bench_with_progress,
     open_context,
     plans_for,
+    print_notes,
     print_summary,
     requested,
     warn_deferred,
 )
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
-from benanza.config import MAIN_JOB_HARNESS
+from benanza.config import MAIN_JOB_HARNESS, MAIN_JOB_THREADS
 from benanza.local import analyze
 from benanza.report.output import OutputFormat, emit
 
@@ -108,6 +109,7 @@ def bench_run(
     }
     if not emit(format, out, [out]):
         print_summary(ctx, summary)
+    print_notes(ctx)
     warn_deferred(summary)
 
 
@@ -118,7 +120,7 @@ def run_command(
     granularity: GranOpt = MAIN_JOB_GRANULARITY,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
-    threads: ThreadsOpt = None,
+    threads: ThreadsOpt = MAIN_JOB_THREADS,
     opt_level: OptLevelOpt = "extended",
     system: SystemOpt = None,
     min_time: MinTimeOpt = MAIN_JOB_HARNESS["min_time_s"],
@@ -151,6 +153,7 @@ def run_command(
         summary = bench_with_progress(ctx, plans, e2e=True, retry_failed=False, quiet=format is not OutputFormat.table)
         if format is OutputFormat.table:
             print_summary(ctx, summary)
+        print_notes(ctx)
         warn_deferred(summary)
         analyze_plans(ctx, plans, format, plot)
     finally:

@@ -93,7 +93,17 @@ ModelsOpt = Annotated[
     list[Path] | None,
     typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the zoo in the onnx wheel"),
 ]
-ThreadsOpt = Annotated[str | None, typer.Option("--threads", metavar="N", help="intra-op threads (default: all cores)")]
+ThreadsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--threads",
+        metavar="N|auto",
+        help="intra-op threads; auto: the cores other processes leave free when it starts (default: all cores)",
+    ),
+]
+ThreadsFilterOpt = Annotated[
+    str | None, typer.Option("--threads", metavar="N", help="only the stored variants run at N intra-op threads")
+]
 OptLevelOpt = Annotated[str, typer.Option("--opt-level", help="ONNX Runtime graph optimisation level")]
 SystemOpt = Annotated[str | None, typer.Option("--system", help="system name (default: $BENANZA_SYSTEM or hostname)")]
 SystemsOpt = Annotated[

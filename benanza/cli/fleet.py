@@ -92,6 +92,9 @@ def run(
             console().print(summary_table(data))
             if bounds:
                 report_lower_bounds(store, bounds, format, None, by_system=len(data["systems"]) > 1)
+    for name, system in data["systems"].items():
+        for note in system["notes"]:
+            print(f"note: {name}: {note}", file=sys.stderr)
     for line in plan_warnings(data):
         print(f"warning: {line}", file=sys.stderr)
     for problem in data["problems"]:

@@ -42,8 +42,10 @@ def open_context(
     A runtime flag (``--threads``, ``--precision``...) that was set but that the runtime does
     not declare is a ``UsageError``; one left at its default is dropped.
     """
-    if "threads" in flags:
+    if "threads" in flags and not (isinstance(flags["threads"], str) and flags["threads"].strip() == "auto"):
         flags["threads"] = parse_count(flags["threads"], "--threads")
+    elif "threads" in flags:
+        flags["threads"] = "auto"
     env = cli_settings()
     harness = {"min_time_s": min_time, "max_time_s": max_time, "schedule": schedule}
     settings = env.harness_settings(**{k: v for k, v in harness.items() if v is not None})
@@ -119,6 +121,12 @@ def print_summary(ctx, summary) -> None:
         f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
         f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}{deferred}"
     )
+
+
+def print_notes(ctx) -> None:
+    """One ``note:`` line on stderr per thing the runtime decided when it was built (the threads ``auto`` chose)."""
+    for note in ctx.runtime.notes():
+        print(f"note: {note}", file=sys.stderr)
 
 
 def warn_deferred(summary) -> None:

@@ -74,6 +74,8 @@ class SystemResult:
     actors: int = 0
     unleased: int = 0  # run without a lease because the store could not grant one
     error: str | None = None
+    variant: str | None = None  # the variant its figures are measured at (its first runtime entry's)
+    notes: list[str] = field(default_factory=list)  # what its runtimes decided when they were built
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +92,8 @@ class SystemResult:
             "actors": self.actors,
             "unleased": self.unleased,
             "error": self.error,
+            "variant": self.variant,
+            "notes": self.notes,
         }
 
 
@@ -396,6 +400,8 @@ class FleetDriver:
                 name = runtime_entry(runtime)[0]
                 target = Target(system.name, name, target_info["stack_id"], target_info["variant"])
                 result.stack_id = result.stack_id or target.stack_id
+                result.variant = result.variant or target.variant_id
+                result.notes += [n for n in target_info.get("notes", ()) if n not in result.notes]
                 result.new_stack = bool(result.new_stack) or bool(target_info.get("new_stack"))
                 try:
                     present = store.present_spec_ids(system.name, target.stack_id)

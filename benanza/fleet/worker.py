@@ -100,7 +100,11 @@ class SystemWorker:
                 continue
             self._targets[name] = target
             self.runtimes[name] = target.runtime
-            self.targets[name] = {"stack_id": target.stack_id, "variant": target.runtime.variant()}
+            self.targets[name] = {
+                "stack_id": target.stack_id,
+                "variant": target.runtime.variant(),
+                "notes": list(target.runtime.notes()),
+            }
             self._entries[(target.runtime.name, target.variant)] = name
         self.spill_dir = spill_dir or str(self.env.spill_path())  # resolved here: relative to this worker
         owner = f"{self.name}-{self.host}-{os.getpid()}"
@@ -131,7 +135,7 @@ class SystemWorker:
             "system": self.name,
             "placement": self.placement,
             "targets": {
-                k: {kk: v[kk] for kk in ("stack_id", "variant", "new_stack") if kk in v}
+                k: {kk: v[kk] for kk in ("stack_id", "variant", "new_stack", "notes") if kk in v}
                 for k, v in self.targets.items()
             },
             "errors": dict(self.errors),

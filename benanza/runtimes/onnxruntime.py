@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import onnx
 
+from benanza.bench import host_cpu
 from benanza.bench.build import build_onnx, is_sink, sink_feeds
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
@@ -434,12 +435,30 @@ class OnnxRuntimeCPU(Runtime):
 
     name = "onnxruntime"
 
-    def __init__(self, threads: int | None = None, opt_level: str = "extended", ep: str = "cpu") -> None:
+    def __init__(self, threads: int | str | None = None, opt_level: str = "extended", ep: str = "cpu") -> None:
+        """
+        Args:
+            threads: intra-op threads: a positive number; ``"auto"``, the cores the other processes
+                leave free when this process first asks (``host_cpu.free_cores_once``: the main job's
+                default, so that a busy neighbour does not compete with the session's threads); None,
+                every core.
+        """
         if opt_level not in OPT_LEVELS:
             raise UsageError(f"unknown ONNX Runtime optimisation level {opt_level!r}; known: {', '.join(OPT_LEVELS)}")
         if ep not in EXECUTION_PROVIDERS:
             raise UsageError(f"unknown ONNX Runtime execution provider {ep!r}; known: {', '.join(EXECUTION_PROVIDERS)}")
-        self.threads = threads or max(os.cpu_count() or 1, 1)
+        self._notes: tuple[str, ...] = ()
+        if threads is None:
+            self.threads = host_cpu.host_cores()
+        elif threads == host_cpu.AUTO and ep == "cpu":
+            chosen = host_cpu.free_cores_once()
+            self.threads, self._notes = chosen.threads, (chosen.note(),)
+        elif threads == host_cpu.AUTO:  # CUDA: the host's threads only feed the device
+            self.threads = host_cpu.host_cores()
+        elif isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
+            self.threads = threads
+        else:
+            raise UsageError(f"ONNX Runtime threads must be a positive integer or 'auto', got {threads!r}")
         self.opt_level = opt_level
         self.ep = ep
 
@@ -457,6 +476,9 @@ class OnnxRuntimeCPU(Runtime):
 
     def variant(self) -> dict[str, Any]:
         return {"ep": self.ep, "opt": self.opt_level, "threads": self.threads}
+
+    def notes(self) -> tuple[str, ...]:
+        return self._notes
 
     def cpu_threads(self) -> int | None:
         """Its intra-op threads with the CPU provider (the calling thread is one of them); None with CUDA."""
