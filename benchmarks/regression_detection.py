@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import hashlib
 import json
-import multiprocessing
 import os
 import platform
 import subprocess
@@ -204,35 +203,40 @@ def part_false_alarms(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
-def _busy_loop(period_s: float = 0.002, duty: float = 0.5) -> None:
-    """Spin ``duty`` of every ``period_s`` on CPU 0, at a higher priority than the benchmark.
-
-    The benchmark runs at ``nice 10`` (as the script is run); this process takes nice 0 back
-    where it may, so it wins CPU 0 whenever it is runnable: the benchmark loses about
-    ``duty`` of the core whatever else the machine runs, a steady slow-down of about
-    1 / (1 - duty), which 20 ms samples average over ten periods.
-    """
-    os.sched_setaffinity(0, {0})
-    with contextlib.suppress(OSError):
-        os.nice(-os.nice(0))
-    while True:
-        end = time.perf_counter() + period_s * duty
-        while time.perf_counter() < end:
-            pass
-        time.sleep(period_s * (1 - duty))
+# Spins ``duty`` of every ``period`` seconds on CPU 0, at a higher priority than the benchmark.
+# The benchmark runs at ``nice 10`` (as the script is run); this process takes nice 0 back where it
+# may, so it wins CPU 0 whenever it is runnable: the benchmark loses about ``duty`` of the core
+# whatever else the machine runs, a steady slow-down of about 1 / (1 - duty), which 20 ms samples
+# average over ten periods. A bare interpreter (``-S -c``) imports nothing and says so on stdout
+# once it spins, so no slowed run starts before it does (one started by multiprocessing's spawn
+# imports this script first, seconds on a busy host).
+_BUSY_LOOP = """
+import contextlib, os, sys, time
+period, duty = float(sys.argv[1]), float(sys.argv[2])
+os.sched_setaffinity(0, {0})
+with contextlib.suppress(OSError):
+    os.nice(-os.nice(0))
+print("spinning", flush=True)
+while True:
+    end = time.perf_counter() + period * duty
+    while time.perf_counter() < end:
+        pass
+    time.sleep(period * (1 - duty))
+"""
 
 
 @contextlib.contextmanager
-def busy_core() -> Iterator[None]:
+def busy_core(period_s: float = 0.002, duty: float = 0.5) -> Iterator[None]:
     """A process taking part of CPU 0 (the benchmark is pinned there too) while the block runs."""
-    competitor = multiprocessing.get_context("spawn").Process(target=_busy_loop, daemon=True)
-    competitor.start()
-    time.sleep(0.2)
+    cmd = [sys.executable, "-S", "-c", _BUSY_LOOP, str(period_s), str(duty)]
+    competitor = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
+        if competitor.stdout is None or competitor.stdout.readline().strip() != "spinning":
+            raise RuntimeError("the competitor process did not start")
         yield
     finally:
-        competitor.terminate()
-        competitor.join()
+        competitor.kill()
+        competitor.wait()
 
 
 def _chosen(key: str, share: float) -> bool:
