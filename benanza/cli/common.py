@@ -93,14 +93,11 @@ ModelsOpt = Annotated[
     list[Path] | None,
     typer.Option("--models", "-m", help="ONNX file or folder (repeatable); default: the zoo in the onnx wheel"),
 ]
+_THREADS_HELP = "intra-op threads; auto: the cores other processes leave free when it starts"
 ThreadsOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--threads",
-        metavar="N|auto",
-        help="intra-op threads; auto: the cores other processes leave free when it starts (default: all cores)",
-    ),
+    str | None, typer.Option("--threads", metavar="N|auto", help=f"{_THREADS_HELP} (default: every core)")
 ]
+MainThreadsOpt = Annotated[str, typer.Option("--threads", metavar="N|auto", help=_THREADS_HELP)]  # the main job's
 ThreadsFilterOpt = Annotated[
     str | None, typer.Option("--threads", metavar="N", help="only the stored variants run at N intra-op threads")
 ]
