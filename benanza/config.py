@@ -62,6 +62,7 @@ from pydantic import (
     model_validator,
 )
 
+from benanza.bench.host_cpu import AUTO, is_threads_setting
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
 from benanza.settings import HarnessSettings, Settings, load_settings
 from benanza.store.uri import StoreURI, mask_uri
@@ -77,7 +78,7 @@ DEFAULTS_SOURCE = "<embedded defaults>"
 # leave free (a laptop or CI runner is rarely idle, and threads that a neighbour competes with skew
 # every composition: see host_cpu.free_cores).
 MAIN_JOB_GRANULARITIES = (1, 3)
-MAIN_JOB_THREADS = "auto"
+MAIN_JOB_THREADS = AUTO
 MAIN_JOB_HARNESS: Mapping[str, float] = {"min_time_s": 0.02, "max_time_s": 0.5}
 
 _ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
@@ -286,9 +287,7 @@ class SystemConfig(BaseModel):
     @field_validator("threads", mode="before")
     @classmethod
     def _threads(cls, value: Any) -> int | str | None:
-        if value is None or value == "auto":
-            return value
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        if value is None or is_threads_setting(value):
             return value
         raise ValueError(f"should be a positive integer or 'auto', got {value!r}")
 

@@ -23,6 +23,7 @@ within 3% and the best G within 2%; loaded, G = 1 within 5%; no check in either.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -31,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,6 +57,18 @@ while True:
 """
 
 
+@contextlib.contextmanager
+def _burner(on_s: float, off_s: float) -> Iterator[None]:
+    """``BURNER`` running while the block runs."""
+    burner = subprocess.Popen([sys.executable, "-c", BURNER, str(on_s), str(off_s)])
+    try:
+        time.sleep(0.2)  # it is running
+        yield
+    finally:
+        burner.kill()
+        burner.wait()
+
+
 def run_case(
     name: str, models: list[Path], burst: tuple[float, float] | None, runtime_options: dict | None = None
 ) -> dict:
@@ -69,18 +83,10 @@ def run_case(
     if runtime_options is None:
         runtime_options = config.systems[0].runtime_options("onnxruntime")
     host_cpu.free_cores_once.cache_clear()
-    burner = None
-    with tempfile.TemporaryDirectory(prefix=f"noisy-{name}-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"noisy-{name}-") as tmp, contextlib.ExitStack() as load:
         if burst is not None:
-            burner = subprocess.Popen([sys.executable, "-c", BURNER, str(burst[0]), str(burst[1])])
-            time.sleep(0.2)  # it is running
-        try:
-            ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", runtime_options, settings=settings)
-        except BaseException:
-            if burner is not None:
-                burner.kill()
-                burner.wait()
-            raise
+            load.enter_context(_burner(*burst))
+        ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", runtime_options, settings=settings)
         try:
             plans = plan_models(models, ctx.runtime, (1,), None, MAIN_JOB_GRANULARITIES)
             threads, notes = ctx.runtime.variant()["threads"], list(ctx.runtime.notes())
@@ -88,16 +94,10 @@ def run_case(
             started = time.perf_counter()
             summary = bench(ctx, plans, e2e=True)
             bench_s = time.perf_counter() - started
-            if burner is not None:
-                burner.kill()
-                burner.wait()
-                burner = None
+            load.close()  # the neighbour stops with the benchmarks, before the analysis
             rows = analyze(ctx, plans)
             records = ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, outcome="ok")
         finally:
-            if burner is not None:
-                burner.kill()
-                burner.wait()
             ctx.close()
     measured = [r.stats for r in records if r.stats is not None]
     disturbed = [s for s in measured if s.disturbed]

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import numpy as np
 import onnxruntime as ort
 import pytest
+from neighbours import spinning
 from onnx import TensorProto, helper
 
 from benanza.bench.harness import (
@@ -100,15 +101,10 @@ def test_the_host_cpu_reading_sees_another_process_busy() -> None:
 
     if host_cpu.host_busy_s() is None:
         pytest.skip("no /proc/stat")
-    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        time.sleep(0.2)  # it is running
+    with spinning():
         start = host_cpu.mark()
         time.sleep(0.6)
         use = host_cpu.since(start)
-    finally:
-        busy.kill()
-        busy.wait()
     assert use.share is not None and use.share < 0.05  # this process slept
     assert use.others is not None and use.others > 0.7  # the other one used about a core
 
@@ -280,14 +276,8 @@ def test_auto_threads_leave_a_busy_neighbour_its_core() -> None:
         pytest.skip("no /proc/stat")
     if host_cpu.host_cores() < 2:
         pytest.skip("needs two cores")
-    spinner = "print('spinning', flush=True)\nwhile True:\n    pass\n"
-    busy = subprocess.Popen([sys.executable, "-S", "-c", spinner], stdout=subprocess.PIPE, text=True)
-    try:
-        assert busy.stdout is not None and busy.stdout.readline().strip() == "spinning"
+    with spinning():
         found = host_cpu.free_cores(window_s=0.5)
-    finally:
-        busy.kill()
-        busy.wait()
     assert found.others is not None and found.others > 0.7, found
     assert found.threads <= found.cores - 1
     assert found.note().startswith(f"threads {found.threads} of {found.cores} cores (auto: other processes used")

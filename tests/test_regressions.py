@@ -13,11 +13,11 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from neighbours import spinning
 from typer.testing import CliRunner
 
 from benanza.analysis.regressions import (
@@ -529,32 +529,6 @@ def test_a_run_of_too_few_samples_is_left_out() -> None:
     assert "1 runs with fewer than 5 samples left out" in report.notes
 
 
-# A neighbour spinning on one core, started as a bare interpreter (``-S -c``: it imports
-# nothing, so it spins within tens of milliseconds even on a busy host) that says so on its
-# stdout once pinned. Spinning all the time at the benchmark's priority, it takes half of the
-# core under Linux's fair scheduler: a steady slow-down of about 2x that 20 ms samples average.
-# (A competitor started by multiprocessing's spawn imports this module first, seconds on a
-# busy host, and a "slowed" run was then partly unslowed: its interval spanned no change.)
-_SPINNER = (
-    "import os, sys\n"
-    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
-    "print('spinning', flush=True)\n"
-    "while True:\n"
-    "    pass\n"
-)
-
-
-@contextlib.contextmanager
-def _neighbour_on(cpu: int) -> Iterator[None]:
-    competitor = subprocess.Popen([sys.executable, "-S", "-c", _SPINNER, str(cpu)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert competitor.stdout is not None and competitor.stdout.readline().strip() == "spinning"
-        yield
-    finally:
-        competitor.kill()
-        competitor.wait()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
 def test_a_real_slow_down_of_some_units_is_found_by_the_history(tmp_path: Path) -> None:
@@ -581,7 +555,7 @@ def test_a_real_slow_down_of_some_units_is_found_by_the_history(tmp_path: Path) 
             run_specs(
                 others, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, repeat=True
             )
-            with _neighbour_on(cpu) if run >= 3 else contextlib.nullcontext():
+            with spinning(cpu) if run >= 3 else contextlib.nullcontext():
                 run_specs(
                     slowed, ctx.runtime, ctx.store, ctx.settings, system=ctx.system, stack_id=ctx.stack_id, repeat=True
                 )

@@ -101,6 +101,13 @@ def host_cores() -> int:
 
 
 AUTO = "auto"  # the threads option's value that asks for ``free_cores``
+
+
+def is_threads_setting(value: object) -> bool:
+    """Whether ``value`` is a thread setting: a positive integer (not a bool) or ``AUTO``."""
+    return value == AUTO or (isinstance(value, int) and not isinstance(value, bool) and value >= 1)
+
+
 FREE_CORES_WINDOW_S = 0.5  # long enough to see a neighbour's bursts of a few hundred milliseconds
 # other processes' use, in cores, tolerated beside the threads: the harness's ``max_other_cores`` default,
 # so that the threads chosen are those its interference check accepts

@@ -16,6 +16,7 @@ import click
 import typer
 from typer.core import TyperGroup
 
+from benanza.bench.host_cpu import AUTO
 from benanza.config import MAIN_JOB_GRANULARITIES
 from benanza.errors import BenanzaError, UsageError
 from benanza.model.load import expand_model_paths
@@ -220,6 +221,11 @@ def parse_int_list(text: str, flag: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise UsageError(f"{flag} expects positive integers, got {text!r}")
     return values
+
+
+def parse_threads(text: str | None, flag: str) -> int | str | None:
+    """A thread flag: ``auto`` (``host_cpu.free_cores``) or a positive integer; else a one-line ``UsageError``."""
+    return AUTO if text is not None and text.strip() == AUTO else parse_count(text, flag)
 
 
 def parse_count(text: str | None, flag: str, minimum: int = 1) -> int | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from benanza.bench.generate import ModelPlan, plan_report
-from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_count, parse_int_list
+from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_int_list, parse_threads
 from benanza.errors import UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
 from benanza.model.shapes import parse_shape_overrides
@@ -42,10 +42,8 @@ def open_context(
     A runtime flag (``--threads``, ``--precision``...) that was set but that the runtime does
     not declare is a ``UsageError``; one left at its default is dropped.
     """
-    if "threads" in flags and not (isinstance(flags["threads"], str) and flags["threads"].strip() == "auto"):
-        flags["threads"] = parse_count(flags["threads"], "--threads")
-    elif "threads" in flags:
-        flags["threads"] = "auto"
+    if "threads" in flags:
+        flags["threads"] = parse_threads(flags["threads"], "--threads")
     env = cli_settings()
     harness = {"min_time_s": min_time, "max_time_s": max_time, "schedule": schedule}
     settings = env.harness_settings(**{k: v for k, v in harness.items() if v is not None})

@@ -447,18 +447,14 @@ class OnnxRuntimeCPU(Runtime):
             raise UsageError(f"unknown ONNX Runtime optimisation level {opt_level!r}; known: {', '.join(OPT_LEVELS)}")
         if ep not in EXECUTION_PROVIDERS:
             raise UsageError(f"unknown ONNX Runtime execution provider {ep!r}; known: {', '.join(EXECUTION_PROVIDERS)}")
+        if threads is not None and not host_cpu.is_threads_setting(threads):
+            raise UsageError(f"ONNX Runtime threads must be a positive integer or 'auto', got {threads!r}")
         self._notes: tuple[str, ...] = ()
-        if threads is None:
-            self.threads = host_cpu.host_cores()
-        elif threads == host_cpu.AUTO and ep == "cpu":
+        if threads == host_cpu.AUTO and ep == "cpu":  # with CUDA the host's threads only feed the device
             chosen = host_cpu.free_cores_once()
             self.threads, self._notes = chosen.threads, (chosen.note(),)
-        elif threads == host_cpu.AUTO:  # CUDA: the host's threads only feed the device
-            self.threads = host_cpu.host_cores()
-        elif isinstance(threads, int) and not isinstance(threads, bool) and threads >= 1:
-            self.threads = threads
         else:
-            raise UsageError(f"ONNX Runtime threads must be a positive integer or 'auto', got {threads!r}")
+            self.threads = threads if isinstance(threads, int) else host_cpu.host_cores()
         self.opt_level = opt_level
         self.ep = ep
 
