@@ -143,9 +143,16 @@ def test_onnxruntime_attribute_defaults_are_read():
 
 
 def test_quantization_slots_from_either_registry():
-    # scales are typed apart from the data: settings; integer slots are settings (their size decides)
-    assert slot_kinds("QLinearAdd", 1, MS) == (Slot.SETTING,) * 8
-    assert slot_kinds("QLinearConv", 10, "") == (Slot.SETTING,) * 9
+    # a quantized op's scales are scales; integer slots are settings (their size decides)
+    setting, scale = Slot.SETTING, Slot.SCALE
+    assert slot_kinds("QLinearAdd", 1, MS) == (setting, scale, setting) * 2 + (scale, setting)
+    assert slot_kinds("QLinearConv", 10, "") == (setting, scale, setting) * 2 + (scale, setting, setting)
+    for opset in (10, 13, 19, 21, 23, 25):  # whatever types each opset allows
+        assert slot_kinds("QuantizeLinear", opset, "")[1] == scale
+        assert slot_kinds("DequantizeLinear", opset, "")[1] == scale
+    assert slot_kinds("MatMulIntegerToFloat", 1, MS)[2:4] == (scale, scale)
+    # an op with no quantized slot has no scales, whatever its inputs are called
+    assert Slot.SCALE not in slot_kinds("Resize", 19, "") + slot_kinds("LayerNormalization", 17, "")
     # a float slot typed like the data is learned (a second operand, a bias)
     assert slot_kinds("BiasGelu", 1, MS) == (Slot.LEARNED, Slot.LEARNED)
 
@@ -167,27 +174,30 @@ def test_every_contrib_node_is_a_shaped_layer(qop):
     assert layer_of(qop, "QLinearAdd").opset == 1
 
 
-def test_scales_and_zero_points_are_values_and_int8_weights_are_weights(qop):
+def test_scales_are_scales_zero_points_values_and_int8_weights_weights(qop):
     add = layer_of(qop, "QLinearAdd")
     kinds = [i.kind for i in add.inputs]
-    assert (
-        kinds == [InputKind.ACTIVATION, InputKind.VALUE, InputKind.VALUE, InputKind.ACTIVATION] + [InputKind.VALUE] * 4
-    )
+    act, scale, value = InputKind.ACTIVATION, InputKind.SCALE, InputKind.VALUE
+    assert kinds == [act, scale, value, act, scale, value, scale, value]
     assert add.inputs[6].value == (pytest.approx(0.05),) and add.inputs[7].value == (128,)
     mul = layer_of(qop, "QLinearMul")
     assert mul.inputs[3].kind is InputKind.VALUE and mul.inputs[3].value == tuple(range(120, 128))
     gemm = layer_of(qop, "QGemm")
     by_slot = dict(zip(["A", "a_s", "a_z", "B", "b_s", "b_z", "C", "y_s", "y_z"], gemm.inputs, strict=True))
     assert by_slot["B"].kind is InputKind.WEIGHT and by_slot["B"].tensor.dtype == "int8"
-    assert all(by_slot[s].kind is InputKind.VALUE for s in ("a_s", "a_z", "b_s", "b_z", "y_s", "y_z"))
+    assert all(by_slot[s].kind is InputKind.SCALE for s in ("a_s", "b_s", "y_s"))
+    assert all(by_slot[s].kind is InputKind.VALUE for s in ("a_z", "b_z", "y_z"))
     assert by_slot["C"].kind is InputKind.VALUE and by_slot["C"].value == tuple(range(32))
     assert dict(gemm.attributes) == {"alpha": 1.0, "transA": 0, "transB": 0}  # ONNX Runtime's defaults
 
 
-def test_contrib_layers_are_keyed_by_their_scales_not_their_weights(build_model, process_proto, qop):
+def test_contrib_layers_are_keyed_by_which_scales_are_equal_not_by_scales_or_weights(build_model, process_proto, qop):
     other_scale = process_proto(qop_model(build_model, add_scale=0.07))
-    assert layer_of(other_scale, "QLinearAdd").layer_key != layer_of(qop, "QLinearAdd").layer_key
+    assert layer_of(other_scale, "QLinearAdd").layer_key == layer_of(qop, "QLinearAdd").layer_key
     assert layer_of(other_scale, "QLinearSigmoid").layer_key == layer_of(qop, "QLinearSigmoid").layer_key
+    assert other_scale.graph.graph_key != qop.graph.graph_key  # another model all the same
+    same_as_input = process_proto(qop_model(build_model, add_scale=0.02))  # the output's scale is the input's
+    assert layer_of(same_as_input, "QLinearAdd").layer_key != layer_of(qop, "QLinearAdd").layer_key
     other_weights = process_proto(qop_model(build_model, weight_seed=1))
     assert layer_of(other_weights, "QGemm").layer_key == layer_of(qop, "QGemm").layer_key
 

@@ -71,7 +71,7 @@ def test_a_weight_dequantize_is_a_layer_not_a_folded_float_weight(qdq):
     assert list(layers) == ["quant_x", "dequant_x", "dequant_w", "dequant_b", "conv", "quant_y", "dequant_y"]
     w = layers["dequant_w"].inputs
     assert w[0].kind is InputKind.WEIGHT and w[0].tensor.dtype == "int8" and w[0].tensor.shape == (16, 8, 3, 3)
-    assert [i.kind for i in w[1:]] == [InputKind.VALUE, InputKind.VALUE]
+    assert [i.kind for i in w[1:]] == [InputKind.SCALE, InputKind.VALUE]  # its scale, its zero point
     conv = layers["conv"]
     assert [i.kind for i in conv.inputs] == [InputKind.ACTIVATION] * 3  # computed by the DequantizeLinears
 

@@ -1,9 +1,10 @@
 """Constant inputs that are values: keyed by value and carried into the benchmark by value.
 
-A Resize's scales, a quantized op's scales and zero points, a Clip's bounds and a Pad's pads
-change what the op does; if a benchmark synthesised them as random weights it would measure
-another op, or fail (ONNX Runtime refuses a Resize whose scales are not positive). Only large
-learned tensors are synthesised.
+A Resize's scales, a quantized op's zero points, a Clip's bounds and a Pad's pads change what
+the op does; if a benchmark synthesised them as random weights it would measure another op,
+or fail (ONNX Runtime refuses a Resize whose scales are not positive). A quantized op's scales
+change its results, not its work: they are carried by value too (a synthesised scale could be
+zero), but only which of them are equal is keyed. Only large learned tensors are synthesised.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def test_resize_layers_differing_only_in_scales_have_different_keys(build_model,
     assert a.layer_key != b.layer_key
 
 
-def qlinear_conv_model(build_model, y_scale=0.2, w_scale=None, weight_seed=0, channels=8):
+def qlinear_conv_model(build_model, y_scale=0.2, w_scale=None, weight_seed=0, channels=8, w_zero=0):
     rng = np.random.default_rng(weight_seed)
     w_scale = np.full(channels, 0.01, np.float32) if w_scale is None else np.asarray(w_scale, np.float32)
     inits = {
@@ -84,7 +85,7 @@ def qlinear_conv_model(build_model, y_scale=0.2, w_scale=None, weight_seed=0, ch
         "x_z": np.array(128, np.uint8),
         "w": rng.integers(-127, 127, (channels, 16, 3, 3), dtype=np.int8),
         "w_s": w_scale,  # per output channel
-        "w_z": np.zeros(channels, np.int8),
+        "w_z": np.full(channels, w_zero, np.int8),
         "y_s": np.array(y_scale, np.float32),
         "y_z": np.array(120, np.uint8),
     }
@@ -104,25 +105,76 @@ def test_quantization_scales_and_zero_points_are_carried(build_model, process_pr
     processed = process_proto(qlinear_conv_model(build_model, w_scale=w_scale))
     conv = only_layer(processed, "QLinearConv")
     kinds = [i.kind for i in conv.inputs]
-    assert kinds == [InputKind.ACTIVATION] + [InputKind.VALUE] * 2 + [InputKind.WEIGHT] + [InputKind.VALUE] * 4
+    scale, value, weight = InputKind.SCALE, InputKind.VALUE, InputKind.WEIGHT
+    assert kinds == [InputKind.ACTIVATION, scale, value, weight, scale, value, scale, value]
     values = carried(benchmark_of(processed, conv))
     assert values[1] == np.float32(0.02) and values[2] == 128
     assert values[4].tolist() == w_scale.tolist() and values[5].tolist() == [0] * 8
     assert values[6] == np.float32(0.2) and values[7] == 120
     assert values[3].shape == (8, 16, 3, 3)  # the weight is synthesised, of its shape and dtype
     quant = only_layer(processed, "QuantizeLinear")
-    assert [i.kind for i in quant.inputs] == [InputKind.ACTIVATION, InputKind.VALUE, InputKind.VALUE]
+    assert [i.kind for i in quant.inputs] == [InputKind.ACTIVATION, InputKind.SCALE, InputKind.VALUE]
     values = carried(benchmark_of(processed, quant))
     assert values[1] == np.float32(0.02) and values[2] == 128
 
 
-def test_quantized_layers_differing_only_in_a_scale_have_different_keys(build_model, process_proto):
-    def key(**kw):
-        return only_layer(process_proto(qlinear_conv_model(build_model, **kw)), "QLinearConv").layer_key
+def test_quantized_layers_differing_only_in_their_scales_are_one_benchmark(build_model, process_proto):
+    """Scales are multiplied by whatever they are: the work is the same (``benchmarks/scale_values.py``)."""
 
-    assert key(y_scale=0.2) != key(y_scale=0.3)
-    assert key(w_scale=[0.01] * 8) != key(w_scale=[0.02] * 8)
-    assert key(weight_seed=0) == key(weight_seed=1)  # a large weight's values are not in the key
+    def conv(**kw):
+        return only_layer(process_proto(qlinear_conv_model(build_model, **kw)), "QLinearConv")
+
+    assert conv(y_scale=0.2).layer_key == conv(y_scale=0.3).layer_key
+    assert conv(w_scale=[0.01] * 8).layer_key == conv(w_scale=np.linspace(0.01, 0.08, 8)).layer_key
+    assert conv(weight_seed=0).layer_key == conv(weight_seed=1).layer_key  # a large weight's values are not in the key
+    # which scales are equal is in the key: 0.02 is the input's scale too
+    assert conv(y_scale=0.02).layer_key != conv(y_scale=0.3).layer_key
+    # zero points are values (ONNX Runtime takes another kernel for symmetric weights)
+    assert conv().layer_key != conv(w_zero=1).layer_key
+    # more than 64 channels: a per-channel scale is a weight, synthesised
+    wide = conv(channels=80)
+    assert wide.inputs[4].kind is InputKind.WEIGHT and wide.inputs[1].kind is InputKind.SCALE
+
+
+def test_a_model_quantized_with_other_scales_is_another_model(build_model, process_proto):
+    """Its layers share benchmarks, but its end-to-end results are its own (the identity keeps the scales)."""
+    a = process_proto(qlinear_conv_model(build_model, y_scale=0.2))
+    b = process_proto(qlinear_conv_model(build_model, y_scale=0.3))
+    assert [x.layer_key for x in a.graph.layers] == [x.layer_key for x in b.graph.layers]
+    assert a.graph.graph_key != b.graph.graph_key
+    same = process_proto(qlinear_conv_model(build_model, y_scale=0.2, weight_seed=1))
+    assert same.graph.graph_key == a.graph.graph_key
+
+
+def qdq_pool_model(build_model, q_scale):
+    """DequantizeLinear -> MaxPool -> QuantizeLinear: ONNX Runtime drops the pair when its scales agree."""
+    return build_model(
+        [
+            helper.make_node("DequantizeLinear", ["x", "s_in", "z"], ["xf"]),
+            helper.make_node("MaxPool", ["xf"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("QuantizeLinear", ["p", "s_out", "z"], ["y"]),
+        ],
+        [("x", U8, [1, 8, 16, 16])],
+        [("y", U8, None)],
+        {"s_in": np.array(0.05, np.float32), "s_out": np.array(q_scale, np.float32), "z": np.array(128, np.uint8)},
+    )
+
+
+def test_a_fused_unit_keys_which_of_its_scales_are_equal(build_model, process_proto):
+    def unit(q_scale):
+        processed = process_proto(qdq_pool_model(build_model, q_scale))
+        return network_of(processed.graph, range(len(processed.graph.layers)))
+
+    equal_key, equal = unit(0.05)
+    other_key, _ = unit(0.07)
+    assert equal_key != other_key  # one ONNX Runtime runs as a MaxPool on uint8, the other in float
+    assert equal_key == unit(0.05)[0]
+    assert unit(0.09)[0] == other_key  # unequal scales: the values themselves do not matter
+    # the benchmark carries the scales it was keyed from
+    model = build_onnx(equal)
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    scales = sorted(float(v) for v in inits.values() if v.dtype == np.float32)
+    assert scales == [pytest.approx(0.05)] * 2
 
 
 def clip_model(build_model, lo, hi):

@@ -110,7 +110,7 @@ def weight_bytes(graph: ModelGraph) -> int:
     total = 0
     for layer in graph.layers:
         for inp in layer.inputs:
-            if inp.kind in (InputKind.WEIGHT, InputKind.VALUE):
+            if inp.kind.is_constant:
                 total += tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
     return total
 

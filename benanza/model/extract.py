@@ -26,7 +26,7 @@ from benanza.model import control_flow, ops
 from benanza.model.dtypes import dtype_name, itemsize
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeReport, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
-from benanza.model.keys import VALUE_MAX_ELEMENTS, Slot, is_value, key_fields, stable_id
+from benanza.model.keys import VALUE_MAX_ELEMENTS, Slot, constant_kind, key_fields, scale_identity, stable_id
 from benanza.model.load import has_data
 from benanza.model.schemas import Differentiation, OpSchema, op_schema
 from benanza.model.walks import (
@@ -60,29 +60,52 @@ def schema_of(op_type: str, opset: int, domain: str) -> OpSchema | None:
 _INTEGER_TYPES = frozenset(
     f"tensor({t})" for t in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool")
 )
+# element types of quantized data: integers of 8 bits or fewer, float8 and float4
+_NARROW_TYPES = frozenset(
+    f"tensor({t})"
+    for t in (
+        *("int8", "uint8", "int4", "uint4", "int2", "uint2"),
+        *("float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "float8e8m0", "float4e2m1"),
+    )
+)
+# what a quantized slot may also allow beside them: 16-bit data, int32 accumulators and biases
+_QUANTIZED_TYPES = _NARROW_TYPES | {"tensor(int16)", "tensor(uint16)", "tensor(int32)"}
+_FLOAT_TYPES = frozenset({"tensor(float)", "tensor(float16)", "tensor(bfloat16)", "tensor(double)"})
 
 
 @functools.lru_cache(maxsize=4096)
 def slot_kinds(op_type: str, opset: int, domain: str) -> tuple[Slot, ...]:
-    """What each formal input of the op's schema holds; empty without a schema (see ``keys.is_value``).
+    """What each formal input of the op's schema holds; empty without a schema (see ``keys.constant_kind``).
 
     Where the schema marks differentiability (most ONNX ops) that decides: differentiable is
     learned, non-differentiable a setting. Otherwise (quantized ops, every ONNX Runtime contrib
     op) the types decide. An integer slot is a setting: indices, shapes, axes, lengths, zero
     points, integer biases, values a kernel may branch on and so carried, never synthesised.
-    A quantized int8 weight is integer too, but it is a weight by its size (``is_value``);
+    A quantized int8 weight is integer too, but it is a weight by its size (``constant_kind``);
     typing cannot tell it from its zero point, which shares its type parameter. Any other slot
     is learned when typed like the op's data (its first input: a second operand, a weight, a
-    bias) and a setting when typed apart from it (scales). A variadic last input repeats its
-    kind for every further input (``slot_of``).
+    bias) and a setting when typed apart from it. A variadic last input repeats its kind for
+    every further input (``slot_of``).
+
+    Before all that, a *quantized* op's scales are ``Slot.SCALE``: an op is quantized when one
+    of its slots holds only quantized data (integers of 8 bits or fewer, float8, float4, with
+    at most 16-bit integers and int32 beside them: QuantizeLinear's output, QLinearConv's
+    input, MatMulIntegerToFloat's operands), and its scales are the inputs after the first
+    that its schema names a scale and types with floats (``x_scale``, ``B_scale``, ``scales``).
     """
     schema = schema_of(op_type, opset, domain)
     if schema is None:
         return ()
     data_type = schema.inputs[0].type_str if schema.inputs else None
+    quantized = any(
+        (allowed := schema.allowed_types(p)) <= _QUANTIZED_TYPES and allowed & _NARROW_TYPES
+        for p in (*schema.inputs, *schema.outputs)
+    )
     kinds = []
-    for param in schema.inputs:
-        if param.differentiation is Differentiation.DIFFERENTIABLE:
+    for i, param in enumerate(schema.inputs):
+        if quantized and i > 0 and "scale" in param.name.lower() and schema.allowed_types(param) & _FLOAT_TYPES:
+            kinds.append(Slot.SCALE)
+        elif param.differentiation is Differentiation.DIFFERENTIABLE:
             kinds.append(Slot.LEARNED)
         elif param.differentiation is Differentiation.NON_DIFFERENTIABLE:
             kinds.append(Slot.SETTING)
@@ -207,7 +230,7 @@ def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | 
                 producer[o] = deps
             continue
         layers.append(layer)
-        layer_at[pos] = layer.layer_key
+        layer_at[pos] = scale_identity(layer.layer_key, layer.scale_values)
         edges.update((d, layer.index) for d in deps)
         for o in node.output:
             producer[o] = frozenset({layer.index})
@@ -298,9 +321,9 @@ def _make_layer(
             inputs.append(LayerInput(spec, InputKind.ACTIVATION))
             continue
         proto = const_protos.get(x)
-        if proto is not None and has_data(proto) and is_value(spec.numel, dtype, slot_of(kinds, i)):
-            values = numpy_helper.to_array(proto).ravel().tolist()
-            inputs.append(LayerInput(spec, InputKind.VALUE, tuple(values)))
+        kind = constant_kind(spec.numel, dtype, slot_of(kinds, i)) if proto is not None and has_data(proto) else None
+        if kind is not None and kind.carries_value:
+            inputs.append(LayerInput(spec, kind, tuple(numpy_helper.to_array(proto).ravel().tolist())))
         else:
             inputs.append(LayerInput(spec, InputKind.WEIGHT))
     captures = captured_names(node) if _has_subgraph(node) else []

@@ -22,7 +22,18 @@ class InputKind(StrEnum):
     ACTIVATION = "activation"  # produced at run time (graph input or another layer)
     WEIGHT = "weight"  # a constant whose values do not change the computation's cost
     VALUE = "value"  # a small constant whose values are semantics (shapes, axes, pads)
+    SCALE = "scale"  # a quantized op's small scale: keyed like a weight, carried by value
     ABSENT = "absent"  # an optional input left empty
+
+    @property
+    def is_constant(self) -> bool:
+        """A constant of the model (weight, value or scale), not produced at run time nor absent."""
+        return self in (InputKind.WEIGHT, InputKind.VALUE, InputKind.SCALE)
+
+    @property
+    def carries_value(self) -> bool:
+        """Its values travel into the benchmark (a value or a scale); a weight's are synthesised."""
+        return self in (InputKind.VALUE, InputKind.SCALE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +58,7 @@ class LayerInput:
 
     tensor: TensorSpec
     kind: InputKind
-    value: tuple[Any, ...] | None = None  # flattened values for VALUE inputs
+    value: tuple[Any, ...] | None = None  # flattened values for VALUE and SCALE inputs
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -100,6 +111,11 @@ class Layer:
     @property
     def output_shapes(self) -> list[list[int]]:
         return [list(o.shape) for o in self.outputs]
+
+    @property
+    def scale_values(self) -> tuple[tuple[Any, ...], ...]:
+        """The values of its SCALE inputs, in input order (kept out of its key, in its model's identity)."""
+        return tuple(x.value or () for x in self.inputs if x.kind is InputKind.SCALE)
 
     @property
     def weight_indices(self) -> tuple[int, ...]:

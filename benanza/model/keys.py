@@ -9,22 +9,33 @@ What is *not* in the key, on purpose: node and tensor names, weight values, the 
 opset version (attributes are normalised to their schema defaults instead, and ops whose
 semantics changed across opsets, such as Softmax, record the difference as an attribute).
 
-Which constant inputs are *values* (keyed by value and carried into the benchmark by value)
-and which are *weights* (keyed by shape and dtype, synthesised in the benchmark) is decided
-from the operator schema's input slot and the tensor's size (``is_value``), never from a list
-of ops:
+Which constant inputs are *values* (keyed by value and carried into the benchmark by value),
+which are *scales* (keyed by shape and dtype, carried by value) and which are *weights* (keyed
+by shape and dtype, synthesised in the benchmark) is decided from the operator schema's input
+slot and the tensor's size (``constant_kind``), never from a list of ops:
 
-- a single number (a scalar or a one-element tensor) is always a value: a Clip bound, a
-  quantization scale or zero point, a Pow exponent, a Pad constant;
+- a quantized op's scale (``Slot.SCALE``: a slot of an op with an 8-bit-or-narrower integer or
+  float8 slot, which the schema names a scale and types with floats) of at most
+  ``VALUE_MAX_ELEMENTS`` elements is a *scale*. Its values change the op's results, not its
+  work: ONNX Runtime multiplies by them whatever they are (`benchmarks/scale_values.py`
+  measures layers differing only in them as close as one layer measured twice). So two
+  layers that differ only in their scales are one benchmark, run with the scales of the first
+  one planned, which its stored spec shows. Which of a layer's scales are *equal* stays in the
+  key (``value_classes``): ONNX Runtime removes a QuantizeLinear/DequantizeLinear pair
+  around a MaxPool or Reshape only when their scales agree. The model's identity keeps every
+  scale's value (``scale_identity``): a model quantized with other scales is another model;
+- a single number (a scalar or a one-element tensor) in any other slot is always a value: a
+  Clip bound, a zero point, a Pow exponent, a Pad constant;
 - a constant of at most ``VALUE_MAX_ELEMENTS`` elements is a value when its slot is a
   *setting*: the schema marks it NonDifferentiable (shapes, axes, pads, starts and ends,
   Resize scales and sizes, TopK's k, indices, masks), or leaves differentiability unmarked
-  and types it with integers only or apart from the op's data (quantization scales and zero
-  points of QuantizeLinear, QLinearConv and ONNX Runtime's QLinearAdd or QGemm);
+  and types it with integers only or apart from the op's data (quantization zero points of
+  QuantizeLinear, QLinearConv and ONNX Runtime's QLinearAdd or QGemm, integer biases);
 - everything else is a weight: *learned* slots (Differentiable, or unmarked and typed like
   the data: Conv and Gemm weights and biases, normalisation scales, embedding tables) of any
   size, and any constant larger than the threshold (a quantized op's int8 weight: its slot
-  is typed with integers, like its zero point, so its size decides).
+  is typed with integers, like its zero point, so its size decides; a per-channel scale of
+  more than 64 channels).
 
 Schemas come from ONNX, or from ONNX Runtime for its contrib ops (``benanza.model.schemas``).
 An op neither describes has no slots to read: there, a constant is a value when it is a
@@ -35,7 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -49,6 +60,7 @@ KEY_VERSION = 1  # bump when the fields or their canonical form change
 VALUE_MAX_ELEMENTS = 64
 VALUE_INPUT_MAX_ELEMENTS = VALUE_MAX_ELEMENTS  # the model identity's small integer constants
 INDEX_DTYPES = frozenset({"int32", "int64"})
+FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
 INTEGER_DTYPES = frozenset(
     {"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "bool", "int4", "uint4"}
 )
@@ -59,24 +71,44 @@ class Slot(StrEnum):
 
     LEARNED = "learned"  # Differentiable, or unmarked and typed like the op's data: weights, biases
     SETTING = "setting"  # NonDifferentiable, or unmarked and typed with integers or apart from the data
+    SCALE = "scale"  # a quantized op's scale: its values change the results, not the work
     UNKNOWN = "unknown"  # no schema (an op neither ONNX nor ONNX Runtime describes)
 
 
-def is_value(numel: int, dtype: str, slot: Slot) -> bool:
-    """Whether a constant input is a value (keyed and benchmarked by value) rather than a weight.
+def constant_kind(numel: int, dtype: str, slot: Slot) -> InputKind:
+    """What a constant input is: a value, a scale or a weight (see the module docstring).
 
     Args:
         numel: the constant's number of elements.
         dtype: its numpy dtype name.
         slot: what the schema says its input slot holds.
     """
+    if slot is Slot.SCALE and dtype in FLOAT_DTYPES:
+        return InputKind.SCALE if numel <= VALUE_MAX_ELEMENTS else InputKind.WEIGHT
     if numel <= 1:
-        return True
+        return InputKind.VALUE
     if numel > VALUE_MAX_ELEMENTS:
-        return False
+        return InputKind.WEIGHT
     if slot is Slot.UNKNOWN:
-        return dtype in INTEGER_DTYPES
-    return slot is Slot.SETTING
+        return InputKind.VALUE if dtype in INTEGER_DTYPES else InputKind.WEIGHT
+    return InputKind.VALUE if slot is Slot.SETTING else InputKind.WEIGHT
+
+
+def value_classes(values: Sequence[Sequence[Any]]) -> list[int]:
+    """Which of ``values`` are equal: each numbered by the first equal one's place among the distinct.
+
+    ``[(0.1,), (0.2,), (0.1,)]`` gives ``[0, 1, 0]``: the key keeps the pattern of equal
+    scales, not the scales.
+    """
+    seen: dict[tuple[Any, ...], int] = {}
+    return [seen.setdefault(tuple(v), len(seen)) for v in values]
+
+
+def scale_identity(layer_key: str, scales: Sequence[Sequence[Any]]) -> str:
+    """A layer's key with its scales' values, for the identity of the model it is in."""
+    if not scales:
+        return layer_key
+    return stable_id({"layer": layer_key, "scales": [_canonical(list(v)) for v in scales]})
 
 
 def is_small_index(dtype: str, numel: int) -> bool:
@@ -100,6 +132,8 @@ def key_fields(
     """
     value_inputs = value_inputs or {}
     attrs: dict[str, Any] = {k: _canonical(v) for k, v in attributes.items()}
+    inputs = list(inputs)
+    classes = iter(value_classes([i.value or () for i in inputs if i.kind is InputKind.SCALE]))
     canon_inputs = []
     for i, inp in enumerate(inputs):
         if i in value_inputs:
@@ -116,6 +150,8 @@ def key_fields(
             entry["dtype"] = inp.tensor.dtype
         if inp.kind is InputKind.VALUE:
             entry["value"] = _canonical(inp.value)
+        elif inp.kind is InputKind.SCALE:
+            entry["equal_class"] = next(classes)
         canon_inputs.append(entry)
     # trailing absent optional inputs carry no meaning
     while canon_inputs and canon_inputs[-1]["kind"] == InputKind.ABSENT:

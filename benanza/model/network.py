@@ -4,13 +4,15 @@ A ``Network`` is a frozen value describing one or more layers and how they are w
 ``to_doc`` is plain JSON-able data, so it can be shipped to another process or machine, stored
 with a record and turned back (``Network.from_doc``) into the same value, then into a runnable
 ONNX model with synthetic weights (``benanza.bench.build``). ``VALUE`` inputs (shapes, axes,
-pads, Resize scales, quantization scales and zero points, bounds: ``benanza.model.keys.is_value``)
-keep their real values; weights are only shapes and dtypes. A control-flow layer's node also
+pads, Resize scales, quantization zero points, bounds) and ``SCALE`` inputs (a quantized op's
+scales: ``benanza.model.keys.constant_kind``) keep their real values, as ``value`` references;
+weights are only shapes and dtypes. A control-flow layer's node also
 carries its canonical subgraphs (encoded strings) and how many of its inputs they capture
 (``benanza.model.control_flow``).
 
 A single layer's network key is its layer key; a multi-layer network's key hashes the
-member layer keys in order together with the wiring, so identical sequences in different
+member layer keys in order together with the wiring (and which of the members' scales are
+equal, where they have any: ``keys.value_classes``), so identical sequences in different
 models share a key whatever their names. The key is not part of the value: ``network_of``
 returns both.
 
@@ -36,7 +38,7 @@ from enum import StrEnum
 from typing import Any
 
 from benanza.model.graph import InputKind, ModelGraph
-from benanza.model.keys import stable_id
+from benanza.model.keys import stable_id, value_classes
 
 Shape = tuple[int, ...]
 # an encoded subgraph attribute: one graph (GRAPH) or several (GRAPHS)
@@ -271,6 +273,7 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
     net_inputs: list[NetworkTensor] = []
     nodes: list[NetworkNode] = []
     wiring: list[list[Any]] = []
+    scales: list[tuple[Any, ...]] = []
     for idx in members:
         layer = graph.layers[idx]
         refs: list[InputRef] = []
@@ -285,8 +288,10 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
                     external[t.name] = len(net_inputs)
                     net_inputs.append(NetworkTensor(tuple(t.shape), t.dtype))
                 refs.append(InputRef.of_input(external[t.name]))
-            elif inp.kind is InputKind.VALUE:
+            elif inp.kind.carries_value:
                 refs.append(InputRef.of_value(t.shape, t.dtype, inp.value or ()))
+                if inp.kind is InputKind.SCALE:
+                    scales.append(inp.value or ())
             else:
                 refs.append(InputRef.weight(t.shape, t.dtype))
         wiring.append([[str(r.kind), r.node if r.kind is RefKind.NODE else r.input] for r in refs])
@@ -315,13 +320,14 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
     if len(members) == 1:
         key = graph.layers[members[0]].layer_key
     else:
-        key = stable_id(
-            {
-                "layers": [n.layer_key for n in nodes],
-                "wiring": wiring,
-                "outputs": [[o.node, o.output] for o in outputs],
-            }
-        )
+        fields: dict[str, Any] = {
+            "layers": [n.layer_key for n in nodes],
+            "wiring": wiring,
+            "outputs": [[o.node, o.output] for o in outputs],
+        }
+        if scales:  # keys of networks without scales stay as they were
+            fields["equal_scales"] = value_classes(scales)
+        key = stable_id(fields)
     return key, network
 
 

@@ -263,7 +263,7 @@ def _build_sequence_model(processed: ProcessedModel, index: _ProtoIndex, seq: La
     # constants the layers read, walked back through the nodes that compute them
     keep_nodes = set(range_nodes)
     keep_inits: set[str] = set()
-    pending = [i.tensor.name for layer in layers for i in layer.inputs if i.kind in (InputKind.WEIGHT, InputKind.VALUE)]
+    pending = [i.tensor.name for layer in layers for i in layer.inputs if i.kind.is_constant]
     seen: set[str] = set()
     while pending:
         name = pending.pop()
