@@ -18,6 +18,7 @@ from onnx import TensorProto, helper, numpy_helper
 from benanza.bench.build import build_onnx
 from benanza.model.graph import InputKind
 from benanza.model.network import network_of
+from benanza.model.subgraphs import find_model_subgraphs
 from benanza.runtimes.onnxruntime import feeds_for, session_options
 
 F = TensorProto.FLOAT
@@ -170,6 +171,12 @@ def test_a_fused_unit_keys_which_of_its_scales_are_equal(build_model, process_pr
     assert equal_key != other_key  # one ONNX Runtime runs as a MaxPool on uint8, the other in float
     assert equal_key == unit(0.05)[0]
     assert unit(0.09)[0] == other_key  # unequal scales: the values themselves do not matter
+    # so does a DLBricks sequence of the three
+    sequence_keys = {
+        q: find_model_subgraphs(process_proto(qdq_pool_model(build_model, q)).graph, 3)[0].sequence_key
+        for q in (0.05, 0.07, 0.09)
+    }
+    assert sequence_keys[0.05] != sequence_keys[0.07] == sequence_keys[0.09]
     # the benchmark carries the scales it was keyed from
     model = build_onnx(equal)
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
