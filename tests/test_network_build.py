@@ -374,3 +374,71 @@ def test_every_output_of_a_network_gets_its_own_sink_and_the_sinks_feeds_are_eve
     assert feeds["benanza_sink_axes3"].tolist() == [0, 1, 2]
     session = ort.InferenceSession(built.SerializeToString(), providers=["CPUExecutionProvider"])
     assert [o.shape for o in session.run(None, feeds)] == [(1, 1, 1), (1, 1, 1)]
+
+
+def int8_dequantize_model(build_model, opset, then=None):
+    """An int8 activation dequantized at ``opset`` (zero point 3), optionally through ``then`` (a Reshape)."""
+    nodes = [helper.make_node("DequantizeLinear", ["x", "s", "z"], ["d"])]
+    out = "d"
+    if then == "Reshape":
+        nodes.append(helper.make_node("Reshape", ["d", "shape"], ["y"]))
+        out = "y"
+    return build_model(
+        nodes,
+        [("x", TensorProto.INT8, [1, 64])],
+        [(out, TensorProto.FLOAT, None)],
+        {"s": np.array(0.05, np.float32), "z": np.array(3, np.int8), "shape": np.array([8, 8], np.int64)},
+        opset=opset,
+    )
+
+
+@pytest.mark.parametrize(("opset", "then"), [(13, None), (21, None), (13, "Reshape")])
+def test_a_dequantized_output_gets_a_sink_qdq_propagation_does_not_move_past(build_model, process_proto, opset, then):
+    """Before: a Slice sink, which ONNX Runtime's QDQ propagation moves a DequantizeLinear past;
+    at opset 21 with int8 data ONNX Runtime 1.32 then refused the model, so the layer failed."""
+    graph = process_proto(int8_dequantize_model(build_model, opset, then)).graph
+    _, network = network_of(graph, range(len(graph.layers)))
+    built = build_onnx(network, sink=True)
+    assert [n.op_type for n in built.graph.node][-1] == "GatherElements"
+    feeds = feeds_for(built)
+    session = ort.InferenceSession(
+        built.SerializeToString(), session_options("extended", 1), providers=["CPUExecutionProvider"]
+    )
+    (out,) = session.run(None, feeds)
+    assert out.shape == tuple(1 for _ in graph.layers[-1].outputs[0].shape)
+    assert out.ravel()[0] == pytest.approx(0.05 * (feeds["in0"].ravel()[0] - 3))  # the first element, dequantized
+    # a float output keeps the Slice sink
+    relu = build_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2, 3])], [("y", TensorProto.FLOAT, None)]
+    )
+    _, plain = network_of(process_proto(relu).graph, [0])
+    assert [n.op_type for n in build_onnx(plain, sink=True).graph.node][-1] == "Slice"
+
+
+def test_an_int4_weight_is_synthesised_packed_and_its_blocked_dequantize_runs(build_model, process_proto):
+    """ONNX packs two int4 values to a byte; a synthetic int4 weight of one per byte was refused."""
+    w = helper.make_tensor("w", TensorProto.INT4, [64, 32], np.zeros(64 * 32, np.int8).tolist())
+    model = build_model(
+        [
+            helper.make_node("DequantizeLinear", ["w", "ws"], ["wf"], axis=0, block_size=16),
+            helper.make_node("MatMul", ["x", "wf"], ["y"]),
+        ],
+        [("x", TensorProto.FLOAT, [1, 64])],
+        [("y", TensorProto.FLOAT, None)],
+        {"ws": np.full((4, 32), 0.1, np.float32)},
+        opset=21,
+        check=False,
+    )
+    model.graph.initializer.append(w)
+    onnx.checker.check_model(model)
+    graph = process_proto(model).graph
+    dq = graph.layers[0]
+    assert dq.inputs[0].tensor.dtype == "int4" and dq.inputs[0].kind.value == "weight"
+    _, network = network_of(graph, [0])
+    built = build_onnx(network, sink=True)
+    (weight,) = [t for t in built.graph.initializer if t.data_type == TensorProto.INT4]
+    assert len(weight.raw_data) == 64 * 32 // 2
+    session = ort.InferenceSession(
+        built.SerializeToString(), session_options("extended", 1), providers=["CPUExecutionProvider"]
+    )
+    assert session.run(None, feeds_for(built))[0].shape == (1, 1)

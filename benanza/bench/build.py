@@ -20,6 +20,17 @@ cannot push a ``Transpose`` through it), and its one-element output spares the c
 output costs each call. Kernel time leaves the sink out (``is_sink``); call latency pays it
 (about 2 us). ``Slice`` takes ``axes`` as an input from opset 10: a network of an older
 default-domain opset is built without sinks.
+
+One kind of output gets another sink: a ``DequantizeLinear``'s, directly or through ops that
+ONNX Runtime's ``QDQPropagationTransformer`` moves a DequantizeLinear past (``QDQ_PROPAGATING``,
+its ``CanNodePropagate``). That transformer would carry the DequantizeLinear past a ``Slice``
+sink too, inserting a QuantizeLinear/DequantizeLinear pair the model never runs; at opset 21
+with int8 data it builds a QuantizeLinear that ONNX Runtime 1.32 then refuses ("output_dtype
+INT8 does not match y_zero_point type UINT8"), so every such benchmark failed. Such an output
+is read by a ``GatherElements`` of its first element instead, whose indices (zeros, one per
+axis) are a runtime input: as opaque and as small, and no QDQ transformer moves past it. (Where
+the DequantizeLinear reaches the output through a Reshape or Transpose, ONNX Runtime still
+inserts its pair after that op, as it does in the model when no QuantizeLinear follows there.)
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from benanza.model.control_flow import decode_subgraph, rename_reads
 from benanza.model.load import with_synthetic_weights
-from benanza.model.network import Network, RefKind
+from benanza.model.network import Network, NetworkOutput, RefKind
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import synthetic_weight
 from benanza.model.walks import graphs_of, subgraph_attributes
@@ -44,6 +55,9 @@ _IR_VERSION = 8
 SINK_PREFIX = "benanza_sink"  # the name of every sink node and of its axes inputs
 _SINK_MIN_OPSET = 10  # Slice reads starts, ends and axes as inputs
 DEFAULT_OPSET = 13  # the default-domain opset of a network with no default-domain node (its sinks need one)
+_GATHER_SINK_MIN_OPSET = 11  # GatherElements
+# the ops ONNX Runtime's QDQPropagationTransformer carries a DequantizeLinear past (qdq_propagation.cc)
+QDQ_PROPAGATING = frozenset({"MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice"})
 
 
 def is_sink(node_name: str) -> bool:
@@ -52,13 +66,27 @@ def is_sink(node_name: str) -> bool:
 
 
 def sink_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    """The values of a built model's sink inputs (each sink's ``axes``: every axis, in order)."""
+    """The values of a built model's sink inputs: a ``Slice`` sink's ``axes`` (every axis, in
+    order), a ``GatherElements`` sink's indices (zeros, one element per axis)."""
     feeds = {}
     for vi in model.graph.input:
-        if is_sink(vi.name):
+        if vi.name.startswith(f"{SINK_PREFIX}_index"):
+            feeds[vi.name] = np.zeros([d.dim_value for d in vi.type.tensor_type.shape.dim], dtype=np.int64)
+        elif is_sink(vi.name):
             rank = vi.type.tensor_type.shape.dim[0].dim_value
             feeds[vi.name] = np.arange(rank, dtype=np.int64)
     return feeds
+
+
+def _dequantized(network: Network, output: NetworkOutput) -> bool:
+    """Whether ONNX Runtime's QDQ propagation would reach this output from a DequantizeLinear."""
+    node = network.nodes[output.node]
+    while node.domain in ("", "ai.onnx") and node.op_type in QDQ_PROPAGATING:
+        first = node.inputs[0] if node.inputs else None
+        if first is None or first.kind is not RefKind.NODE:
+            return False
+        node = network.nodes[first.node]  # type: ignore[index]
+    return node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx", "com.microsoft")
 
 
 def _schema_attributes(op_type: str, opset: int, domain: str) -> frozenset[str] | None:
@@ -132,7 +160,8 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
     for j, o in enumerate(network.outputs):
         spec = network.output_tensor(o)
         if sinks and spec.shape:
-            _sink(out_name[(o.node, o.output)], f"out{j}", len(spec.shape), nodes, inputs, initializers)
+            gather = default_opset >= _GATHER_SINK_MIN_OPSET and _dequantized(network, o)
+            _sink(out_name[(o.node, o.output)], f"out{j}", len(spec.shape), nodes, inputs, initializers, gather)
             outputs.append(
                 helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), [min(d, 1) for d in spec.shape])
             )
@@ -165,8 +194,18 @@ def _sink(
     nodes: list[onnx.NodeProto],
     inputs: list[onnx.ValueInfoProto],
     initializers: list[onnx.TensorProto],
+    gather: bool = False,
 ) -> None:
-    """Append the sink that reads ``tensor`` and writes ``output``; its rank's axes input and bounds once."""
+    """Append the sink that reads ``tensor`` and writes ``output``; its rank's axes input and bounds once.
+
+    ``gather``: a ``GatherElements`` sink (a dequantized output, see the module docstring).
+    """
+    if gather:
+        index = f"{SINK_PREFIX}_index{rank}"
+        if all(vi.name != index for vi in inputs):
+            inputs.append(helper.make_tensor_value_info(index, TensorProto.INT64, [1] * rank))
+        nodes.append(helper.make_node("GatherElements", [tensor, index], [output], name=f"{SINK_PREFIX}_{output}"))
+        return
     axes, starts, ends = (f"{SINK_PREFIX}_{what}{rank}" for what in ("axes", "starts", "ends"))
     if all(vi.name != axes for vi in inputs):
         inputs.append(helper.make_tensor_value_info(axes, TensorProto.INT64, [rank]))
