@@ -312,9 +312,11 @@ def _process_exists(pid: int) -> bool:
 CUDA_PROVIDER = "CUDAExecutionProvider"
 
 # How a unit's outputs are built (``bench/build.py``): read by a sink since units stopped
-# running unfused where the model fuses them. Part of the stack, so a database's earlier
-# records (outputs as graph outputs) are a different stack, never mixed with these.
-UNIT_OUTPUTS = "sink"
+# running unfused where the model fuses them, a dequantized output by a GatherElements sink
+# since a Slice one made ORT add a Q/DQ pair (or, at opset 21 with int8, refuse the unit).
+# Part of the stack, so a database's earlier records (outputs as graph outputs, or every sink
+# a Slice, with their failures) are a different stack, never mixed with these.
+UNIT_OUTPUTS = "sink, dequantized outputs by GatherElements"
 
 
 def cuda_provider_missing() -> str | None:
