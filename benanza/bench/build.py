@@ -52,7 +52,7 @@ from benanza.model.walks import graphs_of, subgraph_attributes
 # IR version written for built models: old enough for any onnxruntime we support.
 _IR_VERSION = 8
 
-SINK_PREFIX = "benanza_sink"  # the name of every sink node and of its axes inputs
+SINK_PREFIX = "benanza_sink"  # the name of every sink node and of its runtime inputs (axes, indices)
 _SINK_MIN_OPSET = 10  # Slice reads starts, ends and axes as inputs
 DEFAULT_OPSET = 13  # the default-domain opset of a network with no default-domain node (its sinks need one)
 _GATHER_SINK_MIN_OPSET = 11  # GatherElements
