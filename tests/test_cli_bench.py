@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -208,3 +209,28 @@ def test_threads_auto_runs_at_the_free_cores_and_says_so(tmp_path, model_file) -
     chosen = free_cores_once()
     assert f"threads={chosen.threads})" in result.stdout
     assert f"note: {chosen.note()}" in result.stderr
+
+
+def test_the_main_job_measures_stored_failures_again_only_when_asked(tmp_path, conv_chain):
+    """A failure stored by an earlier version (whose cause was fixed since) is reused until ``--retry-failed``."""
+    model = tmp_path / "chain.onnx"
+    model.write_bytes(conv_chain("reshape").SerializeToString())
+    path = tmp_path / "perf.db"
+    run = ["run", str(model), "--db", f"sqlite:///{path}", "-g", "1", "--format", "json", *FAST_FLAGS]
+    assert CliRunner().invoke(app, run, env=FAST_ENV).exit_code == 0
+    with sqlite3.connect(path) as c:
+        (key,) = c.execute("SELECT key FROM results WHERE kind = 'layer' ORDER BY key LIMIT 1").fetchone()
+        c.execute(
+            "UPDATE results SET outcome = 'failed', doc = json_set(doc, '$.outcome', 'failed', '$.reason', "
+            "'a failure fixed since') WHERE kind = 'layer' AND key = ?",
+            (key,),
+        )
+
+    def outcome() -> str:
+        with sqlite3.connect(path) as c:
+            return c.execute("SELECT outcome FROM results WHERE kind = 'layer' AND key = ?", (key,)).fetchone()[0]
+
+    assert CliRunner().invoke(app, run, env=FAST_ENV).exit_code == 0
+    assert outcome() == "failed"  # reused, as every stored result of this stack
+    assert CliRunner().invoke(app, [*run, "--retry-failed"], env=FAST_ENV).exit_code == 0
+    assert outcome() == "ok"

@@ -23,6 +23,7 @@ from benanza.cli.common import (
     OptLevelOpt,
     PrecisionOpt,
     RepeatOpt,
+    RetryFailedOpt,
     RuntimeOpt,
     ScheduleOpt,
     ShapeOpt,
@@ -63,7 +64,7 @@ def bench_run(
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     e2e: Annotated[bool, typer.Option("--e2e", help="also measure every model end to end")] = False,
-    retry_failed: Annotated[bool, typer.Option("--retry-failed", help="measure stored failures again")] = False,
+    retry_failed: RetryFailedOpt = False,
     repeat: RepeatOpt = False,
     threads: ThreadsOpt = None,
     opt_level: OptLevelOpt = "extended",
@@ -131,6 +132,7 @@ def run_command(
     ep: EpOpt = None,
     precision: PrecisionOpt = None,
     tensor_cores: TensorCoresOpt = None,
+    retry_failed: RetryFailedOpt = False,
     plot: Annotated[Path | None, typer.Option(help="save bars and per-layer breakdowns as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
@@ -151,7 +153,9 @@ def run_command(
     )
     try:
         plans = plans_for(ctx, models, wanted)
-        summary = bench_with_progress(ctx, plans, e2e=True, retry_failed=False, quiet=format is not OutputFormat.table)
+        summary = bench_with_progress(
+            ctx, plans, e2e=True, retry_failed=retry_failed, quiet=format is not OutputFormat.table
+        )
         if format is OutputFormat.table:
             print_summary(ctx, summary)
         print_notes(ctx)

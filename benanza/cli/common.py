@@ -135,6 +135,10 @@ ScheduleOpt = Annotated[
     ),
 ]
 
+RetryFailedOpt = Annotated[
+    bool, typer.Option("--retry-failed", help="measure stored failures again (after an upgrade that fixed their cause)")
+]
+
 # -- regressions (``analyze regressions``, ``fleet status``) ----------------------------------
 RepeatOpt = Annotated[
     bool,
