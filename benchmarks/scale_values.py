@@ -30,6 +30,7 @@ import math
 import platform
 import random
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -38,16 +39,18 @@ from typing import Any
 
 import onnxruntime as ort
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from benchmarking_time import corpus_entries  # the corpus manifest, read one way
+
 from benanza.bench.build import build_onnx
 from benanza.bench.generate import plan_model
 from benanza.model.graph import ModelGraph
 from benanza.model.network import network_of
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for, session_options
 
 ROOT = Path(__file__).resolve().parent.parent
-CORPUS = ROOT / "corpus"
 RESULTS = ROOT / "benchmarks" / "results"
 ROUND_S = 0.002
 Member = tuple[str, str, tuple[Any, ...], tuple[int, ...]]  # key, signature, scale values, layers
@@ -116,15 +119,15 @@ def main() -> None:
     args = parser.parse_args()
     rng = random.Random(args.seed)
     runtime = OnnxRuntimeCPU(threads=args.threads)
-    manifest = [e for e in json.loads((CORPUS / "corpus.json").read_text()) if e["variant"].startswith("int8")]
+    manifest = [e for e in corpus_entries() if e.variant.startswith("int8")]
     # key -> {scale values -> (model, graph, unit)}: the first member is the one benanza measures
     by_key: dict[str, dict[tuple[Any, ...], tuple[str, ModelGraph, tuple[int, ...]]]] = {}
     signature: dict[str, str] = {}
     for entry in manifest:
-        processed = process_model(CORPUS / entry["file"], 1, parse_shape_overrides(entry["shape_args"]))
+        processed = process_model(entry.path, 1, entry.overrides)
         plan = plan_model(processed, runtime)
         for key, sig, scales, unit in members(processed.graph, plan.units):
-            by_key.setdefault(key, {}).setdefault(scales, (entry["name"], processed.graph, unit))
+            by_key.setdefault(key, {}).setdefault(scales, (entry.name, processed.graph, unit))
             signature[key] = sig
     shared = {k: v for k, v in by_key.items() if len(v) > 1}
     by_sig: dict[str, list[str]] = {}
@@ -146,7 +149,7 @@ def main() -> None:
         print(f"{sig[:48]:48s} {figures['a_us']:9.1f} us  A'/A {same:.3f}  B/A {other:.3f}", flush=True)
     result = {
         "benchmark": "scale_values",
-        "models": [e["name"] for e in manifest],
+        "models": [e.name for e in manifest],
         "keys_with_scales": len(by_key),
         "keys_standing_for_different_scales": len(shared),
         "members_sharing": sum(len(v) for v in shared.values()),

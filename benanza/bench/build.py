@@ -81,12 +81,12 @@ def sink_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
 def _dequantized(network: Network, output: NetworkOutput) -> bool:
     """Whether ONNX Runtime's QDQ propagation would reach this output from a DequantizeLinear."""
     node = network.nodes[output.node]
-    while node.domain in ("", "ai.onnx") and node.op_type in QDQ_PROPAGATING:
+    while node.domain == "" and node.op_type in QDQ_PROPAGATING:  # ONNX's domain, as ``extract.domain_of`` writes it
         first = node.inputs[0] if node.inputs else None
         if first is None or first.kind is not RefKind.NODE:
             return False
         node = network.nodes[first.node]  # type: ignore[index]
-    return node.op_type == "DequantizeLinear" and node.domain in ("", "ai.onnx", "com.microsoft")
+    return node.op_type == "DequantizeLinear" and node.domain in ("", "com.microsoft")
 
 
 def _schema_attributes(op_type: str, opset: int, domain: str) -> frozenset[str] | None:

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benanza.settings import HarnessSettings
+
 PROC_STAT = Path("/proc/stat")
 # /proc/stat's first line: cpu user nice system idle iowait irq softirq steal guest guest_nice
 # (guest time is already in user); busy = all but idle and iowait
@@ -111,7 +113,7 @@ def is_threads_setting(value: object) -> bool:
 FREE_CORES_WINDOW_S = 0.5  # long enough to see a neighbour's bursts of a few hundred milliseconds
 # other processes' use, in cores, tolerated beside the threads: the harness's ``max_other_cores`` default,
 # so that the threads chosen are those its interference check accepts
-FREE_CORES_TOLERANCE = 0.25
+FREE_CORES_TOLERANCE: float = HarnessSettings.model_fields["max_other_cores"].default
 
 
 def threads_left(cores: int, others: float, tolerance: float = FREE_CORES_TOLERANCE) -> int:

@@ -104,6 +104,11 @@ def value_classes(values: Sequence[Sequence[Any]]) -> list[int]:
     return [seen.setdefault(tuple(v), len(seen)) for v in values]
 
 
+def equal_scales_field(scales: Sequence[Sequence[Any]]) -> dict[str, list[int]]:
+    """A multi-layer key's field of which of its members' scales are equal; none without scales (keys unchanged)."""
+    return {"equal_scales": value_classes(scales)} if scales else {}
+
+
 def scale_identity(layer_key: str, scales: Sequence[Sequence[Any]]) -> str:
     """A layer's key with its scales' values, for the identity of the model it is in."""
     if not scales:

@@ -38,7 +38,7 @@ from enum import StrEnum
 from typing import Any
 
 from benanza.model.graph import InputKind, ModelGraph
-from benanza.model.keys import stable_id, value_classes
+from benanza.model.keys import equal_scales_field, stable_id
 
 Shape = tuple[int, ...]
 # an encoded subgraph attribute: one graph (GRAPH) or several (GRAPHS)
@@ -273,7 +273,6 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
     net_inputs: list[NetworkTensor] = []
     nodes: list[NetworkNode] = []
     wiring: list[list[Any]] = []
-    scales: list[tuple[Any, ...]] = []
     for idx in members:
         layer = graph.layers[idx]
         refs: list[InputRef] = []
@@ -290,8 +289,6 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
                 refs.append(InputRef.of_input(external[t.name]))
             elif inp.kind.carries_value:
                 refs.append(InputRef.of_value(t.shape, t.dtype, inp.value or ()))
-                if inp.kind is InputKind.SCALE:
-                    scales.append(inp.value or ())
             else:
                 refs.append(InputRef.weight(t.shape, t.dtype))
         wiring.append([[str(r.kind), r.node if r.kind is RefKind.NODE else r.input] for r in refs])
@@ -320,14 +317,14 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
     if len(members) == 1:
         key = graph.layers[members[0]].layer_key
     else:
-        fields: dict[str, Any] = {
-            "layers": [n.layer_key for n in nodes],
-            "wiring": wiring,
-            "outputs": [[o.node, o.output] for o in outputs],
-        }
-        if scales:  # keys of networks without scales stay as they were
-            fields["equal_scales"] = value_classes(scales)
-        key = stable_id(fields)
+        key = stable_id(
+            {
+                "layers": [n.layer_key for n in nodes],
+                "wiring": wiring,
+                "outputs": [[o.node, o.output] for o in outputs],
+                **equal_scales_field([v for idx in members for v in graph.layers[idx].scale_values]),
+            }
+        )
     return key, network
 
 

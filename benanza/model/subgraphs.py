@@ -36,7 +36,7 @@ from onnx import helper
 
 from benanza.errors import SplitError, UsageError, one_line
 from benanza.model.graph import InputKind, ModelGraph
-from benanza.model.keys import stable_id, value_classes
+from benanza.model.keys import equal_scales_field, stable_id
 from benanza.model.load import with_synthetic_weights
 from benanza.model.process import ProcessedModel
 from benanza.model.walks import node_reads, topological_nodes
@@ -136,14 +136,12 @@ def _sequence_key(graph: ModelGraph, producers: Mapping[str, tuple[int, int]], b
                 else:
                     wires.append(["input", slots.setdefault(inp.tensor.name, len(slots))])
         wiring.append(wires)
-    fields: dict[str, Any] = {
+    fields = {
         "kind": "layer_sequence",
         "layers": [layer.layer_key for layer in graph.layers[begin:end]],
         "wiring": wiring,
+        **equal_scales_field([v for layer in graph.layers[begin:end] for v in layer.scale_values]),
     }
-    scales = [v for layer in graph.layers[begin:end] for v in layer.scale_values]
-    if scales:  # which of its layers' scales are equal, as a network's key (``keys.value_classes``)
-        fields["equal_scales"] = value_classes(scales)
     return stable_id(fields, SEQUENCE_KEY_VERSION)
 
 
