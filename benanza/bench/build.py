@@ -28,9 +28,15 @@ sink too, inserting a QuantizeLinear/DequantizeLinear pair the model never runs;
 with int8 data it builds a QuantizeLinear that ONNX Runtime 1.32 then refuses ("output_dtype
 INT8 does not match y_zero_point type UINT8"), so every such benchmark failed. Such an output
 is read by a ``GatherElements`` of its first element instead, whose indices (zeros, one per
-axis) are a runtime input: as opaque and as small, and no QDQ transformer moves past it. (Where
-the DequantizeLinear reaches the output through a Reshape or Transpose, ONNX Runtime still
-inserts its pair after that op, as it does in the model when no QuantizeLinear follows there.)
+axis) are a runtime input: as opaque and as small, and no QDQ transformer moves past it.
+
+Where the DequantizeLinear reaches the output through such ops (a Reshape, a Transpose), the
+transformer still inserts its pair after the last of them, since no QuantizeLinear follows it
+in the unit: in the model one does (an int8 LeViT's 157 DequantizeLinear→Reshape/Transpose/Slice
+chains all end in a QuantizeLinear, which ONNX Runtime drops with the pair), so the unit would
+time a pair the model never runs, and at opset 21 with int8 data it failed as above (2 of an
+unseen int8 LeViT's DLBricks sequences). The built model then names the transformer in its
+``metadata_props`` (``disabled_optimizers``), and ONNX Runtime's sessions leave it out.
 """
 
 from __future__ import annotations
@@ -58,6 +64,9 @@ DEFAULT_OPSET = 13  # the default-domain opset of a network with no default-doma
 _GATHER_SINK_MIN_OPSET = 11  # GatherElements
 # the ops ONNX Runtime's QDQPropagationTransformer carries a DequantizeLinear past (qdq_propagation.cc)
 QDQ_PROPAGATING = frozenset({"MaxPool", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Slice"})
+# a built model's metadata entry: the runtime optimizers its sessions must leave out, comma-separated
+DISABLED_OPTIMIZERS_KEY = "benanza.disabled_optimizers"
+QDQ_PROPAGATION = "QDQPropagationTransformer"
 
 
 def is_sink(node_name: str) -> bool:
@@ -78,15 +87,24 @@ def sink_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     return feeds
 
 
-def _dequantized(network: Network, output: NetworkOutput) -> bool:
-    """Whether ONNX Runtime's QDQ propagation would reach this output from a DequantizeLinear."""
-    node = network.nodes[output.node]
+def _dequantized(network: Network, output: NetworkOutput) -> int | None:
+    """How many ops ONNX Runtime's QDQ propagation would carry a DequantizeLinear past to reach
+    this output (0: the DequantizeLinear writes it); None when no DequantizeLinear reaches it."""
+    node, past = network.nodes[output.node], 0
     while node.domain == "" and node.op_type in QDQ_PROPAGATING:  # ONNX's domain, as ``extract.domain_of`` writes it
         first = node.inputs[0] if node.inputs else None
         if first is None or first.kind is not RefKind.NODE:
-            return False
-        node = network.nodes[first.node]  # type: ignore[index]
-    return node.op_type == "DequantizeLinear" and node.domain in ("", "com.microsoft")
+            return None
+        node, past = network.nodes[first.node], past + 1  # type: ignore[index]
+    return past if node.op_type == "DequantizeLinear" and node.domain in ("", "com.microsoft") else None
+
+
+def disabled_optimizers(model: onnx.ModelProto) -> list[str]:
+    """The runtime optimizers a built model's sessions leave out (``DISABLED_OPTIMIZERS_KEY``)."""
+    for prop in model.metadata_props:
+        if prop.key == DISABLED_OPTIMIZERS_KEY:
+            return [name for name in prop.value.split(",") if name]
+    return []
 
 
 def _schema_attributes(op_type: str, opset: int, domain: str) -> frozenset[str] | None:
@@ -155,12 +173,16 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
         nodes.append(helper.make_node(node.op_type, node_inputs, outs, name=f"n{pos}", domain=domain or None, **attrs))
     outputs = []
     rename = []
+    disabled: list[str] = []
     default_opset = opsets.get("", 0)
     sinks = sink and (default_opset == 0 or default_opset >= _SINK_MIN_OPSET)
     for j, o in enumerate(network.outputs):
         spec = network.output_tensor(o)
         if sinks and spec.shape:
-            gather = default_opset >= _GATHER_SINK_MIN_OPSET and _dequantized(network, o)
+            past = _dequantized(network, o) if default_opset >= _GATHER_SINK_MIN_OPSET else None
+            gather = past is not None
+            if past and QDQ_PROPAGATION not in disabled:
+                disabled.append(QDQ_PROPAGATION)
             _sink(out_name[(o.node, o.output)], f"out{j}", len(spec.shape), nodes, inputs, initializers, gather)
             outputs.append(
                 helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), [min(d, 1) for d in spec.shape])
@@ -184,6 +206,8 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
     graph = helper.make_graph(nodes, "benanza_network", inputs, outputs, initializers)
     opset_imports = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
     model = helper.make_model(graph, opset_imports=opset_imports, ir_version=_IR_VERSION, producer_name="benanza")
+    if disabled:
+        helper.set_model_props(model, {DISABLED_OPTIMIZERS_KEY: ",".join(disabled)})
     return with_synthetic_weights(model, seed)  # a subgraph's large constants travel as shape and dtype
 
 

@@ -40,7 +40,7 @@ import numpy as np
 import onnx
 
 from benanza.bench import host_cpu
-from benanza.bench.build import build_onnx, is_sink, sink_feeds
+from benanza.bench.build import build_onnx, disabled_optimizers, is_sink, sink_feeds
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
@@ -148,12 +148,23 @@ def ort_message(exc: BaseException) -> str:
 class _OrtPrepared(Prepared):
     left_out_what = _CASTS_LEFT_OUT
 
-    def __init__(self, model_bytes: bytes, feeds: dict[str, np.ndarray], opt_level: str, threads: int) -> None:
+    def __init__(
+        self,
+        model_bytes: bytes,
+        feeds: dict[str, np.ndarray],
+        opt_level: str,
+        threads: int,
+        disabled: Sequence[str] = (),
+    ) -> None:
+        """``disabled``: ONNX Runtime optimizers the sessions leave out (``build.disabled_optimizers``)."""
         ort = _ort()
         self._bytes, self._feeds = model_bytes, feeds
-        self._opt, self._threads = opt_level, threads
+        self._opt, self._threads, self._disabled = opt_level, threads, list(disabled)
         self._session = ort.InferenceSession(
-            model_bytes, session_options(opt_level, threads), providers=["CPUExecutionProvider"]
+            model_bytes,
+            session_options(opt_level, threads),
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=self._disabled,
         )
         self._run = self._session.run
         self.profiled_run_times: list[float] = []  # of the latest ``kernel_times``
@@ -185,7 +196,7 @@ class _OrtPrepared(Prepared):
                 the same kernels inside a model (shufflenet's units summed to 1.4x the whole
                 model that way; with one precall, 0.97x).
         """
-        return _OrtProfiler(self._bytes, self._feeds, self._opt, self._threads, precalls)
+        return _OrtProfiler(self._bytes, self._feeds, self._opt, self._threads, precalls, self._disabled)
 
     def close(self) -> None:
         self._session = None
@@ -203,7 +214,13 @@ class _OrtProfiler(KernelProfiler):
     left_out_what = _CASTS_LEFT_OUT
 
     def __init__(
-        self, model_bytes: bytes, feeds: dict[str, np.ndarray], opt_level: str, threads: int, precalls: int = 0
+        self,
+        model_bytes: bytes,
+        feeds: dict[str, np.ndarray],
+        opt_level: str,
+        threads: int,
+        precalls: int = 0,
+        disabled: Sequence[str] = (),
     ) -> None:
         ort = _ort()
         so = session_options(opt_level, threads, profile=True)
@@ -213,7 +230,9 @@ class _OrtProfiler(KernelProfiler):
         self._file: Path | None = None
         self.run_times: list[float] = []
         self.left_out: list[float] = []
-        self._session = ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(
+            model_bytes, so, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
+        )
         try:
             for _ in range(PROFILE_WARMUP):
                 self._session.run(None, self._feeds)
@@ -313,10 +332,12 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 
 # How a unit's outputs are built (``bench/build.py``): read by a sink since units stopped
 # running unfused where the model fuses them, a dequantized output by a GatherElements sink
-# since a Slice one made ORT add a Q/DQ pair (or, at opset 21 with int8, refuse the unit).
+# since a Slice one made ORT add a Q/DQ pair (or, at opset 21 with int8, refuse the unit), and
+# with ORT's QDQ propagation left out where a dequantized output is reached through a Reshape or
+# the like (``bench/build.py``).
 # Part of the stack, so a database's earlier records (outputs as graph outputs, or every sink
 # a Slice, with their failures) are a different stack, never mixed with these.
-UNIT_OUTPUTS = "sink, dequantized outputs by GatherElements"
+UNIT_OUTPUTS = "sink, dequantized outputs by GatherElements, no QDQ propagation to them"
 
 
 def cuda_provider_missing() -> str | None:
@@ -342,7 +363,10 @@ class OrtCudaModel(Prepared):
     ``all``, exhaustive cuDNN convolution search), as a user of the framework gets them.
     """
 
-    def __init__(self, model: onnx.ModelProto, device: int = 0, precision: str = "float32") -> None:
+    def __init__(
+        self, model: onnx.ModelProto, device: int = 0, precision: str = "float32", disabled: Sequence[str] = ()
+    ) -> None:
+        """``disabled``: ONNX Runtime optimizers the session leaves out (``build.disabled_optimizers``)."""
         from benanza.errors import GpuError
 
         ort = _ort()
@@ -353,7 +377,9 @@ class OrtCudaModel(Prepared):
             raise GpuError(f"the end-to-end model runs in its own float32, not {precision}")
         so = session_options("all", 1)
         options = {"device_id": device, "cudnn_conv_algo_search": "EXHAUSTIVE"}
-        self._session = ort.InferenceSession(model.SerializeToString(), so, providers=[(CUDA_PROVIDER, options)])
+        self._session = ort.InferenceSession(
+            model.SerializeToString(), so, providers=[(CUDA_PROVIDER, options)], disabled_optimizers=list(disabled)
+        )
         if CUDA_PROVIDER not in self._session.get_providers():
             raise GpuError("ONNX Runtime did not start its CUDA execution provider for this model")
         self.provenance = {"framework": "onnxruntime-cuda", "onnxruntime": ort.__version__, "opt": "all"}
@@ -516,13 +542,15 @@ class OnnxRuntimeCPU(Runtime):
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
             model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
+            disabled = []  # the model as its users run it
         elif spec.network is None:
             raise UsageError(f"spec {spec.key} carries no network to build")
         else:
             model = build_onnx(spec.network, sink=True)
+            disabled = disabled_optimizers(model)
         if self.ep == "cuda":
-            return OrtCudaModel(model)
-        return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads)
+            return OrtCudaModel(model, disabled=disabled)
+        return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads, disabled)
 
     def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]]:
         """The model's layers grouped as ORT executes them at this optimisation level.
