@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -584,6 +585,47 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     (row,) = json.loads(status.stdout)
     assert row["name"] == "laptop" and row["lacks"] == 0 and row["total"] == laptop["total"]
     assert row["current_stack"] == laptop["stack_id"] and not row["changed"]
+
+
+@pytest.mark.slow
+def test_fleet_run_measures_stored_failures_again_only_when_asked(tmp_path: Path, conv_chain) -> None:
+    """A failure stored by an earlier version (its cause fixed since) is reused until ``--retry-failed``."""
+    import onnx
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(conv_chain(), model)
+    env = cli_env(
+        BENANZA_SYSTEM="laptop",
+        BENANZA_HARNESS_MIN_TIME_S="0.001",
+        BENANZA_HARNESS_MAX_TIME_S="0.02",
+        BENANZA_HARNESS_KERNEL_RUNS="2",
+    )
+    env.pop("BENANZA_DB", None)
+    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+
+    def run(*extra: str) -> dict:
+        done = subprocess.run([*cmd, *extra], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout)["systems"]["laptop"]
+
+    first = run()
+    db = tmp_path / "benanza.db"
+    with sqlite3.connect(db) as c:
+        (key,) = c.execute("SELECT key FROM results WHERE kind = 'layer' ORDER BY key LIMIT 1").fetchone()
+        c.execute(
+            "UPDATE results SET outcome = 'failed', doc = json_set(doc, '$.outcome', 'failed', '$.reason', "
+            "'a failure fixed since') WHERE kind = 'layer' AND key = ?",
+            (key,),
+        )
+
+    def outcome() -> str:
+        with sqlite3.connect(db) as c:
+            return c.execute("SELECT outcome FROM results WHERE kind = 'layer' AND key = ?", (key,)).fetchone()[0]
+
+    again = run()
+    assert (again["measured"], again["reused"]) == (0, first["total"]) and outcome() == "failed"
+    retried = run("--retry-failed")
+    assert (retried["measured"], retried["reused"]) == (1, first["total"] - 1) and outcome() == "ok"
 
 
 @pytest.mark.slow

@@ -455,6 +455,14 @@ class StoreContract:
         assert len(store.leases(SYSTEM)) == len(store.leases()) - 2 and store.leases("nowhere") == []
         assert store.claim(SYSTEM, STACK, [], "driver-a", ttl_s=60) == set()
 
+    def test_claim_with_retry_failed_leases_a_stored_failure_but_never_a_result(self, store: Store) -> None:
+        """``fleet run --retry-failed``: a failure stored by an earlier version is measured again."""
+        ids = [record_for(i).spec_id for i in range(4)]
+        store.upsert([record_for(0), record_for(1, outcome=Outcome.FAILED), record_for(2, outcome=Outcome.SKIPPED)])
+        assert store.claim(SYSTEM, STACK, ids, "driver-a", ttl_s=60, retry_failed=True) == {ids[1], ids[3]}
+        store.release(SYSTEM, STACK, ids, "driver-a")
+        assert store.claim(SYSTEM, STACK, ids, "driver-a", ttl_s=60) == {ids[3]}
+
     def test_claim_arguments_are_checked(self, store: Store) -> None:
         for bad in (
             lambda: store.claim(SYSTEM, STACK, ["a"], "driver", ttl_s=0),

@@ -400,6 +400,15 @@ class RunSummary:
         }
 
 
+def reusable_spec_ids(store: Any, system: str, stack_id: str, retry_failed: bool = False) -> set[str]:
+    """The spec ids whose stored record (system, stack) a run reuses: every one, or with
+    ``retry_failed`` all but the failures (measured again after an upgrade fixed their cause)."""
+    present = store.present_spec_ids(system, stack_id)
+    if retry_failed:
+        present -= {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
+    return present
+
+
 def run_specs(
     specs: Sequence[BenchmarkSpec],
     runtime: Runtime,
@@ -429,10 +438,7 @@ def run_specs(
     regression analysis learns each benchmark's run-to-run noise.
     """
     settings = effective_settings(runtime, settings)
-    present = set() if repeat else store.present_spec_ids(system, stack_id)
-    if retry_failed and not repeat:
-        failed = {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
-        present -= failed
+    present = set() if repeat else reusable_spec_ids(store, system, stack_id, retry_failed)
     todo = missing(specs, present)
     summary = RunSummary(reused=len(specs) - len(todo))
     pending: list[BenchmarkRecord] = []

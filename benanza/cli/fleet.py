@@ -10,7 +10,16 @@ from typing import Annotated
 import typer
 
 from benanza.cli.analyze import report_lower_bounds
-from benanza.cli.common import BatchesOpt, BenanzaGroup, FormatOpt, ModelsOpt, ShapeOpt, cli_settings, parse_int_list
+from benanza.cli.common import (
+    BatchesOpt,
+    BenanzaGroup,
+    FormatOpt,
+    ModelsOpt,
+    RetryFailedOpt,
+    ShapeOpt,
+    cli_settings,
+    parse_int_list,
+)
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.config import default_fleet_config, load_fleet_config
 from benanza.errors import BenanzaError
@@ -64,6 +73,7 @@ def run(
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="no progress bars")] = False,
     format: FormatOpt = OutputFormat.table,
+    retry_failed: RetryFailedOpt = False,
 ) -> None:
     """Benchmark what every system lacks for its current software stack; print a summary and the lower bounds.
 
@@ -80,10 +90,10 @@ def run(
 
     cfg = _config(config, store_uri(db, db_file), address, models, batch, shape)
     if quiet:
-        summary = run_fleet(cfg, settings=cli_settings())
+        summary = run_fleet(cfg, settings=cli_settings(), retry_failed=retry_failed)
     else:
         with FleetProgress(console(sys.stderr)) as progress:
-            summary = run_fleet(cfg, progress=progress, settings=cli_settings())
+            summary = run_fleet(cfg, progress=progress, settings=cli_settings(), retry_failed=retry_failed)
     data = summary.to_dict()
     with _analysis_store(cfg, summary.ok) as store:
         bounds = _lower_bounds(store, cfg, summary) if store is not None else []

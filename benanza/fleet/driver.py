@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from benanza.bench.execute import interleave_max_specs
+from benanza.bench.execute import interleave_max_specs, reusable_spec_ids
 from benanza.bench.generate import plan_model_file, plan_report, specs_for_plan
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import StoredPlan
@@ -301,8 +301,10 @@ class FleetDriver:
         spill_dir: str | None = None,
         inflight_per_actor: int = 2,
         settings: Settings | None = None,
+        retry_failed: bool = False,
     ) -> None:
         self.config = config
+        self.retry_failed = retry_failed  # stored failures are measured again, not reused
         # the BENANZA_* variables, read once here (None) and handed to every worker, wherever it runs
         self.settings = settings if settings is not None else load_settings()
         # one URI for the driver and every worker: a BENANZA_DB_FILE is read here, where it exists
@@ -404,7 +406,7 @@ class FleetDriver:
                 result.notes += [n for n in target_info.get("notes", ()) if n not in result.notes]
                 result.new_stack = bool(result.new_stack) or bool(target_info.get("new_stack"))
                 try:
-                    present = store.present_spec_ids(system.name, target.stack_id)
+                    present = reusable_spec_ids(store, system.name, target.stack_id, self.retry_failed)
                     # what the system measures, as analysis will read it (no model file needed there)
                     store.put_plans(system.name, target.stack_id, works[key].placed_plans(target))
                 except StoreError as exc:
@@ -427,7 +429,9 @@ class FleetDriver:
         """Lease ``indices``; returns those leased to this driver (and their ids)."""
         ids = {run.plan.spec_id(i): i for i in indices}
         try:
-            granted = store.claim(run.target.system, run.target.stack_id, ids, self.owner, self.config.lease_s)
+            granted = store.claim(
+                run.target.system, run.target.stack_id, ids, self.owner, self.config.lease_s, self.retry_failed
+            )
         except StoreError as exc:  # leases guard against duplicate work; they are not a condition of it
             log.warning("leases unavailable, running without one: %s", one_line(exc))
             run.result.unleased += len(ids)

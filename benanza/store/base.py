@@ -143,8 +143,13 @@ class Store(Protocol):
         """``{"system", "stack_id", "runtime", "kind", "outcome", "count"}`` over current-schema records."""
         ...
 
-    def claim(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float) -> set[str]:
-        """Lease to ``owner`` the given ids that are unmeasured and not leased to another; returns those now held."""
+    def claim(
+        self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float, retry_failed: bool = False
+    ) -> set[str]:
+        """Lease to ``owner`` the given ids that are unmeasured and not leased to another; returns those now held.
+
+        ``retry_failed``: an id whose stored record failed counts as unmeasured (``--retry-failed``).
+        """
         ...
 
     def release(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str) -> None:

@@ -60,7 +60,7 @@ from pymongo.errors import (
 from pymongo.uri_parser import parse_uri
 
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
-from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
+from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, Outcome
 from benanza.errors import StoreError, one_line
 from benanza.settings import DEFAULT_RETRY_WINDOW_S, Settings
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
@@ -384,15 +384,18 @@ class MongoStore(StoreBase):
 
         return self._call("read measured spec ids", read)
 
-    def _present_among(self, system: str, stack_id: str, spec_ids: list[str]) -> set[str]:
+    def _present_among(self, system: str, stack_id: str, spec_ids: list[str], but_failed: bool = False) -> set[str]:
+        """The ids among ``spec_ids`` with a current-schema record (``but_failed``: other than a failure)."""
         found: set[str] = set()
         for chunk in _chunks(spec_ids):
-            query = {
+            query: dict[str, Any] = {
                 "system": system,
                 "stack_id": stack_id,
                 "schema_version": SCHEMA_VERSION,
                 "spec_id": {"$in": chunk},
             }
+            if but_failed:
+                query["outcome"] = {"$ne": Outcome.FAILED.value}
             docs = self._call("read measured spec ids", lambda q=query: list(self._results.find(q, {"spec_id": 1})))
             found.update(doc["spec_id"] for doc in docs)
         return found
@@ -539,7 +542,9 @@ class MongoStore(StoreBase):
 
     # -- leases ---------------------------------------------------------------------------
 
-    def claim(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float) -> set[str]:
+    def claim(
+        self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float, retry_failed: bool = False
+    ) -> set[str]:
         wanted = self._lease_ids(spec_ids, owner, ttl_s)
         if not wanted:
             return set()
@@ -549,14 +554,14 @@ class MongoStore(StoreBase):
                 {"system": system, "stack_id": stack_id, "expires_at": {"$lte": self.clock()}}
             ),
         )
-        present = self._present_among(system, stack_id, wanted)
+        present = self._present_among(system, stack_id, wanted, retry_failed)
         candidates = [i for i in wanted if i not in present]
         held: set[str] = set()
         for chunk in _chunks(candidates):
             held |= self._call("claim leases", lambda c=chunk: self._claim_chunk(system, stack_id, c, owner, ttl_s))
         # A driver that measured an id, wrote its result and released its lease between our
         # first look and our claim: the id is measured, give it back.
-        measured_meanwhile = self._present_among(system, stack_id, sorted(held))
+        measured_meanwhile = self._present_among(system, stack_id, sorted(held), retry_failed)
         if measured_meanwhile:
             self.release(system, stack_id, measured_meanwhile, owner)
         return held - measured_meanwhile

@@ -141,6 +141,7 @@ SELECT ?1, ?2, wanted.value, ?3, ?7, ?4 FROM json_each(?5) AS wanted
 WHERE NOT EXISTS (
     SELECT 1 FROM results
     WHERE system = ?1 AND stack_id = ?2 AND schema_version = ?6 AND spec_id = wanted.value
+        AND NOT (?8 AND outcome = 'failed')
 )
 ON CONFLICT (system, stack_id, spec_id) DO UPDATE SET
     heartbeat_at = excluded.heartbeat_at, expires_at = excluded.expires_at
@@ -661,7 +662,9 @@ class SqliteStore(StoreBase):
         except StoreError as exc:
             raise self._fail(f"the stored record of row {rowid} cannot be read: {exc}") from None
 
-    def claim(self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float) -> set[str]:
+    def claim(
+        self, system: str, stack_id: str, spec_ids: Iterable[str], owner: str, ttl_s: float, retry_failed: bool = False
+    ) -> set[str]:
         wanted = self._lease_ids(spec_ids, owner, ttl_s)
         if not wanted:
             return set()
@@ -670,7 +673,8 @@ class SqliteStore(StoreBase):
         def claim(c: sqlite3.Connection) -> set[str]:
             now = self.clock()  # inside the write lock: no other claim runs between reading and using it
             c.execute(_DROP_EXPIRED, (system, stack_id, now))
-            rows = c.execute(_CLAIM, (system, stack_id, owner, now + ttl_s, ids, SCHEMA_VERSION, now)).fetchall()
+            params = (system, stack_id, owner, now + ttl_s, ids, SCHEMA_VERSION, now, retry_failed)
+            rows = c.execute(_CLAIM, params).fetchall()
             return {r[0] for r in rows}
 
         return self._write(claim)
