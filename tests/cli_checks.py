@@ -1,6 +1,10 @@
-"""Checks shared by the CLI tests: what a handled user error looks like, and fast harness settings."""
+"""Checks shared by the CLI tests: what a handled user error looks like, fast harness settings, and
+a failure planted in a SQLite database as an earlier version would have stored it."""
 
 from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
 
 
 def one_line_error(result, *needles: str) -> str:
@@ -29,3 +33,21 @@ FAST_ENV = {
 def fast_flags(system: str) -> list[str]:
     """``bench``/``run`` flags to go with ``FAST_ENV``, on one thread, as ``system``."""
     return ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--system", system]
+
+
+def plant_failure(db: Path) -> str:
+    """Mark one stored layer result failed, as a version whose bug was fixed since stored it; its key."""
+    with sqlite3.connect(db) as c:
+        (key,) = c.execute("SELECT key FROM results WHERE kind = 'layer' ORDER BY key LIMIT 1").fetchone()
+        c.execute(
+            "UPDATE results SET outcome = 'failed', doc = json_set(doc, '$.outcome', 'failed', '$.reason', "
+            "'a failure fixed since') WHERE kind = 'layer' AND key = ?",
+            (key,),
+        )
+    return key
+
+
+def layer_outcome(db: Path, key: str) -> str:
+    """The stored outcome of the layer result ``key``."""
+    with sqlite3.connect(db) as c:
+        return c.execute("SELECT outcome FROM results WHERE kind = 'layer' AND key = ?", (key,)).fetchone()[0]

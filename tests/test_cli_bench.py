@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
-from cli_checks import one_line_error
+from cli_checks import layer_outcome, one_line_error, plant_failure
 from typer.testing import CliRunner
 
 from benanza.cli import app
@@ -218,19 +217,8 @@ def test_the_main_job_measures_stored_failures_again_only_when_asked(tmp_path, c
     path = tmp_path / "perf.db"
     run = ["run", str(model), "--db", f"sqlite:///{path}", "-g", "1", "--format", "json", *FAST_FLAGS]
     assert CliRunner().invoke(app, run, env=FAST_ENV).exit_code == 0
-    with sqlite3.connect(path) as c:
-        (key,) = c.execute("SELECT key FROM results WHERE kind = 'layer' ORDER BY key LIMIT 1").fetchone()
-        c.execute(
-            "UPDATE results SET outcome = 'failed', doc = json_set(doc, '$.outcome', 'failed', '$.reason', "
-            "'a failure fixed since') WHERE kind = 'layer' AND key = ?",
-            (key,),
-        )
-
-    def outcome() -> str:
-        with sqlite3.connect(path) as c:
-            return c.execute("SELECT outcome FROM results WHERE kind = 'layer' AND key = ?", (key,)).fetchone()[0]
-
+    key = plant_failure(path)
     assert CliRunner().invoke(app, run, env=FAST_ENV).exit_code == 0
-    assert outcome() == "failed"  # reused, as every stored result of this stack
+    assert layer_outcome(path, key) == "failed"  # reused, as every stored result of this stack
     assert CliRunner().invoke(app, [*run, "--retry-failed"], env=FAST_ENV).exit_code == 0
-    assert outcome() == "ok"
+    assert layer_outcome(path, key) == "ok"

@@ -12,7 +12,6 @@ import ipaddress
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from cli_checks import layer_outcome, plant_failure
 
 ray = pytest.importorskip("ray")
 
@@ -610,22 +610,11 @@ def test_fleet_run_measures_stored_failures_again_only_when_asked(tmp_path: Path
 
     first = run()
     db = tmp_path / "benanza.db"
-    with sqlite3.connect(db) as c:
-        (key,) = c.execute("SELECT key FROM results WHERE kind = 'layer' ORDER BY key LIMIT 1").fetchone()
-        c.execute(
-            "UPDATE results SET outcome = 'failed', doc = json_set(doc, '$.outcome', 'failed', '$.reason', "
-            "'a failure fixed since') WHERE kind = 'layer' AND key = ?",
-            (key,),
-        )
-
-    def outcome() -> str:
-        with sqlite3.connect(db) as c:
-            return c.execute("SELECT outcome FROM results WHERE kind = 'layer' AND key = ?", (key,)).fetchone()[0]
-
+    key = plant_failure(db)
     again = run()
-    assert (again["measured"], again["reused"]) == (0, first["total"]) and outcome() == "failed"
+    assert (again["measured"], again["reused"]) == (0, first["total"]) and layer_outcome(db, key) == "failed"
     retried = run("--retry-failed")
-    assert (retried["measured"], retried["reused"]) == (1, first["total"] - 1) and outcome() == "ok"
+    assert (retried["measured"], retried["reused"]) == (1, first["total"] - 1) and layer_outcome(db, key) == "ok"
 
 
 @pytest.mark.slow
