@@ -89,12 +89,8 @@ def plan_models(
 
 
 def spec_groups(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[list[BenchmarkSpec]]:
-    """Per plan, every spec it needs with its end-to-end run first: the interleaved schedule's groups."""
-    groups = []
-    for plan in plans:
-        specs = specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=e2e)
-        groups.append(specs[-1:] + specs[:-1] if e2e else specs)
-    return groups
+    """Per plan, every spec it needs (``specs_for_plan``'s order): the interleaved schedule's groups."""
+    return [specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=e2e) for plan in plans]
 
 
 def specs_for(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[BenchmarkSpec]:

@@ -209,14 +209,45 @@ def test_specs_for_plan_kinds_and_payloads(chain, ort_runtime):
     assert len(specs_for_plan(plan, ort_runtime.name, ort_runtime.variant())) == len(specs) - 1
 
 
+def test_a_models_specs_come_in_the_order_its_compositions_need_them_together(ort_runtime, zoo_model):
+    """The model, its call overhead, its units, its sequences, then its layers alone: cut into
+    chunks of 512 (``interleave_max_specs``), DenseNet-121's 575 keep every figure a composition
+    compares in the first; before, its end to end (in the fleet) or its overhead was in the second."""
+    from benanza.bench.execute import group_chunks
+
+    plan = plan_model(zoo_model("densenet121"), ort_runtime, (1, 3))
+    specs = specs_for_plan(plan, ort_runtime.name, ort_runtime.variant(), e2e=True)
+    units, sequences = set(plan.unit_keys), {k for keys in plan.sequence_keys.values() for k in keys}
+    roles = [
+        "model"
+        if s.kind is SpecKind.MODEL
+        else "overhead"
+        if s.key == plan.call_overhead_key
+        else "unit"
+        if s.key in units
+        else "sequence"
+        if s.key in sequences
+        else "layer"
+        for s in specs
+    ]
+    order = ["model", "overhead", "unit", "sequence", "layer"]
+    assert roles == sorted(roles, key=order.index) and len(specs) > 512
+    first, *rest = group_chunks(specs, budget=1 << 62, max_specs=512)
+    assert {s.key for s in first} >= {plan.model_key, plan.call_overhead_key} | units | sequences
+    assert {s.kind for chunk in rest for s in chunk} == {SpecKind.LAYER}
+
+
 def test_specs_of_two_models_share_their_common_layers(chain, conv_chain, process_proto, ort_runtime):
     other = process_proto(conv_chain("maxpool"))
     specs_a = specs_for_plan(plan_model(chain, ort_runtime, (1, 2)), "onnxruntime", ort_runtime.variant())
     specs_b = specs_for_plan(plan_model(other, ort_runtime, (1, 2)), "onnxruntime", ort_runtime.variant())
     ids_a, ids_b = {s.spec_id for s in specs_a}, {s.spec_id for s in specs_b}
     shared = ids_a & ids_b
-    # Conv, BN, Relu, the second Conv, the fused group, Conv+BN+Relu->Conv as a G=2 sequence, the call overhead
-    assert len(shared) == 7
+    # Conv, BN, Relu, the second Conv, the fused group, Conv+BN+Relu->Conv as a G=2 sequence; each
+    # model's call overhead is its own, measured with its benchmarks
+    assert len(shared) == 6
+    overhead = [s for s in specs_a + specs_b if s.network is not None and s.network.nodes[0].op_type == "Relu"]
+    assert len({s.spec_id for s in overhead if len(s.network.nodes) == 1 and s.network.inputs[0].shape == (1,)}) == 2
     assert len(unique_specs([*specs_a, *specs_b])) == len(ids_a | ids_b)
 
 

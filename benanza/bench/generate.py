@@ -158,9 +158,15 @@ def call_overhead_network(graph: ModelGraph) -> tuple[str, Network]:
     sequence pays that cost once and the whole model pays it once, so the composition of n
     sequences counts it n - 1 times too many (``analysis.lower_bound``). Built at the model's
     default-domain opset, so that it has a sink when the model's networks do (``bench/build.py``).
+
+    Keyed by the model too, so that it is measured with the model's own benchmarks (in its
+    interleaved group, right after the model itself: ``plan_model`` puts it first). Shared by
+    every model, it was measured once with the first model's group and subtracted from the
+    others' compositions measured minutes apart, at another speed of the host: a share of a
+    small model's composition (ShuffleNet's 136 subtractions, 15% of its latency).
     """
     opset = graph.opset.get("", 0) or DEFAULT_OPSET
-    key = stable_id({"call_overhead": "Relu float32 [1]", "opset": opset})
+    key = stable_id({"call_overhead": "Relu float32 [1]", "opset": opset, "model": model_key(graph)})
     one = NetworkTensor((1,), "float32")
     node = NetworkNode("Relu", "", opset, (), (InputRef.of_input(0),), (one,), layer_key=key)
     return key, Network((one,), (node,), (NetworkOutput(0, 0),), 1)
@@ -247,7 +253,7 @@ def plan_model(
     overhead_key = ""
     if any(sequence_keys.values()):  # what a composition of several sequences subtracts
         overhead_key, overhead = call_overhead_network(graph)
-        networks.setdefault(overhead_key, overhead)
+        networks = {overhead_key: overhead, **networks}
     return ModelPlan(
         graph=graph,
         path=graph.path,
@@ -281,7 +287,15 @@ def _label(network: Network) -> str:
 def specs_for_plan(
     plan: ModelPlan, runtime_name: str, variant: Mapping[str, Any], e2e: bool = False
 ) -> list[BenchmarkSpec]:
-    """Every spec one plan needs: layers, execution groups, sequences, and the model."""
+    """Every spec one plan needs, in the order its interleaved group takes them: the model end to
+    end, the call overhead, the execution groups, the sequences, then the layers alone.
+
+    A group too large for one chunk (``interleave_max_specs``: DenseNet-121 has 575 specs) is
+    cut in that order, so the figures each composition compares (the model, the overhead, the
+    units, the sequences) are sampled together in the first chunk as far as they fit, and the
+    layers alone, which only the unfused bound sums, go last. The model came last before: the
+    fleet measured DenseNet's end to end in a second actor call, apart from its units.
+    """
     var = canonical_variant(variant)
     unit_keys = set(plan.unit_keys)
     specs = []
@@ -301,7 +315,8 @@ def specs_for_plan(
         )
     if e2e:
         dtype = plan.graph.inputs[0].dtype if plan.graph.inputs else "float32"
-        specs.append(
+        specs.insert(
+            0,
             BenchmarkSpec(
                 kind=SpecKind.MODEL,
                 key=plan.model_key,
@@ -311,7 +326,7 @@ def specs_for_plan(
                 variant=var,
                 label=plan.model,
                 model={"path": plan.path, **plan.requested, **graph_memory(plan.graph).to_dict()},
-            )
+            ),
         )
     return specs
 
