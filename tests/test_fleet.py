@@ -61,6 +61,25 @@ def cli_env(*, ray_settings: bool = False, **extra: str) -> dict[str, str]:
     return {**env, **extra}
 
 
+def embedded_fleet_run(tmp_path: Path, conv_chain, **harness: str) -> tuple[list[str], dict[str, str]]:
+    """The command and environment of a default ``benanza fleet run`` (no config: in-process Ray,
+    this machine as ``laptop``, SQLite in ``tmp_path``) over a conv chain saved there, JSON out.
+
+    ``harness``: BENANZA_HARNESS_* settings beside the shortest minimum time, as NAME="value".
+    """
+    import onnx
+
+    model = tmp_path / "chain.onnx"
+    onnx.save(conv_chain(), model)
+    env = cli_env(
+        BENANZA_SYSTEM="laptop",
+        BENANZA_HARNESS_MIN_TIME_S="0.001",
+        **{f"BENANZA_HARNESS_{k.upper()}": v for k, v in harness.items()},
+    )
+    env.pop("BENANZA_DB", None)
+    return [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"], env
+
+
 @pytest.fixture(scope="module")
 def cluster():
     """A local Ray cluster with one node per system (``fleet.systems.connect``); the test process is connected."""
@@ -534,18 +553,7 @@ def test_workers_follow_the_drivers_settings_not_their_environment(
 
 def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: Path, conv_chain) -> None:
     """`benanza fleet run` with no config: in-process Ray, this machine, ONNX Runtime, SQLite."""
-    import onnx
-
-    model = tmp_path / "chain.onnx"
-    onnx.save(conv_chain(), model)
-    env = cli_env(
-        BENANZA_SYSTEM="laptop",
-        BENANZA_HARNESS_MIN_TIME_S="0.001",
-        BENANZA_HARNESS_MAX_TIME_S="0.05",
-        BENANZA_HARNESS_KERNEL_RUNS="2",
-    )
-    env.pop("BENANZA_DB", None)
-    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+    cmd, env = embedded_fleet_run(tmp_path, conv_chain, max_time_s="0.05", kernel_runs="2")
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     out = json.loads(done.stdout)
@@ -575,7 +583,7 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     assert len({r.settings["placement"]["pid"] for r in records}) == 1
     assert all(r.stats.disturbed is not None and r.stats.trimmed_mean_low is not None for r in records)
     status = subprocess.run(
-        [sys.executable, "-m", "benanza", "fleet", "status", "--models", str(model), "--format", "json"],
+        [*cmd[:4], "status", "--models", str(tmp_path / "chain.onnx"), "--format", "json"],  # benanza fleet status
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -591,18 +599,7 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
 @pytest.mark.slow
 def test_fleet_run_measures_stored_failures_again_only_when_asked(tmp_path: Path, conv_chain) -> None:
     """A failure stored by an earlier version (its cause fixed since) is reused until ``--retry-failed``."""
-    import onnx
-
-    model = tmp_path / "chain.onnx"
-    onnx.save(conv_chain(), model)
-    env = cli_env(
-        BENANZA_SYSTEM="laptop",
-        BENANZA_HARNESS_MIN_TIME_S="0.001",
-        BENANZA_HARNESS_MAX_TIME_S="0.02",
-        BENANZA_HARNESS_KERNEL_RUNS="2",
-    )
-    env.pop("BENANZA_DB", None)
-    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+    cmd, env = embedded_fleet_run(tmp_path, conv_chain, max_time_s="0.02", kernel_runs="2")
 
     def run(*extra: str) -> dict:
         done = subprocess.run([*cmd, *extra], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
@@ -621,14 +618,9 @@ def test_fleet_run_measures_stored_failures_again_only_when_asked(tmp_path: Path
 @pytest.mark.slow
 def test_a_default_embedded_fleet_run_listens_on_loopback_only_and_needs_a_token(tmp_path: Path, conv_chain) -> None:
     """Every socket any Ray process of a default `fleet run` listens on, sampled while it runs, is on 127.0.0.1."""
-    import onnx
     import psutil
 
-    model = tmp_path / "chain.onnx"
-    onnx.save(conv_chain(), model)
-    env = cli_env(BENANZA_SYSTEM="laptop", BENANZA_HARNESS_MIN_TIME_S="0.001", BENANZA_HARNESS_MAX_TIME_S="0.05")
-    env.pop("BENANZA_DB", None)
-    cmd = [sys.executable, "-m", "benanza", "fleet", "run", "--models", str(model), "-q", "--format", "json"]
+    cmd, env = embedded_fleet_run(tmp_path, conv_chain, max_time_s="0.05")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
     driver = psutil.Process(proc.pid)
     seen: set[tuple[int, str, str, int]] = set()

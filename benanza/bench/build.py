@@ -59,6 +59,7 @@ from benanza.model.walks import graphs_of, subgraph_attributes
 _IR_VERSION = 8
 
 SINK_PREFIX = "benanza_sink"  # the name of every sink node and of its runtime inputs (axes, indices)
+_SINK_INDEX = f"{SINK_PREFIX}_index"  # a GatherElements sink's indices input, by rank
 _SINK_MIN_OPSET = 10  # Slice reads starts, ends and axes as inputs
 DEFAULT_OPSET = 13  # the default-domain opset of a network with no default-domain node (its sinks need one)
 _GATHER_SINK_MIN_OPSET = 11  # GatherElements
@@ -79,7 +80,7 @@ def sink_feeds(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     order), a ``GatherElements`` sink's indices (zeros, one element per axis)."""
     feeds = {}
     for vi in model.graph.input:
-        if vi.name.startswith(f"{SINK_PREFIX}_index"):
+        if vi.name.startswith(_SINK_INDEX):
             feeds[vi.name] = np.zeros([d.dim_value for d in vi.type.tensor_type.shape.dim], dtype=np.int64)
         elif is_sink(vi.name):
             rank = vi.type.tensor_type.shape.dim[0].dim_value
@@ -173,7 +174,7 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
         nodes.append(helper.make_node(node.op_type, node_inputs, outs, name=f"n{pos}", domain=domain or None, **attrs))
     outputs = []
     rename = []
-    disabled: list[str] = []
+    propagation_crosses = False  # a dequantized output reached through ops QDQ propagation crosses
     default_opset = opsets.get("", 0)
     sinks = sink and (default_opset == 0 or default_opset >= _SINK_MIN_OPSET)
     for j, o in enumerate(network.outputs):
@@ -181,8 +182,7 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
         if sinks and spec.shape:
             past = _dequantized(network, o) if default_opset >= _GATHER_SINK_MIN_OPSET else None
             gather = past is not None
-            if past and QDQ_PROPAGATION not in disabled:
-                disabled.append(QDQ_PROPAGATION)
+            propagation_crosses = propagation_crosses or bool(past)
             _sink(out_name[(o.node, o.output)], f"out{j}", len(spec.shape), nodes, inputs, initializers, gather)
             outputs.append(
                 helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), [min(d, 1) for d in spec.shape])
@@ -206,8 +206,8 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
     graph = helper.make_graph(nodes, "benanza_network", inputs, outputs, initializers)
     opset_imports = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
     model = helper.make_model(graph, opset_imports=opset_imports, ir_version=_IR_VERSION, producer_name="benanza")
-    if disabled:
-        helper.set_model_props(model, {DISABLED_OPTIMIZERS_KEY: ",".join(disabled)})
+    if propagation_crosses:
+        helper.set_model_props(model, {DISABLED_OPTIMIZERS_KEY: QDQ_PROPAGATION})
     return with_synthetic_weights(model, seed)  # a subgraph's large constants travel as shape and dtype
 
 
@@ -225,7 +225,7 @@ def _sink(
     ``gather``: a ``GatherElements`` sink (a dequantized output, see the module docstring).
     """
     if gather:
-        index = f"{SINK_PREFIX}_index{rank}"
+        index = f"{_SINK_INDEX}{rank}"
         if all(vi.name != index for vi in inputs):
             inputs.append(helper.make_tensor_value_info(index, TensorProto.INT64, [1] * rank))
         nodes.append(helper.make_node("GatherElements", [tensor, index], [output], name=f"{SINK_PREFIX}_{output}"))

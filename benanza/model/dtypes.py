@@ -24,6 +24,17 @@ def itemsize(dtype: str) -> int:
         return 1
 
 
+# element types ONNX packs several to a byte in ``raw_data`` (two 4-bit or four 2-bit values);
+# ``itemsize`` counts them a byte each, as numpy holds them
+PACKED_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
+
+
+def packed_bytes(shape: Iterable[int], dtype: str) -> int | None:
+    """Bytes of a tensor of a packed sub-byte dtype as ONNX stores it (rounded up); None for other dtypes."""
+    bits = PACKED_BITS.get(dtype)
+    return None if bits is None else -(-math.prod(int(d) for d in shape) * bits // 8)
+
+
 def tensor_bytes(shape: Iterable[int], dtype: str) -> int:
     """Bytes of a dense tensor of ``shape`` and ``dtype``."""
     return math.prod(int(d) for d in shape) * itemsize(dtype)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from benanza.model.dtypes import packed_bytes
+
 
 def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> np.ndarray:
     """Random data of a shape and dtype: floats in [-1, 1), integers and booleans as zeros.
@@ -32,9 +34,6 @@ def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> n
 # benchmark that needs them (the same weight recurs in a layer, its fused group, its family's
 # other depths and the whole model), up to this many bytes held; the least recently used go first.
 WEIGHT_CACHE_BYTES = 256 << 20
-# element types ONNX packs several to a byte in ``raw_data`` (two 4-bit or four 2-bit values):
-# their synthetic weights are zeros of the packed size (numpy holds one per byte)
-PACKED_BITS = {"int4": 4, "uint4": 4, "float4_e2m1fn": 4, "int2": 2, "uint2": 2}
 _weights: OrderedDict[tuple[tuple[int, ...], str, int, int], bytes] = OrderedDict()
 _weights_lock = threading.Lock()
 
@@ -52,8 +51,8 @@ def synthetic_weight(shape: Sequence[int], dtype: str | np.dtype, seed: int = 0,
         if key in _weights:
             _weights.move_to_end(key)
             return _weights[key]
-    if (bits := PACKED_BITS.get(key[1])) is not None:
-        return bytes(-(-int(np.prod(key[0], dtype=np.int64)) * bits // 8))
+    if (packed := packed_bytes(key[0], key[1])) is not None:  # zeros of the packed size (dtypes.PACKED_BITS)
+        return bytes(packed)
     rng = np.random.default_rng([seed, slot, len(key[0]), *key[0]])
     data = synthetic_array(list(key[0]), dtype, rng).tobytes()
     if len(data) <= WEIGHT_CACHE_BYTES // 4:

@@ -33,6 +33,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,26 @@ def ort_message(exc: BaseException) -> str:
     return re.sub(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*\w+\s*:\s*", "", one_line(exc))
 
 
+@dataclass(frozen=True)
+class _CpuModel:
+    """What a benchmark's CPU sessions are built from: its timed session and its profiling ones."""
+
+    model_bytes: bytes
+    feeds: dict[str, np.ndarray]
+    opt_level: str
+    threads: int
+    disabled: tuple[str, ...] = ()  # ONNX Runtime optimizers left out (``build.disabled_optimizers``)
+
+    def session(self, profile_prefix: str | None = None) -> Any:
+        """A CPU session of the model (``profile_prefix``: with ORT's profiler on, writing there)."""
+        so = session_options(self.opt_level, self.threads, profile=profile_prefix is not None)
+        if profile_prefix is not None:
+            so.profile_file_prefix = profile_prefix
+        return _ort().InferenceSession(
+            self.model_bytes, so, providers=["CPUExecutionProvider"], disabled_optimizers=list(self.disabled)
+        )
+
+
 class _OrtPrepared(Prepared):
     left_out_what = _CASTS_LEFT_OUT
 
@@ -157,15 +178,9 @@ class _OrtPrepared(Prepared):
         disabled: Sequence[str] = (),
     ) -> None:
         """``disabled``: ONNX Runtime optimizers the sessions leave out (``build.disabled_optimizers``)."""
-        ort = _ort()
-        self._bytes, self._feeds = model_bytes, feeds
-        self._opt, self._threads, self._disabled = opt_level, threads, list(disabled)
-        self._session = ort.InferenceSession(
-            model_bytes,
-            session_options(opt_level, threads),
-            providers=["CPUExecutionProvider"],
-            disabled_optimizers=self._disabled,
-        )
+        self._model = _CpuModel(model_bytes, feeds, opt_level, threads, tuple(disabled))
+        self._feeds = feeds
+        self._session = self._model.session()
         self._run = self._session.run
         self.profiled_run_times: list[float] = []  # of the latest ``kernel_times``
         self.profiled_left_out: list[float] = []
@@ -196,7 +211,7 @@ class _OrtPrepared(Prepared):
                 the same kernels inside a model (shufflenet's units summed to 1.4x the whole
                 model that way; with one precall, 0.97x).
         """
-        return _OrtProfiler(self._bytes, self._feeds, self._opt, self._threads, precalls, self._disabled)
+        return _OrtProfiler(self._model, precalls)
 
     def close(self) -> None:
         self._session = None
@@ -213,26 +228,13 @@ class _OrtProfiler(KernelProfiler):
 
     left_out_what = _CASTS_LEFT_OUT
 
-    def __init__(
-        self,
-        model_bytes: bytes,
-        feeds: dict[str, np.ndarray],
-        opt_level: str,
-        threads: int,
-        precalls: int = 0,
-        disabled: Sequence[str] = (),
-    ) -> None:
-        ort = _ort()
-        so = session_options(opt_level, threads, profile=True)
-        so.profile_file_prefix = str(_profile_dir() / f"ort-{next(_PROFILES)}")
-        self._feeds = feeds
+    def __init__(self, model: _CpuModel, precalls: int = 0) -> None:
+        self._feeds = model.feeds
         self._every = precalls + 1
         self._file: Path | None = None
         self.run_times: list[float] = []
         self.left_out: list[float] = []
-        self._session = ort.InferenceSession(
-            model_bytes, so, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled)
-        )
+        self._session = model.session(profile_prefix=str(_profile_dir() / f"ort-{next(_PROFILES)}"))
         try:
             for _ in range(PROFILE_WARMUP):
                 self._session.run(None, self._feeds)
