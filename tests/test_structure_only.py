@@ -220,3 +220,74 @@ def test_split_writes_runnable_sequences_of_a_structure_only_model(stripped, tmp
             i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in model.graph.input
         }
         session.run(None, feeds)
+
+
+# -- no two synthetic weights alike: ONNX Runtime would run their nodes as one -----------------
+
+
+def branches_of_one_input() -> onnx.ModelProto:
+    """``x`` -> two 1x1 Convs with weights of one shape (an Inception module's branches) -> Concat."""
+    rng = np.random.default_rng(3)
+    weights = [numpy_helper.from_array(rng.random((8, 4, 1, 1), dtype=np.float32), k) for k in ("wa", "wb")]
+    nodes = [
+        helper.make_node("Conv", ["x", "wa"], ["a"]),
+        helper.make_node("Conv", ["x", "wb"], ["b"]),
+        helper.make_node("Concat", ["a", "b"], ["y"], axis=1),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "branches",
+        [helper.make_tensor_value_info("x", F, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", F, [1, 16, 8, 8])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def executed_convs(model: onnx.ModelProto, folder: Path) -> int:
+    """How many convolutions ONNX Runtime runs of ``model`` (its optimized graph, benanza's level)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(folder / "optimized.onnx")
+    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return sum(n.op_type in ("Conv", "FusedConv") for n in onnx.load(options.optimized_model_filepath).graph.node)
+
+
+def test_weights_a_constant_of_shape_stands_in_for_run_as_distinct_synthetic_weights(tmp_path):
+    """The zoo's light models: each weight a ConstantOfShape fill (onnx.tools.replace_constants).
+    Run as they are, ONNX Runtime folds the fills into equal constants and runs the two branches
+    as one convolution (Inception v2 ran 110 nodes whole where its layers ran 115)."""
+    from onnx.tools.replace_constants import replace_initializer_by_constant_of_shape
+
+    from benanza.model.load import weight_stand_ins
+
+    light = replace_initializer_by_constant_of_shape(branches_of_one_input(), threshold=16)
+    assert sorted(weight_stand_ins(light.graph)) == ["wa", "wb"]
+    assert executed_convs(light, tmp_path) == 1  # what benanza measured as the whole model before
+    runnable = with_synthetic_weights(light)
+    assert not any(n.op_type == "ConstantOfShape" for n in runnable.graph.node)
+    weights = {t.name: numpy_helper.to_array(t) for t in runnable.graph.initializer if t.name in ("wa", "wb")}
+    assert weights["wa"].shape == weights["wb"].shape == (8, 4, 1, 1)
+    assert not np.array_equal(weights["wa"], weights["wb"])
+    assert executed_convs(runnable, tmp_path) == 2
+    (out,) = ort.InferenceSession(runnable.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.ones((1, 4, 8, 8), np.float32)}
+    )
+    assert out.shape == (1, 16, 8, 8)
+
+
+def test_structure_only_weights_of_one_shape_are_synthesised_apart_in_the_model_and_in_a_built_network(tmp_path):
+    path = tmp_path / "branches.onnx"
+    onnx.save(branches_of_one_input(), str(path), save_as_external_data=True, location=DATA, size_threshold=64)
+    (tmp_path / DATA).unlink()
+    processed = process_model(path, batch=1)
+    runnable = with_synthetic_weights(processed.proto)
+    weights = [numpy_helper.to_array(t) for t in runnable.graph.initializer if t.dims == [8, 4, 1, 1]]
+    assert len(weights) == 2 and not np.array_equal(*weights)
+    assert executed_convs(runnable, tmp_path) == 2
+    # a network of both branches, as a fused group or a sequence holds them, keeps them apart too
+    _, network = network_of(processed.graph, range(len(processed.graph.layers)))
+    built = build_onnx(network)
+    weights = [numpy_helper.to_array(t) for t in built.graph.initializer if list(t.dims) == [8, 4, 1, 1]]
+    assert len(weights) == 2 and not np.array_equal(*weights)
+    assert executed_convs(built, tmp_path) == 2

@@ -52,7 +52,7 @@ from benanza.model.control_flow import decode_subgraph, rename_reads
 from benanza.model.load import with_synthetic_weights
 from benanza.model.network import Network, NetworkOutput, RefKind
 from benanza.model.schemas import op_schema
-from benanza.model.synthetic import synthetic_weight
+from benanza.model.synthetic import WeightCopies, synthetic_weight
 from benanza.model.walks import graphs_of, subgraph_attributes
 
 # IR version written for built models: old enough for any onnxruntime we support.
@@ -117,10 +117,12 @@ def _elem_type(dtype: str) -> int:
     return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
 
-def weight_tensor(name: str, shape: Sequence[int], dtype: str, seed: int = 0, slot: int = 0) -> onnx.TensorProto:
+def weight_tensor(
+    name: str, shape: Sequence[int], dtype: str, seed: int = 0, slot: int = 0, copy: int = 0
+) -> onnx.TensorProto:
     """An initializer of synthetic data (``synthetic_weight``)."""
     tensor = onnx.TensorProto(name=name, data_type=_elem_type(dtype), dims=list(shape))
-    tensor.raw_data = synthetic_weight(shape, dtype, seed, slot)
+    tensor.raw_data = synthetic_weight(shape, dtype, seed, slot, copy)
     return tensor
 
 
@@ -134,6 +136,7 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
         helper.make_tensor_value_info(f"in{i}", _elem_type(t.dtype), t.shape) for i, t in enumerate(network.inputs)
     ]
     initializers: list[onnx.TensorProto] = []
+    copies = WeightCopies()  # every initializer counted, in order, as with_synthetic_weights counts them
     nodes: list[onnx.NodeProto] = []
     opsets: dict[str, int] = {}
     out_name = {}
@@ -151,11 +154,12 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
                 names.append(out_name[(ref.node, ref.output)])
             else:
                 name = f"n{pos}_c{i}"
+                copy = copies.next(ref.shape, _elem_type(ref.dtype), i)
                 if ref.kind is RefKind.VALUE:
                     arr = np.asarray(ref.value, dtype=np.dtype(ref.dtype)).reshape(ref.shape)
                     initializers.append(numpy_helper.from_array(arr, name))
                 else:
-                    initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i))
+                    initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i, copy))
                 names.append(name)
         outs = []
         for j, _ in enumerate(node.outputs):

@@ -2,14 +2,15 @@
 
 Values do not change a kernel's cost, only shapes and dtypes do: floats are drawn uniform in
 [-1, 1), integers and booleans are zeros (index-like inputs such as Gather indices stay in
-range). A weight's values depend only on its shape, dtype, seed and slot, so the same weight
-is the same bytes in every benchmark that holds it, drawn once and cached.
+range). A weight's values depend only on its shape, dtype, seed, slot and copy, so the same
+weight is the same bytes in every benchmark that holds it, drawn once and cached; two weights
+of one model never share values, which would let ONNX Runtime merge the nodes that read them.
 """
 
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
 import numpy as np
@@ -30,30 +31,53 @@ def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> n
     return np.zeros(shape, dtype=dt)
 
 
-# Synthetic weights are drawn once per (shape, dtype, seed) and shared, read-only, by every
+# What synthetic weights are, in the stack of a runtime that runs models with them
+# (``Runtime.stack``): earlier records, whose whole structure-only models ran two same-shape
+# weights as one node (``synthetic_weight``'s ``copy``), are a different stack, never mixed.
+SYNTHETIC_WEIGHTS = "floats uniform in [-1, 1) drawn per shape, dtype, slot and copy; no two weights of a model alike"
+
+# Synthetic weights are drawn once per (shape, dtype, seed, slot, copy) and shared, read-only, by every
 # benchmark that needs them (the same weight recurs in a layer, its fused group, its family's
 # other depths and the whole model), up to this many bytes held; the least recently used go first.
 WEIGHT_CACHE_BYTES = 256 << 20
-_weights: OrderedDict[tuple[tuple[int, ...], str, int, int], bytes] = OrderedDict()
+_weights: OrderedDict[tuple[tuple[int, ...], str, int, int, int], bytes] = OrderedDict()
 _weights_lock = threading.Lock()
 
 
-def synthetic_weight(shape: Sequence[int], dtype: str | np.dtype, seed: int = 0, slot: int = 0) -> bytes:
+class WeightCopies:
+    """Counts a model's weights by (shape, element type, slot), in order: the ``copy`` of the next."""
+
+    def __init__(self) -> None:
+        self._seen: Counter[tuple[tuple[int, ...], int, int]] = Counter()
+
+    def next(self, shape: Sequence[int], elem_type: int, slot: int) -> int:
+        """The ``copy`` of a weight (``elem_type``: ONNX's ``TensorProto`` data type): how many came before it."""
+        key = (tuple(int(d) for d in shape), int(elem_type), slot)
+        self._seen[key] += 1
+        return self._seen[key] - 1
+
+
+def synthetic_weight(shape: Sequence[int], dtype: str | np.dtype, seed: int = 0, slot: int = 0, copy: int = 0) -> bytes:
     """The raw data of ``synthetic_array(shape, dtype)`` for a weight, cached.
 
-    The values depend only on (shape, dtype, seed, slot), not on which other weights were
-    drawn before, so that a weight is drawn once however many benchmarks hold it. ``slot``
-    (the input position the weight takes in its node) keeps a node's weights of one shape
-    apart: a BatchNormalization's scale, bias, mean and variance.
+    The values depend only on (shape, dtype, seed, slot, copy), not on which other weights
+    were drawn before, so that a weight is drawn once however many benchmarks hold it.
+    ``slot`` (the input position the weight takes in its node) keeps a node's weights of one
+    shape apart: a BatchNormalization's scale, bias, mean and variance. ``copy`` (how many
+    weights of the same shape, element type and slot come before it in its model,
+    ``WeightCopies``) keeps two nodes' weights apart: with equal values, ONNX Runtime's
+    common-subexpression elimination runs two nodes that read one input as one (an Inception
+    module's 1x1 branches), which the layers measured apart never do. Inception v2's whole
+    model ran 110 nodes where its layers ran 115 (``load.weight_stand_ins``).
     """
-    key = (tuple(int(d) for d in shape), np.dtype(dtype).name, seed, slot)
+    key = (tuple(int(d) for d in shape), np.dtype(dtype).name, seed, slot, copy)
     with _weights_lock:
         if key in _weights:
             _weights.move_to_end(key)
             return _weights[key]
     if (packed := packed_bytes(key[0], key[1])) is not None:  # zeros of the packed size (dtypes.PACKED_BITS)
         return bytes(packed)
-    rng = np.random.default_rng([seed, slot, len(key[0]), *key[0]])
+    rng = np.random.default_rng([seed, slot, len(key[0]), *key[0], *([copy] if copy else [])])
     data = synthetic_array(list(key[0]), dtype, rng).tobytes()
     if len(data) <= WEIGHT_CACHE_BYTES // 4:
         with _weights_lock:

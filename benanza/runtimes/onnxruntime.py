@@ -48,7 +48,7 @@ from benanza.errors import PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
-from benanza.model.synthetic import synthetic_array
+from benanza.model.synthetic import SYNTHETIC_WEIGHTS, synthetic_array
 from benanza.model.walks import node_reads, stable_topological_order
 from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
 
@@ -511,12 +511,13 @@ class OnnxRuntimeCPU(Runtime):
         return self.threads if self.ep == "cpu" else None
 
     def stack(self) -> dict[str, Any]:
-        """ONNX Runtime's version and providers, and how units are built (``UNIT_OUTPUTS``)."""
+        """ONNX Runtime's version and providers, how units are built (``UNIT_OUTPUTS``) and their weights."""
         ort = _ort()
         return {
             "onnxruntime": ort.__version__,
             "providers": ",".join(ort.get_available_providers()),
             "unit_outputs": UNIT_OUTPUTS,
+            "synthetic_weights": SYNTHETIC_WEIGHTS,
         }
 
     def host_memory_bytes(self, spec: BenchmarkSpec) -> int | None:

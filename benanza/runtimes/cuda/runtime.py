@@ -285,9 +285,10 @@ class CudnnRuntime(Runtime):
         return variant
 
     def stack(self) -> dict[str, Any]:
+        from benanza.model.synthetic import SYNTHETIC_WEIGHTS
         from benanza.runtimes.cuda.stack import gpu_stack
 
-        return {"gpu": gpu_stack(self.device)}
+        return {"gpu": gpu_stack(self.device), "synthetic_weights": SYNTHETIC_WEIGHTS}
 
     def factory(self) -> Callable[[], CudnnRuntime]:
         """A picklable recipe for this runtime in the benchmark worker process."""
