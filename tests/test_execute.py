@@ -77,6 +77,7 @@ def test_run_spec_records_samples_kernel_times_and_provenance(chain_specs, runti
     assert record.settings == {"runtime": runtime.variant(), "harness": fast_harness.model_dump()}
     # the profiler's cost taken out: every kernel time at most the unprofiled call latency
     assert 0 < kernel_time["scale_median"] <= 1 and kernel_time["raw_median_s"] > 0
+    assert kernel_time["node_floor_s"] > 0  # and each node's span less what a no-op node spans
     assert max(record.kernel_samples) <= record.stats.median
     assert BenchmarkSpec.from_dict(record.spec).spec_id == group.spec_id
     assert record.duration_s > 0

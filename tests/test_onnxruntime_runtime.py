@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import time
 
@@ -18,9 +19,11 @@ from benanza.runtimes.base import Prepared, Runtime, get_runtime, runtime_names
 from benanza.runtimes.null import NullRuntime
 from benanza.runtimes.onnxruntime import (
     OnnxRuntimeCPU,
+    _OrtPrepared,
     feeds_for,
     groups_from_optimized,
     kernel_times_from_profile,
+    node_floor_s,
     profile_kernel_times,
 )
 
@@ -174,10 +177,10 @@ def test_inserted_precision_casts_are_summed_apart_from_kernel_time():
         _event("Node", "graph_input_cast0_kernel_time", 132, 4),  # a Cast of the model itself: a kernel
         _event("Node", "InsertedPrecisionFreeCast_y_kernel_time", 137, 7),
     ]
-    kernel, casts = profile_kernel_times(events)
-    assert kernel == pytest.approx([24e-6], abs=1e-12)
-    assert casts == pytest.approx([16e-6], abs=1e-12)
-    assert kernel_times_from_profile(events) == kernel
+    runs = profile_kernel_times(events)
+    assert runs.kernel == pytest.approx([24e-6], abs=1e-12)
+    assert runs.casts == pytest.approx([16e-6], abs=1e-12)
+    assert kernel_times_from_profile(events) == runs.kernel
 
 
 def test_a_built_networks_sinks_are_not_kernel_time():
@@ -186,9 +189,49 @@ def test_a_built_networks_sinks_are_not_kernel_time():
         _event("Node", "n0_kernel_time", 101, 20),
         _event("Node", "benanza_sink_out0_kernel_time", 122, 3),
     ]
-    kernel, casts = profile_kernel_times(events)
-    assert kernel == pytest.approx([20e-6], abs=1e-12)
-    assert casts == [0.0]
+    runs = profile_kernel_times(events)
+    assert runs.kernel == pytest.approx([20e-6], abs=1e-12)
+    assert runs.casts == [0.0]
+    assert runs.nodes == [2]
+
+
+def test_the_span_of_a_node_that_does_nothing_is_taken_out_of_every_node():
+    events = [
+        _event("Session", "model_run", 100, 100),
+        _event("Node", "n0_kernel_time", 101, 20),
+        _event("Node", "n1_kernel_time", 122, 3),
+        _event("Node", "InsertedPrecisionFreeCast_x_kernel_time", 126, 4),
+        _event("Node", "benanza_sink_out0_kernel_time", 131, 3),
+        _event("Session", "model_run", 300, 10),
+        _event("Node", "n0_kernel_time", 301, 2),  # under the floor: the run's kernel time stays at zero
+    ]
+    runs = profile_kernel_times(events, node_floor_s=3e-6)
+    assert runs.kernel == pytest.approx([17e-6, 0.0], abs=1e-12)  # 20 + 3 less 2 nodes' floor
+    assert runs.casts == pytest.approx([1e-6, 0.0], abs=1e-12)
+    assert runs.nodes == [4, 1]  # sinks and casts are nodes of the run too
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_chain_of_nodes_that_do_nothing_has_almost_no_kernel_time(threads):
+    """ORT's profiler gives every node a span of its own work (1-3 us here): 16 no-op nodes
+    spanned 16 of them, and each unit's kernel time carried one per node. With the floor
+    taken out they sum to a few of them at most."""
+    names = ["x", *(f"h{i}" for i in range(1, 16)), "y"]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", [a], [b]) for a, b in itertools.pairwise(names)],
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    prepared = _OrtPrepared(model.SerializeToString(), feeds_for(model), "extended", threads)
+    try:
+        kernel = prepared.kernel_times(15)
+    finally:
+        prepared.close()
+    floor = prepared.profiled_node_floor_s
+    assert floor == node_floor_s("extended", threads) > 0
+    assert sorted(kernel)[len(kernel) // 2] < 4 * floor  # as spanned: 16 floors
 
 
 @pytest.fixture(scope="module")

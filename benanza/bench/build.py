@@ -56,7 +56,7 @@ from benanza.model.synthetic import WeightCopies, synthetic_weight
 from benanza.model.walks import graphs_of, subgraph_attributes
 
 # IR version written for built models: old enough for any onnxruntime we support.
-_IR_VERSION = 8
+IR_VERSION = 8
 
 SINK_PREFIX = "benanza_sink"  # the name of every sink node and of its runtime inputs (axes, indices)
 _SINK_INDEX = f"{SINK_PREFIX}_index"  # a GatherElements sink's indices input, by rank
@@ -209,7 +209,7 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
                 rename_reads(sub, mapping)
     graph = helper.make_graph(nodes, "benanza_network", inputs, outputs, initializers)
     opset_imports = [helper.make_opsetid(d, v) for d, v in sorted(opsets.items())]
-    model = helper.make_model(graph, opset_imports=opset_imports, ir_version=_IR_VERSION, producer_name="benanza")
+    model = helper.make_model(graph, opset_imports=opset_imports, ir_version=IR_VERSION, producer_name="benanza")
     if propagation_crosses:
         helper.set_model_props(model, {DISABLED_OPTIMIZERS_KEY: QDQ_PROPAGATION})
     return with_synthetic_weights(model, seed)  # a subgraph's large constants travel as shape and dtype

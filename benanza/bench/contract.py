@@ -57,6 +57,9 @@ class KernelProfiler:
     left_out: Sequence[float] = ()
     #: what ``left_out`` is, for the record's provenance
     left_out_what: str = ""
+    #: seconds the profiler gives a node that does nothing, already taken out of each node's
+    #: kernel time and of ``run_times`` (0: none taken out)
+    node_floor_s: float = 0.0
 
     def run(self) -> None:
         """One profiled run (and the unkept runs asked for before it)."""
@@ -81,6 +84,8 @@ class Prepared:
     #: per run of the latest ``kernel_times``, what it left out (``KernelProfiler.left_out``)
     profiled_left_out: Sequence[float] = ()
     left_out_what: str = ""
+    #: ``KernelProfiler.node_floor_s`` of the latest ``kernel_times``
+    profiled_node_floor_s: float = 0.0
 
     def call(self) -> object:
         raise NotImplementedError

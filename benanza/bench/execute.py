@@ -252,14 +252,17 @@ def _kernel_figures(
         raw = [k for k, kept in zip(profiler.finish(), keep, strict=True) if kept]
         runs = [r for r, kept in zip(profiler.run_times, keep, strict=False) if kept]
         left_out = [s for s, kept in zip(profiler.left_out, keep, strict=False) if kept]
-        what = profiler.left_out_what
+        what, floor = profiler.left_out_what, profiler.node_floor_s
     elif settings.kernel_runs > 0:
         raw = prepared.kernel_times(settings.kernel_runs) or []
         runs = prepared.profiled_run_times or None
         left_out, what = list(prepared.profiled_left_out), prepared.left_out_what
+        floor = prepared.profiled_node_floor_s
     else:
         return (), None
     kernel, how = without_profiler_overhead(raw, runs, timing.stats.median)
+    if how is not None and floor > 0:
+        how["node_floor_s"] = floor
     if any(left_out):
         how = {**(how or {}), "left_out": what, "left_out_median_s": describe(left_out).median}
     return kernel, how

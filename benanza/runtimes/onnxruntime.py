@@ -17,7 +17,8 @@ How layers are benchmarked so that the composed estimate compares like with like
 
 Two figures per benchmark: the call latency (``session.run``, what a framework user sees)
 from the harness, and the kernel time from ORT's own per-node profiler (microsecond
-resolution; sum of the node durations of one run).
+resolution; sum of the node durations of one run, each less the span the profiler gives a
+node that does nothing, ``node_floor_s``).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import numpy as np
 import onnx
 
 from benanza.bench import host_cpu
-from benanza.bench.build import build_onnx, disabled_optimizers, is_sink, sink_feeds
+from benanza.bench.build import DEFAULT_OPSET, IR_VERSION, build_onnx, disabled_optimizers, is_sink, sink_feeds
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import PlanningError, UsageError, one_line
@@ -184,6 +185,7 @@ class _OrtPrepared(Prepared):
         self._run = self._session.run
         self.profiled_run_times: list[float] = []  # of the latest ``kernel_times``
         self.profiled_left_out: list[float] = []
+        self.profiled_node_floor_s = 0.0
 
     def call(self) -> object:
         return self._run(None, self._feeds)
@@ -197,6 +199,7 @@ class _OrtPrepared(Prepared):
             kernel = profiler.finish()
             self.profiled_run_times = profiler.run_times
             self.profiled_left_out = profiler.left_out
+            self.profiled_node_floor_s = profiler.node_floor_s
             return kernel
         finally:
             profiler.close()
@@ -218,6 +221,55 @@ class _OrtPrepared(Prepared):
         self._run = None
 
 
+# A chain of nodes that do nothing (each a ``Relu`` of one float), profiled to learn what ORT's
+# profiler adds to every node's span (``node_floor_s``).
+_FLOOR_NODES = 16
+_FLOOR_RUNS = 40
+
+
+@functools.cache
+def node_floor_s(opt_level: str, threads: int) -> float:
+    """The span ORT's profiler gives a node that does nothing, in seconds, at these session options.
+
+    A profiled node's span holds the profiler's own work besides the kernel's: reading the
+    clock, recording the event and, with more than one intra-op thread, collecting the pool's
+    per-thread statistics. Here a ``Relu`` of one float spans 1.2 us at 1 thread and 2.4 us at
+    2, where inside a network, unprofiled, it adds 0.18 us to a run
+    (``benchmarks/profiler_floor.py``). Scaling a run's kernel time by its unprofiled share
+    (``execute.without_profiler_overhead``) takes out only part of a cost that is fixed per
+    node: the rest stayed in every node's kernel time, and a model of many small nodes (a
+    recurrent ``torch.onnx`` export, 9 ``Gemm``s of 64x64, 11 us end to end) had a sequential
+    bound of 17 us, 60% above its end to end (2.6 us with the floor out).
+    Measured once per process and options: the median over runs of a chain's mean node span.
+    """
+    from onnx import TensorProto, helper
+
+    names = ["x", *(f"h{i}" for i in range(1, _FLOOR_NODES)), "y"]
+    nodes = [helper.make_node("Relu", [a], [b]) for a, b in itertools.pairwise(names)]
+    one = [1]
+    graph = helper.make_graph(
+        nodes,
+        "node_floor",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, one)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, one)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", DEFAULT_OPSET)], ir_version=IR_VERSION)
+    session = _CpuModel(model.SerializeToString(), {}, opt_level, threads).session(
+        profile_prefix=str(_profile_dir() / f"ort-{next(_PROFILES)}")
+    )
+    feeds = feeds_for(model)
+    for _ in range(PROFILE_WARMUP + _FLOOR_RUNS):
+        session.run(None, feeds)
+    profile = Path(session.end_profiling())
+    try:
+        runs = profile_kernel_times(json.loads(profile.read_text()))
+    finally:
+        profile.unlink(missing_ok=True)
+    kept = slice(PROFILE_WARMUP, None)
+    spans = [k / n for k, n in zip(runs.kernel[kept], runs.nodes[kept], strict=True) if n]
+    return float(np.median(spans)) if spans else 0.0
+
+
 class _OrtProfiler(KernelProfiler):
     """A profiling session: ``run`` once per wanted run, then ``finish`` for per-run kernel times.
 
@@ -234,6 +286,7 @@ class _OrtProfiler(KernelProfiler):
         self._file: Path | None = None
         self.run_times: list[float] = []
         self.left_out: list[float] = []
+        self.node_floor_s = node_floor_s(model.opt_level, model.threads)
         self._session = model.session(profile_prefix=str(_profile_dir() / f"ort-{next(_PROFILES)}"))
         try:
             for _ in range(PROFILE_WARMUP):
@@ -250,15 +303,19 @@ class _OrtProfiler(KernelProfiler):
         """Kernel time (seconds) of every kept run, in order; ends profiling.
 
         ``run_times`` then holds the same runs' whole durations in the profiled session, and
-        ``left_out`` their inserted precision casts (``profile_kernel_times``).
+        ``left_out`` their inserted precision casts (``profile_kernel_times``); every node's
+        span, in all three, less ``node_floor_s``.
         """
         self._file = Path(self._session.end_profiling())
         events = json.loads(self._file.read_text())
         kept = slice(PROFILE_WARMUP + self._every - 1, None, self._every)
-        self.run_times = run_times_from_profile(events)[kept]
-        kernel, casts = profile_kernel_times(events)
-        self.left_out = casts[kept]
-        return kernel[kept]
+        runs = profile_kernel_times(events, self.node_floor_s)
+        self.run_times = [
+            max(0.0, run - nodes * self.node_floor_s)
+            for run, nodes in zip(run_times_from_profile(events)[kept], runs.nodes[kept], strict=True)
+        ]
+        self.left_out = runs.casts[kept]
+        return runs.kernel[kept]
 
     def close(self) -> None:
         """Ends profiling if ``finish`` did not, and removes the profile's file."""
@@ -341,6 +398,10 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 # a Slice, with their failures) are a different stack, never mixed with these.
 UNIT_OUTPUTS = "sink, dequantized outputs by GatherElements, no QDQ propagation to them"
 
+# How a kernel time is taken from ORT's profiler; part of the stack, so that records whose node
+# spans kept the profiler's own cost of each node (``node_floor_s``) are never mixed with these.
+KERNEL_TIME = "node spans less a no-op node's span, scaled by the unprofiled call over the profiled run"
+
 
 def cuda_provider_missing() -> str | None:
     """None when ONNX Runtime's CUDA execution provider is installed, else why not (one line)."""
@@ -415,10 +476,19 @@ def run_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
 
 def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
     """Per-run kernel time (seconds) from ORT profiler events, inserted precision casts left out."""
-    return profile_kernel_times(events)[0]
+    return profile_kernel_times(events).kernel
 
 
-def profile_kernel_times(events: Sequence[dict[str, Any]]) -> tuple[list[float], list[float]]:
+@dataclass(frozen=True)
+class ProfiledRuns:
+    """Per profiled run (in time order): its kernel time, the casts left out of it, its nodes."""
+
+    kernel: list[float]  # seconds
+    casts: list[float]  # seconds of inserted precision casts, apart from ``kernel``
+    nodes: list[int]  # node events it holds, sinks and casts included (a subgraph's nodes not)
+
+
+def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float = 0.0) -> ProfiledRuns:
     """Per-run kernel time (seconds) from ORT profiler events, and per run the casts left out of it.
 
     Node events (``cat == "Node"``, names ending ``_kernel_time``) are assigned to the
@@ -433,12 +503,16 @@ def profile_kernel_times(events: Sequence[dict[str, Any]]) -> tuple[list[float],
     Whisper encoder's layers sum to 1.6x the whole model (106 ms of casts in the layers,
     9 ms in the model). Left out, the sum stays a lower bound: the casts the model keeps are
     in its end-to-end latency. A built network's sinks (``bench/build.py``) are not counted.
+
+    ``node_floor_s``: the span the profiler gives a node that does nothing (the function
+    ``node_floor_s``), taken out of each counted node's span (a run's sum never below zero).
     """
     runs = sorted(
         (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"
     )
     totals = [0.0] * len(runs)
     casts = [0.0] * len(runs)
+    counted = {"kernel": [0] * len(runs), "casts": [0] * len(runs), "all": [0] * len(runs)}
     nodes = sorted(
         (e["ts"], -e["dur"], str(e["name"]))
         for e in events
@@ -449,14 +523,20 @@ def profile_kernel_times(events: Sequence[dict[str, Any]]) -> tuple[list[float],
         if outer_start <= ts and ts - neg_dur <= outer_end:
             continue  # within the enclosing control-flow node's event
         outer_start, outer_end = ts, ts - neg_dur
+        run = next((i for i, (start, end) in enumerate(runs) if start <= ts <= end), None)
+        if run is None:
+            continue
+        counted["all"][run] += 1
         if is_sink(name):
             continue  # what a built network's output costs to read, not the network (bench/build.py)
-        into = casts if name.startswith(_PRECISION_CAST_PREFIX) else totals
-        for i, (start, end) in enumerate(runs):
-            if start <= ts <= end:
-                into[i] += -neg_dur * 1e-6
-                break
-    return totals, casts
+        cast = name.startswith(_PRECISION_CAST_PREFIX)
+        (casts if cast else totals)[run] += -neg_dur * 1e-6
+        counted["casts" if cast else "kernel"][run] += 1
+    return ProfiledRuns(
+        kernel=[max(0.0, t - n * node_floor_s) for t, n in zip(totals, counted["kernel"], strict=True)],
+        casts=[max(0.0, c - n * node_floor_s) for c, n in zip(casts, counted["casts"], strict=True)],
+        nodes=counted["all"],
+    )
 
 
 @register_runtime("onnxruntime")
@@ -511,13 +591,14 @@ class OnnxRuntimeCPU(Runtime):
         return self.threads if self.ep == "cpu" else None
 
     def stack(self) -> dict[str, Any]:
-        """ONNX Runtime's version and providers, how units are built (``UNIT_OUTPUTS``) and their weights."""
+        """ONNX Runtime's version and providers, how units are built and weighted, how kernel time is taken."""
         ort = _ort()
         return {
             "onnxruntime": ort.__version__,
             "providers": ",".join(ort.get_available_providers()),
             "unit_outputs": UNIT_OUTPUTS,
             "synthetic_weights": SYNTHETIC_WEIGHTS,
+            "kernel_time": KERNEL_TIME,
         }
 
     def host_memory_bytes(self, spec: BenchmarkSpec) -> int | None:
