@@ -22,10 +22,10 @@ from benanza.bench.execute import (
 )
 from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.harness import HarnessSettings
-from benanza.bench.memory import ACTIVATION_COPIES, WEIGHT_COPIES
+from benanza.bench.memory import ACTIVATION_COPIES, WEIGHT_COPIES, network_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import bench, open_local, plan_models, specs_for
-from benanza.model.network import Network, RefKind
+from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, RefKind
 from benanza.runtimes.null import NullPrepared, NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.settings import load_settings
@@ -282,6 +282,24 @@ def test_interleaved_faults_lose_nothing(store, fast_harness):
     assert stored[specs[0].key].kernel_samples == (1e-6,) * fast_harness.kernel_runs  # kernel_times fallback
     again = run_specs(specs, NullRuntime(), store, settings, system=SYSTEM, stack_id=STACK, retry_failed=True)
     assert again.to_dict() == {"measured": 3, "reused": 4, "failed": 0, "skipped": 0, "deferred": 0}
+
+
+def test_a_packed_int4_weight_counts_the_bytes_it_is_stored_in():
+    """A 4-bit weight takes half a byte an element (two to a byte, as ONNX and ONNX Runtime hold it),
+    not the byte a numpy element of it would: the guard counted int4 models' weights twice over."""
+    out = NetworkTensor((64, 63), "float32")
+    dequantize = NetworkNode(
+        "DequantizeLinear",
+        "",
+        21,
+        (),
+        (InputRef.weight((64, 63), "int4"), InputRef.weight((), "float32")),
+        (out,),
+        layer_key="dq",
+    )
+    memory = network_memory(Network((), (dequantize,), (NetworkOutput(0, 0),), 1))
+    assert memory.weights == 64 * 63 // 2 + 4  # 2016 bytes of packed int4, one float scale
+    assert memory.activations == 64 * 63 * 4
 
 
 def test_groups_are_cut_to_the_memory_budget(chain_specs):

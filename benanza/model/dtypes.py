@@ -36,8 +36,10 @@ def packed_bytes(shape: Iterable[int], dtype: str) -> int | None:
 
 
 def tensor_bytes(shape: Iterable[int], dtype: str) -> int:
-    """Bytes of a dense tensor of ``shape`` and ``dtype``."""
-    return math.prod(int(d) for d in shape) * itemsize(dtype)
+    """Bytes of a dense tensor of ``shape`` and ``dtype``, a packed sub-byte one as stored (``packed_bytes``)."""
+    shape = [int(d) for d in shape]
+    packed = packed_bytes(shape, dtype)
+    return packed if packed is not None else math.prod(shape) * itemsize(dtype)
 
 
 def dtype_name(elem_type: int) -> str:
