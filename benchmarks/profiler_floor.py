@@ -24,7 +24,6 @@ JSON in ``benchmarks/results/profiler_floor.json``.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import platform
 import random
@@ -33,8 +32,6 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-from onnx import TensorProto, helper
 
 from benanza.analysis.lower_bound import CALL_STATISTIC, KERNEL_STATISTIC
 from benanza.bench.build import build_onnx, disabled_optimizers
@@ -52,8 +49,8 @@ from benanza.runtimes.onnxruntime import (
     _profile_dir,
     feeds_for,
     node_floor_s,
+    noop_chain,
     profile_kernel_times,
-    run_times_from_profile,
 )
 
 RESULTS = Path(__file__).parent / "results"
@@ -61,22 +58,11 @@ CALLS = 40  # unprofiled calls per benchmark (median)
 PROFILED = 12  # profiled runs kept per benchmark, after 2 warm-up runs and one unkept run before each
 
 
-def chain(nodes: int) -> bytes:
-    names = ["x", *(f"h{i}" for i in range(1, nodes)), "y"]
-    graph = helper.make_graph(
-        [helper.make_node("Relu", [a], [b]) for a, b in itertools.pairwise(names)],
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
-
-
 def unprofiled_node_cost(threads: int, rounds: int = 200) -> float:
     """Seconds a no-op node adds to an unprofiled run: a chain of 9 against a chain of 1."""
     import numpy as np
 
-    sessions = {n: _CpuModel(chain(n), {}, "extended", threads).session() for n in (1, 9)}
+    sessions = {n: _CpuModel(noop_chain(n).SerializeToString(), {}, "extended", threads).session() for n in (1, 9)}
     feeds = {"x": np.ones(1, np.float32)}
     times: dict[int, list[float]] = {1: [], 9: []}
     order = [1, 9]
@@ -110,12 +96,10 @@ def kernel_both_ways(model: bytes, feeds: dict, disabled: tuple[str, ...], threa
     events = json.loads(profile.read_text())
     profile.unlink()
     kept = slice(3, None, 2)
-    runs = run_times_from_profile(events)[kept]
     out = {"call_s": call}
     for name, f in (("raw", 0.0), ("floor", floor)):
         profiled = profile_kernel_times(events, f)
-        run_times = [max(0.0, r - n * f) for r, n in zip(runs, profiled.nodes[kept], strict=True)]
-        kernel, _ = without_profiler_overhead(profiled.kernel[kept], run_times, call)
+        kernel, _ = without_profiler_overhead(profiled.kernel[kept], profiled.run_times[kept], call)
         out[name] = describe(kernel).statistic(KERNEL_STATISTIC)
     return out
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import os
 import time
 
@@ -24,6 +23,7 @@ from benanza.runtimes.onnxruntime import (
     groups_from_optimized,
     kernel_times_from_profile,
     node_floor_s,
+    noop_chain,
     profile_kernel_times,
 )
 
@@ -209,6 +209,7 @@ def test_the_span_of_a_node_that_does_nothing_is_taken_out_of_every_node():
     assert runs.kernel == pytest.approx([17e-6, 0.0], abs=1e-12)  # 20 + 3 less 2 nodes' floor
     assert runs.casts == pytest.approx([1e-6, 0.0], abs=1e-12)
     assert runs.nodes == [4, 1]  # sinks and casts are nodes of the run too
+    assert runs.run_times == pytest.approx([88e-6, 7e-6], abs=1e-12)  # each run less its nodes' floor
 
 
 @pytest.mark.parametrize("threads", [1, 2])
@@ -216,14 +217,7 @@ def test_a_chain_of_nodes_that_do_nothing_has_almost_no_kernel_time(threads):
     """ORT's profiler gives every node a span of its own work (1-3 us here): 16 no-op nodes
     spanned 16 of them, and each unit's kernel time carried one per node. With the floor
     taken out they sum to a few of them at most."""
-    names = ["x", *(f"h{i}" for i in range(1, 16)), "y"]
-    graph = helper.make_graph(
-        [helper.make_node("Relu", [a], [b]) for a, b in itertools.pairwise(names)],
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model = noop_chain(16)
     prepared = _OrtPrepared(model.SerializeToString(), feeds_for(model), "extended", threads)
     try:
         kernel = prepared.kernel_times(15)

@@ -45,7 +45,7 @@ from benanza.bench import host_cpu
 from benanza.bench.build import DEFAULT_OPSET, IR_VERSION, build_onnx, disabled_optimizers, is_sink, sink_feeds
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.errors import PlanningError, UsageError, one_line
+from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
@@ -242,18 +242,7 @@ def node_floor_s(opt_level: str, threads: int) -> float:
     bound of 17 us, 60% above its end to end (2.6 us with the floor out).
     Measured once per process and options: the median over runs of a chain's mean node span.
     """
-    from onnx import TensorProto, helper
-
-    names = ["x", *(f"h{i}" for i in range(1, _FLOOR_NODES)), "y"]
-    nodes = [helper.make_node("Relu", [a], [b]) for a, b in itertools.pairwise(names)]
-    one = [1]
-    graph = helper.make_graph(
-        nodes,
-        "node_floor",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, one)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, one)],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", DEFAULT_OPSET)], ir_version=IR_VERSION)
+    model = noop_chain(_FLOOR_NODES)
     session = _CpuModel(model.SerializeToString(), {}, opt_level, threads).session(
         profile_prefix=str(_profile_dir() / f"ort-{next(_PROFILES)}")
     )
@@ -267,7 +256,25 @@ def node_floor_s(opt_level: str, threads: int) -> float:
         profile.unlink(missing_ok=True)
     kept = slice(PROFILE_WARMUP, None)
     spans = [k / n for k, n in zip(runs.kernel[kept], runs.nodes[kept], strict=True) if n]
-    return float(np.median(spans)) if spans else 0.0
+    if not spans:
+        raise BenanzaError(
+            f"ONNX Runtime {_ort().__version__}'s profiler recorded no node of a chain of {_FLOOR_NODES}"
+        )
+    return float(np.median(spans))
+
+
+def noop_chain(nodes: int) -> onnx.ModelProto:
+    """A chain of ``nodes`` nodes that do nothing (each a ``Relu`` of one float), at the builder's IR version."""
+    from onnx import TensorProto, helper
+
+    names = ["x", *(f"h{i}" for i in range(1, nodes)), "y"]
+    graph = helper.make_graph(
+        [helper.make_node("Relu", [a], [b]) for a, b in itertools.pairwise(names)],
+        "noop_chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", DEFAULT_OPSET)], ir_version=IR_VERSION)
 
 
 class _OrtProfiler(KernelProfiler):
@@ -310,10 +317,7 @@ class _OrtProfiler(KernelProfiler):
         events = json.loads(self._file.read_text())
         kept = slice(PROFILE_WARMUP + self._every - 1, None, self._every)
         runs = profile_kernel_times(events, self.node_floor_s)
-        self.run_times = [
-            max(0.0, run - nodes * self.node_floor_s)
-            for run, nodes in zip(run_times_from_profile(events)[kept], runs.nodes[kept], strict=True)
-        ]
+        self.run_times = runs.run_times[kept]
         self.left_out = runs.casts[kept]
         return runs.kernel[kept]
 
@@ -468,12 +472,6 @@ class OrtCudaModel(Prepared):
         self._session = None
 
 
-def run_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
-    """Duration (seconds) of every ``model_run`` in a profile, in time order."""
-    runs = sorted((e["ts"], e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run")
-    return [dur * 1e-6 for _, dur in runs]
-
-
 def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
     """Per-run kernel time (seconds) from ORT profiler events, inserted precision casts left out."""
     return profile_kernel_times(events).kernel
@@ -481,11 +479,12 @@ def kernel_times_from_profile(events: Sequence[dict[str, Any]]) -> list[float]:
 
 @dataclass(frozen=True)
 class ProfiledRuns:
-    """Per profiled run (in time order): its kernel time, the casts left out of it, its nodes."""
+    """Per profiled run (in time order): its kernel time, the casts left out of it, its nodes, its duration."""
 
     kernel: list[float]  # seconds
     casts: list[float]  # seconds of inserted precision casts, apart from ``kernel``
     nodes: list[int]  # node events it holds, sinks and casts included (a subgraph's nodes not)
+    run_times: list[float]  # seconds of the whole ``model_run``
 
 
 def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float = 0.0) -> ProfiledRuns:
@@ -505,7 +504,8 @@ def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float =
     in its end-to-end latency. A built network's sinks (``bench/build.py``) are not counted.
 
     ``node_floor_s``: the span the profiler gives a node that does nothing (the function
-    ``node_floor_s``), taken out of each counted node's span (a run's sum never below zero).
+    ``node_floor_s``), taken out of each counted node's span and, once per node it holds, of
+    each run's duration (never below zero).
     """
     runs = sorted(
         (e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"
@@ -536,6 +536,10 @@ def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float =
         kernel=[max(0.0, t - n * node_floor_s) for t, n in zip(totals, counted["kernel"], strict=True)],
         casts=[max(0.0, c - n * node_floor_s) for c, n in zip(casts, counted["casts"], strict=True)],
         nodes=counted["all"],
+        run_times=[
+            max(0.0, (end - start) * 1e-6 - n * node_floor_s)
+            for (start, end), n in zip(runs, counted["all"], strict=True)
+        ],
     )
 
 
