@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The GPU runtime's validation on a machine with an NVIDIA GPU: every step in order, each under its
+# own time limit so that one hang cannot eat the run, logs and JSON into OUTDIR.
+#
+#   benchmarks/gpu_validation.sh OUTDIR [STEP...]
+#
+# Steps (default: all, in this order):
+#   env          the GPU, driver and library versions (nvidia-smi, pip show)
+#   host         tests/test_cuda_host_library.py: bindings against the real cuDNN and its headers
+#   gpu_tests    pytest -m gpu
+#   smoke        benanza bench run of one zoo model with the cudnn runtime, then analyze lower-bound
+#   gemm         benchmarks/gpu_fidelity.py --only gemm (8192^3 fp16/bf16: best cublasLt vs torch.matmul)
+#   ncu          benchmarks/gpu_fidelity.py --only ncu (benanza's cold timing vs Nsight Compute)
+#   resnet50     benanza bench run of ResNet-50 (batch $RESNET_BATCH, default 1) with --e2e, tensor cores on
+#   resnet50_no_tc  the same with --no-tensor-cores (for the tensor-core analysis)
+#   analyze      benanza analyze lower-bound and analyze optimizations --by-op over what was measured
+#   zoo          benchmarks/gpu_fidelity.py --only zoo (the zoo at batch 1 and 32, tensor cores on/off,
+#                float16; bounds vs the framework end to end; ResNet-50's optimisation analyses)
+#
+# MIN_TIME sets the smoke and ResNet-50 runs' --min-time (default 0.05 s per candidate).
+# ZOO_ARGS passes options to the zoo check (e.g. "--batch 1 --min-time 0.02 --max-time 0.3").
+# A step's limit is STEP_LIMIT_<STEP> seconds (e.g. STEP_LIMIT_ZOO=300); with DEADLINE_S=N the whole
+# run ends within N seconds (later steps get what is left, or are listed as not run). Wheels of what the machine
+# lacks (below) are installed first when a .whl folder is present:
+# the GPU machines here have CUDA, CuPy, cuDNN, PyTorch and ONNX Runtime but neither Ray nor
+# pydantic, and nothing can be downloaded there. Ray is not needed: the single-machine path
+# (bench run, analyze, the GPU tests) imports it nowhere.
+#
+# Prepare the wheels on a machine with internet (Python 3.12, x86-64):
+#   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl pydantic pydantic-core annotated-types typing-inspection typing_extensions \
+#     pydantic-settings python-dotenv orjson setproctitle ruptures nvidia-cudnn-frontend nvmath-python onnx2torch
+#
+# Exit status: the number of failed steps (0: all passed). OUTDIR/steps.tsv lists each step, its exit
+# status and seconds; OUTDIR/logs.tar.gz holds every log and the SQLite database.
+set -u
+T0=$(date +%s)
+OUTDIR=${1:?usage: benchmarks/gpu_validation.sh OUTDIR [STEP...]}
+shift
+STEPS=${*:-env host gpu_tests smoke gemm ncu resnet50 resnet50_no_tc analyze zoo}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+cd "$REPO"
+mkdir -p "$OUTDIR"
+OUTDIR=$(cd "$OUTDIR" && pwd)
+WORK=$(mktemp -d /tmp/gpu_validation.XXXX)
+LOGS=$WORK/logs
+mkdir -p "$LOGS"
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+export BENANZA_SYSTEM=${BENANZA_SYSTEM:-gpu-validation}
+DB="sqlite:///$WORK/gpu.db"
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gv_site .whl/*.whl \
+        >"$LOGS/install.log" 2>&1 || { echo "install of .whl failed"; tail -5 "$LOGS/install.log"; }
+    export PYTHONPATH=/tmp/gv_site:$REPO${PYTHONPATH:+:$PYTHONPATH}
+else
+    export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+fi
+BENANZA="$PY -m benanza"
+
+printf 'step\trc\tseconds\n' >"$OUTDIR/steps.tsv"
+FAILED=0
+
+step() {  # step NAME DEFAULT_LIMIT COMMAND...
+    local name=$1 limit=$2 var rc start
+    shift 2
+    var="STEP_LIMIT_$(echo "$name" | tr '[:lower:]' '[:upper:]')"
+    limit=${!var:-$limit}
+    start=$(date +%s)
+    if [ -n "${DEADLINE_S:-}" ]; then  # the whole run ends by then, with time left to pack the logs
+        local left=$((T0 + DEADLINE_S - start - 15))
+        [ "$left" -lt "$limit" ] && limit=$left
+        if [ "$limit" -lt 5 ]; then
+            printf '%s\t%s\t%s\n' "$name" "not-run" 0 | tee -a "$OUTDIR/steps.tsv"
+            return
+        fi
+    fi
+    echo "== $name (limit ${limit}s)"
+    timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+    rc=$?
+    printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$OUTDIR/steps.tsv"
+    if [ "$rc" -ne 0 ]; then
+        FAILED=$((FAILED + 1))
+        [ "$rc" -eq 124 ] && echo "   timed out after ${limit}s"
+        tail -n "${TAIL_LINES:-25}" "$LOGS/$name.log" | cut -c1-300
+    fi
+}
+
+env_report() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
+    $PY -c "import sys; print(sys.version)"
+    $PY -m pip list 2>/dev/null | grep -iE "cupy|cudnn|cublas|cuda-|nvmath|torch|onnx|numpy|pydantic"
+    command -v ncu && ncu --version | tail -1
+    $BENANZA --help >/dev/null && echo "benanza imports"
+    $PY - <<'EOF'
+from benanza.runtimes.cuda.stack import gpu_stack, gpu_system
+import json
+print(json.dumps({"system": gpu_system(0), "stack": gpu_stack(0)}, indent=1, default=str))
+EOF
+}
+
+export -f env_report
+export PY BENANZA
+PYTEST="$PY -m pytest -q -p no:cacheprovider --tb=short"
+for s in $STEPS; do
+    case $s in
+    env) step env 60 bash -c env_report ;;
+    host) step host 120 $PYTEST tests/test_cuda_host_library.py ;;
+    gpu_tests) step gpu_tests 240 $PYTEST tests/test_cuda_*.py -m gpu --timeout 120 -rs ;;
+    smoke)
+        step smoke 240 $BENANZA bench run "$($PY -c 'from benanza.model.zoo import zoo_paths; print(next(p for p in zoo_paths() if "squeezenet" in p.name))')" \
+            --runtime cudnn --batch 1 --db "$DB" --e2e --min-time "${MIN_TIME:-0.05}" --max-time 0.5
+        step smoke_analyze 60 $BENANZA analyze lower-bound --runtime cudnn --db "$DB"
+        ;;
+    resnet50 | resnet50_no_tc)
+        tc=--tensor-cores
+        [ "$s" = resnet50_no_tc ] && tc=--no-tensor-cores
+        step "$s" 600 $BENANZA bench run "$($PY -c 'from benanza.model.zoo import zoo_paths; print(next(p for p in zoo_paths() if "resnet50" in p.name))')" \
+            --runtime cudnn $tc --batch "${RESNET_BATCH:-1}" --db "$DB" --e2e --min-time "${MIN_TIME:-0.05}" --max-time 0.5
+        ;;
+    analyze)
+        step analyze 120 bash -c "$BENANZA analyze lower-bound --runtime cudnn --db '$DB' && $BENANZA analyze optimizations --db '$DB' --by-op"
+        ;;
+    gemm) step gemm 180 $PY benchmarks/gpu_fidelity.py --only gemm --db "$DB" --out "$OUTDIR" ;;
+    ncu) step ncu 240 $PY benchmarks/gpu_fidelity.py --only ncu --db "$DB" --out "$OUTDIR" ;;
+    zoo) step zoo 1200 $PY benchmarks/gpu_fidelity.py --only zoo --db "$DB" --out "$OUTDIR" ${ZOO_ARGS:-} ;;
+    *) echo "unknown step $s" && FAILED=$((FAILED + 1)) ;;
+    esac
+done
+
+cp "$WORK"/gpu.db "$LOGS"/ 2>/dev/null
+tar -czf "$OUTDIR/logs.tar.gz" -C "$WORK" logs
+echo "failed steps: $FAILED (logs: $OUTDIR/logs.tar.gz)"
+exit "$FAILED"
