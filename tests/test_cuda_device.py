@@ -18,6 +18,7 @@ import sys
 import types
 from typing import Any
 
+import numpy
 import pytest
 
 from benanza.errors import GpuError, UsageError
@@ -41,6 +42,9 @@ class FakeGpu:
         self.replays = 0
         self.flushes = 0
         self.pointers = itertools.count(0x1000, 0x1000)
+        self.pinned: dict[int, PinnedBuffer] = {}
+        self.gate_opens = True
+        self.nvrtc_error: str | None = None
 
 
 class FakeGraph:
@@ -59,6 +63,14 @@ class FakeStream:
         self.capturing = False
         self.invalidated = False
         self.captured_ms: list[float] = []
+        self.gate: tuple[PinnedBuffer, int] | None = None
+
+    def held(self) -> bool:
+        """Whether a gate holds the stream: the GPU waits, so host time is not on its clock."""
+        if self.gate is None:
+            return False
+        buffer, ticket = self.gate
+        return int(numpy.frombuffer(buffer, dtype=numpy.int64)[0]) < ticket
 
     def __enter__(self) -> FakeStream:
         return self
@@ -103,6 +115,35 @@ class FakeEvent:
         pass
 
 
+class PinnedBuffer(bytearray):
+    """Pinned host memory: bytes the host writes (through NumPy) and the fake GPU reads."""
+
+    ptr = 0
+
+
+class FakeGateKernel:
+    """The gate: holds its stream until the host's flag reaches the ticket, or (``gpu.gate_opens``
+    False, a gate that never sees the flag) gives up at once and counts a timeout."""
+
+    def __init__(self, gpu: FakeGpu, source: str, name: str) -> None:
+        assert name in source and "globaltimer" in source
+        self.gpu = gpu
+
+    def compile(self) -> None:
+        if self.gpu.nvrtc_error:
+            raise RuntimeError(self.gpu.nvrtc_error)
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, stream: FakeStream) -> None:
+        flag_ptr, ticket, _, timed_out_ptr = (int(a) for a in args)
+        assert timed_out_ptr == flag_ptr + 8 and grid == block == (1,)
+        buffer = self.gpu.pinned[flag_ptr]
+        if self.gpu.gate_opens:
+            stream.gate = (buffer, ticket)
+        else:
+            counts = numpy.frombuffer(buffer, dtype=numpy.int64)
+            counts[1] += 1
+
+
 def fake_cupy(gpu: FakeGpu) -> types.ModuleType:
     def memset_async(ptr: int, value: int, size: int, stream: int) -> None:
         gpu.flushes += 1
@@ -128,8 +169,16 @@ def fake_cupy(gpu: FakeGpu) -> types.ModuleType:
         def __exit__(self, *exc: object) -> None:
             pass
 
+    def alloc_pinned_memory(nbytes: int) -> PinnedBuffer:
+        buffer = PinnedBuffer(nbytes)
+        buffer.ptr = next(gpu.pointers)
+        gpu.pinned[buffer.ptr] = buffer
+        return buffer
+
     module = types.ModuleType("cupy")
+    module.RawKernel = lambda source, name: FakeGateKernel(gpu, source, name)  # type: ignore[attr-defined]
     module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
+        alloc_pinned_memory=alloc_pinned_memory,
         runtime=runtime,
         Device=Device,
         Stream=lambda non_blocking=False: FakeStream(gpu),
@@ -198,6 +247,66 @@ def test_hot_sampler_times_plain_launches_when_capture_fails(fake: Any) -> None:
     assert gpu.captures == 0 and gpu.plain_launches == 1 + 4
     assert sample(2) == pytest.approx(LAUNCH_MS / 1e3)  # no second capture attempt
     assert gpu.plain_launches == 1 + 4 + 2
+
+
+HOST_MS = 0.02  # what the host spends in a library call before its kernel is enqueued
+
+
+def slow_host_launch(context: DeviceContext, gpu: FakeGpu):
+    """A launch whose call takes host time: the GPU idles through it unless a gate holds the stream."""
+
+    def launch() -> None:
+        if not context.stream.held():
+            gpu.clock_ms += HOST_MS
+        context.stream.enqueue(LAUNCH_MS)
+
+    return launch
+
+
+def test_a_gated_sample_times_the_kernel_not_the_host_call(fake: Any) -> None:
+    """On an H200 the ungated cold median of AlexNet's batch-32 GEMM was 60.0 us against ncu's 45.0."""
+    context, gpu = fake
+    assert context.gating() == {"gated": True, "error": None, "timeouts": 0}
+    cold = context.cold_sampler(slow_host_launch(context, gpu))
+    assert cold(3) == pytest.approx(LAUNCH_MS / 1e3)
+    hot = context.hot_sampler(slow_host_launch(context, gpu))
+    assert hot(4) == pytest.approx(REPLAY_FACTOR * LAUNCH_MS / 1e3)
+    assert cold.gated.on and hot.gated.on and context.gating()["timeouts"] == 0  # type: ignore[attr-defined]
+
+
+def test_without_a_gate_the_host_call_is_timed_and_the_context_says_why(fake: Any) -> None:
+    _, gpu = fake
+    gpu.nvrtc_error = "nvrtc: libnvrtc.so.13 not found"
+    ungated = DeviceContext(0)
+    try:
+        assert ungated.gating() == {
+            "gated": False,
+            "error": "RuntimeError: nvrtc: libnvrtc.so.13 not found",
+            "timeouts": 0,
+        }
+        cold = ungated.cold_sampler(slow_host_launch(ungated, gpu))
+        assert cold(2) == pytest.approx((LAUNCH_MS + HOST_MS) / 1e3)
+        assert not cold.gated.on  # type: ignore[attr-defined]
+    finally:
+        ungated.close()
+
+
+def test_a_gate_that_times_out_is_left_off_first_by_its_sampler_then_by_the_context(fake: Any) -> None:
+    from benanza.runtimes.cuda.device import GATE_MAX_TIMEOUTS
+
+    context, gpu = fake
+    gpu.gate_opens = False
+    for i in range(GATE_MAX_TIMEOUTS):
+        sample = context.cold_sampler(plain_launch(context))
+        sample(1)
+        assert not sample.gated.on and sample.gated.timeouts == 1  # type: ignore[attr-defined]
+        assert context.gating()["timeouts"] == i + 1
+    assert context.gating()["gated"] is False and "timed out 3 times" in context.gating()["error"]
+    (pinned,) = gpu.pinned.values()
+    counted = int(numpy.frombuffer(pinned, dtype=numpy.int64)[1])
+    later = context.cold_sampler(plain_launch(context))
+    assert later(2) == pytest.approx(LAUNCH_MS / 1e3) and not later.gated.on  # type: ignore[attr-defined]
+    assert int(numpy.frombuffer(pinned, dtype=numpy.int64)[1]) == counted  # no gate kernel ran since
 
 
 def test_a_launch_that_fails_on_its_own_raises_instead_of_falling_back(fake: Any) -> None:
@@ -279,6 +388,28 @@ def test_samplers_time_a_cupy_kernel_on_the_private_stream() -> None:
         hot(8)
         context.synchronize()
         assert cupy.allclose(out, a + b)
+
+
+@pytest.mark.gpu
+def test_the_gate_keeps_host_time_out_of_a_sample_on_the_gpu() -> None:
+    """A launch that spends 2 ms on the host before its kernel: gated, the sample is the kernel's."""
+    import time
+
+    import cupy
+
+    with DeviceContext() as context:
+        assert context.gating()["gated"], context.gate_error
+        x = context.array((1024,), "float32")
+        y = context.array((1024,), "float32", "zeros")
+
+        def slow_launch() -> None:
+            time.sleep(0.002)
+            cupy.multiply(x, 2, out=y)
+
+        cold = context.cold_sampler(slow_launch)
+        hot = context.hot_sampler(slow_launch)
+        assert cold(3) < 5e-4 and hot(2) < 5e-4  # ungated, each would be about 2 ms
+        assert cold.gated.on and hot.gated.on and context.gating()["timeouts"] == 0  # type: ignore[attr-defined]
 
 
 @pytest.mark.gpu

@@ -13,6 +13,14 @@ a candidate's ``launch`` with one of the two samplers, which the harness calls a
   cannot be captured (a library call that synchronises or allocates in a way capture
   forbids) is timed as ``k`` plain launches on the stream instead; ``hot_mode`` says which.
 
+Both samplers hold the stream with a gate (``StreamGate``, nvbench's blocking kernel) while they
+enqueue a sample: a one-thread kernel spins on a flag in pinned host memory that the host sets
+once the start event, the launches and the stop event are all enqueued. Without it the GPU
+reaches the start event while the host is still making the library call (a cuDNN call through
+ctypes takes tens of microseconds), and the events time the host's call, not the kernel. A
+gate that cannot be built (no NVRTC) or that times out (a launch that waits for the GPU while
+the stream is held) is left off; ``gating()``, and each record's ``stats.gating``, say so.
+
 GPU settings are never changed (no clock locking, no persistence mode): clocks and throttle
 reasons are read from NVML (``clocks``) and stored with the results instead.
 
@@ -44,6 +52,72 @@ _BF16_ONE = 0x3F80
 _FP16_BELOW_ONE = 1.0 - 2.0**-11
 
 
+GATE_SOURCE = r"""
+extern "C" __global__ void benanza_gate(const volatile long long* flag, long long target,
+                                        unsigned long long timeout_ns, volatile long long* timed_out) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    while (*flag < target) {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+        if (now - start > timeout_ns) {
+            *timed_out = *timed_out + 1;
+            return;
+        }
+    }
+}
+"""
+# Long enough for any host to enqueue one sample; short enough that a launch which synchronises
+# while the stream is held (a deadlock the timeout breaks) costs little before the gate is left off.
+GATE_TIMEOUT_S = 0.25
+GATE_MAX_TIMEOUTS = 3
+
+
+class StreamGate:
+    """Holds a stream until a sample's work is all enqueued, so that no host time is timed.
+
+    ``held(stream)`` enqueues the gate kernel, waiting for the flag to reach a new ticket, and
+    on exit writes the ticket to the flag (pinned host memory the GPU reads through unified
+    addressing). ``timeouts()`` reads, after a synchronise, how many gates gave up waiting.
+    """
+
+    def __init__(self, cupy: Any, timeout_s: float = GATE_TIMEOUT_S) -> None:
+        import numpy
+
+        self._numpy = numpy
+        self._pinned = cupy.cuda.alloc_pinned_memory(16)
+        self._host = numpy.frombuffer(self._pinned, dtype=numpy.int64, count=2)
+        self._host[:] = 0
+        # Unified addressing (every 64-bit CUDA platform): pinned host memory is read by kernels
+        # through its host pointer (CuPy has no cudaHostGetDevicePointer binding)
+        host_ptr = int(self._pinned.ptr)
+        self._flag, self._timed_out = numpy.uint64(host_ptr), numpy.uint64(host_ptr + 8)
+        self._timeout_ns = numpy.uint64(round(timeout_s * 1e9))
+        self._kernel = cupy.RawKernel(GATE_SOURCE, "benanza_gate")
+        self._kernel.compile()  # NVRTC now: a gate that cannot be built fails here, not in a sample
+        self._ticket = 0
+        self._seen_timeouts = 0
+
+    @contextlib.contextmanager
+    def held(self, stream: Any) -> Any:
+        self._ticket += 1
+        ticket = self._ticket
+        args = (self._flag, self._numpy.int64(ticket), self._timeout_ns, self._timed_out)
+        self._kernel((1,), (1,), args, stream=stream)
+        try:
+            yield
+        finally:
+            self._host[0] = ticket
+
+    def timeouts(self) -> int:
+        """Gates that gave up waiting since the last call (read after the stream is synchronised)."""
+        total = int(self._host[1])
+        new, self._seen_timeouts = total - self._seen_timeouts, total
+        return new
+
+    def close(self) -> None:
+        self._host[0] = 1 << 62  # no gate still enqueued waits for a ticket that never comes
+
+
 class DeviceContext:
     """One CUDA device, one private non-blocking stream, and the buffers of its benchmarks.
 
@@ -55,6 +129,7 @@ class DeviceContext:
         hot_mode: how the latest hot sampler timed its launches: ``"graph"`` (replays of a
             captured CUDA graph) or ``"stream"`` (plain launches: the launch could not be
             captured); None before any hot sample.
+        gate_error: why samples are not gated (the gate kernel could not be built), or None.
     """
 
     ordinal: int
@@ -62,6 +137,7 @@ class DeviceContext:
     stream_ptr: int
     l2_bytes: int
     hot_mode: str | None
+    gate_error: str | None
 
     def __init__(self, ordinal: int = 0) -> None:
         """Select device ``ordinal``, make the stream, the random generator and the L2 flush buffer.
@@ -95,6 +171,13 @@ class DeviceContext:
                 self._rng = cupy.random.default_rng(0)
         except (RuntimeError, MemoryError) as exc:  # CUDARuntimeError, OutOfMemoryError
             raise GpuError(f"CUDA device {ordinal} cannot be set up for benchmarking: {one_line(exc)}") from exc
+        self.gate: StreamGate | None = None
+        self.gate_error = None
+        self.gate_timeouts = 0
+        try:
+            self.gate = StreamGate(cupy)
+        except Exception as exc:  # NVRTC missing or refusing: samples are taken ungated, and say so
+            self.gate_error = f"{type(exc).__name__}: {one_line(exc)}"
 
     # -- buffers ---------------------------------------------------------------------------------
 
@@ -181,20 +264,25 @@ class DeviceContext:
         """``sample(k)``: seconds per launch over ``k`` launches, each after an L2 flush, CUDA events around each."""
         self._check_open()
 
+        gated = Gated(self)
+
         def sample(k: int) -> float:
             runs = _check_runs(k)
             events = self._cold_event_pairs(runs)
             stream = self.stream
             with self._device, stream:
                 for start, stop in events:
-                    self._flush_l2()
-                    start.record(stream)
-                    launch()
-                    stop.record(stream)
+                    with gated.held(stream):  # each launch alone: the queue never holds many
+                        self._flush_l2()
+                        start.record(stream)
+                        launch()
+                        stop.record(stream)
             stream.synchronize()
+            gated.check()
             elapsed_ms = sum(self._cupy.cuda.get_elapsed_time(start, stop) for start, stop in events)
             return elapsed_ms / 1e3 / runs
 
+        sample.gated = gated  # type: ignore[attr-defined]
         return sample
 
     def hot_sampler(self, launch: Callable[[], None]) -> Callable[[int], float]:
@@ -260,11 +348,25 @@ class DeviceContext:
             self._nvml = pynvml
         return self._nvml, self._nvml_handle
 
+    def gate_timed_out(self) -> None:
+        """A sampler's gate gave up waiting: after GATE_MAX_TIMEOUTS the gate is left off for good
+        (a gate that never opens would otherwise cost every candidate its timeout)."""
+        if self.gate is not None and self.gate_timeouts >= GATE_MAX_TIMEOUTS:
+            self.gate.close()
+            self.gate = None
+            self.gate_error = f"the gate timed out {self.gate_timeouts} times: samples taken ungated since"
+
+    def gating(self) -> dict[str, Any]:
+        """How samples are held (provenance): gate on or not, why not, and the gates timed out so far."""
+        return {"gated": self.gate is not None, "error": self.gate_error, "timeouts": self.gate_timeouts}
+
     def close(self) -> None:
         """Wait for the stream, then free the buffers and shut NVML; the context is unusable after."""
         if self._closed:
             return
         self._closed = True
+        if self.gate is not None:
+            self.gate.close()
         try:
             self.stream.synchronize()
         finally:
@@ -307,6 +409,7 @@ class HotSampler:
         self._ran = False
         self.mode = "graph"
         self.capture_error: str | None = None
+        self.gated = Gated(context)
 
     def __call__(self, k: int) -> float:
         runs = _check_runs(k)
@@ -316,15 +419,19 @@ class HotSampler:
         start, stop = context._hot_events
         graph = self._graph(runs) if self.mode == "graph" else None
         context.hot_mode = self.mode
+        # plain launches are not held: many queued behind a gate could fill the launch queue
+        hold = self.gated.held(stream) if graph is not None else contextlib.nullcontext()
         with context._device, stream:
-            start.record(stream)
-            if graph is not None:
-                graph.launch(stream)
-            else:
-                for _ in range(runs):
-                    self._launch()
-            stop.record(stream)
+            with hold:
+                start.record(stream)
+                if graph is not None:
+                    graph.launch(stream)
+                else:
+                    for _ in range(runs):
+                        self._launch()
+                stop.record(stream)
         stop.synchronize()
+        self.gated.check()
         return context._cupy.cuda.get_elapsed_time(start, stop) / 1e3 / runs
 
     def _graph(self, runs: int) -> Any:
@@ -364,6 +471,35 @@ class HotSampler:
         self.capture_error = f"{type(exc).__name__}: {one_line(exc)}"
         self._graphs.clear()
         return None
+
+
+class Gated:
+    """One sampler's use of its context's gate: on until a gate times out, then off for good.
+
+    Attributes:
+        on: whether this sampler's samples are held by the gate.
+        timeouts: gates that gave up waiting (the sample they held may include host time).
+    """
+
+    def __init__(self, context: DeviceContext) -> None:
+        self._context = context
+        self._gate = context.gate
+        self.on = self._gate is not None
+        self.timeouts = 0
+
+    def held(self, stream: Any) -> Any:
+        gate = self._context.gate  # None once the context has left it off
+        return gate.held(stream) if self.on and gate is not None else contextlib.nullcontext()
+
+    def check(self) -> None:
+        """After a synchronise: a gate that timed out turns gating off for this sampler."""
+        if self.on and self._gate is not None and self._context.gate is self._gate:
+            new = self._gate.timeouts()
+            if new:
+                self.timeouts += new
+                self._context.gate_timeouts += new
+                self.on = False
+                self._context.gate_timed_out()
 
 
 def _end_abandoned_capture(stream: Any) -> None:

@@ -194,6 +194,7 @@ class GpuPrepared(Prepared):
         """Every candidate hot in a shuffled order, then the default and the best cold."""
         ctx = self._ctx
         before = ctx.clocks()
+        timeouts_before = ctx.gating()["timeouts"]
         if self.view:  # a view (Reshape, Squeeze, ...): metadata only, no kernel runs on the GPU
             view = MeasurementStats.of(describe((0.0,)), extras={"algorithms": summarise([]), "view": True})
             return Measured((0.0,), view, (0.0,))
@@ -228,10 +229,14 @@ class GpuPrepared(Prepared):
             if label in timings:
                 cold[role] = measure_device(ctx.cold_sampler(by_label[label].launch), settings).stats.to_dict()
         after = ctx.clocks()
+        gating = ctx.gating()
         extras = {
             "algorithms": summary,
             "cold": cold,
             "hot_modes": sorted({str(r.hot_mode) for r in ordered if r.hot_mode}),
+            # whether the samples were held until enqueued (device.StreamGate); timeouts: gates
+            # that gave up during this record (those samplers went on ungated)
+            "gating": {**gating, "timeouts": gating["timeouts"] - timeouts_before},
         }
         if self.build_errors:
             extras["build_errors"] = dict(self.build_errors)
