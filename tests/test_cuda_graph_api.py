@@ -279,7 +279,14 @@ MATMUL_CASES = [
 def test_every_matmul_plan_computes_the_product(ctx, p, tensor_cores, tol):
     from benanza.runtimes.cuda.cudnn_graph import matmul_graph_plans
 
-    plans = matmul_graph_plans(ctx, p, tensor_cores)
+    try:
+        plans = matmul_graph_plans(ctx, p, tensor_cores)
+    except UnsupportedLayer as exc:
+        # cuDNN 9.19 on an H200: every heuristic engine of a float32 matmul is a Tensor Core one and
+        # is deselected without them; the layer then runs on cublasLt alone (the runtime's test below)
+        assert not tensor_cores and p.dtype == "float32", exc
+        assert "no cuDNN graph plan builds" in str(exc)
+        return
     want = np.matmul(host(plans, "a"), host(plans, "b"))
     if p.bias:
         want = want + host(plans, "bias")

@@ -6,14 +6,81 @@ The model is converted to a ``torch.nn.Module`` by ``onnx2torch`` and run under
 autotuner stays as PyTorch leaves it by default (``torch.backends.cudnn.benchmark`` off:
 the heuristic's pick, the framework's default), and TF32 follows the runtime's
 ``tensor_cores`` setting. Imported only when a model is prepared.
+
+Before conversion, ``for_onnx2torch`` rewrites what onnx2torch has no converter for into what
+PyTorch would run in its place, and the record's ``settings.rewrites`` lists each rewrite:
+
+- ``Dropout`` (inference: its input, unchanged; the mask output unused) becomes ``Identity``;
+- an ``AveragePool`` with pads that differ at the two ends of an axis (PyTorch pads both
+  ends alike) becomes an explicit ``Pad`` and an unpadded pool: one kernel more, as a PyTorch
+  model does; border averages then count the padded zeros.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
+
+import onnx
+from onnx import helper
 
 from benanza.bench.contract import Prepared
 from benanza.errors import GpuError
+
+
+def for_onnx2torch(model: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]]:
+    """``model`` with the nodes onnx2torch cannot convert rewritten (module docstring), and how many of each."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    graph = out.graph
+    opset = next((o.version for o in out.opset_import if o.domain in ("", "ai.onnx")), 1)
+    used = {name for node in graph.node for name in node.input} | {o.name for o in graph.output}
+    rewrites: Counter[str] = Counter()
+    nodes: list[onnx.NodeProto] = []
+    for node in graph.node:
+        if node.domain in ("", "ai.onnx") and node.op_type == "Dropout" and not any(o in used for o in node.output[1:]):
+            nodes.append(helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
+            rewrites["Dropout -> Identity"] += 1
+            continue
+        if node.domain in ("", "ai.onnx") and node.op_type == "AveragePool":
+            padded = _explicit_pad(node, opset, graph)
+            if padded:
+                nodes.extend(padded)
+                rewrites["AveragePool with uneven pads -> Pad + AveragePool"] += 1
+                continue
+        nodes.append(node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return out, dict(rewrites)
+
+
+def _explicit_pad(node: onnx.NodeProto, opset: int, graph: onnx.GraphProto) -> list[onnx.NodeProto] | None:
+    """A Pad and an unpadded AveragePool for a pool whose pads differ at the ends of an axis; else None."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    pads = list(attrs.get("pads") or [])
+    if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET") or not pads:
+        return None
+    rank = len(pads) // 2
+    if pads[:rank] == pads[rank:]:
+        return None
+    padded = f"{node.output[0]}__padded"
+    full = [0, 0, *pads[:rank], 0, 0, *pads[rank:]]  # N and C are not padded
+    if opset >= 11:
+        pads_name = f"{node.output[0]}__pads"
+        graph.initializer.append(onnx.numpy_helper.from_array(_int64(full), pads_name))
+        pad = helper.make_node("Pad", [node.input[0], pads_name], [padded], name=f"{node.name}__pad")
+    else:
+        pad = helper.make_node("Pad", [node.input[0]], [padded], name=f"{node.name}__pad", pads=full)
+    kept = [a for a in node.attribute if a.name != "pads"]
+    pool = helper.make_node("AveragePool", [padded], list(node.output), name=node.name)
+    pool.attribute.extend(kept)
+    return [pad, pool]
+
+
+def _int64(values: list[int]) -> Any:
+    import numpy
+
+    return numpy.asarray(values, dtype=numpy.int64)
 
 
 def torch_missing() -> str | None:
@@ -49,13 +116,15 @@ class TorchModel(Prepared):
         self._device = torch.device("cuda", device)
         torch.backends.cuda.matmul.allow_tf32 = tensor_cores
         torch.backends.cudnn.allow_tf32 = tensor_cores
-        self._module = convert(model).eval().to(self._device)
+        converted, rewrites = for_onnx2torch(model)
+        self._module = convert(converted).eval().to(self._device)
         self._inputs = [torch.from_numpy(a).to(self._device) for a in feeds_for(model).values()]
         self.provenance = {
             "framework": "pytorch",
             "torch": torch.__version__,
             "torch_cudnn": torch.backends.cudnn.version(),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "rewrites": rewrites,
         }
 
     def call(self) -> object:
