@@ -42,7 +42,10 @@ def _kernel_ms(record: BenchmarkRecord | None, which: str) -> float | None:
     """
     if record is None or record.outcome != "ok":
         return None
-    algorithms = record.stats.extras.get("algorithms") if record.stats is not None else None
+    extras = record.stats.extras if record.stats is not None else {}
+    if extras.get("view"):
+        return 0.0  # a view (Reshape, Flatten, ...) launches nothing: no pick to make, free both ways
+    algorithms = extras.get("algorithms")
     if which == "default" and algorithms is not None and not algorithms.get("default"):
         return None  # the framework's library ran no candidate: there is no default pick to compare
     stats = record.kernel_stats if which == "best" else record.stats
@@ -65,6 +68,7 @@ class Optimizations:
     heuristic_ms: float | None  # sequential bound with every layer's default pick
     no_tensor_cores_ms: float | None  # sequential bound of the variant without tensor cores
     by_op_type: Mapping[str, dict[str, float]] = field(default_factory=dict)
+    e2e_framework: str | None = None  # what ran the model end to end (its record's settings.framework)
 
     @property
     def algorithm_selection(self) -> float | None:
@@ -104,6 +108,7 @@ class Optimizations:
             "heuristic_ms": self.heuristic_ms,
             "no_tensor_cores_ms": self.no_tensor_cores_ms,
             "e2e_ms": b.e2e_ms,
+            "e2e_framework": self.e2e_framework,
             "coverage": b.coverage,
             "speedups": {
                 "algorithm_selection": self.algorithm_selection,
@@ -124,8 +129,9 @@ METHOD = {
     "tensor_cores": "sequential bound without tensor cores / with them (same stack, two variants)",
     "fusion": "every layer alone / conv+bias+activation fused (sequential bounds)",
     "parallel": "sequential bound / critical path of the layer DAG",
-    "framework_gap": "ONNX Runtime CUDA end to end / sequential bound",
-    "combined": "ONNX Runtime CUDA end to end / parallel bound (fused, best algorithms)",
+    "framework_gap": "the framework end to end (e2e_framework: ONNX Runtime's CUDA EP, or PyTorch where it has none)"
+    " / sequential bound",
+    "combined": "the framework end to end / parallel bound (fused, best algorithms)",
 }
 
 
@@ -164,6 +170,8 @@ def optimizations(
             entry["default_ms"] += default
     for entry in by_op.values():
         entry["default_over_best"] = _ratio(entry["default_ms"], entry["best_ms"]) or 0.0
+    e2e = results.get(plan.model_key)
+    framework = e2e.settings.get("framework") if e2e is not None and e2e.outcome == "ok" else None
     no_tc = None
     if without_tensor_cores:
         other = lower_bound(plan, without_tensor_cores, system=system, stack_id=stack_id, runtime=runtime, variant=None)
@@ -178,4 +186,5 @@ def optimizations(
         heuristic_ms=heuristic if bound.coverage == 1.0 else None,
         no_tensor_cores_ms=no_tc,
         by_op_type=by_op,
+        e2e_framework=framework,
     )

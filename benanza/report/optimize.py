@@ -22,7 +22,8 @@ def optimizations_table(rows: Sequence[Optimizations]) -> Table:
             ("sequential", "right"),
             ("heuristic", "right"),
             ("parallel", "right"),
-            ("e2e (ORT CUDA)", "right"),
+            ("e2e", "right"),
+            "framework",
             *[(name.replace("_", " "), "right") for name in SPEEDUPS],
             ("coverage", "right"),
         ],
@@ -34,6 +35,7 @@ def optimizations_table(rows: Sequence[Optimizations]) -> Table:
                 r.heuristic_ms,
                 r.bound.parallel_ms,
                 r.bound.e2e_ms,
+                r.e2e_framework or "-",
                 *[getattr(r, name) for name in SPEEDUPS],
                 f"{r.bound.coverage:.0%}",
             )
