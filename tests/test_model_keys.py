@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from benanza.model.graph import InputKind, LayerInput, TensorSpec
 from benanza.model.keys import KEY_FIELDS, KEY_VERSION, key_fields, stable_id
@@ -254,3 +254,35 @@ def test_tuples_and_lists_key_alike(value):
     assert stable_id(fields) == stable_id(
         key_fields("Transpose", "", [LayerInput(x, InputKind.ACTIVATION)], [x], {"perm": (1, 2)})
     )
+
+
+@pytest.mark.parametrize(
+    ("attribute", "value"),
+    [("value_ints", [2, 12]), ("value", numpy_helper.from_array(np.array([2, 12], np.int64), "s"))],
+)
+def test_a_shape_held_by_any_constant_attribute_is_a_value_and_the_layer_runs(
+    build_model, process_proto, fast_harness, attribute, value
+):
+    """onnxscript's optimizer folds a Shape into ``Constant(value_ints=...)`` (a legacy-exported
+    GroupNorm's second Reshape): read as ``value`` alone, the shape was a weight with no values,
+    synthesized as zeros, and ONNX Runtime refused the layer ("Invalid position of 0")."""
+    from benanza.bench.execute import run_spec
+    from benanza.bench.generate import plan_model, specs_for_plan
+    from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+    from benanza.store import Outcome
+
+    model = build_model(
+        [
+            helper.make_node("Constant", [], ["s"], **{attribute: value}),
+            helper.make_node("Reshape", ["x", "s"], ["y"]),
+        ],
+        [("x", F, [2, 3, 4])],
+        [("y", F, None)],
+    )
+    processed = process_proto(model)
+    (layer,) = processed.graph.layers
+    assert layer.inputs[1].kind is InputKind.VALUE and layer.inputs[1].value == (2, 12)
+    runtime = OnnxRuntimeCPU(threads=1)
+    (spec,) = [s for s in specs_for_plan(plan_model(processed, runtime, ()), runtime.name, runtime.variant())]
+    record = run_spec(spec, runtime, fast_harness, system="box", stack_id="s")
+    assert record.outcome is Outcome.OK, record.reason

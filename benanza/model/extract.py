@@ -23,6 +23,7 @@ import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.model import control_flow, ops
+from benanza.model.constants import constant_tensor
 from benanza.model.dtypes import dtype_name, itemsize
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeReport, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
@@ -210,10 +211,8 @@ def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | 
             )
         ):
             constants.update(o for o in node.output if o)
-            if node.op_type == "Constant" and node.output and node.attribute:
-                attr = node.attribute[0]
-                if attr.type == AttributeProto.TENSOR:
-                    const_protos[node.output[0]] = attr.t
+            if node.op_type == "Constant" and node.output and (tensor := constant_tensor(node)) is not None:
+                const_protos[node.output[0]] = tensor
             constant_nodes += 1
             continue
         # a subgraph's captured outer tensors are dependencies too (If branches read them)

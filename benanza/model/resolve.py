@@ -40,6 +40,7 @@ from onnx import AttributeProto, helper, numpy_helper
 
 from benanza.errors import one_line
 from benanza.host_memory import refusal, system_memory
+from benanza.model.constants import constant_value
 from benanza.model.control_flow import unbounded_loop_reason
 from benanza.model.dtypes import tensor_bytes
 from benanza.model.extract import (
@@ -242,7 +243,7 @@ class _Walk:
         if all(o in self.values for o in outs):
             return
         if node.op_type == "Constant" and len(node.attribute) == 1:
-            value = _constant_value(node.attribute[0])
+            value = constant_value(node)
             if value is not None:
                 if value.size <= FOLD_MAX_ELEMENTS:
                     self._set_value(outs[0], value)
@@ -560,21 +561,6 @@ def _without_dead_constants(
             if not readers[x]:
                 pending.extend(j for j in producers.get(x, ()) if j not in gone and dead(nodes[j]))
     return [n for i, n in enumerate(nodes) if i not in gone]
-
-
-def _constant_value(attr: AttributeProto) -> np.ndarray | None:
-    """The value of a ``Constant`` node's attribute; None for a sparse tensor or a string list."""
-    if attr.name == "value":
-        return numpy_helper.to_array(attr.t)
-    if attr.name == "value_int":
-        return np.array(attr.i, np.int64)
-    if attr.name == "value_ints":
-        return np.array(list(attr.ints), np.int64)
-    if attr.name == "value_float":
-        return np.array(attr.f, np.float32)
-    if attr.name == "value_floats":
-        return np.array(list(attr.floats), np.float32)
-    return None
 
 
 def _session(model: onnx.ModelProto):

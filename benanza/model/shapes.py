@@ -31,6 +31,7 @@ from onnx import numpy_helper
 
 from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_line
 from benanza.host_memory import memory_bytes
+from benanza.model.constants import constant_value
 from benanza.model.extract import tensor_type_of
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
@@ -427,12 +428,7 @@ def _constant_array(
     if name in inits:
         return numpy_helper.to_array(inits[name]) if has_data(inits[name]) else None
     node = const_nodes.get(name)
-    for attr in node.attribute if node is not None else ():
-        if attr.name == "value":
-            return numpy_helper.to_array(attr.t)
-        if attr.name == "value_ints":
-            return np.array(attr.ints, np.int64)
-    return None
+    return constant_value(node) if node is not None else None
 
 
 def _runtime_tensors(model: onnx.ModelProto) -> set[str]:
