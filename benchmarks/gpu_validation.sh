@@ -51,12 +51,15 @@ export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 export BENANZA_SYSTEM=${BENANZA_SYSTEM:-gpu-validation}
 DB="sqlite:///$WORK/gpu.db"
 
+export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
 if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-    $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/gv_site .whl/*.whl \
-        >"$LOGS/install.log" 2>&1 || { echo "install of .whl failed"; tail -5 "$LOGS/install.log"; }
-    export PYTHONPATH=/tmp/gv_site:$REPO${PYTHONPATH:+:$PYTHONPATH}
-else
-    export PYTHONPATH=$REPO${PYTHONPATH:+:$PYTHONPATH}
+    if $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$WORK/site" .whl/*.whl \
+        >"$LOGS/install.log" 2>&1; then
+        export PYTHONPATH=$WORK/site:$PYTHONPATH
+    else  # wheels for another Python or platform: run with what is installed, and say so
+        echo "install of .whl failed (the steps run without it):"
+        tail -3 "$LOGS/install.log"
+    fi
 fi
 BENANZA="$PY -m benanza"
 

@@ -1,0 +1,46 @@
+"""benchmarks/gpu_validation.sh's bookkeeping, on a machine without a GPU: the steps it runs, each
+one's exit status in steps.tsv, the deadline that leaves later steps unrun, and the logs' tarball.
+(What the steps check needs a GPU: the script is what a session with one runs first.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+SCRIPT = Path(__file__).parent.parent / "benchmarks" / "gpu_validation.sh"
+
+
+def run(out: Path, *steps: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), str(out), *steps],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable, **env},
+    )
+
+
+def steps(out: Path) -> list[list[str]]:
+    return [line.split("\t") for line in (out / "steps.tsv").read_text().splitlines()[1:]]
+
+
+def test_a_failing_step_is_counted_and_its_log_kept(tmp_path: Path) -> None:
+    done = run(tmp_path, "env", "no_such_step")
+    assert done.returncode == 2, done.stdout + done.stderr  # env fails without a GPU; the unknown step counts too
+    [(name, rc, _)] = steps(tmp_path)
+    assert name == "env" and rc != "0"
+    assert "unknown step no_such_step" in done.stdout
+    with tarfile.open(tmp_path / "logs.tar.gz") as logs:
+        env_log = logs.extractfile("logs/env.log").read().decode()
+    assert "benanza imports" in env_log  # the package loaded; the GPU stack is what failed
+    assert "CuPy is not installed" in env_log or "GpuError" in env_log
+
+
+def test_the_deadline_leaves_later_steps_unrun(tmp_path: Path) -> None:
+    done = run(tmp_path, "env", DEADLINE_S="16")  # 16 s less the 15 s kept to pack the logs: under 5 s
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert steps(tmp_path) == [["env", "not-run", "0"]]
+    assert (tmp_path / "logs.tar.gz").exists()
