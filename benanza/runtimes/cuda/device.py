@@ -263,27 +263,7 @@ class DeviceContext:
     def cold_sampler(self, launch: Callable[[], None]) -> Callable[[int], float]:
         """``sample(k)``: seconds per launch over ``k`` launches, each after an L2 flush, CUDA events around each."""
         self._check_open()
-
-        gated = Gated(self)
-
-        def sample(k: int) -> float:
-            runs = _check_runs(k)
-            events = self._cold_event_pairs(runs)
-            stream = self.stream
-            with self._device, stream:
-                for start, stop in events:
-                    with gated.held(stream):  # each launch alone: the queue never holds many
-                        self._flush_l2()
-                        start.record(stream)
-                        launch()
-                        stop.record(stream)
-            stream.synchronize()
-            gated.check()
-            elapsed_ms = sum(self._cupy.cuda.get_elapsed_time(start, stop) for start, stop in events)
-            return elapsed_ms / 1e3 / runs
-
-        sample.gated = gated  # type: ignore[attr-defined]
-        return sample
+        return ColdSampler(self, launch)
 
     def hot_sampler(self, launch: Callable[[], None]) -> Callable[[int], float]:
         """``sample(k)``: seconds per launch of one replay of a CUDA graph of ``k`` back-to-back launches."""
@@ -348,9 +328,10 @@ class DeviceContext:
             self._nvml = pynvml
         return self._nvml, self._nvml_handle
 
-    def gate_timed_out(self) -> None:
-        """A sampler's gate gave up waiting: after GATE_MAX_TIMEOUTS the gate is left off for good
-        (a gate that never opens would otherwise cost every candidate its timeout)."""
+    def gate_timed_out(self, count: int) -> None:
+        """``count`` gates of a sampler gave up waiting: after GATE_MAX_TIMEOUTS the gate is left off
+        for good (a gate that never opens would otherwise cost every candidate its timeout)."""
+        self.gate_timeouts += count
         if self.gate is not None and self.gate_timeouts >= GATE_MAX_TIMEOUTS:
             self.gate.close()
             self.gate = None
@@ -387,6 +368,36 @@ class DeviceContext:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class ColdSampler:
+    """``sample(k)`` of ``DeviceContext.cold_sampler``: seconds per launch, each launch after an L2 flush.
+
+    Attributes:
+        gated: whether its samples are held by the context's gate (``Gated``).
+    """
+
+    def __init__(self, context: DeviceContext, launch: Callable[[], None]) -> None:
+        self._context = context
+        self._launch = launch
+        self.gated = Gated(context)
+
+    def __call__(self, k: int) -> float:
+        runs = _check_runs(k)
+        context = self._context
+        events = context._cold_event_pairs(runs)
+        stream = context.stream
+        with context._device, stream:
+            for start, stop in events:
+                with self.gated.held(stream):  # each launch alone: the queue never holds many
+                    context._flush_l2()
+                    start.record(stream)
+                    self._launch()
+                    stop.record(stream)
+        stream.synchronize()
+        self.gated.check()
+        elapsed_ms = sum(context._cupy.cuda.get_elapsed_time(start, stop) for start, stop in events)
+        return elapsed_ms / 1e3 / runs
 
 
 class HotSampler:
@@ -483,8 +494,7 @@ class Gated:
 
     def __init__(self, context: DeviceContext) -> None:
         self._context = context
-        self._gate = context.gate
-        self.on = self._gate is not None
+        self.on = context.gate is not None
         self.timeouts = 0
 
     def held(self, stream: Any) -> Any:
@@ -493,13 +503,11 @@ class Gated:
 
     def check(self) -> None:
         """After a synchronise: a gate that timed out turns gating off for this sampler."""
-        if self.on and self._gate is not None and self._context.gate is self._gate:
-            new = self._gate.timeouts()
-            if new:
-                self.timeouts += new
-                self._context.gate_timeouts += new
-                self.on = False
-                self._context.gate_timed_out()
+        gate = self._context.gate
+        if self.on and gate is not None and (new := gate.timeouts()):
+            self.timeouts += new
+            self.on = False
+            self._context.gate_timed_out(new)
 
 
 def _end_abandoned_capture(stream: Any) -> None:

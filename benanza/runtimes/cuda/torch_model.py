@@ -21,8 +21,9 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from benanza.bench.contract import Prepared
 from benanza.errors import GpuError
@@ -67,7 +68,7 @@ def _explicit_pad(node: onnx.NodeProto, opset: int, graph: onnx.GraphProto) -> l
     full = [0, 0, *pads[:rank], 0, 0, *pads[rank:]]  # N and C are not padded
     if opset >= 11:
         pads_name = f"{node.output[0]}__pads"
-        graph.initializer.append(onnx.numpy_helper.from_array(_int64(full), pads_name))
+        graph.initializer.append(numpy_helper.from_array(np.asarray(full, dtype=np.int64), pads_name))
         pad = helper.make_node("Pad", [node.input[0], pads_name], [padded], name=f"{node.name}__pad")
     else:
         pad = helper.make_node("Pad", [node.input[0]], [padded], name=f"{node.name}__pad", pads=full)
@@ -75,12 +76,6 @@ def _explicit_pad(node: onnx.NodeProto, opset: int, graph: onnx.GraphProto) -> l
     pool = helper.make_node("AveragePool", [padded], list(node.output), name=node.name)
     pool.attribute.extend(kept)
     return [pad, pool]
-
-
-def _int64(values: list[int]) -> Any:
-    import numpy
-
-    return numpy.asarray(values, dtype=numpy.int64)
 
 
 def torch_missing() -> str | None:
