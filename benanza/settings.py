@@ -93,6 +93,15 @@ class HarnessSettings(BaseModel):
         "free of the host's that disturbs a measurement",
     )
     disturbance_retries: int = Field(1, ge=0, description="times a disturbed measurement is taken again")
+    reference_call: bool = Field(
+        True, description="sample the host's reference call in every interleaved group (benanza.bench.reference)"
+    )
+    reference_step: float = Field(
+        0.10,
+        ge=0,
+        description="relative slow-down of an interleaved group's reference call over the run's, beyond the noise "
+        "of both, that marks the group as measured in a slow period of the host",
+    )
     interleave_max_sessions: int = Field(
         1024,
         ge=1,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,8 +27,9 @@ from benanza.bench.harness import HarnessSettings, Timing, measure, measure_inte
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.memory import spec_memory
 from benanza.bench.records import BenchmarkRecord, MeasurementStats, Outcome, make_record
+from benanza.bench.reference import HostReference, reference_figure, reference_spec
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.bench.stats import describe
+from benanza.bench.stats import Interval, describe
 from benanza.errors import UnsupportedLayer, one_line
 from benanza.host_memory import MemoryReader, MemoryRefusal, refusal, system_memory
 
@@ -388,6 +389,15 @@ class RunSummary:
     records: list[BenchmarkRecord] = field(default_factory=list, repr=False)
     _deferred_needed: int = field(default=0, repr=False)
 
+    def count(self, record: BenchmarkRecord, sign: int) -> None:
+        """Count ``record``'s outcome in (``sign`` 1) or out (-1: a record a later one replaced)."""
+        if record.outcome == Outcome.OK:
+            self.measured += sign
+        elif record.outcome == Outcome.FAILED:
+            self.failed += sign
+        else:
+            self.skipped += sign
+
     def defer(self, count: int, refused: MemoryRefusal) -> None:
         self.deferred += count
         if refused.needed >= self._deferred_needed:
@@ -445,18 +455,20 @@ def run_specs(
     todo = missing(specs, present)
     summary = RunSummary(reused=len(specs) - len(todo))
     pending: list[BenchmarkRecord] = []
+    taken: dict[str, int] = {}  # spec id -> its record's place in summary.records
 
     def take(spec: BenchmarkSpec, record: BenchmarkRecord) -> None:
         nonlocal pending
         pending.append(record)
-        summary.records.append(record)
-        if record.outcome == Outcome.OK:
-            summary.measured += 1
-        elif record.outcome == Outcome.FAILED:
-            summary.failed += 1
+        earlier = taken.get(record.spec_id)
+        if earlier is not None:  # a group measured again (``Measurer.recheck``): the new record replaces it
+            summary.count(summary.records[earlier], -1)
+            summary.records[earlier] = record
         else:
-            summary.skipped += 1
-        if progress is not None:
+            taken[record.spec_id] = len(summary.records)
+            summary.records.append(record)
+        summary.count(record, 1)
+        if progress is not None and earlier is None:
             progress(spec, record)
         if len(pending) >= batch:
             store.upsert(pending)
@@ -502,6 +514,10 @@ class Measurer:
         self.system, self.stack_id = system, stack_id
         self._memory, self._admit = memory, admit
         self._runner: IsolatedRunner | None = None
+        # the reference figures of the groups this measurer sampled in rounds (``benanza.bench.reference``)
+        sampled = self.settings.reference_call and interleaving(runtime, self.settings)
+        self.reference = HostReference(self.settings.reference_step) if sampled else None
+        self._groups: list[_Group] = []
 
     def measure(
         self, specs: Sequence[BenchmarkSpec], groups: Sequence[Sequence[BenchmarkSpec]] = ()
@@ -515,8 +531,9 @@ class Measurer:
                     chunk, deferred, refused = admit(chunk, runtime, memory) if self._admit else (chunk, [], None)
                     yield from ((spec, None, refused) for spec in deferred)
                     if chunk:
-                        records = run_interleaved(chunk, runtime, settings, memory=memory, **where)
+                        records = self._interleaved(chunk)
                         yield from ((spec, record, None) for spec, record in zip(chunk, records, strict=True))
+            yield from ((spec, record, None) for spec, record in self.recheck())
             return
         for spec in specs:
             if self._admit:
@@ -531,6 +548,63 @@ class Measurer:
             else:
                 yield spec, run_spec(spec, runtime, settings, memory=memory, **where), None
 
+    def _rounds(self, chunk: Sequence[BenchmarkSpec]) -> tuple[list[BenchmarkRecord], Interval | None, str | None]:
+        """One group sampled in rounds with the reference call: its records, the reference's figure
+        (None without a reference) and why the reference could not be measured."""
+        where = {"system": self.system, "stack_id": self.stack_id}
+        if self.reference is None:
+            return run_interleaved(chunk, self.runtime, self.settings, memory=self._memory, **where), None, None
+        probe = reference_spec(chunk[0].runtime, chunk[0].variant)
+        *records, own = run_interleaved([*chunk, probe], self.runtime, self.settings, memory=self._memory, **where)
+        return records, reference_figure(own.samples), own.reason
+
+    def _interleaved(self, chunk: Sequence[BenchmarkSpec]) -> list[BenchmarkRecord]:
+        """A group's records: measured again while its reference call says the host ran slower than in the run."""
+        reference = self.reference
+        records, figure, failed = self._rounds(chunk)
+        if reference is None:
+            return records
+        reason, attempt = reference.verdict(figure), 0
+        while reason is not None and attempt < self.settings.disturbance_retries:
+            attempt += 1
+            log.info("%s: measuring a group of %d again: %s", self.system, len(chunk), reason)
+            records, figure, failed = self._rounds(chunk)
+            reason = reference.verdict(figure)
+        index = reference.add(figure)
+        self._groups.append(_Group(list(chunk), index, marked=reason is not None))
+        run = reference.run_figure(without=index)
+        return [_referenced(r, figure, run, reason, attempt, failed) for r in records]
+
+    def recheck(self) -> Iterator[tuple[BenchmarkSpec, BenchmarkRecord]]:
+        """The groups measured so far whose reference is slow against the run's figure as it stands
+        now (measured before it settled), measured again: their new records (each group at most once).
+
+        Those still slow are marked disturbed. ``measure`` ends with it; a fleet worker, whose
+        calls each measure one group, so rechecks earlier groups in a later call.
+        """
+        reference = self.reference
+        if reference is None:
+            return
+        for index in reference.slow_groups():
+            group = next(g for g in self._groups if g.index == index)
+            if group.marked or group.rechecked:
+                continue
+            group.rechecked = True
+            if self._admit and admit(group.chunk, self.runtime, self._memory)[1]:
+                continue  # it no longer fits the memory free now: its records stand as they were
+            log.info("%s: measuring an earlier group of %d again: its reference is slow", self.system, len(group.chunk))
+            attempt, reason = 0, None
+            while attempt == 0 or (reason is not None and attempt <= self.settings.disturbance_retries):
+                attempt += 1
+                records, figure, failed = self._rounds(group.chunk)
+                reason = reference.verdict(figure, without=index)
+            reference.replace(index, figure)
+            group.marked = reason is not None
+            run = reference.run_figure(without=index)
+            yield from zip(
+                group.chunk, [_referenced(r, figure, run, reason, attempt, failed) for r in records], strict=True
+            )
+
     def close(self) -> None:
         if self._runner is not None:
             self._runner.close()
@@ -541,6 +615,41 @@ class Measurer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class _Group:
+    """A group an interleaving measurer sampled: its specs and its place among the reference's figures."""
+
+    chunk: list[BenchmarkSpec]
+    index: int | None  # in ``HostReference.figures``; None: its reference call gave no figure
+    marked: bool = False  # its records are marked disturbed (still slow after being measured again)
+    rechecked: bool = False
+
+
+def _referenced(
+    record: BenchmarkRecord,
+    figure: Interval | None,
+    run: Interval | None,
+    reason: str | None,
+    remeasured: int,
+    failed: str | None,
+) -> BenchmarkRecord:
+    """``record`` with its group's reference figure as provenance, marked disturbed for ``reason``."""
+    if figure is None:
+        provenance: dict[str, Any] = {"call_s": None, "reason": failed or "no samples"}
+    else:
+        provenance = {
+            "call_s": figure.value,
+            "call_low_s": figure.low,
+            "call_high_s": figure.high,
+            "run_s": None if run is None else run.value,
+            "remeasured": remeasured,
+        }
+    stats = record.stats
+    if reason is not None and stats is not None and not stats.disturbed:
+        stats = replace(stats, disturbed=True, disturbed_reason=reason)
+    return replace(record, stats=stats, settings={**record.settings, "host_reference": provenance})
 
 
 def isolated_runner(

@@ -52,7 +52,9 @@ measurement is taken again, up to ``disturbance_retries`` times; one still distu
 and marked (``Timing.disturbed`` and its reason), and reports never show it as fact. A
 periodic load (a neighbour's on/off bursts much shorter than a third of the measurement) is
 noise for the step check: it widens the intervals instead; the other processes' CPU time
-still finds it where it competes with the benchmark's threads.
+still finds it where it competes with the benchmark's threads. A slow period of the host
+that covers a whole interleaved group passes these checks; the measurer finds it by a
+reference call sampled in every group and compared across groups (``benanza.bench.reference``).
 """
 
 from __future__ import annotations

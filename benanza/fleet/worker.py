@@ -146,8 +146,10 @@ class SystemWorker:
         """Measure ``specs`` (``BenchmarkSpec.to_dict()`` form) and write their records."""
         measured: list[BenchmarkRecord] = []
         by_runtime: dict[str, list[BenchmarkSpec]] = {}
+        wanted: set[str] = set()
         for data in specs:
             spec = BenchmarkSpec.from_dict(data)
+            wanted.add(spec.spec_id)
             entry = self._entries.get((spec.runtime, spec.variant_id))
             if entry is None:
                 variant = f" ({spec.variant_id})" if spec.variant_id else ""
@@ -172,9 +174,11 @@ class SystemWorker:
             stored, spilled = result.stored, result.spilled
         else:
             spilled = self.spill.append(records)
-        outcomes = {r.spec_id: str(r.outcome) for r in records}
-        ok = sum(r.outcome == Outcome.OK for r in records)
-        failed = sum(r.outcome == Outcome.FAILED for r in records)
+        # what was asked; an earlier call's group measured again (``Measurer.recheck``) is only written
+        asked = {r.spec_id: r for r in records if r.spec_id in wanted}.values()
+        outcomes = {r.spec_id: str(r.outcome) for r in asked}
+        ok = sum(r.outcome == Outcome.OK for r in asked)
+        failed = sum(r.outcome == Outcome.FAILED for r in asked)
         self.metrics.count(ok, failed)
         return {
             "system": self.name,
