@@ -104,6 +104,10 @@ def run_case(
     remeasured = sum(1 for s in measured if s.remeasured)
     shares = sorted(s.cpu_share for s in measured if s.cpu_share is not None)
     others = sorted(s.other_cores for s in measured if s.other_cores is not None)
+    # the host's reference call, one figure per interleaved group (``benanza.bench.reference``)
+    references = [r.settings.get("host_reference") or {} for r in records]
+    group_calls = sorted({h["call_s"] for h in references if h.get("call_s")})
+    model_reference = {r.label: (r.settings.get("host_reference") or {}) for r in records if r.kind == SpecKind.MODEL}
     errors: dict[int, list[float]] = {g: [] for g in MAIN_JOB_GRANULARITIES}
     per_model = []
     for r in rows:
@@ -122,6 +126,9 @@ def run_case(
                 "composed_over_e2e": {str(g): v for g, v in ratios.items()},
                 "checks": list(r.checks),
                 "disturbed": list(r.disturbed),
+                "reference_call_us": _us(model_reference.get(r.model, {}).get("call_s")),
+                "reference_run_us": _us(model_reference.get(r.model, {}).get("run_s")),
+                "reference_remeasured": model_reference.get(r.model, {}).get("remeasured"),
             }
         )
     geo = {g: _geomean(v) for g, v in errors.items()}
@@ -149,9 +156,20 @@ def run_case(
         "other_cores_max": others[-1] if others else None,
         "disturbed_reasons": sorted({(s.disturbed_reason or "").split(":")[0] for s in disturbed}),
         "e2e_records": sum(1 for r in records if r.kind == SpecKind.MODEL),
+        # each group's reference call figure: their spread is what a quiet host varies between groups
+        "reference_groups": len(group_calls),
+        "reference_spread": group_calls[-1] / group_calls[0] - 1 if group_calls else None,
+        "records_remeasured_by_reference": sum(1 for h in references if h.get("remeasured")),
+        "records_disturbed_by_reference": sum(
+            1 for s in disturbed if (s.disturbed_reason or "").startswith("the host ran slower while this group")
+        ),
         "per_model": per_model,
         "settings": settings.model_dump(),
     }
+
+
+def _us(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e6
 
 
 def _geomean(values: list[float]) -> float | None:
@@ -179,7 +197,9 @@ def main() -> None:
         print(
             f"{name:7} G=1 {g1:.1%}  best G={best} {err:.1%}  max seq/e2e {case['max_sequential_over_e2e']:.3f}  "
             f"checks {case['checks']}  disturbed {case['records_disturbed']}/{case['records']} "
-            f"(re-measured {case['records_remeasured']})  {case['bench_s']:.0f} s  threads {case['threads']}",
+            f"(re-measured {case['records_remeasured']})  {case['bench_s']:.0f} s  threads {case['threads']}  "
+            f"reference: {case['reference_groups']} groups, spread {case['reference_spread'] or 0:.1%}, "
+            f"re-measured {case['records_remeasured_by_reference']}, marked {case['records_disturbed_by_reference']}",
             flush=True,
         )
         for m in case["per_model"]:
