@@ -219,13 +219,18 @@ def test_a_chain_of_nodes_that_do_nothing_has_almost_no_kernel_time(threads):
     taken out they sum to a few of them at most."""
     model = noop_chain(16)
     prepared = _OrtPrepared(model.SerializeToString(), feeds_for(model), "extended", threads)
+    medians = []
     try:
-        kernel = prepared.kernel_times(15)
+        for _ in range(3):  # the floor is measured once per process: a slow period of the host since then
+            kernel = prepared.kernel_times(15)  # (seen in a full suite on a 2-core VM) is outlasted, not failed on
+            medians.append(sorted(kernel)[len(kernel) // 2])
+            if medians[-1] < 4 * prepared.profiled_node_floor_s:
+                break
     finally:
         prepared.close()
     floor = prepared.profiled_node_floor_s
     assert floor == node_floor_s("extended", threads) > 0
-    assert sorted(kernel)[len(kernel) // 2] < 4 * floor  # as spanned: 16 floors
+    assert min(medians) < 4 * floor  # as spanned: 16 floors
 
 
 @pytest.fixture(scope="module")
