@@ -24,6 +24,9 @@ from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import Outcome, open_store
 
 SYSTEM, STACK = "vm", "stack"
+# A shared 2-core VM's own speed swung 2x within a minute (benchmarks/reference_tracking.py): the injected
+# period is slower than that, and the verdict's step larger than it, so that only the injected one is found.
+SLOW_FACTOR = 4
 US = 1e-6
 
 
@@ -69,7 +72,7 @@ def test_the_reference_is_a_convolution_and_never_a_layer_key() -> None:
 
 
 class _Host:
-    """How many of the next benchmarks prepared will run in a slow period (each call twice as long)."""
+    """How many of the next benchmarks prepared will run in a slow period (each call ``SLOW_FACTOR`` times as long)."""
 
     def __init__(self) -> None:
         self.slow_prepares = 0
@@ -83,8 +86,8 @@ class _Slowed(Prepared):
     def call(self) -> object:
         start = time.perf_counter()
         out = self.inner.call()
-        if self.slow:  # the host at half speed: the call's own time again
-            end = start + 2 * (time.perf_counter() - start)
+        if self.slow:  # the host at a quarter of its speed: the call's own time three times again
+            end = start + SLOW_FACTOR * (time.perf_counter() - start)
             while time.perf_counter() < end:
                 pass
         return out
@@ -134,7 +137,7 @@ SETTINGS = HarnessSettings(
     min_cpu_share=0.0,  # the other checks off: only the reference can find a period covering the group
     max_other_cores=64.0,
     disturbance_step=10.0,
-    reference_step=0.10,
+    reference_step=1.0,
     disturbance_retries=1,
 )
 
@@ -156,7 +159,7 @@ def test_a_group_in_a_slow_period_is_measured_again_then_marked(model_groups) ->
     for record, ref in zip(slow, _reference_of(slow), strict=True):
         assert record.stats.disturbed
         assert record.stats.disturbed_reason.startswith("the host ran slower while this group was measured")
-        assert ref["remeasured"] == 1 and ref["call_s"] > 1.5 * ref["run_s"]
+        assert ref["remeasured"] == 1 and ref["call_s"] > 2 * ref["run_s"]
     assert {r["call_s"] for r in _reference_of(slow)} == {_reference_of(slow)[0]["call_s"]}  # the group's one figure
 
 
@@ -189,7 +192,7 @@ def test_a_first_group_in_a_slow_period_is_found_at_the_end_and_replaced(model_g
     assert again and all(r.settings["host_reference"]["remeasured"] == 1 for r in again)
     assert not any(r.stats.disturbed for r in stored)
     calls = {r.settings["host_reference"]["call_s"] for r in stored}
-    assert max(calls) < 1.5 * min(calls)  # the slow figure is gone with the records it came with
+    assert max(calls) < 3 * min(calls)  # the slow figure is gone with the records it came with
 
 
 def test_without_the_reference_call_a_slow_group_goes_unseen_as_before(model_groups) -> None:
