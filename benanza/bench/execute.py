@@ -517,7 +517,8 @@ class Measurer:
         # the reference figures of the groups this measurer sampled in rounds (``benanza.bench.reference``)
         sampled = self.settings.reference_call and interleaving(runtime, self.settings)
         self.reference = HostReference(self.settings.reference_step) if sampled else None
-        self._groups: list[_Group] = []
+        self._groups: dict[int, _Group] = {}  # by their index among the reference's figures
+        self._probe: BenchmarkSpec | None = None  # the reference call, as a spec of this measurer's runtime
 
     def measure(
         self, specs: Sequence[BenchmarkSpec], groups: Sequence[Sequence[BenchmarkSpec]] = ()
@@ -554,26 +555,38 @@ class Measurer:
         where = {"system": self.system, "stack_id": self.stack_id}
         if self.reference is None:
             return run_interleaved(chunk, self.runtime, self.settings, memory=self._memory, **where), None, None
-        probe = reference_spec(chunk[0].runtime, chunk[0].variant)
-        *records, own = run_interleaved([*chunk, probe], self.runtime, self.settings, memory=self._memory, **where)
+        if self._probe is None:
+            self._probe = reference_spec(chunk[0].runtime, chunk[0].variant)
+        specs = [*chunk, self._probe]
+        *records, own = run_interleaved(specs, self.runtime, self.settings, memory=self._memory, **where)
         return records, reference_figure(own.samples), own.reason
+
+    def _until_steady(
+        self, reference: HostReference, chunk: Sequence[BenchmarkSpec], tries: int, without: int | None = None
+    ) -> tuple[list[BenchmarkRecord], Interval | None, str | None, str | None, int]:
+        """A group measured up to ``tries`` times while its reference says the host ran slower than in
+        the run: the last records, figure, reason the reference failed, verdict, and times measured."""
+        for attempt in range(1, tries + 1):
+            records, figure, failed = self._rounds(chunk)
+            reason = reference.verdict(figure, without=without)
+            if reason is None or attempt == tries:
+                return records, figure, failed, reason, attempt
+            log.info("%s: measuring a group of %d again: %s", self.system, len(chunk), reason)
+        raise ValueError("tries must be at least 1")
 
     def _interleaved(self, chunk: Sequence[BenchmarkSpec]) -> list[BenchmarkRecord]:
         """A group's records: measured again while its reference call says the host ran slower than in the run."""
         reference = self.reference
-        records, figure, failed = self._rounds(chunk)
         if reference is None:
-            return records
-        reason, attempt = reference.verdict(figure), 0
-        while reason is not None and attempt < self.settings.disturbance_retries:
-            attempt += 1
-            log.info("%s: measuring a group of %d again: %s", self.system, len(chunk), reason)
-            records, figure, failed = self._rounds(chunk)
-            reason = reference.verdict(figure)
+            return self._rounds(chunk)[0]
+        records, figure, failed, reason, times = self._until_steady(
+            reference, chunk, self.settings.disturbance_retries + 1
+        )
         index = reference.add(figure)
-        self._groups.append(_Group(list(chunk), index, marked=reason is not None))
+        if index is not None:
+            self._groups[index] = _Group(list(chunk), marked=reason is not None)
         run = reference.run_figure(without=index)
-        return [_referenced(r, figure, run, reason, attempt, failed) for r in records]
+        return [_referenced(r, figure, run, reason, times - 1, failed) for r in records]
 
     def recheck(self) -> Iterator[tuple[BenchmarkSpec, BenchmarkRecord]]:
         """The groups measured so far whose reference is slow against the run's figure as it stands
@@ -586,24 +599,21 @@ class Measurer:
         if reference is None:
             return
         for index in reference.slow_groups():
-            group = next(g for g in self._groups if g.index == index)
+            group = self._groups[index]
             if group.marked or group.rechecked:
                 continue
             group.rechecked = True
             if self._admit and admit(group.chunk, self.runtime, self._memory)[1]:
                 continue  # it no longer fits the memory free now: its records stand as they were
             log.info("%s: measuring an earlier group of %d again: its reference is slow", self.system, len(group.chunk))
-            attempt, reason = 0, None
-            while attempt == 0 or (reason is not None and attempt <= self.settings.disturbance_retries):
-                attempt += 1
-                records, figure, failed = self._rounds(group.chunk)
-                reason = reference.verdict(figure, without=index)
+            records, figure, failed, reason, times = self._until_steady(
+                reference, group.chunk, self.settings.disturbance_retries + 1, without=index
+            )
             reference.replace(index, figure)
             group.marked = reason is not None
             run = reference.run_figure(without=index)
-            yield from zip(
-                group.chunk, [_referenced(r, figure, run, reason, attempt, failed) for r in records], strict=True
-            )
+            marked = [_referenced(r, figure, run, reason, times, failed) for r in records]
+            yield from zip(group.chunk, marked, strict=True)
 
     def close(self) -> None:
         if self._runner is not None:
@@ -619,10 +629,9 @@ class Measurer:
 
 @dataclass
 class _Group:
-    """A group an interleaving measurer sampled: its specs and its place among the reference's figures."""
+    """A group an interleaving measurer sampled with a reference figure: what a recheck measures again."""
 
     chunk: list[BenchmarkSpec]
-    index: int | None  # in ``HostReference.figures``; None: its reference call gave no figure
     marked: bool = False  # its records are marked disturbed (still slow after being measured again)
     rechecked: bool = False
 

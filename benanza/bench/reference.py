@@ -35,7 +35,6 @@ host measured the other groups minutes apart.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -136,18 +135,3 @@ class HostReference:
     def slow_groups(self) -> list[int]:
         """The groups whose figure is slow against the run's figure over all the others."""
         return [i for i, f in enumerate(self.figures) if self.verdict(f, without=i) is not None]
-
-    def spread(self) -> float | None:
-        """The largest group figure over the smallest, less one (a run's summary; None under two groups)."""
-        if len(self.figures) < 2:
-            return None
-        values = [f.value for f in self.figures]
-        return max(values) / min(values) - 1 if min(values) > 0 else None
-
-    def summary(self) -> dict[str, float | int | None]:
-        values = [f.value for f in self.figures]
-        return {
-            "groups": len(values),
-            "median_s": statistics.median(values) if values else None,
-            "spread": self.spread(),
-        }
