@@ -13,6 +13,7 @@
 #   ncu          benchmarks/gpu_fidelity.py --only ncu (benanza's cold timing vs Nsight Compute)
 #   resnet50     benanza bench run of ResNet-50 (batch $RESNET_BATCH, default 1) with --e2e, tensor cores on
 #   resnet50_no_tc  the same with --no-tensor-cores (for the tensor-core analysis)
+#   resnet50_bN, resnet50_bN_no_tc  the same two at batch N (e.g. resnet50_b32), in the same database
 #   analyze      benanza analyze lower-bound and analyze optimizations --by-op over what was measured
 #   zoo          benchmarks/gpu_fidelity.py --only zoo (the zoo at batch 1 and 32, tensor cores on/off,
 #                float16; bounds vs the framework end to end; ResNet-50's optimisation analyses)
@@ -43,7 +44,9 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 mkdir -p "$OUTDIR"
 OUTDIR=$(cd "$OUTDIR" && pwd)
-WORK=$(mktemp -d /tmp/gpu_validation.XXXX)
+# GPU_WORK names the run's folder (its SQLite database and logs): two calls on one machine that
+# name the same folder add to one database, so the second can analyse what both measured
+WORK=${GPU_WORK:-$(mktemp -d /tmp/gpu_validation.XXXX)}
 LOGS=$WORK/logs
 mkdir -p "$LOGS"
 PY=${PYTHON:-python3}
@@ -81,7 +84,8 @@ step() {  # step NAME DEFAULT_LIMIT COMMAND...
         fi
     fi
     echo "== $name (limit ${limit}s)"
-    timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+    echo "\$ $*" >"$LOGS/$name.log"  # the log says what ran
+    timeout -k 10 "$limit" "$@" >>"$LOGS/$name.log" 2>&1
     rc=$?
     printf '%s\t%s\t%s\n' "$name" "$rc" "$(($(date +%s) - start))" | tee -a "$OUTDIR/steps.tsv"
     if [ "$rc" -ne 0 ]; then
@@ -117,11 +121,13 @@ for s in $STEPS; do
             --runtime cudnn --batch 1 --db "$DB" --e2e --min-time "${MIN_TIME:-0.05}" --max-time 0.5
         step smoke_analyze 60 $BENANZA analyze lower-bound --runtime cudnn --db "$DB"
         ;;
-    resnet50 | resnet50_no_tc)
+    resnet50 | resnet50_no_tc | resnet50_b[0-9]* )
         tc=--tensor-cores
-        [ "$s" = resnet50_no_tc ] && tc=--no-tensor-cores
+        [[ $s == *_no_tc ]] && tc=--no-tensor-cores
+        batch=${RESNET_BATCH:-1}
+        [[ $s =~ _b([0-9]+) ]] && batch=${BASH_REMATCH[1]}
         step "$s" 600 $BENANZA bench run "$($PY -c 'from benanza.model.zoo import zoo_paths; print(next(p for p in zoo_paths() if "resnet50" in p.name))')" \
-            --runtime cudnn $tc --batch "${RESNET_BATCH:-1}" --db "$DB" --e2e --min-time "${MIN_TIME:-0.05}" --max-time 0.5
+            --runtime cudnn $tc --batch "$batch" --db "$DB" --e2e --min-time "${MIN_TIME:-0.05}" --max-time 0.5
         ;;
     analyze)
         step analyze 120 bash -c "$BENANZA analyze lower-bound --runtime cudnn --db '$DB' && $BENANZA analyze optimizations --db '$DB' --by-op"

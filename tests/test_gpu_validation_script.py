@@ -44,3 +44,14 @@ def test_the_deadline_leaves_later_steps_unrun(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert steps(tmp_path) == [["env", "not-run", "0"]]
     assert (tmp_path / "logs.tar.gz").exists()
+
+
+def test_a_resnet_step_names_its_batch_and_tensor_cores(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    done = run(tmp_path / "out", "resnet50_b32_no_tc", "resnet50", GPU_WORK=str(work), RESNET_BATCH="4")
+    assert done.returncode == 2, done.stdout + done.stderr  # both fail without a GPU
+    first = (work / "logs" / "resnet50_b32_no_tc.log").read_text().splitlines()[0]
+    assert "--runtime cudnn --no-tensor-cores --batch 32" in first
+    second = (work / "logs" / "resnet50.log").read_text().splitlines()[0]
+    assert "--runtime cudnn --tensor-cores --batch 4" in second
+    assert f"sqlite:///{work}/gpu.db" in first  # GPU_WORK holds the database a later call adds to

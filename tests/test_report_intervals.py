@@ -71,3 +71,26 @@ def test_json_and_csv_carry_low_and_high() -> None:
     columns = header.split(",")
     assert "intervals.e2e_ms.low" in columns and "intervals.composed_ms.1.high" in columns
     assert dict(zip(columns, line.split(","), strict=False))["intervals.e2e_ms.high"] == "12.8"
+
+
+def test_rows_in_several_variants_say_which_is_which() -> None:
+    from benanza.report.output import variant_column
+
+    on, off = "precision=float32,tensor_cores=True,timing=hot", "precision=float32,tensor_cores=False,timing=hot"
+    assert variant_column([on, on]) == ("variant", {})  # one variant: no column
+    assert variant_column([on, off, on]) == ("tensor cores", {on: "True", off: "False"})
+    half = "precision=float16,tensor_cores=True,timing=hot"
+    assert variant_column([half, off])[1] == {
+        half: "precision=float16,tensor_cores=True",
+        off: "precision=float32,tensor_cores=False",
+    }
+    out = io.StringIO()
+    rows = [dataclasses.replace(ROW, variant=on), dataclasses.replace(ROW, variant=off, sequential_ms=30.0)]
+    console(out, width=240).print(lower_bound_table(rows))
+    text = out.getvalue()
+    assert "tensor cores" in text
+    lines = [line for line in text.splitlines() if "True" in line or "False" in line]
+    assert len(lines) == 2 and "True" in lines[0] and "10.0" in lines[0] and "30.0" in lines[1]
+    out = io.StringIO()
+    console(out, width=240).print(lower_bound_table([ROW]))
+    assert "variant" not in out.getvalue()

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE
-from benanza.report.output import figure_cell, table
+from benanza.report.output import figure_cell, table, variant_column
 
 
 def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Table:
@@ -20,6 +20,9 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
     """
     grans = sorted({g for r in rows for g in r.composed_ms})
     where = ["system", "stack", "variant"] if by_system else []
+    # rows of one model and batch in several variants (tensor cores on and off) say which is which
+    header, variants = variant_column(() if by_system else (r.variant for r in rows))
+    where += [header] if variants else []
     return table(
         "lower bounds (ms, ± half the "
         f"{CONFIDENCE:.0%} interval): kernel-time sums vs DLBricks composition (call latency) vs end to end",
@@ -38,6 +41,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
             (
                 r.model,
                 *((r.system, r.stack_id, r.variant) if by_system else ()),
+                *((variants[r.variant],) if variants else ()),
                 r.batch_size,
                 figure_cell(r, "sequential_ms", r.sequential_ms),
                 figure_cell(r, "sequential_unfused_ms", r.sequential_unfused_ms),

@@ -7,17 +7,19 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from benanza.analysis.optimize import Optimizations
-from benanza.report.output import table
+from benanza.report.output import table, variant_column
 
 SPEEDUPS = ("algorithm_selection", "tensor_cores", "fusion", "parallel", "framework_gap", "combined")
 
 
 def optimizations_table(rows: Sequence[Optimizations]) -> Table:
-    """One line per model: the bounds (ms) and what each optimization is worth (x)."""
+    """One line per model and variant: the bounds (ms) and what each optimization is worth (x)."""
+    header, variants = variant_column(r.variant for r in rows)
     return table(
         "GPU lower bounds (ms, best candidates, hot) and what each optimization is worth (x)",
         [
             "model",
+            *([header] if variants else []),
             ("batch", "right"),
             ("sequential", "right"),
             ("heuristic", "right"),
@@ -30,6 +32,7 @@ def optimizations_table(rows: Sequence[Optimizations]) -> Table:
         (
             (
                 r.model,
+                *((variants[r.variant],) if variants else ()),
                 r.batch_size,
                 r.bound.sequential_ms,
                 r.heuristic_ms,

@@ -111,6 +111,30 @@ def table(title: str | None, columns: Iterable[str | tuple[str, str]], rows: Ite
     return t
 
 
+def variant_column(variants: Iterable[str | None]) -> tuple[str, dict[str | None, str]]:
+    """A column that tells rows of several variants (``key=value,...``) apart: its header and cells.
+
+    Only the settings that differ between the variants are shown: ``precision=float32,
+    tensor_cores=True,timing=hot`` beside the same with ``tensor_cores=False`` gives the column
+    ``tensor cores`` with cells ``True`` and ``False``; where several settings differ, the column
+    is ``variant`` and its cells their ``key=value`` pairs. No cells for fewer than two variants:
+    a table whose rows share one variant needs no column for it.
+    """
+    unique = sorted(set(variants), key=str)
+    if len(unique) < 2:
+        return "variant", {}
+    parsed = {
+        v: dict(part.split("=", 1) if "=" in part else (part, "") for part in (v or "").split(",") if part)
+        for v in unique
+    }
+    keys = sorted({k for d in parsed.values() for k in d})
+    differing = [k for k in keys if len({d.get(k) for d in parsed.values()}) > 1]
+    if len(differing) == 1:
+        (key,) = differing
+        return key.replace("_", " "), {v: d.get(key, "-") for v, d in parsed.items()}
+    return "variant", {v: ",".join(f"{k}={d[k]}" for k in differing if k in d) or "-" for v, d in parsed.items()}
+
+
 def fmt_interval(value: float | None, low: float | None = None, high: float | None = None) -> str:
     """``42.1 ± 0.4``: the value to three significant digits, the half-width of its interval at
     the same precision (a width that rounds to nothing gets one more significant digit).
