@@ -132,6 +132,61 @@ def test_missing_nvmath_is_a_gpu_error(monkeypatch):
         gemm_candidates(None, gemm(), True)
 
 
+def fake_nvmath(monkeypatch, freed: list[str], executed: list[str]) -> None:
+    """nvmath.linalg.advanced as far as gemm_plan uses it: two algorithms, and a Matmul that says when it is freed."""
+    import types
+
+    class Matmul:
+        def __init__(self, a, b, c, **_):
+            self.c = c
+
+        def plan(self, **_):
+            return [types.SimpleNamespace(algorithm_id=i) for i in (7, 9)]
+
+        def execute(self, algorithm, stream):
+            executed.append(f"algo{algorithm.algorithm_id}")
+
+        def free(self):
+            freed.append("matmul")
+
+    adv = types.ModuleType("nvmath.linalg.advanced")
+    adv.Matmul, adv.MatmulOptions, adv.MatmulPlanPreferences = Matmul, dict, dict
+    adv.MatmulComputeType = {"COMPUTE_32F_FAST_TF32": 1, "COMPUTE_32F": 2}
+    linalg = types.ModuleType("nvmath.linalg")
+    linalg.advanced = adv
+    nvmath = types.ModuleType("nvmath")
+    nvmath.linalg = linalg
+    for name, module in (("nvmath", nvmath), ("nvmath.linalg", linalg), ("nvmath.linalg.advanced", adv)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_the_matmul_is_freed_when_the_candidates_are_dropped_not_by_the_cyclic_collector(monkeypatch):
+    """The collector runs at any moment: inside a gated sample, a Matmul's free waited for the gate
+    until it timed out (three such left an H100 run's samples ungated), and inside a capture it broke it."""
+    import gc
+    import types
+
+    freed: list[str] = []
+    executed: list[str] = []
+    fake_nvmath(monkeypatch, freed, executed)
+    ctx = types.SimpleNamespace(stream="stream", stream_ptr=0, array=lambda shape, dtype, fill: np.zeros(shape, dtype))
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        candidates = gemm_candidates(ctx, gemm(), True)
+        assert [c.name for c in candidates] == ["algo7", "algo9"] and candidates[0].default
+        launches = [c.launch for c in candidates]
+        del candidates
+        for launch in launches:
+            launch()
+        assert executed == ["algo7", "algo9"] and not freed  # a launch keeps its Matmul
+        del launch, launches
+        assert freed == ["matmul"]  # at once, with the collector off
+    finally:
+        if enabled:
+            gc.enable()
+
+
 # ------------------------------------------------------------------------ on the device
 
 

@@ -309,6 +309,32 @@ def test_a_gate_that_times_out_is_left_off_first_by_its_sampler_then_by_the_cont
     assert int(numpy.frombuffer(pinned, dtype=numpy.int64)[1]) == counted  # no gate kernel ran since
 
 
+def test_the_collector_is_held_off_while_a_sample_is_gated_or_captured(fake: Any) -> None:
+    """An object it collects there may free device memory: a free synchronises, so it waited for the
+    gate until it timed out (an H100 run lost its gate so, after three), and it breaks a capture."""
+    import gc
+
+    context, _ = fake
+    seen: list[tuple[bool, bool]] = []
+
+    def launch() -> None:
+        seen.append((context.stream.held() or context.stream.capturing, gc.isenabled()))
+        context.stream.enqueue(LAUNCH_MS)
+
+    assert gc.isenabled()
+    context.cold_sampler(launch)(2)
+    context.hot_sampler(launch)(2)
+    assert seen and all(not enabled for held, enabled in seen if held)
+    assert (True, False) in seen and (False, True) in seen  # the uncaptured first launch runs with it on
+    assert gc.isenabled() and context.gating()["timeouts"] == 0
+    gc.disable()  # a caller that had it off keeps it off
+    try:
+        context.cold_sampler(launch)(1)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_a_launch_that_fails_on_its_own_raises_instead_of_falling_back(fake: Any) -> None:
     context, _ = fake
 

@@ -179,13 +179,31 @@ def algorithm_name(
 # ------------------------------------------------------------------------ GPU
 
 
+class _Matmul:
+    """The nvmath ``Matmul`` and the arrays it reads and writes, shared by one GEMM's launches.
+
+    Freed (``Matmul.free``) as soon as the last launch that holds it is dropped, that is when the
+    layer's candidates are. Nothing it holds refers back to a launch, so no reference cycle
+    leaves the free to Python's cyclic collector, which runs at any moment: inside a gated
+    sample, where the free's device-wide synchronisation waits for the gate until it times out
+    (an H100 run lost its gate that way), or inside a graph capture, which the free breaks
+    (``CUDA_ERROR_STREAM_CAPTURE_ISOLATION``).
+    """
+
+    __slots__ = ("__weakref__", "a", "b", "c", "matmul")
+
+    def __init__(self, matmul: Any, a: Any, b: Any, c: Any) -> None:
+        self.matmul, self.a, self.b, self.c = matmul, a, b, c
+        weakref.finalize(self, _free_matmul, matmul)
+
+
 @dataclass(eq=False)
 class GemmPlan:
-    """One planned cublasLt GEMM: its operands (kept alive here), the nvmath ``Matmul`` and the candidates.
+    """One planned cublasLt GEMM: its operands, the nvmath ``Matmul`` and the candidates.
 
     ``a``/``b`` are the stored arrays (ONNX layout), ``c`` the result (written in place, the
-    bias when ``beta`` is non-zero). The ``Matmul`` is freed when the plan is collected, that
-    is when no candidate's launch refers to it any more.
+    bias when ``beta`` is non-zero). The ``Matmul`` is freed when neither the plan nor any
+    candidate's launch holds it any more (``_Matmul``, in ``matmul``).
     """
 
     a: Any
@@ -194,7 +212,7 @@ class GemmPlan:
     shapes: GemmShapes
     compute_type: str
     candidates: list[Candidate]
-    matmul: Any = None
+    matmul: _Matmul | None = None
 
 
 def gemm_plan(ctx: Any, p: GemmParams, tensor_cores: bool, *, limit: int = DEFAULT_LIMIT) -> GemmPlan:
@@ -236,13 +254,13 @@ def gemm_plan(ctx: Any, p: GemmParams, tensor_cores: bool, *, limit: int = DEFAU
             f"cublasLt has no algorithm for this {p.dtype} GEMM {variant} ({compute_name}): {one_line(exc)}"
         ) from exc
 
-    plan = GemmPlan(a_store, b_store, c_store, shapes, compute_name, [], mm)
-    weakref.finalize(plan, _free_matmul, mm)
+    shared = _Matmul(mm, a_store, b_store, c_store)
+    plan = GemmPlan(a_store, b_store, c_store, shapes, compute_name, [], shared)
     plan.candidates = [
         Candidate(
             source=SOURCE,
             name=_name_of(alg, position),
-            launch=_MatmulLaunch(plan, alg, stream),
+            launch=_MatmulLaunch(shared, alg, stream),
             workspace_bytes=_workspace_of(alg),
             tensor_cores=uses_tensor_cores(_attribute(lambda alg=alg: alg.capabilities.numerical_impl_flags)),
             heuristic_rank=position,
@@ -262,13 +280,13 @@ def gemm_candidates(ctx: Any, p: GemmParams, tensor_cores: bool) -> list[Candida
 class _MatmulLaunch:
     """Enqueue one run of one algorithm on the context's stream (``execute`` does not synchronise)."""
 
-    __slots__ = ("_algorithm", "_plan", "_stream")
+    __slots__ = ("_algorithm", "_shared", "_stream")
 
-    def __init__(self, plan: GemmPlan, algorithm: Any, stream: Any) -> None:
-        self._plan, self._algorithm, self._stream = plan, algorithm, stream
+    def __init__(self, shared: _Matmul, algorithm: Any, stream: Any) -> None:
+        self._shared, self._algorithm, self._stream = shared, algorithm, stream
 
     def __call__(self) -> None:
-        self._plan.matmul.execute(algorithm=self._algorithm, stream=self._stream)
+        self._shared.matmul.execute(algorithm=self._algorithm, stream=self._stream)
 
 
 def _free_matmul(mm: Any) -> None:

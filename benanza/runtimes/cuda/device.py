@@ -30,6 +30,7 @@ CuPy and NVML are imported when a context is made, never at import time.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 from collections.abc import Callable
 from typing import Any
@@ -102,11 +103,12 @@ class StreamGate:
         self._ticket += 1
         ticket = self._ticket
         args = (self._flag, self._numpy.int64(ticket), self._timeout_ns, self._timed_out)
-        self._kernel((1,), (1,), args, stream=stream)
-        try:
-            yield
-        finally:
-            self._host[0] = ticket
+        with collector_paused():  # a free the collector makes here would wait for the gate
+            self._kernel((1,), (1,), args, stream=stream)
+            try:
+                yield
+            finally:
+                self._host[0] = ticket
 
     def timeouts(self) -> int:
         """Gates that gave up waiting since the last call (read after the stream is synchronised)."""
@@ -460,18 +462,19 @@ class HotSampler:
                 self._launch()
                 stream.synchronize()
                 self._ran = True
-            stream.begin_capture()
-            try:
-                for _ in range(runs):
-                    self._launch()
-            except Exception as exc:  # a call capture forbids fails here, whatever the library
-                _end_abandoned_capture(stream)
-                return self._fall_back(exc)
-            try:
-                graph = stream.end_capture()  # also instantiates: invalid captures fail here
-            except Exception as exc:
-                _end_abandoned_capture(stream)
-                return self._fall_back(exc)
+            with collector_paused():  # a free the collector makes inside a capture breaks it
+                stream.begin_capture()
+                try:
+                    for _ in range(runs):
+                        self._launch()
+                except Exception as exc:  # a call capture forbids fails here, whatever the library
+                    _end_abandoned_capture(stream)
+                    return self._fall_back(exc)
+                try:
+                    graph = stream.end_capture()  # also instantiates: invalid captures fail here
+                except Exception as exc:
+                    _end_abandoned_capture(stream)
+                    return self._fall_back(exc)
             graph.launch(stream)
         stream.synchronize()
         self._graphs[runs] = graph
@@ -508,6 +511,24 @@ class Gated:
             self.timeouts += new
             self.on = False
             self._context.gate_timed_out(new)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Any:
+    """Python's cyclic garbage collector held off while the stream is gated or captured.
+
+    An object it collects may free device memory (an nvmath ``Matmul``, a CuPy array), and a
+    ``cudaFree`` synchronises the device: inside a gated sample it waits for the gate, which
+    waits for the host, until the gate times out; inside a capture it breaks the capture.
+    Both sections last microseconds on the host; what they leave is collected after them.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _end_abandoned_capture(stream: Any) -> None:
