@@ -41,6 +41,8 @@ class FakeGpu:
         self.captures = 0
         self.replays = 0
         self.flushes = 0
+        self.read_flushes = 0
+        self.memsets = 0
         self.pointers = itertools.count(0x1000, 0x1000)
         self.pinned: dict[int, PinnedBuffer] = {}
         self.gate_opens = True
@@ -144,14 +146,37 @@ class FakeGateKernel:
             counts[1] += 1
 
 
+class FakeFlushKernel:
+    """The reading L2 flush: costs FLUSH_MS on the stream it is launched on."""
+
+    def __init__(self, gpu: FakeGpu, source: str, name: str) -> None:
+        assert name in source and "int4" in source
+        self.gpu = gpu
+
+    def compile(self) -> None:
+        if self.gpu.nvrtc_error:
+            raise RuntimeError(self.gpu.nvrtc_error)
+
+    def __call__(self, grid: tuple, block: tuple, args: tuple, stream: FakeStream) -> None:
+        assert int(args[1]) * 16 == 2 * L2_BYTES and grid == (8 * SM_COUNT,)
+        self.gpu.flushes += 1
+        self.gpu.read_flushes += 1
+        self.gpu.clock_ms += FLUSH_MS
+
+
+L2_BYTES = 4 << 20
+SM_COUNT = 4
+
+
 def fake_cupy(gpu: FakeGpu) -> types.ModuleType:
     def memset_async(ptr: int, value: int, size: int, stream: int) -> None:
-        gpu.flushes += 1
+        gpu.memsets += 1  # the buffer zeroed once, or a writing flush
         gpu.clock_ms += FLUSH_MS
 
+    kernels = {"benanza_gate": FakeGateKernel, "benanza_l2_flush": FakeFlushKernel}
     runtime = types.SimpleNamespace(
         getDeviceCount=lambda: 1,
-        getDeviceProperties=lambda ordinal: {"l2CacheSize": 4 << 20},
+        getDeviceProperties=lambda ordinal: {"l2CacheSize": L2_BYTES, "multiProcessorCount": SM_COUNT},
         memsetAsync=memset_async,
         deviceGetPCIBusId=lambda ordinal: "0000:00:00.0",
     )
@@ -176,7 +201,7 @@ def fake_cupy(gpu: FakeGpu) -> types.ModuleType:
         return buffer
 
     module = types.ModuleType("cupy")
-    module.RawKernel = lambda source, name: FakeGateKernel(gpu, source, name)  # type: ignore[attr-defined]
+    module.RawKernel = lambda source, name: kernels[name](gpu, source, name)  # type: ignore[attr-defined]
     module.cuda = types.SimpleNamespace(  # type: ignore[attr-defined]
         alloc_pinned_memory=alloc_pinned_memory,
         runtime=runtime,
@@ -216,6 +241,30 @@ def test_cold_sampler_flushes_before_each_launch_outside_the_events(fake: Any) -
     assert gpu.flushes == 5 and gpu.plain_launches == 5
     assert sample(3) == pytest.approx(LAUNCH_MS / 1e3)
     assert len(context._cold_events) == 5  # reused, not made per sample
+
+
+def test_the_flush_reads_by_default_and_writes_where_asked_or_where_it_cannot_be_built(fake: Any) -> None:
+    """A memset leaves the L2 full of dirty lines the timed kernel must write back; ncu's cache control
+    leaves it clean. Both ways flush outside the events."""
+    context, gpu = fake
+    assert context.flush.info() == {"mode": "read", "bytes": 2 * L2_BYTES, "error": None}
+    sample = context.cold_sampler(plain_launch(context))
+    assert sample(3) == pytest.approx(LAUNCH_MS / 1e3)
+    assert gpu.read_flushes == 3 and gpu.memsets == 1  # the one memset zeroed the buffer read
+    context.flush.use("write")
+    assert sample(2) == pytest.approx(LAUNCH_MS / 1e3)
+    assert gpu.read_flushes == 3 and gpu.memsets == 3
+    with pytest.raises(UsageError, match="unknown L2 flush"):
+        context.flush.use("invalidate")
+    gpu.nvrtc_error = "nvrtc: libnvrtc.so.13 not found"
+    without = DeviceContext(0)
+    try:
+        assert without.flush.info()["mode"] == "write" and "libnvrtc" in without.flush.info()["error"]
+        with pytest.raises(GpuError, match="cannot be built"):
+            without.flush.use("read")
+        assert without.cold_sampler(plain_launch(without))(1) == pytest.approx(LAUNCH_MS / 1e3)
+    finally:
+        without.close()
 
 
 def test_hot_sampler_replays_one_graph_per_k(fake: Any) -> None:
@@ -414,6 +463,25 @@ def test_samplers_time_a_cupy_kernel_on_the_private_stream() -> None:
         hot(8)
         context.synchronize()
         assert cupy.allclose(out, a + b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_both_flushes_evict_what_a_kernel_read(mode: str) -> None:
+    """16 MB fit the L2 of every GPU this runs on: hot, the sum reads them from it; cold, from memory."""
+    import cupy
+
+    with DeviceContext(flush=mode) as context:
+        assert context.flush.info()["mode"] == mode, context.flush.error
+        x = context.array((4 << 20,), "float32")
+        out = context.array((1,), "float32", "zeros")
+
+        def launch() -> None:
+            cupy.sum(x, out=out)
+
+        cold = sorted(context.cold_sampler(launch)(1) for _ in range(15))[7]
+        hot = sorted(context.hot_sampler(launch)(8) for _ in range(15))[7]
+        assert cold > 1.2 * hot, (cold, hot)
 
 
 @pytest.mark.gpu

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 from pathlib import Path
 
 import pytest
@@ -67,6 +68,10 @@ class FakeDevice:
 
     def gating(self):
         return {"gated": True, "error": None, "timeouts": 0}
+
+    @property
+    def flush(self):
+        return types.SimpleNamespace(info=lambda: {"mode": "read", "bytes": 1 << 20, "error": None})
 
 
 def candidate(name: str, source: str = "cudnn-legacy", **kw) -> Candidate:
@@ -158,6 +163,7 @@ def test_every_candidate_is_timed_and_the_best_and_the_default_are_kept():
     assert m.stats.extras["cold"]["best"]["median"] == pytest.approx(2e-5)
     assert m.stats.extras["cold"]["default"]["median"] == pytest.approx(6e-5)
     assert m.stats.extras["hot_modes"] == ["graph"]
+    assert m.stats.extras["flush"]["mode"] == "read"
     assert {c["hot_mode"] for c in algos["candidates"]} == {"graph"}
     assert m.settings["gpu_clocks"]["before"]["sm_clock_mhz"] == 1980
 
@@ -257,9 +263,11 @@ def test_the_stored_statistics_are_those_the_previous_code_wrote(chain_specs):
     view = prepared_with([], FakeDevice({}), params=flatten)
     for name, measured in (("cudnn", prepared), ("cudnn_view", view)):
         doc = run_spec(layer, SelfMeasuringRuntime(measured), QUICK, system="gpu", stack_id="s").to_doc()
-        # added since: how the samples were held (device.StreamGate), beside the pinned statistics
+        # added since: how the samples were held (device.StreamGate) and the L2 flushed, beside the pinned statistics
         gating = doc["stats"].pop("gating", None)
         assert name == "cudnn_view" or gating == {"gated": True, "error": None, "timeouts": 0}
+        flush = doc["stats"].pop("flush", None)
+        assert name == "cudnn_view" or flush == {"mode": "read", "bytes": 1 << 20, "error": None}
         for part in ("stats", "kernel_stats"):
             assert json.dumps(doc[part]) == json.dumps(pinned[name][part]), (name, part)
 

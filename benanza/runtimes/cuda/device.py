@@ -6,8 +6,8 @@ private stream (``stream`` for CuPy, ``stream_ptr`` for library handles). The ru
 a candidate's ``launch`` with one of the two samplers, which the harness calls as
 ``sample(k)`` and reads seconds per launch from:
 
-- cold: CUDA events around each of ``k`` launches, each after an L2 flush (a memset of twice
-  the L2 size, outside the events): the layer as it runs on data that is not cached.
+- cold: CUDA events around each of ``k`` launches, each after an L2 flush (a kernel that reads
+  twice the L2 size, outside the events; ``flush``): the layer as it runs on data that is not cached.
 - hot: CUDA events around one replay of a CUDA graph of ``k`` back-to-back launches, divided
   by ``k``: no launch overhead, no host gaps, data in L2 as inside a model. A launch that
   cannot be captured (a library call that synchronises or allocates in a way capture
@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from benanza.errors import GpuError, UsageError, one_line
+from benanza.runtimes.cuda.flush import L2Flush
 from benanza.runtimes.cuda.stack import (
     nvml_device,
     nvml_value,
@@ -132,6 +133,7 @@ class DeviceContext:
             captured CUDA graph) or ``"stream"`` (plain launches: the launch could not be
             captured); None before any hot sample.
         gate_error: why samples are not gated (the gate kernel could not be built), or None.
+        flush: the L2 flush of the cold samples (``flush.L2Flush``: its mode, and why not by reading).
     """
 
     ordinal: int
@@ -140,9 +142,10 @@ class DeviceContext:
     l2_bytes: int
     hot_mode: str | None
     gate_error: str | None
+    flush: L2Flush
 
-    def __init__(self, ordinal: int = 0) -> None:
-        """Select device ``ordinal``, make the stream, the random generator and the L2 flush buffer.
+    def __init__(self, ordinal: int = 0, flush: str = "read") -> None:
+        """Select device ``ordinal``, make the stream, the random generator and the L2 flush (``flush``: its mode).
 
         Raises:
             GpuError: no CuPy, no CUDA device ``ordinal``, or the device cannot be set up.
@@ -164,10 +167,9 @@ class DeviceContext:
             self._device.use()
             self.stream = cupy.cuda.Stream(non_blocking=True)
             self.stream_ptr = int(self.stream.ptr)
-            self.l2_bytes = int(cupy.cuda.runtime.getDeviceProperties(ordinal)["l2CacheSize"])
-            # Twice the L2, so that a flush evicts every line whatever the replacement policy.
-            self._flush_bytes = max(2 * self.l2_bytes, 1 << 20)
-            self._flush_buffer = cupy.cuda.alloc(self._flush_bytes)
+            properties = cupy.cuda.runtime.getDeviceProperties(ordinal)
+            self.l2_bytes = int(properties["l2CacheSize"])
+            self.flush = L2Flush(cupy, self.l2_bytes, int(properties["multiProcessorCount"]), self.stream, flush)
             self._hot_events = (cupy.cuda.Event(), cupy.cuda.Event())
             with self.stream:  # the generator's state is initialised by a kernel on the current stream
                 self._rng = cupy.random.default_rng(0)
@@ -273,7 +275,7 @@ class DeviceContext:
         return HotSampler(self, launch)
 
     def _flush_l2(self) -> None:
-        self._cupy.cuda.runtime.memsetAsync(int(self._flush_buffer.ptr), 0, self._flush_bytes, self.stream_ptr)
+        self.flush(self.stream)
 
     def _cold_event_pairs(self, runs: int) -> list[tuple[Any, Any]]:
         """``runs`` (start, stop) event pairs, reused between samples (all are read after one sync)."""
@@ -353,7 +355,8 @@ class DeviceContext:
         try:
             self.stream.synchronize()
         finally:
-            self._flush_buffer = self._workspace = None
+            self.flush.close()
+            self._workspace = None
             self._retired_workspaces.clear()
             self._cold_events.clear()
             if self._nvml is not None:

@@ -239,6 +239,7 @@ class GpuPrepared(Prepared):
             # whether the samples were held until enqueued (device.StreamGate); timeouts: gates
             # that gave up during this record (those samplers went on ungated)
             "gating": {**gating, "timeouts": gating["timeouts"] - timeouts_before},
+            "flush": ctx.flush.info(),  # how the cold figures' L2 was flushed
         }
         if self.build_errors:
             extras["build_errors"] = dict(self.build_errors)
