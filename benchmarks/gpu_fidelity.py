@@ -20,6 +20,11 @@ Four checks, each saved in ``benchmarks/results/gpu_fidelity.json`` with the dev
 
     python benchmarks/gpu_fidelity.py [--db sqlite:///benchmarks/results/gpu.db] [--batch 1,32]
         [--skip ncu,gemm,zoo | --only ...] [--out DIR] [--min-time 0.1] [--max-time 2]
+        [--variants float32-tc,float32-no-tc,float16-tc]
+
+The zoo in every variant at both batches takes longer than one 15-minute GPU session: run a few
+parts per session (``--variants float32-tc --batch 1``); each part is merged into the saved
+results beside the earlier ones.
 
 Without a GPU it says so in one line and exits 2. ``--ncu-target KEY`` is how the script
 runs one candidate under ``ncu`` (internal).
@@ -41,6 +46,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
+from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.harness import HarnessSettings, measure_device
 from benanza.errors import BenanzaError
 
@@ -241,64 +247,78 @@ def check_gemm(args: argparse.Namespace, n: int = 8192) -> dict:
 
 # (precision, tensor cores): the issue's three variants of the zoo; ResNet-50's tensor-core figure
 # needs the float32 pair
-ZOO_VARIANTS = (("float32", True), ("float32", False), ("float16", True))
+ZOO_VARIANTS = {"float32-tc": ("float32", True), "float32-no-tc": ("float32", False), "float16-tc": ("float16", True)}
 
 
-def check_zoo(args: argparse.Namespace, saved: Callable[[list[dict]], None]) -> tuple[list[dict], list[dict]]:
-    """The zoo through the normal pipeline (plan, bench with ``--e2e``, analyze) in every variant.
+def zoo_part(precision: str, tensor_cores: bool, batch: int) -> str:
+    """The key of one variant at one batch in the saved ``zoo`` results (one session may run a few)."""
+    return f"{precision},tensor_cores={tensor_cores},batch={batch}"
 
-    Each variant's row: what the run measured, failed and skipped (with the reasons), and per model
-    and batch the sequential and parallel bounds beside the framework's end-to-end latency.
+
+def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> tuple[dict, list[dict]]:
+    """The zoo through the normal pipeline (plan, bench with ``--e2e``, analyze), variant by variant.
+
+    One part per variant (``--variants``) and batch, each saved when it is done under its
+    ``zoo_part`` key, merged with the parts earlier runs saved: at about 0.5 s per layer with
+    every candidate timed, the whole zoo in three variants at two batches is more than one
+    15-minute GPU session. A part's row: what the run measured, failed and skipped (with the
+    reasons), and per model the sequential and parallel bounds beside the framework's end to end.
     """
     from benanza.local import analyze, bench, open_local, optimize, plan_models
     from benanza.model.zoo import zoo_paths
 
     batches = [int(b) for b in args.batch.split(",")]
-    rows: list[dict] = []
-    for precision, tensor_cores in ZOO_VARIANTS:
+    unknown = set(args.variants.split(",")) - set(ZOO_VARIANTS)
+    if unknown:
+        raise SystemExit(f"gpu_fidelity: unknown zoo variant(s) {sorted(unknown)}; known: {', '.join(ZOO_VARIANTS)}")
+    parts: dict[str, dict] = {}
+    for name in args.variants.split(","):
+        precision, tensor_cores = ZOO_VARIANTS[name]
         options = {"precision": precision, "tensor_cores": tensor_cores}
-        ctx = open_local(args.db, "cudnn", options, settings=_settings(args))
-        try:
-            plans = plan_models(zoo_paths(), ctx.runtime, batches, None, ())
-            summary = bench(ctx, plans, e2e=True)
-            not_ok = [r for r in summary.records if r.outcome.value != "ok"]
-            row: dict = {
-                **options,
-                "summary": summary.to_dict(),
-                "not_ok": [
-                    {"outcome": r.outcome.value, "label": r.label, "reason": (r.reason or "")[:300]} for r in not_ok
-                ],
-                "models": [],
-            }
-            for r in analyze(ctx, plans):
-                row["models"].append(
-                    {
-                        "model": r.model,
-                        "batch": r.batch_size,
-                        "sequential_ms": r.sequential_ms,
-                        "parallel_ms": r.parallel_ms,
-                        "e2e_ms": r.e2e_ms,
-                        "bound_below_e2e": r.sequential_ms <= r.e2e_ms if r.sequential_ms and r.e2e_ms else None,
-                        "parallel_below_sequential": r.parallel_ms <= r.sequential_ms
-                        if r.parallel_ms and r.sequential_ms
-                        else None,
-                        "coverage": r.coverage,
-                        "missing": len(r.missing),
-                        "checks": list(r.checks),
-                    }
-                )
-            rows.append(row)
-            print(f"{options}: {summary.to_dict()}", file=sys.stderr)
-            saved(rows)
-        finally:
-            ctx.close()
+        for batch in batches:
+            ctx = open_local(args.db, "cudnn", options, settings=_settings(args))
+            try:
+                plans = plan_models(zoo_paths(), ctx.runtime, [batch], None, ())
+                summary = bench(ctx, plans, e2e=True)
+                not_ok = [r for r in summary.records if r.outcome.value != "ok"]
+                row: dict = {
+                    **options,
+                    "batch": batch,
+                    "settings": {"min_time_s": args.min_time, "max_time_s": args.max_time},
+                    "summary": summary.to_dict(),
+                    "not_ok": [
+                        {"outcome": r.outcome.value, "label": r.label, "reason": (r.reason or "")[:300]} for r in not_ok
+                    ],
+                    "models": [_zoo_model(r) for r in analyze(ctx, plans)],
+                }
+            finally:
+                ctx.close()
+            parts[zoo_part(precision, tensor_cores, batch)] = row
+            print(f"{zoo_part(precision, tensor_cores, batch)}: {summary.to_dict()}", file=sys.stderr)
+            saved(parts)
     ctx = open_local(args.db, "cudnn", {"tensor_cores": True}, settings=_settings(args))
     try:
         resnet = [p for p in zoo_paths() if "resnet50" in p.name]
         analyses = [o.to_dict() for o in optimize(ctx, plan_models(resnet, ctx.runtime, batches, None, ()))]
     finally:
         ctx.close()
-    return rows, analyses
+    return parts, analyses
+
+
+def _zoo_model(r: LowerBound) -> dict:
+    """One model's bounds beside its end to end, and whether they are in the order they must be."""
+    return {
+        "model": r.model,
+        "batch": r.batch_size,
+        "sequential_ms": r.sequential_ms,
+        "parallel_ms": r.parallel_ms,
+        "e2e_ms": r.e2e_ms,
+        "bound_below_e2e": r.sequential_ms <= r.e2e_ms if r.sequential_ms and r.e2e_ms else None,
+        "parallel_below_sequential": r.parallel_ms <= r.sequential_ms if r.parallel_ms and r.sequential_ms else None,
+        "coverage": r.coverage,
+        "missing": len(r.missing),
+        "checks": list(r.checks),
+    }
 
 
 def _save(out: Path, result: dict) -> None:
@@ -306,7 +326,9 @@ def _save(out: Path, result: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "gpu_fidelity.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
-    saved.update(result)
+    for key, value in result.items():  # the zoo's parts from earlier runs stay beside this run's
+        merge = key == "zoo" and isinstance(value, dict) and isinstance(saved.get(key), dict)
+        saved[key] = {**saved[key], **value} if merge else value
     saved["time"] = datetime.now(UTC).isoformat(timespec="seconds")
     path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
 
@@ -320,6 +342,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder of gpu_fidelity.json (merged)")
     parser.add_argument("--min-time", type=float, default=0.1)
     parser.add_argument("--max-time", type=float, default=2.0)
+    parser.add_argument(
+        "--variants", default=",".join(ZOO_VARIANTS), help=f"zoo variants, comma-separated: {', '.join(ZOO_VARIANTS)}"
+    )
     parser.add_argument("--ncu-target", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.ncu_target:
@@ -369,8 +394,8 @@ def main() -> None:
     if "zoo" in checks:
         result["zoo"], result["resnet50"] = check_zoo(args, lambda partial: _save(args.out, {"zoo": partial}))
         _save(args.out, result)
-        for row in result["zoo"]:
-            print(row)
+        for part, row in result["zoo"].items():
+            print(part, row["summary"], [m for m in row["models"] if m["bound_below_e2e"] is False])
         for row in result["resnet50"]:
             print(row)
 

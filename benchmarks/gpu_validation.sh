@@ -16,10 +16,14 @@
 #   resnet50_bN, resnet50_bN_no_tc  the same two at batch N (e.g. resnet50_b32), in the same database
 #   analyze      benanza analyze lower-bound and analyze optimizations --by-op over what was measured
 #   zoo          benchmarks/gpu_fidelity.py --only zoo (the zoo at batch 1 and 32, tensor cores on/off,
-#                float16; bounds vs the framework end to end; ResNet-50's optimisation analyses)
+#                float16; bounds vs the framework end to end; ResNet-50's optimisation analyses).
+#                About 0.5 s per layer on an H100 (2026-11-27, --min-time 0.01), about 8 minutes for
+#                one variant at one batch: run a few parts per session with ZOO_ARGS
+#                ("--variants float32-tc --batch 1 --min-time 0.002 --max-time 0.05"); each part is
+#                merged into OUTDIR/gpu_fidelity.json beside those of earlier runs copied there
 #
 # MIN_TIME sets the smoke and ResNet-50 runs' --min-time (default 0.05 s per candidate).
-# ZOO_ARGS passes options to the zoo check (e.g. "--batch 1 --min-time 0.02 --max-time 0.3").
+# ZOO_ARGS passes options to the zoo check (e.g. "--variants float16-tc --batch 32 --min-time 0.002").
 # A step's limit is STEP_LIMIT_<STEP> seconds (e.g. STEP_LIMIT_ZOO=300); with DEADLINE_S=N the whole
 # run ends within N seconds (later steps get what is left, or are listed as not run). Wheels of what the machine
 # lacks (below) are installed first when a .whl folder is present:

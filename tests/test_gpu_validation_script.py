@@ -55,3 +55,21 @@ def test_a_resnet_step_names_its_batch_and_tensor_cores(tmp_path: Path) -> None:
     second = (work / "logs" / "resnet50.log").read_text().splitlines()[0]
     assert "--runtime cudnn --tensor-cores --batch 4" in second
     assert f"sqlite:///{work}/gpu.db" in first  # GPU_WORK holds the database a later call adds to
+
+
+def test_the_zoo_parts_of_several_runs_are_kept_side_by_side(tmp_path: Path) -> None:
+    """The whole zoo takes more than one GPU session: each run saves its parts beside the earlier ones."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("gpu_fidelity", SCRIPT.parent / "gpu_fidelity.py")
+    fidelity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fidelity)
+    first = fidelity.zoo_part("float32", True, 1)
+    fidelity._save(tmp_path, {"zoo": {first: {"summary": 1}}, "ncu": [1]})
+    second = fidelity.zoo_part("float16", True, 32)
+    fidelity._save(tmp_path, {"zoo": {second: {"summary": 2}}, "ncu": [2]})
+    saved = json.loads((tmp_path / "gpu_fidelity.json").read_text())
+    assert saved["zoo"] == {first: {"summary": 1}, second: {"summary": 2}}
+    assert saved["ncu"] == [2]  # other checks: the latest run's
+    assert first == "float32,tensor_cores=True,batch=1"
