@@ -314,12 +314,27 @@ def test_without_a_gpu_framework_a_model_spec_says_what_is_missing(chain_specs, 
     assert torch_missing() is not None and reason.endswith(f"and PyTorch: {torch_missing()}")
 
 
+def test_the_end_to_end_framework_runs_the_variants_precision():
+    """ONNX Runtime's CUDA EP runs the model's own float32; a half-precision variant is PyTorch's cast module."""
+    from benanza.runtimes.cuda.runtime import e2e_framework
+
+    assert e2e_framework("float32", None, None) == ("onnxruntime-cuda", None)
+    assert e2e_framework("float32", "no CUDA EP", None) == ("pytorch", None)
+    assert e2e_framework("float16", None, None) == ("pytorch", None)
+    assert e2e_framework("bfloat16", None, "PyTorch is not installed") == (
+        None,
+        "a bfloat16 model runs end to end in PyTorch only, and PyTorch is not installed",
+    )
+    assert e2e_framework("float32", "no CUDA EP", "no torch") == (None, "no CUDA EP; and PyTorch: no torch")
+
+
 @pytest.mark.gpu
-def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path):
+@pytest.mark.parametrize("precision", ["float32", "float16"])
+def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path, precision):
     from benanza.bench.generate import specs_for_plan
     from benanza.local import plan_models
 
-    rt = CudnnRuntime()
+    rt = CudnnRuntime(precision=precision)
     (plan,) = plan_models([zoo_path("squeezenet")], rt, (1,), None, ())
     model = next(s for s in specs_for_plan(plan, rt.name, rt.variant(), e2e=True) if s.kind is SpecKind.MODEL)
     reason = rt.supports(model)
@@ -328,6 +343,7 @@ def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path):
     record = run_spec(model, rt, QUICK, system="gpu", stack_id="s")
     assert record.outcome is Outcome.OK, record.reason
     assert record.settings["framework"] in ("onnxruntime-cuda", "pytorch")
+    assert precision == "float32" or record.settings["dtype"] == precision
     assert 0 < record.stats.median < 1.0
     rt.close()
 

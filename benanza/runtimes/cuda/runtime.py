@@ -252,6 +252,23 @@ class GpuPrepared(Prepared):
         self.candidates = []
 
 
+def e2e_framework(precision: str, ort_missing: str | None, torch_missing: str | None) -> tuple[str | None, str | None]:
+    """Which framework runs a whole model end to end, and why none can: ``(framework, why_not)``.
+
+    ONNX Runtime's CUDA EP runs the model's own float32 graph; a float16 or bfloat16 variant is
+    run by PyTorch with the converted module and its inputs cast to that type, as a PyTorch user
+    runs a model in half precision (``model.half()``), so that the bound and the end to end are
+    of one precision. ``ort_missing``/``torch_missing``: why each cannot run here, or None.
+    """
+    if precision == "float32" and ort_missing is None:
+        return "onnxruntime-cuda", None
+    if torch_missing is None:
+        return "pytorch", None
+    if precision == "float32":
+        return None, f"{ort_missing}; and PyTorch: {torch_missing}"
+    return None, f"a {precision} model runs end to end in PyTorch only, and {torch_missing}"
+
+
 def _is_view(params: LayerParams) -> bool:
     return isinstance(params, DataMovementParams) and params.view
 
@@ -360,11 +377,14 @@ class CudnnRuntime(Runtime):
 
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
-            model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
-            if cuda_provider_missing() is None:
-                return OrtCudaModel(model, self.device, self.precision)
-            from benanza.runtimes.cuda.torch_model import TorchModel
+            from benanza.runtimes.cuda.torch_model import TorchModel, torch_missing
 
+            model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
+            framework, why_not = e2e_framework(self.precision, cuda_provider_missing(), torch_missing())
+            if framework == "onnxruntime-cuda":
+                return OrtCudaModel(model, self.device, self.precision)
+            if framework is None:
+                raise GpuError(f"no framework can run this model end to end here: {why_not}")
             return TorchModel(model, self.device, self.precision, self.tensor_cores)
         params = spec_params(spec, self.precision)
         if isinstance(params, Unsupported):
@@ -376,17 +396,12 @@ class CudnnRuntime(Runtime):
         candidates, errors = build_candidates(ctx, handle, params, fused, self.tensor_cores, self.sources)
         return GpuPrepared(ctx, params, candidates, errors)
 
-    @staticmethod
-    def _e2e_missing() -> str | None:
-        """Why no framework can run a whole model here: ONNX Runtime's CUDA EP first, else PyTorch."""
+    def _e2e_missing(self) -> str | None:
+        """Why no framework can run a whole model here in this variant's precision (``e2e_framework``)."""
         from benanza.runtimes.cuda.torch_model import torch_missing
         from benanza.runtimes.onnxruntime import cuda_provider_missing
 
-        ort = cuda_provider_missing()
-        if ort is None:
-            return None
-        torch = torch_missing()
-        return None if torch is None else f"{ort}; and PyTorch: {torch}"
+        return e2e_framework(self.precision, cuda_provider_missing(), torch_missing())[1]
 
     def execution_groups(self, graph: ModelGraph, proto: Any = None) -> list[list[int]]:
         """Conv [+ BatchNormalization] [+ bias Add] [+ activation] chains, as cuDNN fuses them."""

@@ -4,8 +4,9 @@ The model is converted to a ``torch.nn.Module`` by ``onnx2torch`` and run under
 ``torch.inference_mode`` with inputs already on the device; the call returns after
 ``torch.cuda.synchronize``, so its latency is what a PyTorch user waits for. cuDNN's
 autotuner stays as PyTorch leaves it by default (``torch.backends.cudnn.benchmark`` off:
-the heuristic's pick, the framework's default), and TF32 follows the runtime's
-``tensor_cores`` setting. Imported only when a model is prepared.
+the heuristic's pick, the framework's default), TF32 follows the runtime's
+``tensor_cores`` setting, and a float16 or bfloat16 variant runs the module cast to that type.
+Imported only when a model is prepared.
 
 Before conversion, ``for_onnx2torch`` rewrites what onnx2torch has no converter for into what
 PyTorch would run in its place, and the record's ``settings.rewrites`` lists each rewrite:
@@ -93,15 +94,22 @@ def torch_missing() -> str | None:
     return None
 
 
+PRECISIONS = ("float32", "float16", "bfloat16")
+
+
 class TorchModel(Prepared):
-    """``call`` runs the converted model once and waits for the GPU."""
+    """``call`` runs the converted model once and waits for the GPU.
+
+    ``precision`` other than float32: the module's floating parameters and buffers and the
+    float inputs are cast to it (``Module.to(dtype=...)``, what ``model.half()`` does).
+    """
 
     def __init__(self, model: Any, device: int = 0, precision: str = "float32", tensor_cores: bool = True) -> None:
         missing = torch_missing()
         if missing:
             raise GpuError(missing)
-        if precision != "float32":
-            raise GpuError(f"the end-to-end model runs in its own float32, not {precision}")
+        if precision not in PRECISIONS:
+            raise GpuError(f"the end-to-end model runs in {', '.join(PRECISIONS)}, not {precision}")
         import torch
         from onnx2torch import convert
 
@@ -109,13 +117,19 @@ class TorchModel(Prepared):
 
         self._torch = torch
         self._device = torch.device("cuda", device)
+        dtype = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[precision]
         torch.backends.cuda.matmul.allow_tf32 = tensor_cores
         torch.backends.cudnn.allow_tf32 = tensor_cores
         converted, rewrites = for_onnx2torch(model)
-        self._module = convert(converted).eval().to(self._device)
-        self._inputs = [torch.from_numpy(a).to(self._device) for a in feeds_for(model).values()]
+        # float16/bfloat16: parameters, buffers and float inputs cast, as model.half() does
+        self._module = convert(converted).eval().to(self._device, dtype=dtype)
+        self._inputs = [
+            tensor.to(self._device, dtype=dtype) if tensor.is_floating_point() else tensor.to(self._device)
+            for tensor in (torch.from_numpy(a) for a in feeds_for(model).values())
+        ]
         self.provenance = {
             "framework": "pytorch",
+            "dtype": precision,
             "torch": torch.__version__,
             "torch_cudnn": torch.backends.cudnn.version(),
             "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
