@@ -29,11 +29,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benanza.collector import collection_paused
 from benanza.model.corpus import summarize
 from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph
 from benanza.model.load import load_model
-from benanza.model.process import cycle_collection_paused, model_name, process_model
+from benanza.model.process import model_name, process_model
 from benanza.model.qdq import unique_dequantize
 from benanza.model.resolve import needs_resolution, resolve_if_needed
 from benanza.model.shapes import apply_binding, bind_shapes, fold_constants, infer_shapes, parse_shape_overrides
@@ -107,7 +108,7 @@ def staged_once(items: list[Item]) -> dict[str, Any]:
 
     for item in items:
         row: dict[str, float] = {}
-        with cycle_collection_paused():  # as process_model runs
+        with collection_paused():  # as process_model runs
             proto = timed("load_s", row, lambda item=item: load_model(item.path))
             binding = timed("bind_s", row, lambda p=proto, i=item: bind_shapes(p, i.path, i.batch, i.shapes))
             if binding.rebatch:  # prepare_model's rebatch pass is not staged here

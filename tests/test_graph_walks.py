@@ -7,8 +7,9 @@ import gc
 import pytest
 from onnx import helper
 
+from benanza.collector import collection_paused
 from benanza.errors import ModelError
-from benanza.model.process import cycle_collection_paused, process_model
+from benanza.model.process import process_model
 from benanza.model.resolve import _without_dead_constants
 from benanza.model.walks import stable_topological_order, topological_nodes
 from benanza.model.zoo import zoo_paths
@@ -75,7 +76,7 @@ def test_the_collector_is_left_as_it_was_after_processing_and_after_a_failure(en
         with pytest.raises(ModelError):
             process_model(bad)
         assert gc.isenabled() is enabled
-        with cycle_collection_paused():
+        with collection_paused():
             assert not gc.isenabled()
         assert gc.isenabled() is enabled
     finally:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import onnx
 
+from benanza.collector import collection_paused
 from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph, ShapeReport
 from benanza.model.load import load_model
@@ -49,28 +48,9 @@ def process_model(
     ``fits_here``: the model is benchmarked on this machine, so an input larger than its
     memory is refused (``shapes.bind_shapes``); False where other systems run it.
     """
-    with cycle_collection_paused():
+    with collection_paused():  # its objects live until the model is done (benanza.collector)
         model = proto if proto is not None else load_model(path)
         prepared = prepare_model(model, path, batch, shapes, fits_here=fits_here)
         proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
         graph = extract(proto, model_name(path), str(path), prepared.shapes)
     return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)
-
-
-@contextmanager
-def cycle_collection_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector held off while one model is processed, as it was after.
-
-    Processing allocates hundreds of thousands of objects that live until the model is done
-    (onnx_ir's copy of the graph for the optimizer, protobuf wrappers, layers), so the
-    collector would run again and again, each full pass walking every live object, the models
-    processed before included: a fifth of the corpus's processing time. Reference counting
-    still frees what it can; the cycles left (onnx_ir's graph) go at the next collection.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()

@@ -30,11 +30,11 @@ CuPy and NVML are imported when a context is made, never at import time.
 from __future__ import annotations
 
 import contextlib
-import gc
 import math
 from collections.abc import Callable
 from typing import Any
 
+from benanza.collector import collection_paused
 from benanza.errors import GpuError, UsageError, one_line
 from benanza.runtimes.cuda.flush import L2Flush
 from benanza.runtimes.cuda.stack import (
@@ -104,7 +104,7 @@ class StreamGate:
         self._ticket += 1
         ticket = self._ticket
         args = (self._flag, self._numpy.int64(ticket), self._timeout_ns, self._timed_out)
-        with collector_paused():  # a free the collector makes here would wait for the gate
+        with collection_paused():  # a free the collector makes here would wait for the gate
             self._kernel((1,), (1,), args, stream=stream)
             try:
                 yield
@@ -465,7 +465,7 @@ class HotSampler:
                 self._launch()
                 stream.synchronize()
                 self._ran = True
-            with collector_paused():  # a free the collector makes inside a capture breaks it
+            with collection_paused():  # a free the collector makes inside a capture breaks it
                 stream.begin_capture()
                 try:
                     for _ in range(runs):
@@ -514,24 +514,6 @@ class Gated:
             self.timeouts += new
             self.on = False
             self._context.gate_timed_out(new)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Any:
-    """Python's cyclic garbage collector held off while the stream is gated or captured.
-
-    An object it collects may free device memory (an nvmath ``Matmul``, a CuPy array), and a
-    ``cudaFree`` synchronises the device: inside a gated sample it waits for the gate, which
-    waits for the host, until the gate times out; inside a capture it breaks the capture.
-    Both sections last microseconds on the host; what they leave is collected after them.
-    """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _end_abandoned_capture(stream: Any) -> None:
