@@ -64,7 +64,11 @@ def test_the_zoo_parts_of_several_runs_are_kept_side_by_side(tmp_path: Path) -> 
 
     spec = importlib.util.spec_from_file_location("gpu_fidelity", SCRIPT.parent / "gpu_fidelity.py")
     fidelity = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fidelity)
+    sys.modules["gpu_fidelity"] = fidelity  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(fidelity)
+    finally:
+        del sys.modules["gpu_fidelity"]
     first = fidelity.zoo_part("float32", True, 1)
     fidelity._save(tmp_path, {"zoo": {first: {"summary": 1}}, "ncu": [1]})
     second = fidelity.zoo_part("float16", True, 32)
