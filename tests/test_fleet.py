@@ -598,8 +598,16 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
 
 @pytest.mark.slow
 def test_fleet_run_measures_stored_failures_again_only_when_asked(tmp_path: Path, conv_chain) -> None:
-    """A failure stored by an earlier version (its cause fixed since) is reused until ``--retry-failed``."""
+    """A failure stored by an earlier version (its cause fixed since) is reused until ``--retry-failed``.
+
+    The threads are fixed: the embedded default, ``auto``, counts the cores other processes leave
+    free as each run starts, and a count that changes between runs is another variant, which
+    reuses nothing (a CI run measured all 9 again when the previous run's Ray was still exiting).
+    """
     cmd, env = embedded_fleet_run(tmp_path, conv_chain, max_time_s="0.02", kernel_runs="2")
+    config = tmp_path / "laptop.toml"
+    config.write_text('[[systems]]\nname = "laptop"\nthreads = 1\n')
+    cmd = [*cmd[:5], str(config), *cmd[5:]]  # benanza fleet run CONFIG --models ...
 
     def run(*extra: str) -> dict:
         done = subprocess.run([*cmd, *extra], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
