@@ -123,17 +123,25 @@ class PinnedBuffer(bytearray):
     ptr = 0
 
 
-class FakeGateKernel:
-    """The gate: holds its stream until the host's flag reaches the ticket, or (``gpu.gate_opens``
-    False, a gate that never sees the flag) gives up at once and counts a timeout."""
+class FakeKernel:
+    """A raw kernel built by NVRTC: ``compile`` fails as ``gpu.nvrtc_error`` says; ``marker``: what its source uses."""
+
+    marker = ""
 
     def __init__(self, gpu: FakeGpu, source: str, name: str) -> None:
-        assert name in source and "globaltimer" in source
+        assert name in source and self.marker in source
         self.gpu = gpu
 
     def compile(self) -> None:
         if self.gpu.nvrtc_error:
             raise RuntimeError(self.gpu.nvrtc_error)
+
+
+class FakeGateKernel(FakeKernel):
+    """The gate: holds its stream until the host's flag reaches the ticket, or (``gpu.gate_opens``
+    False, a gate that never sees the flag) gives up at once and counts a timeout."""
+
+    marker = "globaltimer"
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, stream: FakeStream) -> None:
         flag_ptr, ticket, _, timed_out_ptr = (int(a) for a in args)
@@ -146,16 +154,10 @@ class FakeGateKernel:
             counts[1] += 1
 
 
-class FakeFlushKernel:
+class FakeFlushKernel(FakeKernel):
     """The reading L2 flush: costs FLUSH_MS on the stream it is launched on."""
 
-    def __init__(self, gpu: FakeGpu, source: str, name: str) -> None:
-        assert name in source and "int4" in source
-        self.gpu = gpu
-
-    def compile(self) -> None:
-        if self.gpu.nvrtc_error:
-            raise RuntimeError(self.gpu.nvrtc_error)
+    marker = "int4"
 
     def __call__(self, grid: tuple, block: tuple, args: tuple, stream: FakeStream) -> None:
         assert int(args[1]) * 16 == 2 * L2_BYTES and grid == (8 * SM_COUNT,)

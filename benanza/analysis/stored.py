@@ -25,7 +25,7 @@ from benanza.analysis.lower_bound import LowerBound, lower_bound
 from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.bench.plans import StoredPlan
 from benanza.bench.records import BenchmarkRecord
-from benanza.bench.spec import SpecKind
+from benanza.bench.spec import SpecKind, parse_variant
 from benanza.errors import UsageError
 from benanza.store.base import Store
 
@@ -79,11 +79,6 @@ def select_stacks(store: Store, systems: Sequence[str], stack: str = LATEST) -> 
         known = ", ".join(dict.fromkeys(seen)) or "none"
         raise UsageError(f"{store.shown_uri}: no system of {', '.join(systems)} ran stack {stack!r}; known: {known}")
     return chosen
-
-
-def parse_variant(variant: str | None) -> dict[str, str]:
-    """A canonical variant string (``ep=cpu,opt=extended,threads=1``) as a mapping."""
-    return dict(item.split("=", 1) for item in (variant or "").split(",") if "=" in item)
 
 
 def results_by_key(

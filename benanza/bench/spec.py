@@ -51,6 +51,11 @@ def variant_id(variant: Mapping[str, Any] | tuple[tuple[str, Any], ...]) -> str:
     return ",".join(f"{k}={v}" for k, v in items)
 
 
+def parse_variant(variant: str | None) -> dict[str, str]:
+    """A canonical variant string (``ep=cpu,opt=extended,threads=1``) as a mapping: ``variant_id``'s inverse."""
+    return dict(item.split("=", 1) for item in (variant or "").split(",") if "=" in item)
+
+
 @dataclass(frozen=True, slots=True)
 class BenchmarkSpec:
     kind: SpecKind

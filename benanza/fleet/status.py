@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from benanza.analysis.compare import latest_stack
-from benanza.analysis.stored import parse_variant
 from benanza.analysis.stored_regressions import new_regressions
 from benanza.bench.records import BenchmarkRecord
-from benanza.bench.spec import variant_id
+from benanza.bench.spec import parse_variant, variant_id
 from benanza.config import FleetConfig, runtime_entry
 from benanza.fleet.plan import Target, plan_target
 from benanza.store.base import Store

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from rich.console import Console
 from rich.table import Table
 
+from benanza.bench.spec import parse_variant
+
 if TYPE_CHECKING:
     from benanza.analysis.lower_bound import LowerBound
     from benanza.bench.stats import Interval
@@ -123,10 +125,7 @@ def variant_column(variants: Iterable[str | None]) -> tuple[str, dict[str | None
     unique = sorted(set(variants), key=str)
     if len(unique) < 2:
         return "variant", {}
-    parsed = {
-        v: dict(part.split("=", 1) if "=" in part else (part, "") for part in (v or "").split(",") if part)
-        for v in unique
-    }
+    parsed = {v: parse_variant(v) for v in unique}
     keys = sorted({k for d in parsed.values() for k in d})
     differing = [k for k in keys if len({d.get(k) for d in parsed.values()}) > 1]
     if len(differing) == 1:
