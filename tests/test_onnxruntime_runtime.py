@@ -226,6 +226,9 @@ def test_a_chain_of_nodes_that_do_nothing_has_almost_no_kernel_time(threads):
             medians.append(sorted(kernel)[len(kernel) // 2])
             if medians[-1] < 4 * prepared.profiled_node_floor_s:
                 break
+            # and the next try takes the floor again beside it: a host slower than when the process
+            # measured it (3x in one full suite) left the stale floor's residual at 4 to 11 floors
+            node_floor_s.cache_clear()
     finally:
         prepared.close()
     floor = prepared.profiled_node_floor_s
