@@ -28,7 +28,7 @@ from benanza.fingerprint import StackFingerprint
 from benanza.runtimes.base import Runtime
 from benanza.settings import Settings, load_settings
 from benanza.store.base import Store, open_store
-from benanza.targets import open_target, register
+from benanza.targets import keep_stored_threads, open_target, register
 
 
 @dataclass
@@ -39,6 +39,7 @@ class LocalContext:
     stack_id: str
     stack: StackFingerprint
     settings: HarnessSettings
+    notes: tuple[str, ...] = ()  # what was decided when the target was opened (``Target.notes``)
 
     @property
     def variant(self) -> str:
@@ -73,8 +74,15 @@ def open_local(
     target = open_target(runtime, runtime_options)
     name = system or env.system_name()
     store = open_store(db, settings=env)
-    register(store, name, [target])
-    return LocalContext(store, target.runtime, name, target.stack_id, target.stack, harness)
+    try:
+        stored = store.variants(name, target.stack_id, target.runtime.name)
+        target = keep_stored_threads(target, runtime, runtime_options, stored)
+        register(store, name, [target])
+    except BaseException:
+        store.close()
+        target.runtime.close()
+        raise
+    return LocalContext(store, target.runtime, name, target.stack_id, target.stack, harness, target.notes)
 
 
 def plan_models(

@@ -10,11 +10,12 @@ new work.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from benanza.bench import host_cpu
 from benanza.bench.contract import Runtime
-from benanza.bench.spec import variant_id
+from benanza.bench.spec import parse_variant, variant_id
 from benanza.fingerprint import StackFingerprint, stack_fingerprint, system_fingerprint
 from benanza.runtimes.base import get_runtime
 from benanza.store.base import Store
@@ -27,6 +28,7 @@ class Target:
     runtime: Runtime
     stack: StackFingerprint
     stack_id: str
+    notes: tuple[str, ...] = ()  # what was decided when it was opened, for the run's output (the threads auto chose)
 
     @property
     def variant(self) -> str:
@@ -37,7 +39,47 @@ def open_target(runtime: str, options: Mapping[str, Any] | None = None) -> Targe
     """The runtime registered as ``runtime``, built with ``options``, and its stack fingerprint."""
     rt = get_runtime(runtime, **dict(options or {}))
     stack = stack_fingerprint({"runtime": rt.name, **rt.stack()})
-    return Target(rt, stack, stack.stack_id)
+    return Target(rt, stack, stack.stack_id, rt.notes())
+
+
+def keep_stored_threads(
+    target: Target, runtime: str, options: Mapping[str, Any] | None, stored: Mapping[str, int]
+) -> Target:
+    """With ``threads = "auto"``, the target at the thread count its system's stored results use, if one is free.
+
+    Auto reads the cores other processes leave free when a run starts; a count unlike the last
+    run's would make another variant (``threads=N`` is part of it) and reuse nothing stored. So
+    among the counts ``stored`` holds for this runtime's variant otherwise alike, auto keeps the
+    most that the free cores allow (``host_cpu.kept_threads``), and says so in ``notes``; where
+    none fits, it keeps its own count and says that nothing stored is reused.
+
+    Args:
+        target: the target as ``open_target`` built it from ``runtime`` and ``options``.
+        stored: variant id -> records, for this system, the target's stack and runtime (``Store.variants``).
+    """
+    options = dict(options or {})
+    free = target.runtime.cpu_threads()
+    variant = target.runtime.variant()
+    if options.get("threads") != host_cpu.AUTO or free is None or variant.get("threads") != free:
+        return target
+    counts = [
+        n
+        for vid in stored
+        if (n := _count(parse_variant(vid).get("threads"))) is not None and variant_id({**variant, "threads": n}) == vid
+    ]
+    keep = host_cpu.kept_threads(free, counts)
+    if keep == free or (keep is None and not counts):
+        return target
+    seen = host_cpu.free_cores_once()
+    if keep is None:
+        return replace(target, notes=(host_cpu.unfit_note(counts, seen),))
+    kept = open_target(runtime, {**options, "threads": keep})
+    target.runtime.close()
+    return replace(kept, notes=(host_cpu.kept_note(keep, seen),))
+
+
+def _count(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def register(

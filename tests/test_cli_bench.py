@@ -210,6 +210,33 @@ def test_threads_auto_runs_at_the_free_cores_and_says_so(tmp_path, model_file) -
     assert f"note: {chosen.note()}" in result.stderr
 
 
+def test_threads_auto_keeps_the_count_stored_results_use(tmp_path, model_file) -> None:
+    """A run at 1 thread, then ``--threads auto``: auto keeps 1 (fewer than the free cores), so it reuses all.
+
+    A count more than the free cores, stored before, is not kept: the run says that it reuses none of it.
+    """
+    from benanza.bench.host_cpu import free_cores_once, kept_note, unfit_note
+
+    uri = f"sqlite:///{tmp_path / 'kept.db'}"
+    flags = ["--min-time", "0.001", "--max-time", "0.05", "--system", SYSTEM, "--granularity", "1"]
+    first = invoke("bench", "run", model_file, "--db", uri, *flags, "--threads", "1")
+    assert first.exit_code == 0, first.output
+    again = invoke("bench", "run", model_file, "--db", uri, *flags, "--threads", "auto")
+    assert again.exit_code == 0, again.output
+    assert "(ep=cpu,opt=extended,threads=1): measured 0, reused" in again.stdout
+    chosen = free_cores_once()
+    assert f"note: {kept_note(1, chosen) if chosen.threads > 1 else chosen.note()}" in again.stderr
+    # stored only at more threads than are free (the host's cores and one): auto runs at the free count
+    over = chosen.cores + 1
+    uri = f"sqlite:///{tmp_path / 'over.db'}"
+    assert invoke("bench", "run", model_file, "--db", uri, *flags, "--threads", str(over)).exit_code == 0
+    fresh = invoke("bench", "run", model_file, "--db", uri, *flags, "--threads", "auto")
+    assert fresh.exit_code == 0, fresh.output
+    assert f"(ep=cpu,opt=extended,threads={chosen.threads}): measured" in fresh.stdout
+    assert ", reused 0," in fresh.stdout
+    assert f"note: {unfit_note([over], chosen)}" in fresh.stderr
+
+
 def test_the_main_job_measures_stored_failures_again_only_when_asked(tmp_path, conv_chain):
     """A failure stored by an earlier version (whose cause was fixed since) is reused until ``--retry-failed``."""
     model = tmp_path / "chain.onnx"

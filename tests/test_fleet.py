@@ -709,6 +709,33 @@ def test_a_worker_measures_its_chunk_interleaved_when_the_harness_says_so(tmp_pa
     assert len({r.stats.n for r in records}) == 1  # one sample of each per round
 
 
+def test_a_worker_at_auto_threads_keeps_the_count_its_systems_stored_results_use(tmp_path: Path) -> None:
+    """A system whose results were stored at 1 thread, opened again with ``threads = "auto"``: it runs at 1
+    (fewer than the free cores), so the driver's plan reuses them; its note says why."""
+    from test_store import record_for
+
+    from benanza.bench.host_cpu import free_cores_once, kept_note
+    from benanza.fleet.worker import SystemWorker
+
+    db = f"sqlite:///{tmp_path / 'kept.db'}"
+
+    def worker(threads: int | str) -> SystemWorker:
+        return SystemWorker(SystemConfig(name="sys-k", threads=threads).model_dump(mode="json"), db, FAST)
+
+    first = worker(1)
+    (entry,) = first.targets.values()
+    assert entry["variant"]["threads"] == 1 and entry["new_stack"]
+    with open_store(db) as store:
+        store.upsert([record_for(1, system="sys-k", stack_id=entry["stack_id"], variant=entry["variant"])])
+    first.close()
+    again = worker("auto")
+    (kept,) = again.identity()["targets"].values()
+    chosen = free_cores_once()
+    assert kept["variant"] == entry["variant"] and kept["stack_id"] == entry["stack_id"] and not kept["new_stack"]
+    assert kept["notes"] == [kept_note(1, chosen) if chosen.threads > 1 else chosen.note()]
+    again.close()
+
+
 def test_one_runtime_in_two_variants_on_a_system_stores_both_and_status_sees_both(
     cluster, tmp_path: Path, conv_chain
 ) -> None:

@@ -297,3 +297,38 @@ def test_the_runtime_reads_auto_once_per_process_and_says_what_it_chose() -> Non
     for bad in (0, -1, "two", 1.5, True):
         with pytest.raises(UsageError, match="threads must be a positive integer or 'auto'"):
             OnnxRuntimeCPU(threads=bad)
+
+
+def test_auto_keeps_the_most_stored_threads_that_the_free_cores_allow() -> None:
+    from benanza.bench.host_cpu import kept_threads
+
+    assert kept_threads(2, [1]) == 1  # fewer than are free: kept, so that the stored results are reused
+    assert kept_threads(4, [1, 2, 8]) == 2
+    assert kept_threads(2, [2, 1]) == 2
+    assert kept_threads(1, [2]) is None  # more than are free: the neighbour's core is not taken
+    assert kept_threads(3, []) is None
+
+
+def test_auto_keeps_only_a_count_stored_for_the_same_variant_otherwise(monkeypatch) -> None:
+    """Stored counts of another optimisation level or provider are not the same variant: auto ignores them."""
+    from benanza.bench import host_cpu
+    from benanza.targets import keep_stored_threads, open_target
+
+    four = host_cpu.FreeCores(cores=4, others=0.1, threads=4, window_s=0.5)
+    monkeypatch.setattr(host_cpu, "free_cores_once", lambda: four)  # a quiet 4-core host, on any machine
+    options = {"threads": "auto"}
+    target = open_target("onnxruntime", options)
+    assert target.runtime.variant() == {"ep": "cpu", "opt": "extended", "threads": 4}
+    assert target.notes == (four.note(),)
+    other = {"ep=cpu,opt=basic,threads=1": 9, "ep=cuda,opt=extended,threads=2": 9, "ep=cpu,opt=extended,threads=x": 1}
+    assert keep_stored_threads(target, "onnxruntime", options, other) is target
+    alike = {**other, "ep=cpu,opt=extended,threads=2": 5, "ep=cpu,opt=extended,threads=1": 7}
+    kept = keep_stored_threads(target, "onnxruntime", options, alike)
+    assert kept.runtime.variant()["threads"] == kept.runtime.threads == 2 and kept.stack_id == target.stack_id
+    assert kept.notes == (host_cpu.kept_note(2, four),) and "so that they are reused" in kept.notes[0]
+    assert keep_stored_threads(target, "onnxruntime", {"threads": 4}, alike) is target  # a number is never changed
+    current = {"ep=cpu,opt=extended,threads=4": 3, **alike}
+    assert keep_stored_threads(target, "onnxruntime", options, current) is target  # the free count is stored too
+    over = keep_stored_threads(target, "onnxruntime", options, {"ep=cpu,opt=extended,threads=6": 3})
+    assert over.runtime is target.runtime and over.notes == (host_cpu.unfit_note([6], four),)
+    assert "threads 6, more than are free now" in over.notes[0]

@@ -53,14 +53,22 @@ STACK = "stack0000000001"
 # -- record builders (module level: spawned worker processes import them) ------------------
 
 
-def spec_for(i: int, *, runtime: str = "onnxruntime", kind: SpecKind = SpecKind.LAYER, batch: int = 1) -> BenchmarkSpec:
+def spec_for(
+    i: int,
+    *,
+    runtime: str = "onnxruntime",
+    kind: SpecKind = SpecKind.LAYER,
+    batch: int = 1,
+    threads: int = 1,
+    variant: dict[str, object] | None = None,
+) -> BenchmarkSpec:
     return BenchmarkSpec(
         kind=kind,
         key=f"key{i:07d}",
         batch_size=batch,
         dtype="float32",
         runtime=runtime,
-        variant=canonical_variant({"threads": 1, "opt": "all"}),
+        variant=canonical_variant(variant if variant is not None else {"threads": threads, "opt": "all"}),
         label=f"Conv #{i}",
         network=Network((NetworkTensor((batch, 3, 8, 8), "float32"),), (), (), 1),
     )
@@ -293,6 +301,14 @@ class StoreContract:
         assert sum(row["count"] for row in store.summary()) == 1
         store.upsert([record_for(2)])  # a current record replaces the outdated one
         assert len(store.records()) == 2
+
+    def test_variants_count_the_current_records_of_each_variant(self, store: Store) -> None:
+        store.upsert([record_for(1), record_for(2), record_for(3, threads=2), record_for(4, runtime="cudnn")])
+        store.upsert([record_for(5, system="sys-b"), record_for(6, stack_id="stack0000000002")])
+        store.upsert([dataclasses.replace(record_for(7, threads=3), schema_version=SCHEMA_VERSION - 1)])
+        assert store.variants(SYSTEM, STACK, "onnxruntime") == {"opt=all,threads=1": 2, "opt=all,threads=2": 1}
+        assert store.variants(SYSTEM, STACK, "cudnn") == {"opt=all,threads=1": 1}
+        assert store.variants("sys-c", STACK, "onnxruntime") == {}
 
     def test_records_without_payload_keep_the_statistics(self, store: Store) -> None:
         store.upsert([record_for(i) for i in range(3)])

@@ -25,6 +25,7 @@ import functools
 import math
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -142,6 +143,34 @@ class FreeCores:
             f"threads {self.threads} of {self.cores} cores (auto: other processes used {self.others:.2f} cores "
             f"over {self.window_s:g} s before it started; set threads to fix the count)"
         )
+
+
+def kept_threads(free: int, stored: Iterable[int]) -> int | None:
+    """The thread count ``threads = "auto"`` keeps: the most among ``stored`` that ``free`` allows; None: none does.
+
+    ``stored``: the counts a system's stored results of the same stack and variant use. A run at
+    another count is another variant that reuses nothing, so auto takes a stored count whenever it
+    leaves the other processes their cores (fewer threads than are free always do).
+    """
+    return max((s for s in stored if 1 <= s <= free), default=None)
+
+
+def kept_note(threads: int, free: FreeCores) -> str:
+    """The run's note when auto kept a stored count below the free cores (``kept_threads``)."""
+    seen = f"other processes used {free.others:.2f} cores over {free.window_s:g} s, " if free.others is not None else ""
+    return (
+        f"threads {threads} of {free.cores} cores (auto: the count this system's stored results use, so that they "
+        f"are reused; {seen}{free.threads} would be free; set threads to fix the count)"
+    )
+
+
+def unfit_note(stored: Iterable[int], free: FreeCores) -> str:
+    """The run's note when every count stored is more than the free cores allow: nothing stored is reused."""
+    counts = ", ".join(str(s) for s in sorted(set(stored)))
+    return (
+        f"{free.note()}; this system's stored results use threads {counts}, more than are free now: "
+        "this run's results are another variant and reuse none of them"
+    )
 
 
 def free_cores(window_s: float = FREE_CORES_WINDOW_S, tolerance: float = FREE_CORES_TOLERANCE) -> FreeCores:

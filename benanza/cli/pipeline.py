@@ -123,7 +123,7 @@ def print_summary(ctx, summary) -> None:
 
 def print_notes(ctx) -> None:
     """One ``note:`` line on stderr per thing the runtime decided when it was built (the threads ``auto`` chose)."""
-    for note in ctx.runtime.notes():
+    for note in ctx.notes:
         print(f"note: {note}", file=sys.stderr)
 
 

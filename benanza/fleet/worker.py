@@ -28,7 +28,7 @@ from benanza.settings import Settings, default_settings
 from benanza.store.base import Store, open_store
 from benanza.store.spill import ResilientWriter, SpillFile, drain
 from benanza.store.uri import StoreURI
-from benanza.targets import Target, open_target, register
+from benanza.targets import Target, keep_stored_threads, open_target, register
 
 log = logging.getLogger(__name__)
 
@@ -94,18 +94,9 @@ class SystemWorker:
         self._entries: dict[tuple[str, str], str] = {}  # (runtime name, variant id) -> runtime entry
         for name in self.config.runtimes:  # entries: "cudnn", "cudnn:tensor_cores=false", ...
             try:
-                target = open_target(runtime_entry(name)[0], self.config.runtime_options(name))
+                self._targets[name] = open_target(runtime_entry(name)[0], self.config.runtime_options(name))
             except (BenanzaError, ImportError, OSError) as exc:
                 self.errors[name] = one_line(exc)
-                continue
-            self._targets[name] = target
-            self.runtimes[name] = target.runtime
-            self.targets[name] = {
-                "stack_id": target.stack_id,
-                "variant": target.runtime.variant(),
-                "notes": list(target.runtime.notes()),
-            }
-            self._entries[(target.runtime.name, target.variant)] = name
         self.spill_dir = spill_dir or str(self.env.spill_path())  # resolved here: relative to this worker
         owner = f"{self.name}-{self.host}-{os.getpid()}"
         self.store: Store | None = None
@@ -113,16 +104,36 @@ class SystemWorker:
         self.spill = SpillFile(os.path.join(self.spill_dir, f"{owner}.jsonl"))
         self.drained = 0
         self._measurers: dict[str, Measurer] = {}  # runtime entry -> its measurer, kept for the actor's life
+        self._new_stacks: dict[str, bool] = {}  # stack id -> new on this system (``register``)
         self._connect(db, owner, write_retries)
+        for name, target in self._targets.items():
+            self.runtimes[name] = target.runtime
+            self.targets[name] = {
+                "stack_id": target.stack_id,
+                "variant": target.runtime.variant(),
+                "notes": list(target.notes),
+            }
+            if target.stack_id in self._new_stacks:  # registered: the store was reached
+                self.targets[name]["new_stack"] = self._new_stacks[target.stack_id]
+            self._entries[(target.runtime.name, target.variant)] = name
         self.metrics = _Metrics(self.name)
 
     def _connect(self, db: StoreURI | str | None, owner: str, retries: int) -> None:
-        """Open the store and register this system; an unreachable store means spilling."""
+        """Open the store and register this system; an unreachable store means spilling.
+
+        Before registering, a target whose threads are ``auto`` takes the count this system's
+        stored results use where the free cores allow (``keep_stored_threads``).
+        """
         try:
             self.store = open_store(db, settings=self.env)
-            new = register(self.store, self.name, self._targets.values(), self.config.model_dump(mode="json"))
-            for target in self.targets.values():
-                target["new_stack"] = new[target["stack_id"]]
+            for name, target in self._targets.items():
+                stored = self.store.variants(self.name, target.stack_id, target.runtime.name)
+                self._targets[name] = keep_stored_threads(
+                    target, runtime_entry(name)[0], self.config.runtime_options(name), stored
+                )
+            self._new_stacks = register(
+                self.store, self.name, self._targets.values(), self.config.model_dump(mode="json")
+            )
             self.drained = drain(self.store, self.spill_dir)
             self.writer = ResilientWriter(self.store, self.spill_dir, owner, retries=retries, backoff_s=0.5)
         except StoreError as exc:

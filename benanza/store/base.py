@@ -78,6 +78,14 @@ class Store(Protocol):
         """Spec ids with a current-schema record (any outcome) for this system and stack."""
         ...
 
+    def variants(self, system: str, stack_id: str, runtime: str) -> dict[str, int]:
+        """How many current-schema records each variant of ``runtime`` holds for this system and stack.
+
+        Variant ids as records hold them (``ep=cpu,opt=extended,threads=2``); what ``threads =
+        "auto"`` reads to keep the thread count a system's stored results use (``benanza.targets``).
+        """
+        ...
+
     def records(
         self,
         *,

@@ -384,6 +384,12 @@ class MongoStore(StoreBase):
 
         return self._call("read measured spec ids", read)
 
+    def variants(self, system: str, stack_id: str, runtime: str) -> dict[str, int]:
+        match = {"system": system, "stack_id": stack_id, "schema_version": SCHEMA_VERSION, "runtime": runtime}
+        pipeline = [{"$match": match}, {"$group": {"_id": "$variant", "count": {"$sum": 1}}}]
+        groups = self._call("count stored variants", lambda: list(self._results.aggregate(pipeline)))
+        return {g["_id"]: int(g["count"]) for g in groups}
+
     def _present_among(self, system: str, stack_id: str, spec_ids: list[str], but_failed: bool = False) -> set[str]:
         """The ids among ``spec_ids`` with a current-schema record (``but_failed``: other than a failure)."""
         found: set[str] = set()

@@ -502,6 +502,14 @@ class SqliteStore(StoreBase):
         )
         return {r[0] for r in rows}
 
+    def variants(self, system: str, stack_id: str, runtime: str) -> dict[str, int]:
+        rows = self._read(
+            "SELECT variant, COUNT(*) FROM results WHERE system = ? AND stack_id = ? AND schema_version = ? "
+            "AND runtime = ? GROUP BY variant",
+            (system, stack_id, SCHEMA_VERSION, runtime),
+        )
+        return {r[0]: int(r[1]) for r in rows}
+
     def records(
         self,
         *,
