@@ -43,7 +43,12 @@ MANIFEST = json.loads((CORPUS / "corpus.json").read_text())
 BY_NAME = {e["name"]: e for e in MANIFEST}
 # the ops whose shapes decide most of a model's cost, and their int8 forms
 SHAPE_CHECKED = {"Conv", "MatMul", "Gemm", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger", "QGemm"}
-FAST = HarnessSettings(warmup_runs=1, min_samples=3, min_time_s=0.001, max_time_s=0.05, kernel_runs=3)
+# Each call known to 5%, not the default 1%: at 1% every interleaved group ran to its time cap (56
+# rounds; four of the models took 151 s against 74 s at 5%, one after the other on the shared 2-core
+# VM). The whole fixture took 802 of the suite's 1747 s at 1% and 626 s at 5% (its own run, 2026-11-27).
+FAST = HarnessSettings(
+    warmup_runs=1, min_samples=3, min_time_s=0.001, max_time_s=0.05, kernel_runs=3, target_rel_stderr=0.05
+)
 
 
 # Models whose lower bound, measured with the shortest settings, exceeds even the slowest
