@@ -28,7 +28,7 @@ from benanza.fingerprint import StackFingerprint
 from benanza.runtimes.base import Runtime
 from benanza.settings import Settings, load_settings
 from benanza.store.base import Store, open_store
-from benanza.targets import keep_stored_threads, open_target, register
+from benanza.targets import open_target, register, settle_threads
 
 
 @dataclass
@@ -75,8 +75,7 @@ def open_local(
     name = system or env.system_name()
     store = open_store(db, settings=env)
     try:
-        stored = store.variants(name, target.stack_id, target.runtime.name)
-        target = keep_stored_threads(target, runtime, runtime_options, stored)
+        target = settle_threads(target, runtime, runtime_options, store, name)
         register(store, name, [target])
     except BaseException:
         store.close()

@@ -73,9 +73,18 @@ def keep_stored_threads(
     seen = host_cpu.free_cores_once()
     if keep is None:
         return replace(target, notes=(host_cpu.unfit_note(counts, seen),))
-    kept = open_target(runtime, {**options, "threads": keep})
+    kept = get_runtime(runtime, **{**options, "threads": keep})  # the same stack: threads are not part of it
     target.runtime.close()
-    return replace(kept, notes=(host_cpu.kept_note(keep, seen),))
+    return Target(kept, target.stack, target.stack_id, (host_cpu.kept_note(keep, seen),))
+
+
+def settle_threads(
+    target: Target, runtime: str, options: Mapping[str, Any] | None, store: Store, system: str
+) -> Target:
+    """``keep_stored_threads`` with what ``store`` holds for ``system``; read only for ``threads = "auto"``."""
+    if (options or {}).get("threads") != host_cpu.AUTO:
+        return target
+    return keep_stored_threads(target, runtime, options, store.variants(system, target.stack_id, target.runtime.name))
 
 
 def _count(text: str | None) -> int | None:

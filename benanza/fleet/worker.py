@@ -28,7 +28,7 @@ from benanza.settings import Settings, default_settings
 from benanza.store.base import Store, open_store
 from benanza.store.spill import ResilientWriter, SpillFile, drain
 from benanza.store.uri import StoreURI
-from benanza.targets import Target, keep_stored_threads, open_target, register
+from benanza.targets import Target, open_target, register, settle_threads
 
 log = logging.getLogger(__name__)
 
@@ -122,15 +122,13 @@ class SystemWorker:
         """Open the store and register this system; an unreachable store means spilling.
 
         Before registering, a target whose threads are ``auto`` takes the count this system's
-        stored results use where the free cores allow (``keep_stored_threads``).
+        stored results use where the free cores allow (``settle_threads``).
         """
         try:
             self.store = open_store(db, settings=self.env)
             for name, target in self._targets.items():
-                stored = self.store.variants(self.name, target.stack_id, target.runtime.name)
-                self._targets[name] = keep_stored_threads(
-                    target, runtime_entry(name)[0], self.config.runtime_options(name), stored
-                )
+                options = self.config.runtime_options(name)
+                self._targets[name] = settle_threads(target, runtime_entry(name)[0], options, self.store, self.name)
             self._new_stacks = register(
                 self.store, self.name, self._targets.values(), self.config.model_dump(mode="json")
             )
