@@ -367,7 +367,9 @@ def test_an_actor_killed_mid_run_loses_and_duplicates_nothing(cluster, tmp_path:
         records = store.records(system="sys-b")
     assert len(records) == s["total"] == len({r.spec_id for r in records})
     pids = Counter(r.settings["placement"]["pid"] for r in records)
-    assert killed[0] in pids and len(pids) >= 2  # a fresh worker process finished the work
+    # a fresh worker process finished the work. The killed one's records may all be gone: killed after
+    # writing a chunk but before returning it, that chunk is measured again and its records replaced
+    assert set(pids) - {killed[0]}, pids
 
 
 def test_two_drivers_on_the_same_plan_measure_each_spec_once(cluster, tmp_path: Path, two_models) -> None:
