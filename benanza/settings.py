@@ -93,6 +93,15 @@ class HarnessSettings(BaseModel):
         "free of the host's that disturbs a measurement",
     )
     disturbance_retries: int = Field(1, ge=0, description="times a disturbed measurement is taken again")
+    remeasure_share: float = Field(
+        0.25,
+        ge=0,
+        description="re-measures of disturbed measurements may spend this share of the first measurements' time, "
+        "besides remeasure_reserve_s (benanza.bench.remeasure); the rest stay disturbed, marked",
+    )
+    remeasure_reserve_s: float = Field(
+        60.0, ge=0, description="seconds re-measures may spend before the first measurements earned any"
+    )
     reference_call: bool = Field(
         True, description="sample the host's reference call in every interleaved group (benanza.bench.reference)"
     )

@@ -7,6 +7,8 @@ models in fresh databases, alternating three settings in each pair of rounds so 
 period of a shared host falls on all of them alike:
 
 - ``default``: the main job as a user runs it;
+- ``unbudgeted``: every disturbed measurement measured again, whatever it costs (``remeasure_share = inf``,
+  the behaviour before the re-measure budget, ``benanza.bench.remeasure``);
 - ``no_reference``: ``BENANZA_HARNESS_REFERENCE_CALL=false``;
 - ``no_checks``: no reference call and no second measurement (``BENANZA_HARNESS_DISTURBANCE_RETRIES=0``).
 
@@ -40,6 +42,7 @@ from benanza.store import open_store
 RESULTS = Path(__file__).parent / "results"
 SETTINGS: dict[str, dict[str, str]] = {
     "default": {},
+    "unbudgeted": {"BENANZA_HARNESS_REMEASURE_SHARE": "inf"},  # every disturbed measurement taken again
     "no_reference": {"BENANZA_HARNESS_REFERENCE_CALL": "false"},
     "no_checks": {"BENANZA_HARNESS_REFERENCE_CALL": "false", "BENANZA_HARNESS_DISTURBANCE_RETRIES": "0"},
 }
@@ -68,6 +71,8 @@ def one_run(models: list[Path], env_extra: dict[str, str], threads: str, folder:
         "records": len(records),
         "remeasured": sum(1 for s in stats if s.remeasured),
         "disturbed": sum(1 for s in stats if s.disturbed),
+        # disturbed, and the re-measure budget did not allow measuring them again (benanza.bench.remeasure)
+        "not_measured_again": sum(1 for s in stats if "not measured again" in (s.disturbed_reason or "")),
     }
 
 
@@ -77,24 +82,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--rounds", type=int, default=2, help="rounds, each running every setting once")
     parser.add_argument("--threads", default="1", help="the main job's --threads (fixed: one variant)")
     parser.add_argument("--tag", default="", help="suffix of the JSON file's name")
+    parser.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS), help="which to run")
     args = parser.parse_args(argv)
+    if "default" not in args.settings:
+        raise SystemExit("main_job_cost: --settings needs default, the one the others are compared with")
+    chosen = {name: SETTINGS[name] for name in args.settings}
     by_name = {p.stem: p for p in zoo_paths()}
     unknown = [m for m in args.models if m not in by_name]
     if unknown:
         raise SystemExit(f"main_job_cost: not in the zoo: {', '.join(unknown)}; known: {', '.join(sorted(by_name))}")
     models = [by_name[m] for m in args.models]
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SETTINGS}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
     with tempfile.TemporaryDirectory(prefix="main-job-cost-") as tmp:
         for round_ in range(args.rounds):
-            order = list(SETTINGS) if round_ % 2 == 0 else list(reversed(SETTINGS))  # neither always first
+            order = list(chosen) if round_ % 2 == 0 else list(reversed(chosen))  # neither always first
             for name in order:
-                run = one_run(models, SETTINGS[name], args.threads, Path(tmp))
+                run = one_run(models, chosen[name], args.threads, Path(tmp))
                 runs[name].append(run)
                 print(f"round {round_ + 1} {name:>12}: {run}", flush=True)
     base = runs["default"]
     ratios = {
         name: round(statistics.median(r["wall_s"] / d["wall_s"] for r, d in zip(runs[name], base, strict=True)), 3)
-        for name in SETTINGS
+        for name in chosen
         if name != "default"
     }
     out = {
@@ -103,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "cores": host_cores(),
         "models": args.models,
         "threads": args.threads,
-        "settings": SETTINGS,
+        "settings": chosen,
         "runs": runs,
         "median_wall_over_default": ratios,
         "command": "python benchmarks/main_job_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),

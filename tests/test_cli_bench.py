@@ -174,6 +174,26 @@ def test_run_benchmarks_and_analyzes(model_file, tmp_path):
     assert set(row["composed_ms"]) == {"1", "2"}
 
 
+def test_disturbed_measurements_the_remeasure_budget_declines_stay_marked_and_the_run_says_so(model_file, tmp_path):
+    """Every measurement disturbed (a CPU share no process reaches), no budget for re-measures: each is measured
+    once, stored marked with why, and the run's note says how many were not measured again."""
+    uri = f"sqlite:///{tmp_path / 'budget.db'}"
+    env = {
+        "BENANZA_HARNESS_MIN_CPU_SHARE": "4",  # a process of one working thread is far from 4 CPUs
+        "BENANZA_HARNESS_REMEASURE_SHARE": "0",
+        "BENANZA_HARNESS_REMEASURE_RESERVE_S": "0",
+    }
+    result = invoke("run", model_file, "--db", uri, "--granularity", "1", "--format", "json", *FAST_FLAGS, env=env)
+    rows = json_of(result)
+    assert rows and rows[0]["coverage"] == 1.0
+    with open_store(uri, create=False) as store:
+        records = store.records(system=SYSTEM)
+    assert records and all(r.stats.disturbed and r.stats.remeasured == 0 for r in records)
+    assert all("; not measured again: re-measures had spent 0 s" in r.stats.disturbed_reason for r in records)
+    (note,) = [line for line in result.stderr.splitlines() if "were not measured again" in line]
+    assert note.startswith("note: ") and ", 0 were: re-measures spent 0 s of the 0 s the run allowed them" in note
+
+
 def test_a_missing_model_file_is_a_one_line_error(tmp_path):
     missing = tmp_path / "no_such_model.onnx"
     for command in (("bench", "run", missing, *FAST_FLAGS),):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -328,6 +329,22 @@ def test_the_ray_metrics_endpoint_shows_each_systems_benchmark_counters(cluster,
         time.sleep(1)
     assert seen.get(done, 0.0) - before == measured, seen
     assert seen.get(("ray_benanza_benchmarks_queued", "sys-c")) == 0, seen  # the driver's gauge: nothing left
+
+
+def test_a_system_notes_the_re_measures_its_budgets_declined(cluster, tmp_path: Path, two_models) -> None:
+    """Every measurement disturbed (a CPU share no process reaches) and no budget for re-measures: the system's
+    notes say how many were not measured again, and its stored records are marked with why."""
+    db = f"sqlite:///{tmp_path / 'budget.db'}"
+    harness = {**FAST, "min_cpu_share": 4.0, "remeasure_share": 0.0, "remeasure_reserve_s": 0.0}
+    out = run_fleet(fleet_config(two_models[:1], db, systems=("sys-a",), harness=harness)).to_dict()
+    system = out["systems"]["sys-a"]
+    assert system["measured"] > 0 and system["failed"] == 0
+    (note,) = [n for n in system["notes"] if "were not measured again" in n]
+    assert re.match(r"[1-9]\d* disturbed measurement\(s\) were not measured again, 0 were: re-measures spent 0 s", note)
+    with open_store(db, create=False) as store:
+        records = store.records(system="sys-a")
+    assert len(records) == system["measured"]
+    assert all(r.stats.disturbed and "not measured again" in r.stats.disturbed_reason for r in records)
 
 
 @pytest.mark.timeout(120)  # a hang guard: an actor whose system has no node would stay pending forever

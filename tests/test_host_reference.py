@@ -163,9 +163,18 @@ def test_a_group_in_a_slow_period_is_measured_again_then_marked(model_groups) ->
     assert {r["call_s"] for r in _reference_of(slow)} == {_reference_of(slow)[0]["call_s"]}  # the group's one figure
 
 
-def test_a_slow_period_that_ends_leaves_the_group_measured_again_and_unmarked(model_groups) -> None:
+@pytest.mark.parametrize(
+    "budget",
+    [
+        {},  # the default: the reserve pays for it
+        {"remeasure_share": 10.0, "remeasure_reserve_s": 0.0},  # no reserve: the quiet groups' time earns it
+    ],
+    ids=["reserve", "earned"],
+)
+def test_a_slow_period_that_ends_leaves_the_group_measured_again_and_unmarked(model_groups, budget) -> None:
     host = _Host()
-    with Measurer(_SlowableRuntime(host), SETTINGS, system=SYSTEM, stack_id=STACK, admit=False) as measurer:
+    settings = SETTINGS.model_copy(update=budget)
+    with Measurer(_SlowableRuntime(host), settings, system=SYSTEM, stack_id=STACK, admit=False) as measurer:
         for group in model_groups[:2]:
             list(measurer.measure(group))
         host.slow_prepares = len(model_groups[2]) + 1  # the group's first measurement only
@@ -173,6 +182,8 @@ def test_a_slow_period_that_ends_leaves_the_group_measured_again_and_unmarked(mo
     assert host.prepared_slow == len(model_groups[2]) + 1
     assert not any(r.stats.disturbed for r in records)
     assert {r["remeasured"] for r in _reference_of(records)} == {1}
+    spent = measurer.remeasures
+    assert spent.taken == 1 and spent.declined == 0 and 0 < spent.spent_s <= spent.earned_s
 
 
 def test_a_first_group_in_a_slow_period_is_found_at_the_end_and_replaced(model_groups, tmp_path) -> None:
@@ -205,3 +216,40 @@ def test_without_the_reference_call_a_slow_group_goes_unseen_as_before(model_gro
     assert measurer.reference is None and host.prepared_slow == len(model_groups[1])  # no reference call prepared
     assert not any(r.stats.disturbed for r in records)
     assert not any("host_reference" in r.settings for r in records)
+
+
+def test_a_spent_remeasure_budget_marks_a_slow_group_without_measuring_it_again(model_groups) -> None:
+    host = _Host()
+    settings = SETTINGS.model_copy(update={"remeasure_share": 0.0, "remeasure_reserve_s": 0.0})
+    with Measurer(_SlowableRuntime(host), settings, system=SYSTEM, stack_id=STACK, admit=False) as measurer:
+        quiet = [r for g in model_groups[:2] for _, r, _ in measurer.measure(g)]
+        host.slow_prepares = 10_000
+        slow = [r for _, r, _ in measurer.measure(model_groups[2])]
+    assert host.prepared_slow == len(model_groups[2]) + 1  # measured once, with its reference call
+    assert not any(r.stats.disturbed for r in quiet)
+    for record, ref in zip(slow, _reference_of(slow), strict=True):
+        assert record.stats.disturbed and ref["remeasured"] == 0
+        reason = record.stats.disturbed_reason
+        assert reason.startswith("the host ran slower while this group was measured")
+        assert "; not measured again: re-measures had spent 0 s" in reason
+    assert measurer.remeasures.declined == 1 and measurer.remeasures.spent_s == 0.0
+
+
+def test_a_first_group_found_slow_at_the_end_is_marked_when_the_budget_is_spent(model_groups, tmp_path) -> None:
+    host = _Host()
+    host.slow_prepares = len(model_groups[0]) + 1
+    specs = [s for g in model_groups for s in g]
+    settings = SETTINGS.model_copy(update={"remeasure_share": 0.0, "remeasure_reserve_s": 0.0})
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+        summary = run_specs(
+            specs, _SlowableRuntime(host), store, settings, system=SYSTEM, stack_id=STACK, groups=model_groups
+        )
+        stored = store.records(system=SYSTEM, stack_id=STACK)
+    assert host.prepared_slow == len(model_groups[0]) + 1  # not measured again at the end
+    unique = {s.spec_id for s in specs}
+    assert summary.measured == len(unique) and len(stored) == len(unique)
+    first = {s.spec_id for s in model_groups[0]}
+    marked = {r.spec_id for r in stored if r.stats.disturbed}
+    assert marked == first
+    assert all("not measured again" in r.stats.disturbed_reason for r in stored if r.spec_id in first)
+    assert summary.remeasure_note.startswith("1 disturbed measurement(s) were not measured again, 0 were")

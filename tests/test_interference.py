@@ -23,6 +23,7 @@ from benanza.bench.harness import (
     measure_interleaved,
     speed_step,
 )
+from benanza.bench.remeasure import RemeasureBudget
 from benanza.runtimes.onnxruntime import session_options
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
@@ -197,6 +198,35 @@ def test_a_competitor_throughout_is_measured_again_then_flagged(conv_session) ->
     assert timing.disturbed and timing.remeasured == 1
     assert timing.cpu_share < 0.8
     assert timing.disturbed_reason.startswith("the process had")
+
+
+def test_a_spent_remeasure_budget_flags_without_measuring_again(conv_session) -> None:
+    """A competitor throughout, and a budget that allows no re-measure: one attempt each, marked with why."""
+    settings = HarnessSettings(**{**SLOW, "min_time_s": 0.4, "max_time_s": 0.4}, disturbance_step=10.0)
+    spent = RemeasureBudget(share=0.0, reserve_s=0.0)
+    profiled: list[int] = []
+    with competitor_on_my_core(after_s=0.0):
+        time.sleep(0.05)  # the competitor is running
+        timing = measure(conv_session, settings, budget=spent)
+        group = measure_interleaved(
+            [conv_session, conv_session],
+            settings,
+            untimed=[lambda: profiled.append(1), None],
+            untimed_runs=3,
+            budget=spent,
+        )
+        ample = RemeasureBudget(share=0.0, reserve_s=100.0)
+        again = measure(conv_session, settings, budget=ample)
+    assert timing.disturbed and timing.remeasured == 0
+    assert timing.disturbed_reason.startswith("the process had")
+    assert "; not measured again: re-measures had spent 0 s of the 0 s this run allows them" in timing.disturbed_reason
+    for t in group.timings:
+        assert t.disturbed and t.remeasured == 0 and "not measured again" in t.disturbed_reason
+    assert len(group.companions_kept) == len(profiled) and sum(group.companions_kept) >= 3  # the one attempt's
+    assert (spent.taken, spent.declined, spent.spent_s) == (0, 2, 0.0)
+    assert spent.measured_s >= 0.8  # both first measurements booked (0.4 s of rounds each, at least)
+    assert again.disturbed and again.remeasured == 1 and "not measured again" not in again.disturbed_reason
+    assert ample.taken == 1 and ample.spent_s >= 0.4
 
 
 def test_a_step_during_interleaved_rounds_flags_every_call(conv_session) -> None:

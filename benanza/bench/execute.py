@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -28,6 +29,7 @@ from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.memory import spec_memory
 from benanza.bench.records import BenchmarkRecord, MeasurementStats, Outcome, make_record
 from benanza.bench.reference import HostReference, reference_figure, reference_spec
+from benanza.bench.remeasure import RemeasureBudget
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import Interval, describe
 from benanza.errors import UnsupportedLayer, one_line
@@ -78,10 +80,12 @@ def run_spec(
     stack_id: str,
     host: str | None = None,
     memory: MemoryReader = system_memory,
+    budget: RemeasureBudget | None = None,
 ) -> BenchmarkRecord:
     """Measure one spec; every outcome is a record.
 
     A spec that needs more memory than the system has is skipped before anything is allocated.
+    ``budget``: what re-measures of disturbed measurements may still spend (None: no limit).
     """
     started = time.perf_counter()
     samples: tuple[float, ...] = ()
@@ -102,7 +106,8 @@ def run_spec(
                 extra.update(measured.settings)
             else:
                 at_cap = samples_at_cap([spec], settings)
-                timing = measure(prepared.call, settings, threads=runtime.cpu_threads(), min_samples_at_cap=at_cap)
+                threads = runtime.cpu_threads()
+                timing = measure(prepared.call, settings, threads=threads, min_samples_at_cap=at_cap, budget=budget)
                 samples, stats = timing.samples, _timing_stats(timing)
                 kernel, how = _kernel_figures(prepared, None, (), settings, timing)
                 if how is not None:
@@ -161,6 +166,7 @@ def run_interleaved(
     stack_id: str,
     host: str | None = None,
     memory: MemoryReader = system_memory,
+    budget: RemeasureBudget | None = None,
 ) -> list[BenchmarkRecord]:
     """Measure a group of specs together: all prepared at once, then sampled in rounds.
 
@@ -170,7 +176,7 @@ def run_interleaved(
     record per spec, in order; a spec that cannot be prepared or raises during the rounds
     is a failure and the others go on; one that needs more memory than the system has is
     skipped unprepared. Every prepared benchmark of the group is in memory at once (see
-    ``group_chunks``).
+    ``group_chunks``). ``budget``: what re-measures of disturbed rounds may still spend (None: no limit).
     """
     started = time.perf_counter()
     results: dict[int, BenchmarkRecord] = {}
@@ -221,6 +227,7 @@ def run_interleaved(
             parts=[specs[i].kind for i, _, _ in live],  # the model, its layers, sequences, fused groups: a sum each
             threads=runtime.cpu_threads(),
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
+            budget=budget,
         )
         for (i, prepared, profiler), timing in zip(live, rounds.timings, strict=True):
             if isinstance(timing, Exception):
@@ -386,6 +393,7 @@ class RunSummary:
     skipped: int = 0
     deferred: int = 0
     deferred_reason: str | None = None  # the largest deferred benchmark's
+    remeasure_note: str | None = None  # disturbed measurements the re-measure budget declined to take again
     records: list[BenchmarkRecord] = field(default_factory=list, repr=False)
     _deferred_needed: int = field(default=0, repr=False)
 
@@ -480,6 +488,7 @@ def run_specs(
                 summary.defer(1, refused)
             else:
                 take(spec, record)
+        summary.remeasure_note = measurer.remeasures.summary_note()
     if pending:
         store.upsert(pending)
     return summary
@@ -519,6 +528,8 @@ class Measurer:
         self.reference = HostReference(self.settings.reference_step) if sampled else None
         self._groups: dict[int, _Group] = {}  # by their index among the reference's figures
         self._probe: BenchmarkSpec | None = None  # the reference call, as a spec of this measurer's runtime
+        # every re-measure of this measurer's life draws on one budget, whichever level asks for it
+        self.remeasures = RemeasureBudget(self.settings.remeasure_share, self.settings.remeasure_reserve_s)
 
     def measure(
         self, specs: Sequence[BenchmarkSpec], groups: Sequence[Sequence[BenchmarkSpec]] = ()
@@ -547,53 +558,62 @@ class Measurer:
                     self._runner = isolated_runner(runtime, settings, **where)
                 yield spec, self._runner.run(spec, runtime), None
             else:
-                yield spec, run_spec(spec, runtime, settings, memory=memory, **where), None
+                yield spec, run_spec(spec, runtime, settings, memory=memory, budget=self.remeasures, **where), None
 
     def _rounds(self, chunk: Sequence[BenchmarkSpec]) -> tuple[list[BenchmarkRecord], Interval | None, str | None]:
         """One group sampled in rounds with the reference call: its records, the reference's figure
         (None without a reference) and why the reference could not be measured."""
-        where = {"system": self.system, "stack_id": self.stack_id}
+        where = {"system": self.system, "stack_id": self.stack_id, "memory": self._memory, "budget": self.remeasures}
         if self.reference is None:
-            return run_interleaved(chunk, self.runtime, self.settings, memory=self._memory, **where), None, None
+            return run_interleaved(chunk, self.runtime, self.settings, **where), None, None
         if self._probe is None:
             self._probe = reference_spec(chunk[0].runtime, chunk[0].variant)
         specs = [*chunk, self._probe]
-        *records, own = run_interleaved(specs, self.runtime, self.settings, memory=self._memory, **where)
+        *records, own = run_interleaved(specs, self.runtime, self.settings, **where)
         return records, reference_figure(own.samples), own.reason
 
     def _until_steady(
-        self, reference: HostReference, chunk: Sequence[BenchmarkSpec], tries: int, without: int | None = None
-    ) -> tuple[list[BenchmarkRecord], Interval | None, str | None, str | None, int]:
-        """A group measured up to ``tries`` times while its reference says the host ran slower than in
-        the run: the last records, figure, reason the reference failed, verdict, and times measured."""
+        self, reference: HostReference, chunk: Sequence[BenchmarkSpec], without: int | None = None, again: bool = False
+    ) -> _Steady:
+        """A group measured up to ``1 + disturbance_retries`` times while its reference says the host ran
+        slower than in the run and the re-measure budget allows (``again``: its first time is a re-measure)."""
+        budget = self.remeasures
+        tries = self.settings.disturbance_retries + 1
         for attempt in range(1, tries + 1):
-            records, figure, failed = self._rounds(chunk)
+            before = budget.measured_s + budget.spent_s
+            with budget.again() if again or attempt > 1 else nullcontext():
+                records, figure, failed = self._rounds(chunk)
+            cost = budget.measured_s + budget.spent_s - before
             reason = reference.verdict(figure, without=without)
             if reason is None or attempt == tries:
-                return records, figure, failed, reason, attempt
+                return _Steady(records, figure, failed, reason, attempt, cost)
+            if not budget.allows(cost):
+                return _Steady(records, figure, failed, f"{reason}; {budget.declined_note()}", attempt, cost)
             log.info("%s: measuring a group of %d again: %s", self.system, len(chunk), reason)
-        raise ValueError("tries must be at least 1")
+        raise ValueError("disturbance_retries must be at least 0")
 
     def _interleaved(self, chunk: Sequence[BenchmarkSpec]) -> list[BenchmarkRecord]:
         """A group's records: measured again while its reference call says the host ran slower than in the run."""
         reference = self.reference
         if reference is None:
             return self._rounds(chunk)[0]
-        records, figure, failed, reason, times = self._until_steady(
-            reference, chunk, self.settings.disturbance_retries + 1
-        )
-        index = reference.add(figure)
-        if index is not None:
-            self._groups[index] = _Group(list(chunk), marked=reason is not None)
+        steady = self._until_steady(reference, chunk)
+        index = reference.add(steady.figure)
         run = reference.run_figure(without=index)
-        return [_referenced(r, figure, run, reason, times - 1, failed) for r in records]
+        records = [
+            _referenced(r, steady.figure, run, steady.reason, steady.times - 1, steady.failed) for r in steady.records
+        ]
+        if index is not None:
+            self._groups[index] = _Group(list(chunk), records, steady.cost_s, marked=steady.reason is not None)
+        return records
 
     def recheck(self) -> Iterator[tuple[BenchmarkSpec, BenchmarkRecord]]:
         """The groups measured so far whose reference is slow against the run's figure as it stands
         now (measured before it settled), measured again: their new records (each group at most once).
 
-        Those still slow are marked disturbed. ``measure`` ends with it; a fleet worker, whose
-        calls each measure one group, so rechecks earlier groups in a later call.
+        Those still slow are marked disturbed, and so are those the re-measure budget no longer
+        allows to measure again (their first records, marked). ``measure`` ends with it; a fleet
+        worker, whose calls each measure one group, so rechecks earlier groups in a later call.
         """
         reference = self.reference
         if reference is None:
@@ -605,15 +625,21 @@ class Measurer:
             group.rechecked = True
             if self._admit and admit(group.chunk, self.runtime, self._memory)[1]:
                 continue  # it no longer fits the memory free now: its records stand as they were
+            if not self.remeasures.allows(group.cost_s):
+                reason = reference.verdict(reference.figures[index], without=index)
+                group.marked = True
+                note = f"{reason}; {self.remeasures.declined_note()}"
+                yield from zip(group.chunk, (_marked(r, note) for r in group.records), strict=True)
+                continue
             log.info("%s: measuring an earlier group of %d again: its reference is slow", self.system, len(group.chunk))
-            records, figure, failed, reason, times = self._until_steady(
-                reference, group.chunk, self.settings.disturbance_retries + 1, without=index
-            )
-            reference.replace(index, figure)
-            group.marked = reason is not None
+            steady = self._until_steady(reference, group.chunk, without=index, again=True)
+            reference.replace(index, steady.figure)
+            group.marked = steady.reason is not None
             run = reference.run_figure(without=index)
-            marked = [_referenced(r, figure, run, reason, times, failed) for r in records]
-            yield from zip(group.chunk, marked, strict=True)
+            group.records = [
+                _referenced(r, steady.figure, run, steady.reason, steady.times, steady.failed) for r in steady.records
+            ]
+            yield from zip(group.chunk, group.records, strict=True)
 
     def close(self) -> None:
         if self._runner is not None:
@@ -632,8 +658,22 @@ class _Group:
     """A group an interleaving measurer sampled with a reference figure: what a recheck measures again."""
 
     chunk: list[BenchmarkSpec]
+    records: list[BenchmarkRecord]  # as last yielded: what a recheck the budget declines marks
+    cost_s: float  # what measuring it took from the re-measure budget's clock: a recheck's expected cost
     marked: bool = False  # its records are marked disturbed (still slow after being measured again)
     rechecked: bool = False
+
+
+@dataclass(frozen=True)
+class _Steady:
+    """A group as ``Measurer._until_steady`` left it."""
+
+    records: list[BenchmarkRecord]
+    figure: Interval | None  # its reference's figure
+    failed: str | None  # why the reference could not be measured
+    reason: str | None  # why its records are disturbed (the reference's verdict, the budget's note)
+    times: int  # times it was measured
+    cost_s: float  # the measuring time of its last time
 
 
 def _referenced(
@@ -655,10 +695,15 @@ def _referenced(
             "run_s": None if run is None else run.value,
             "remeasured": remeasured,
         }
+    return replace(_marked(record, reason), settings={**record.settings, "host_reference": provenance})
+
+
+def _marked(record: BenchmarkRecord, reason: str | None) -> BenchmarkRecord:
+    """``record`` marked disturbed for ``reason`` (None, or a record already marked: as it is)."""
     stats = record.stats
-    if reason is not None and stats is not None and not stats.disturbed:
-        stats = replace(stats, disturbed=True, disturbed_reason=reason)
-    return replace(record, stats=stats, settings={**record.settings, "host_reference": provenance})
+    if reason is None or stats is None or stats.disturbed:
+        return record
+    return replace(record, stats=replace(stats, disturbed=True, disturbed_reason=reason))
 
 
 def isolated_runner(

@@ -48,8 +48,9 @@ processes' CPU time over the same wall time (``other_cores``, ``benanza.bench.ho
 competed with the benchmark's threads, which biases parts measured alone against a whole (on
 a 2-core VM at 2 threads, beside a one-core on/off burner, the zoo's layers summed to
 1.14-1.30x their end to end, while at one thread they composed within 3%). A disturbed
-measurement is taken again, up to ``disturbance_retries`` times; one still disturbed is kept
-and marked (``Timing.disturbed`` and its reason), and reports never show it as fact. A
+measurement is taken again, up to ``disturbance_retries`` times while the run's re-measure
+budget allows (``benanza.bench.remeasure``); one still disturbed is kept and marked
+(``Timing.disturbed`` and its reason), and reports never show it as fact. A
 periodic load (a neighbour's on/off bursts much shorter than a third of the measurement) is
 noise for the step check: it widens the intervals instead; the other processes' CPU time
 still finds it where it competes with the benchmark's threads. A slow period of the host
@@ -70,6 +71,7 @@ from typing import Any, Literal
 
 from benanza.bench import host_cpu
 from benanza.bench.host_cpu import host_cores
+from benanza.bench.remeasure import RemeasureBudget
 from benanza.bench.stats import (
     TRIM_PROPORTION,
     SampleStats,
@@ -204,16 +206,29 @@ def disturbance(
     return None
 
 
-def _checked(take: Callable[[], Timing], settings: HarnessSettings, *, cpu: bool, threads: int | None) -> Timing:
-    """``take()`` until it is not disturbed, at most ``1 + disturbance_retries`` times; the last is kept."""
-    for attempt in range(settings.disturbance_retries + 1):
+def _checked(
+    take: Callable[[], Timing],
+    settings: HarnessSettings,
+    *,
+    cpu: bool,
+    threads: int | None,
+    budget: RemeasureBudget | None = None,
+) -> Timing:
+    """``take()`` until it is not disturbed, at most ``1 + disturbance_retries`` times, each time again
+    only while ``budget`` allows it (None: always); the last is kept."""
+    budget = budget if budget is not None else RemeasureBudget.unlimited()
+    retries = settings.disturbance_retries
+    for attempt in range(retries + 1):
         start = host_cpu.mark() if cpu else None  # a device's speed: no host reading to take
         timing = take()
+        budget.book(timing.total_s, again=attempt > 0)
         use = host_cpu.since(start) if start is not None else host_cpu.CpuUse(None, None)
         reason = disturbance(timing.samples, use.share, settings, other_cores=use.others, threads=threads)
         taken = replace(timing, cpu_share=use.share, other_cores=use.others, remeasured=attempt)
         if reason is None:
             return taken
+        if attempt < retries and not budget.allows(timing.total_s):
+            return replace(taken, disturbed=True, disturbed_reason=f"{reason}; {budget.declined_note()}")
     return replace(taken, disturbed=True, disturbed_reason=reason)
 
 
@@ -227,6 +242,7 @@ def measure(
     clock: Callable[[], int] = time.perf_counter_ns,
     threads: int | None = None,
     min_samples_at_cap: int = 1,
+    budget: RemeasureBudget | None = None,
 ) -> Timing:
     """Time ``fn`` until the mean is known well enough or a cap is reached.
 
@@ -240,6 +256,7 @@ def measure(
         clock: a monotonic nanosecond clock; tests inject a fake one to make stopping exact.
         threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
         min_samples_at_cap: the samples the time cap waits for (``execute.samples_at_cap``).
+        budget: what re-measures of this run may still spend (``benanza.bench.remeasure``); None: no limit.
     """
     repeat = itertools.repeat
 
@@ -252,7 +269,7 @@ def measure(
     def take() -> Timing:
         return _sampled(timed_ns, fn, settings, clock, min_samples_at_cap)
 
-    return _checked(take, settings, cpu=True, threads=threads)
+    return _checked(take, settings, cpu=True, threads=threads, budget=budget)
 
 
 def measure_device(
@@ -443,6 +460,7 @@ def measure_interleaved(
     parts: Sequence[Hashable] | None = None,
     threads: int | None = None,
     min_rounds: int = 0,
+    budget: RemeasureBudget | None = None,
 ) -> Rounds:
     """Time several calls in shuffled rounds, one sample of each call per round.
 
@@ -481,6 +499,9 @@ def measure_interleaved(
         threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
         min_rounds: the rounds the time cap waits for, if more than ``MIN_ROUNDS``
             (``execute.samples_at_cap``: ``min_samples`` for a group that holds a whole model).
+        budget: what re-measures of this run may still spend (``benanza.bench.remeasure``); None: no limit.
+            Each attempt's rounds are booked to it; warm-up and calibration, which a re-measure keeps, as
+            first measuring time.
 
     Returns:
         ``Rounds``: per call its ``Timing`` or the exception it (or its companion) raised (a
@@ -520,25 +541,34 @@ def measure_interleaved(
     order = list(range(len(tracks)))
     min_time_ns = settings.min_time_s * 1e9
     precalls = settings.interleave_precalls
-    budget_ns = deadline - start
+    cap_ns = deadline - start
+    remeasures = budget if budget is not None else RemeasureBudget.unlimited()
+    remeasures.book((clock() - start) / 1e9)  # warm-up and calibration, not repeated by a re-measure
     discarded: tuple[bool, ...] = ()  # companion runs of disturbed attempts: never kept
+    remeasured = 0
     for attempt in range(settings.disturbance_retries + 1):
         if attempt:  # measure again: the same calibration, fresh samples and a fresh time budget
             for t in tracks:
                 t.restart()
-            deadline = clock() + budget_ns
+            deadline = clock() + cap_ns
+        rounds_start = clock()
         cpu_start = host_cpu.mark()
         stopped_by, companion_rounds, stride = _rounds(
             tracks, settings, rng, order, deadline, min_time_ns, precalls, untimed_runs, clock, floor_rounds
         )
         use = host_cpu.since(cpu_start)
+        sampled_ns = clock() - rounds_start
+        remeasures.book(sampled_ns / 1e9, again=attempt > 0)
         index = _speed_index([t for t in tracks if t.error is None])
         reason = disturbance(index, use.share, settings, other_cores=use.others, threads=threads)
         kept = tuple(r % stride == 0 for r in companion_rounds)
-        if reason is None:
+        if reason is None or attempt == settings.disturbance_retries:
             break
-        if attempt < settings.disturbance_retries:
-            discarded += (False,) * len(kept)
+        if not remeasures.allows(sampled_ns / 1e9):
+            reason = f"{reason}; {remeasures.declined_note()}"
+            break
+        discarded += (False,) * len(kept)
+        remeasured = attempt + 1
 
     results: list[Timing | Exception] = []
     for t in tracks:
@@ -557,7 +587,7 @@ def measure_interleaved(
                 disturbed=reason is not None,
                 disturbed_reason=reason,
                 cpu_share=use.share,
-                remeasured=attempt,
+                remeasured=remeasured,
                 other_cores=use.others,
             )
         )

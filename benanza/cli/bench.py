@@ -38,7 +38,7 @@ from benanza.cli.pipeline import (
     print_notes,
     print_summary,
     requested,
-    warn_deferred,
+    warn_run,
 )
 from benanza.cli.store_options import DbFileOpt, DbOpt, store_uri
 from benanza.config import MAIN_JOB_HARNESS, MAIN_JOB_THREADS
@@ -112,7 +112,7 @@ def bench_run(
     if not emit(format, out, [out]):
         print_summary(ctx, summary)
     print_notes(ctx)
-    warn_deferred(summary)
+    warn_run(summary)
 
 
 def run_command(
@@ -159,7 +159,7 @@ def run_command(
         if format is OutputFormat.table:
             print_summary(ctx, summary)
         print_notes(ctx)
-        warn_deferred(summary)
+        warn_run(summary)
         analyze_plans(ctx, plans, format, plot)
     finally:
         ctx.close()

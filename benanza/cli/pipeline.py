@@ -127,8 +127,11 @@ def print_notes(ctx) -> None:
         print(f"note: {note}", file=sys.stderr)
 
 
-def warn_deferred(summary) -> None:
-    """One line on stderr for benchmarks the memory guard held back: not stored, a later run retries."""
+def warn_run(summary) -> None:
+    """One line on stderr for benchmarks the memory guard held back (not stored, a later run retries),
+    and one for disturbed measurements the re-measure budget did not let measure again."""
+    if summary.remeasure_note:
+        print(f"note: {summary.remeasure_note}", file=sys.stderr)
     if summary.deferred:
         print(
             f"warning: {summary.deferred} benchmark(s) not run for lack of free memory, not stored "

@@ -41,6 +41,7 @@ from benanza.bench.generate import plan_model_file, plan_report, specs_for_plan
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import StoredPlan
 from benanza.bench.records import Outcome, make_record
+from benanza.bench.remeasure import remeasure_note
 from benanza.bench.spec import BenchmarkSpec
 from benanza.config import FleetConfig, SystemConfig, runtime_entry
 from benanza.errors import BenanzaError, StoreError, UsageError, one_line
@@ -261,6 +262,7 @@ class _Actor:
     system: str
     handle: Any
     inflight: int = 0
+    remeasures: dict[str, dict[str, Any]] = field(default_factory=dict)  # its workers' budgets, as last returned
 
 
 @dataclass
@@ -333,6 +335,7 @@ class FleetDriver:
                     with LeaseHeartbeat(store, self.owner, self.config.lease_s):
                         self._dispatch(store, runs, actors)
                 dispatch_s = time.perf_counter() - dispatch_started
+                self._note_remeasures(actors)
                 for actor in actors:
                     self._kill(actor.handle)
         finally:
@@ -517,7 +520,7 @@ class FleetDriver:
             for ref in done:
                 actor, run, chunk = inflight.pop(ref)
                 actor.inflight -= 1
-                self._finish(store, ref, run, chunk)
+                self._finish(store, ref, run, chunk, actor)
             now = time.monotonic()
             if now - last_recheck > max(2.0, self.config.lease_s / 4):
                 for run in runs:
@@ -525,7 +528,7 @@ class FleetDriver:
                         self._recheck_waiting(store, run)
                 last_recheck = now
 
-    def _finish(self, store: Store, ref: Any, run: _SystemRun, chunk: _Chunk) -> None:
+    def _finish(self, store: Store, ref: Any, run: _SystemRun, chunk: _Chunk, actor: _Actor) -> None:
         import ray
 
         system = run.target.system
@@ -534,6 +537,7 @@ class FleetDriver:
         except Exception as exc:  # the worker died (twice) or raised: retry the specs one by one
             self._worker_failed(store, run, chunk, one_line(exc))
             return
+        actor.remeasures = out.get("remeasures", actor.remeasures)
         outcomes = out["outcomes"]
         counts = {Outcome.OK: "measured", Outcome.FAILED: "failed", Outcome.SKIPPED: "skipped"}
         unanswered = []
@@ -582,6 +586,14 @@ class FleetDriver:
             store.release(run.target.system, run.target.stack_id, ids, self.owner)
         except StoreError as exc:
             log.warning("cannot release leases: %s", one_line(exc))
+
+    def _note_remeasures(self, actors: list[_Actor]) -> None:
+        """Per system, a note on the disturbed measurements its workers' re-measure budgets declined."""
+        for system, result in self.results.items():
+            budgets = [b for a in actors if a.system == system for b in a.remeasures.values()]
+            note = remeasure_note(budgets)
+            if note is not None:
+                result.notes.append(note)
 
     # -- metrics -------------------------------------------------------------------------------
 

@@ -195,6 +195,8 @@ class SystemWorker:
             "outcomes": outcomes,
             "stored": stored,
             "spilled": spilled,
+            # each runtime's re-measure budget over this worker's life (``benanza.bench.remeasure``)
+            "remeasures": {name: m.remeasures.to_dict() for name, m in self._measurers.items()},
         }
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 DISTURBED_MARK = " (disturbed)"
 DISTURBED_NOTE = (
     "(disturbed): the host's speed changed while a measurement it is built from ran, and again when"
-    " measured again: not a figure to trust"
+    " measured again (or the run's re-measure budget was spent): not a figure to trust"
 )
 
 
