@@ -96,11 +96,15 @@ class HarnessSettings(BaseModel):
     remeasure_share: float = Field(
         0.25,
         ge=0,
+        allow_inf_nan=False,  # stored with every record, as strict JSON: a large share measures every one again
         description="re-measures of disturbed measurements may spend this share of the first measurements' time, "
         "besides remeasure_reserve_s (benanza.bench.remeasure); the rest stay disturbed, marked",
     )
     remeasure_reserve_s: float = Field(
-        60.0, ge=0, description="seconds re-measures may spend before the first measurements earned any"
+        60.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="seconds re-measures may spend before the first measurements earned any",
     )
     reference_call: bool = Field(
         True, description="sample the host's reference call in every interleaved group (benanza.bench.reference)"

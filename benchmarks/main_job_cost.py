@@ -7,7 +7,7 @@ models in fresh databases, alternating three settings in each pair of rounds so 
 period of a shared host falls on all of them alike:
 
 - ``default``: the main job as a user runs it;
-- ``unbudgeted``: every disturbed measurement measured again, whatever it costs (``remeasure_share = inf``,
+- ``unbudgeted``: every disturbed measurement measured again, whatever it costs (``remeasure_share = 100``,
   the behaviour before the re-measure budget, ``benanza.bench.remeasure``);
 - ``no_reference``: ``BENANZA_HARNESS_REFERENCE_CALL=false``;
 - ``no_checks``: no reference call and no second measurement (``BENANZA_HARNESS_DISTURBANCE_RETRIES=0``).
@@ -42,7 +42,7 @@ from benanza.store import open_store
 RESULTS = Path(__file__).parent / "results"
 SETTINGS: dict[str, dict[str, str]] = {
     "default": {},
-    "unbudgeted": {"BENANZA_HARNESS_REMEASURE_SHARE": "inf"},  # every disturbed measurement taken again
+    "unbudgeted": {"BENANZA_HARNESS_REMEASURE_SHARE": "100"},  # every disturbed measurement taken again
     "no_reference": {"BENANZA_HARNESS_REFERENCE_CALL": "false"},
     "no_checks": {"BENANZA_HARNESS_REFERENCE_CALL": "false", "BENANZA_HARNESS_DISTURBANCE_RETRIES": "0"},
 }

@@ -10,6 +10,9 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
+from pydantic import ValidationError
+
 from benanza.bench.remeasure import RemeasureBudget, remeasure_note
 from benanza.settings import HarnessSettings
 
@@ -63,4 +66,6 @@ def test_the_note_sums_the_budgets_of_a_systems_workers() -> None:
 def test_the_settings_default_to_a_quarter_and_a_minute() -> None:
     settings = HarnessSettings()
     assert (settings.remeasure_share, settings.remeasure_reserve_s) == (0.25, 60.0)
-    assert HarnessSettings(remeasure_share="inf").remeasure_share == math.inf  # the unbudgeted behaviour
+    for value in ("inf", "nan"):  # stored with every record as strict JSON, which has no spelling for them
+        with pytest.raises(ValidationError, match="remeasure_share"):
+            HarnessSettings(remeasure_share=value)

@@ -6,8 +6,10 @@ nx-27017 MongoDB server that is stopped and started again on its data.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import multiprocessing
 import os
 import sqlite3
@@ -74,6 +76,16 @@ def test_spill_file_holds_json_lines_of_whole_records(tmp_path: Path) -> None:
     lines = spill.path.read_text().splitlines()
     assert [json.loads(line) for line in lines] == [r.to_doc() for r in batch(0, 3) + batch(3, 2, outcome="failed")]
     assert read_spilled(spill.path) == batch(0, 3) + batch(3, 2, outcome="failed")
+
+
+def test_a_spilled_float_json_cannot_spell_is_written_as_null(sqlite_store: SqliteStore, tmp_path: Path) -> None:
+    odd = dataclasses.replace(batch(0, 1)[0], settings={"share": math.inf, "noise": math.nan})
+    spill = SpillFile(tmp_path / "actor-odd.jsonl")
+    assert spill.append([odd]) == 1
+    assert "Infinity" not in spill.path.read_text() and "NaN" not in spill.path.read_text()
+    assert drain(sqlite_store, tmp_path) == 1
+    [stored] = sqlite_store.records()
+    assert stored.settings == {"share": None, "noise": None}
 
 
 def test_a_torn_last_line_is_skipped_with_a_warning(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import multiprocessing
 import sqlite3
 import threading
@@ -240,6 +241,13 @@ class StoreContract:
         with pytest.raises((TypeError, StoreError)):
             store.upsert([record_for(1), record_for(2), bad])
         assert store.records() == []
+
+    def test_a_float_json_cannot_spell_is_stored_as_null_and_the_store_stays_readable(self, store: Store) -> None:
+        odd = dataclasses.replace(record_for(3), settings={"share": math.inf, "nested": [math.nan, 1.5, -math.inf]})
+        assert store.upsert([record_for(1), odd]) == 2
+        stored = {r.spec_id: r for r in store.records()}
+        assert stored[odd.spec_id].settings == {"share": None, "nested": [None, 1.5, None]}
+        assert stored[record_for(1).spec_id] == record_for(1)
 
     def test_same_identity_twice_in_one_batch_keeps_the_later(self, store: Store) -> None:
         store.upsert([record_for(1, value=1.0), record_for(1, value=2.0)])

@@ -64,6 +64,7 @@ from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkReco
 from benanza.errors import StoreError, one_line
 from benanza.settings import DEFAULT_RETRY_WINDOW_S, Settings
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
+from benanza.store.documents import document_json
 from benanza.store.uri import StoreURI, mask_uri
 
 __all__ = ["MongoStore", "database_of_uri", "mask_uri"]  # mask_uri: store/uri.py's, kept importable here
@@ -296,7 +297,7 @@ class MongoStore(StoreBase):
                 raise TypeError(f"expected a BenchmarkRecord, got {type(record).__name__}")
             # Through JSON: exactly what SQLite stores and a spill file holds, and a record
             # that cannot be encoded fails here, before anything is written.
-            latest[record.identity()] = json.loads(json.dumps(record.to_doc(), separators=(",", ":")))
+            latest[record.identity()] = json.loads(document_json(record.to_doc()))
             count += 1
         if not latest:
             return 0
@@ -444,7 +445,7 @@ class MongoStore(StoreBase):
         given = list(plans)
         if not given:
             return 0
-        docs = {p.plan_id: json.loads(json.dumps({**p.to_doc(), "system": "", "stack_id": ""})) for p in given}
+        docs = {p.plan_id: json.loads(document_json({**p.to_doc(), "system": "", "stack_id": ""})) for p in given}
         rows = {}
         for p in given:  # the later of two same-identity plans wins
             identity = dict(zip(PLAN_IDENTITY_FIELDS, (system, stack_id, *p.identity()[2:]), strict=True))

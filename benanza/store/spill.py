@@ -37,6 +37,7 @@ from benanza.bench.records import BenchmarkRecord
 from benanza.errors import StoreError
 from benanza.settings import DEFAULT_SPILL_DIR
 from benanza.store.base import Store
+from benanza.store.documents import document_json
 
 SUFFIX = ".jsonl"
 DRAINING = ".draining-"  # NAME.jsonl.draining-HOST-PID: taken by the drainer HOST-PID
@@ -86,7 +87,7 @@ class SpillFile:
         Raises:
             StoreError: the file cannot be written.
         """
-        lines = [json.dumps(r.to_doc(), separators=(",", ":")) + "\n" for r in records]
+        lines = [document_json(r.to_doc()) + "\n" for r in records]
         if not lines:
             return 0
         try:

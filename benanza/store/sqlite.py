@@ -19,7 +19,6 @@ checks every page a query reads, and a damaged one is a ``StoreError`` ("damaged
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import threading
@@ -35,6 +34,7 @@ from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkReco
 from benanza.errors import StoreError, UsageError
 from benanza.settings import Settings
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
+from benanza.store.documents import document_json
 from benanza.store.uri import StoreURI
 
 DB_SCHEMA_VERSION = 1  # the table layout; bump (and migrate) when tables or columns change
@@ -737,7 +737,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return document_json(value, sort_keys=True)
 
 
 def _row(record: BenchmarkRecord) -> tuple[Any, ...]:
@@ -749,5 +749,5 @@ def _row(record: BenchmarkRecord) -> tuple[Any, ...]:
         str(record.outcome),
         record.schema_version,
         record.measured_at,
-        json.dumps(record.to_doc(), separators=(",", ":")),
+        document_json(record.to_doc()),
     )
