@@ -94,7 +94,7 @@ class HarnessSettings(BaseModel):
     )
     disturbance_retries: int = Field(1, ge=0, description="times a disturbed measurement is taken again")
     remeasure_share: float = Field(
-        0.25,
+        1.0,
         ge=0,
         allow_inf_nan=False,  # stored with every record, as strict JSON: a large share measures every one again
         description="re-measures of disturbed measurements may spend this share of the first measurements' time, "

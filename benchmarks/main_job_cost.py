@@ -37,6 +37,7 @@ from typing import Any
 
 from benanza.bench.host_cpu import host_busy_s, host_cores
 from benanza.model.zoo import zoo_paths
+from benanza.settings import HarnessSettings
 from benanza.store import open_store
 
 RESULTS = Path(__file__).parent / "results"
@@ -113,6 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "models": args.models,
         "threads": args.threads,
         "settings": chosen,
+        "harness_defaults": HarnessSettings().model_dump(),  # what "default" ran with
         "runs": runs,
         "median_wall_over_default": ratios,
         "command": "python benchmarks/main_job_cost.py " + " ".join(argv if argv is not None else sys.argv[1:]),

@@ -63,9 +63,9 @@ def test_the_note_sums_the_budgets_of_a_systems_workers() -> None:
     assert "BENANZA_HARNESS_REMEASURE_SHARE" in note
 
 
-def test_the_settings_default_to_a_quarter_and_a_minute() -> None:
+def test_the_settings_default_to_once_the_first_measurements_and_a_minute() -> None:
     settings = HarnessSettings()
-    assert (settings.remeasure_share, settings.remeasure_reserve_s) == (0.25, 60.0)
+    assert (settings.remeasure_share, settings.remeasure_reserve_s) == (1.0, 60.0)
     for value in ("inf", "nan"):  # stored with every record as strict JSON, which has no spelling for them
         with pytest.raises(ValidationError, match="remeasure_share"):
             HarnessSettings(remeasure_share=value)
