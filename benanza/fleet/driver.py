@@ -537,7 +537,7 @@ class FleetDriver:
         except Exception as exc:  # the worker died (twice) or raised: retry the specs one by one
             self._worker_failed(store, run, chunk, one_line(exc))
             return
-        actor.remeasures = out.get("remeasures", actor.remeasures)
+        actor.remeasures = out["remeasures"]  # cumulative over the worker process's life: the latest replaces
         outcomes = out["outcomes"]
         counts = {Outcome.OK: "measured", Outcome.FAILED: "failed", Outcome.SKIPPED: "skipped"}
         unanswered = []
