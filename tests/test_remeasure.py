@@ -19,12 +19,12 @@ from benanza.settings import HarnessSettings
 
 def test_the_reserve_comes_first_then_each_first_measurement_earns_its_share() -> None:
     budget = RemeasureBudget(share=0.25, reserve_s=10.0)
-    assert budget.allows(10.0) and not budget.allows(10.1)  # the reserve, before anything was measured
+    assert budget.grant(10.0) and not budget.grant(10.1)  # the reserve, before anything was measured
     budget.book(40.0)  # first measurements: 10 s more
     assert budget.earned_s == 20.0
     budget.book(12.0, again=True)
     assert budget.spent_s == 12.0 and budget.measured_s == 40.0
-    assert budget.allows(8.0) and not budget.allows(8.5)
+    assert budget.grant(8.0) and not budget.grant(8.5)
     assert (budget.taken, budget.declined) == (2, 2)
 
 
@@ -42,7 +42,7 @@ def test_everything_measured_inside_again_is_a_re_measure() -> None:
 def test_an_unlimited_budget_declines_nothing_and_writes_json() -> None:
     budget = RemeasureBudget.unlimited()
     budget.book(1.0, again=True)
-    assert budget.allows(1e12) and budget.earned_s == math.inf
+    assert budget.grant(1e12) and budget.earned_s == math.inf
     assert budget.summary_note() is None
     assert json.loads(json.dumps(budget.to_dict()))["share"] is None
 
@@ -50,13 +50,13 @@ def test_an_unlimited_budget_declines_nothing_and_writes_json() -> None:
 def test_the_note_sums_the_budgets_of_a_systems_workers() -> None:
     assert remeasure_note([]) is None
     quiet = RemeasureBudget(share=0.25, reserve_s=60.0)
-    assert quiet.allows(5.0) and quiet.summary_note() is None  # nothing declined: nothing to say
+    assert quiet.grant(5.0) and quiet.summary_note() is None  # nothing declined: nothing to say
     a, b = RemeasureBudget(share=0.25, reserve_s=0.0), RemeasureBudget(share=0.25, reserve_s=0.0)
     a.book(100.0)
     b.book(20.0)
-    assert a.allows(25.0)
+    assert a.grant(25.0)
     a.book(25.0, again=True)  # what the re-measure took
-    assert not a.allows(1.0) and not b.allows(6.0)
+    assert not a.grant(1.0) and not b.grant(6.0)
     note = remeasure_note([a.to_dict(), b.to_dict(), quiet.to_dict()])
     assert note.startswith("2 disturbed measurement(s) were not measured again, 2 were:")
     assert "spent 25 s of the 90 s the run allowed them (25% of the 120 s measured first, and 60 s)" in note

@@ -580,14 +580,14 @@ class Measurer:
         budget = self.remeasures
         tries = self.settings.disturbance_retries + 1
         for attempt in range(1, tries + 1):
-            before = budget.measured_s + budget.spent_s
+            before = budget.booked_s
             with budget.again() if again or attempt > 1 else nullcontext():
                 records, figure, failed = self._rounds(chunk)
-            cost = budget.measured_s + budget.spent_s - before
+            cost = budget.booked_s - before
             reason = reference.verdict(figure, without=without)
             if reason is None or attempt == tries:
                 return _Steady(records, figure, failed, reason, attempt, cost)
-            if not budget.allows(cost):
+            if not budget.grant(cost):
                 return _Steady(records, figure, failed, f"{reason}; {budget.declined_note()}", attempt, cost)
             log.info("%s: measuring a group of %d again: %s", self.system, len(chunk), reason)
         raise ValueError("disturbance_retries must be at least 0")
@@ -625,7 +625,7 @@ class Measurer:
             group.rechecked = True
             if self._admit and admit(group.chunk, self.runtime, self._memory)[1]:
                 continue  # it no longer fits the memory free now: its records stand as they were
-            if not self.remeasures.allows(group.cost_s):
+            if not self.remeasures.grant(group.cost_s):
                 reason = reference.verdict(reference.figures[index], without=index)
                 group.marked = True
                 note = f"{reason}; {self.remeasures.declined_note()}"

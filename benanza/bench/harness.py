@@ -227,7 +227,7 @@ def _checked(
         taken = replace(timing, cpu_share=use.share, other_cores=use.others, remeasured=attempt)
         if reason is None:
             return taken
-        if attempt < retries and not budget.allows(timing.total_s):
+        if attempt < retries and not budget.grant(timing.total_s):
             return replace(taken, disturbed=True, disturbed_reason=f"{reason}; {budget.declined_note()}")
     return replace(taken, disturbed=True, disturbed_reason=reason)
 
@@ -564,7 +564,7 @@ def measure_interleaved(
         kept = tuple(r % stride == 0 for r in companion_rounds)
         if reason is None or attempt == settings.disturbance_retries:
             break
-        if not remeasures.allows(sampled_ns / 1e9):
+        if not remeasures.grant(sampled_ns / 1e9):
             reason = f"{reason}; {remeasures.declined_note()}"
             break
         discarded += (False,) * len(kept)

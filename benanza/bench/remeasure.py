@@ -59,8 +59,14 @@ class RemeasureBudget:
             return math.inf
         return self.reserve_s + self.share * self.measured_s
 
-    def allows(self, cost_s: float) -> bool:
-        """Whether a re-measure expected to take ``cost_s`` fits; counted as taken or declined."""
+    @property
+    def booked_s(self) -> float:
+        """All measuring time booked so far, first and again."""
+        return self.measured_s + self.spent_s
+
+    def grant(self, cost_s: float) -> bool:
+        """Whether a re-measure expected to take ``cost_s`` fits, counted as taken or declined: ask only
+        when about to measure again (it is not a pure query)."""
         fits = self.spent_s + max(cost_s, 0.0) <= self.earned_s
         if fits:
             self.taken += 1
