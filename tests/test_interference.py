@@ -141,6 +141,8 @@ def conv_session():
 BUSY = (
     "import os, sys, time\n"
     "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "print('ready', flush=True)\n"
+    "sys.stdin.readline()\n"
     "time.sleep(float(sys.argv[2]))\n"
     "while True: pass\n"
 )
@@ -148,7 +150,8 @@ BUSY = (
 
 @contextmanager
 def competitor_on_my_core(after_s: float, processes: int = 1) -> Iterator[None]:
-    """This thread pinned to one core; ``processes`` processes busy-looping on that core from ``after_s`` on.
+    """This thread pinned to one core; ``processes`` processes busy-looping on that core from ``after_s`` on,
+    counted from when this yields (their interpreters have started by then).
 
     Several competitors make the step large against whatever else shares the machine (a CI
     runner's other jobs): this thread's share of its core falls to at most 1 / (1 + processes).
@@ -156,7 +159,22 @@ def competitor_on_my_core(after_s: float, processes: int = 1) -> Iterator[None]:
     before = os.sched_getaffinity(0)
     core = min(before)
     os.sched_setaffinity(0, {core})
-    busy = [subprocess.Popen([sys.executable, "-c", BUSY, str(core), str(after_s)]) for _ in range(processes)]
+    busy = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUSY, str(core), str(after_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(processes)
+    ]
+    # Each competitor's interpreter starts (the CPU it takes would land in the measurement's first
+    # third, a speed-up later on a slow host), pins itself, then waits; all are let go at once.
+    for p in busy:
+        assert p.stdout.readline().strip() == "ready"
+    for p in busy:
+        p.stdin.write("go\n")
+        p.stdin.flush()
     try:
         yield
     finally:

@@ -8,7 +8,7 @@ constants must come out shaped exactly as its expected outputs; a case where a g
 fed at run time) must be reported with that reason, naming the input; nothing raises. Cases
 with sequence inputs are refused in one line (benanza binds tensors).
 
-``python -m pytest -q -s tests/test_onnx_conformance.py`` prints the counts.
+``python -m pytest -q -s -m slow tests/test_onnx_conformance.py`` prints the counts (its tests are slow).
 """
 
 from __future__ import annotations
