@@ -357,8 +357,13 @@ def test_a_system_without_a_node_is_reported_at_once(cluster, tmp_path: Path, tw
 
 
 def test_an_actor_killed_mid_run_loses_and_duplicates_nothing(cluster, tmp_path: Path, two_models) -> None:
+    """Not a record, and not what the killed process's re-measure budget declined: with every measurement
+    disturbed and no budget, one at a time, each record's measurement was declined once, by whichever
+    worker process measured it, and the system's note counts them all."""
     db = f"sqlite:///{tmp_path / 'k.db'}"
-    cfg = fleet_config(two_models[:1], db, systems=("sys-b",), harness=SLOW, chunk_size=4)
+    no_budget = {"min_cpu_share": 4.0, "remeasure_share": 0.0, "remeasure_reserve_s": 0.0}
+    harness = {**SLOW, "schedule": "sequential", **no_budget}
+    cfg = fleet_config(two_models[:1], db, systems=("sys-b",), harness=harness, chunk_size=4)
     killed: list[int] = []
 
     def kill_when_started() -> None:
@@ -387,6 +392,9 @@ def test_an_actor_killed_mid_run_loses_and_duplicates_nothing(cluster, tmp_path:
     # a fresh worker process finished the work. The killed one's records may all be gone: killed after
     # writing a chunk but before returning it, that chunk is measured again and its records replaced
     assert set(pids) - {killed[0]}, pids
+    assert all(r.stats.disturbed and "not measured again" in r.stats.disturbed_reason for r in records)
+    (note,) = [n for n in s["notes"] if "were not measured again" in n]
+    assert note.startswith(f"{s['total']} disturbed measurement(s) were not measured again, 0 were"), (note, pids)
 
 
 def test_two_drivers_on_the_same_plan_measure_each_spec_once(cluster, tmp_path: Path, two_models) -> None:

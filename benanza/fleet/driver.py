@@ -262,7 +262,9 @@ class _Actor:
     system: str
     handle: Any
     inflight: int = 0
-    remeasures: dict[str, dict[str, Any]] = field(default_factory=dict)  # its workers' budgets, as last returned
+    # its worker processes' re-measure budgets, as each last returned them: process -> runtime -> budget.
+    # Ray restarts a killed actor as a new process with new budgets; the old one's declines still count.
+    remeasures: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -537,7 +539,7 @@ class FleetDriver:
         except Exception as exc:  # the worker died (twice) or raised: retry the specs one by one
             self._worker_failed(store, run, chunk, one_line(exc))
             return
-        actor.remeasures = out["remeasures"]  # cumulative over the worker process's life: the latest replaces
+        actor.remeasures[out["process"]] = out["remeasures"]  # cumulative over the process's life: the latest
         outcomes = out["outcomes"]
         counts = {Outcome.OK: "measured", Outcome.FAILED: "failed", Outcome.SKIPPED: "skipped"}
         unanswered = []
@@ -590,7 +592,7 @@ class FleetDriver:
     def _note_remeasures(self, actors: list[_Actor]) -> None:
         """Per system, a note on the disturbed measurements its workers' re-measure budgets declined."""
         for system, result in self.results.items():
-            budgets = [b for a in actors if a.system == system for b in a.remeasures.values()]
+            budgets = [b for a in actors if a.system == system for p in a.remeasures.values() for b in p.values()]
             note = remeasure_note(budgets)
             if note is not None:
                 result.notes.append(note)

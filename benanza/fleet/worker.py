@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -87,6 +88,7 @@ class SystemWorker:
         self.settings = HarnessSettings.model_validate(harness or {})
         self.host = socket.gethostname()
         self.placement = {**_ray_context(), "host": self.host, "pid": os.getpid()}
+        self.process = uuid.uuid4().hex  # this worker process's life: a restarted actor is another one
         self.runtimes: dict[str, Any] = {}
         self.targets: dict[str, dict[str, Any]] = {}  # runtime entry -> what identity() reports of it
         self._targets: dict[str, Target] = {}
@@ -195,7 +197,8 @@ class SystemWorker:
             "outcomes": outcomes,
             "stored": stored,
             "spilled": spilled,
-            # each runtime's re-measure budget over this worker's life (``benanza.bench.remeasure``)
+            # each runtime's re-measure budget over this worker process's life (``benanza.bench.remeasure``)
+            "process": self.process,
             "remeasures": {name: m.remeasures.to_dict() for name, m in self._measurers.items()},
         }
 
