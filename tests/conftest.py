@@ -60,7 +60,7 @@ QUICK_SELECTION = "not slow"  # pyproject's addopts: the README's test command r
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     """Say how to run the slow tests the default selection left out (CI runs both)."""
-    deselected = len(terminalreporter.stats.get("deselected", []))
+    deselected = sum("slow" in item.keywords for item in terminalreporter.stats.get("deselected", []))
     if config.option.markexpr == QUICK_SELECTION and deselected:
         tests = "1 slow test was" if deselected == 1 else f"{deselected} slow tests were"
         terminalreporter.write_line(f"{tests} deselected: `python -m pytest -q -m slow` runs them (CI runs both)")
