@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from benanza.bench.generate import ModelPlan, plan_report
 from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_int_list, parse_threads
@@ -21,6 +21,7 @@ from benanza.local import LocalContext, bench, open_local, plan_models, specs_fo
 from benanza.model.shapes import parse_shape_overrides
 from benanza.report.bench import plan_warnings
 from benanza.report.output import console
+from benanza.report.progress import PaceColumn
 from benanza.runtimes.base import runtime_options
 from benanza.store.uri import StoreURI
 
@@ -99,7 +100,7 @@ def bench_with_progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TimeRemainingColumn(),
+        PaceColumn(),
         console=console(file=sys.stderr),
         disable=quiet,
         transient=True,

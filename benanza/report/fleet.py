@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from benanza.report.output import table
+from benanza.report.progress import PaceColumn
 
 
 def summary_table(summary: dict[str, Any]) -> Table:
@@ -59,19 +60,19 @@ def status_table(statuses: Sequence[dict[str, Any]]) -> Table:
 
 
 class FleetProgress:
-    """Live per-system bars (done / total, failed, rate, ETA) on stderr; a ProgressHook."""
+    """Live per-system bars (done / total, failed, rate, time left) on stderr; a ProgressHook."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, clock: Callable[[], float] | None = None) -> None:
         self.progress = Progress(
             TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("failed {task.fields[failed]}"),
-            TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
-            TimeRemainingColumn(),
+            PaceColumn(),
             console=console,
             transient=False,
+            get_time=clock,  # None: rich's monotonic clock
         )
         self.tasks: dict[str, Any] = {}
 
@@ -85,15 +86,11 @@ class FleetProgress:
     def __call__(self, system: str, event: str, n: int) -> None:
         task = self.tasks.get(system)
         if task is None:
-            task = self.tasks[system] = self.progress.add_task(system, total=0, failed=0, rate="")
+            task = self.tasks[system] = self.progress.add_task(system, total=0, failed=0)
         t = self.progress.tasks[task]
         if event == "total":
             self.progress.update(task, total=(t.total or 0) + n)
             return
-        fields: dict[str, Any] = {}
         if event == "failed":
-            fields["failed"] = t.fields["failed"] + n
+            self.progress.update(task, failed=t.fields["failed"] + n)
         self.progress.advance(task, n)
-        speed = self.progress.tasks[task].speed
-        fields["rate"] = f"{speed:.1f}/s" if speed else ""
-        self.progress.update(task, **fields)
