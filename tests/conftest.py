@@ -55,13 +55,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(pytest.mark.skip(reason=f"gpu test: {reason}"))
 
 
-QUICK_SELECTION = "not slow"  # pyproject's addopts: the README's test command runs the quick suite
-
-
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    """Say how to run the slow tests the default selection left out (CI runs both)."""
+    """Say how to run the slow tests a selection left out (pyproject's addopts deselects them; CI runs both)."""
     deselected = sum("slow" in item.keywords for item in terminalreporter.stats.get("deselected", []))
-    if config.option.markexpr == QUICK_SELECTION and deselected:
+    if deselected:
         tests = "1 slow test was" if deselected == 1 else f"{deselected} slow tests were"
         terminalreporter.write_line(f"{tests} deselected: `python -m pytest -q -m slow` runs them (CI runs both)")
 

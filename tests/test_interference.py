@@ -168,14 +168,14 @@ def competitor_on_my_core(after_s: float, processes: int = 1) -> Iterator[None]:
         )
         for _ in range(processes)
     ]
-    # Each competitor's interpreter starts (the CPU it takes would land in the measurement's first
-    # third, a speed-up later on a slow host), pins itself, then waits; all are let go at once.
-    for p in busy:
-        assert p.stdout.readline().strip() == "ready"
-    for p in busy:
-        p.stdin.write("go\n")
-        p.stdin.flush()
     try:
+        # Each competitor's interpreter starts (the CPU it takes would land in the measurement's first
+        # third, a speed-up later on a slow host), pins itself, then waits; all are let go at once.
+        for p in busy:
+            assert p.stdout.readline().strip() == "ready"
+        for p in busy:
+            p.stdin.write("go\n")
+            p.stdin.flush()
         yield
     finally:
         for p in busy:
