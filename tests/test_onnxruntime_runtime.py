@@ -296,11 +296,51 @@ def test_prepared_layer_runs_and_reports_kernel_times(layer_specs):
     prepared = runtime.prepare(group)
     assert isinstance(prepared, Prepared)
     try:
-        (out,) = prepared.call()
+        assert prepared.call() is None  # the timed call returns nothing: its outputs stay bound
+        (out,) = prepared.outputs()
         assert out.shape == (1, 1, 1, 1)  # the (1, 4, 8, 8) output's first element, read by its sink
         times = prepared.kernel_times(4)
         assert len(times) == 4
         assert all(t >= 0 for t in times)
+    finally:
+        prepared.close()
+
+
+def test_a_timed_call_runs_on_inputs_bound_once_and_computes_what_session_run_does(layer_specs):
+    """``call`` runs the session on ONNX Runtime tensors bound at ``prepare`` (no conversion of numpy
+    inputs per call, which a layer inside a model never pays), and computes the same outputs."""
+    runtime, specs = layer_specs
+    for spec in [s for s in specs if s.network is not None][:4]:
+        prepared = runtime.prepare(spec)
+        try:
+            assert isinstance(prepared, _OrtPrepared)
+            fed = prepared._session.run(None, prepared._feeds)
+            for _ in range(2):
+                prepared.call()
+                bound = prepared.outputs()
+                assert len(bound) == len(fed)
+                for a, b in zip(bound, fed, strict=True):
+                    np.testing.assert_array_equal(a, b)
+        finally:
+            prepared.close()
+
+
+def test_bound_inputs_share_the_feeds_memory():
+    """``bound_call`` binds each feed without a copy: the session reads the array itself."""
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    prepared = _OrtPrepared(model.SerializeToString(), {"x": np.array([-1, 2, -3, 4], np.float32)}, "extended", 1)
+    try:
+        prepared.call()
+        assert prepared.outputs()[0].tolist() == [0, 2, 0, 4]
+        prepared._feeds["x"][:] = [5, -6, 7, -8]  # the bound tensor is this memory
+        prepared.call()
+        assert prepared.outputs()[0].tolist() == [5, 0, 7, 0]
     finally:
         prepared.close()
 
@@ -329,7 +369,8 @@ def test_a_model_spec_runs_the_model_file(layer_specs, conv_chain, tmp_path):
     assert runtime.supports(on_disk) is None
     prepared = runtime.prepare(on_disk)
     try:
-        (out,) = prepared.call()
+        prepared.call()
+        (out,) = prepared.outputs()
         assert out.shape == (1, 256)
     finally:
         prepared.close()
@@ -368,6 +409,7 @@ def test_variant_and_stack():
     runtime = OnnxRuntimeCPU(threads=3, opt_level="basic")
     assert runtime.variant() == {"ep": "cpu", "opt": "basic", "threads": 3}
     assert "CPUExecutionProvider" in runtime.stack()["providers"]
+    assert "run_with_iobinding" in runtime.stack()["call"]  # calls fed numpy arrays are another stack
     assert OnnxRuntimeCPU().threads >= 1
 
 
