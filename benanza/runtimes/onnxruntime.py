@@ -497,10 +497,6 @@ class OrtCudaModel(Prepared):
         self._session.run_with_iobinding(self._binding)
         return None
 
-    def outputs(self) -> list[np.ndarray]:
-        """The outputs of the latest ``call`` (its sinks' one element each), copied out of the binding."""
-        return [value.numpy() for value in self._binding.get_outputs()]
-
     def kernel_times(self, runs: int) -> list[float] | None:
         return None  # ORT's profiler times CUDA kernels on the host side: not a kernel time
 
