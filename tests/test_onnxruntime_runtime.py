@@ -345,6 +345,32 @@ def test_bound_inputs_share_the_feeds_memory():
         prepared.close()
 
 
+def test_scalar_and_strided_feeds_are_bound_as_they_are_shaped():
+    """A 0-d feed stays 0-d (a scalar input, as shape subgraphs make), a strided one is bound in C order."""
+    graph = helper.make_graph(
+        [helper.make_node("Mul", ["x", "s"], ["y"]), helper.make_node("Neg", ["s"], ["z"])],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2]),
+            helper.make_tensor_value_info("s", TensorProto.FLOAT, []),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, []),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2]
+    prepared = _OrtPrepared(model.SerializeToString(), {"x": strided, "s": np.array(2.0, np.float32)}, "extended", 1)
+    try:
+        prepared.call()
+        y, z = prepared.outputs()
+        np.testing.assert_array_equal(y, strided * 2)
+        assert z.shape == () and z == -2.0  # the scalar ran as a scalar
+    finally:
+        prepared.close()
+
+
 def test_a_profiler_with_precalls_keeps_one_run_in_each_group(layer_specs):
     runtime, specs = layer_specs
     group = next(s for s in specs if s.kind is SpecKind.GROUP)

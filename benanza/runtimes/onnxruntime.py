@@ -204,7 +204,8 @@ class _OrtPrepared(Prepared):
     ) -> None:
         """``disabled``: ONNX Runtime optimizers the sessions leave out (``build.disabled_optimizers``)."""
         self._model = _CpuModel(model_bytes, feeds, opt_level, threads, tuple(disabled))
-        self._feeds = {name: np.ascontiguousarray(array) for name, array in feeds.items()}  # the binding's memory
+        # the binding's memory: C order, a 0-d array kept 0-d (``np.ascontiguousarray`` would make it 1-d)
+        self._feeds = {name: np.require(array, requirements="C") for name, array in feeds.items()}
         self._session = self._model.session()
         self._binding = bound_call(self._session, self._feeds)
         self.profiled_run_times: list[float] = []  # of the latest ``kernel_times``
