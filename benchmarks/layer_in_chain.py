@@ -45,7 +45,7 @@ from onnx import TensorProto, helper
 from benanza.bench.harness import measure_interleaved
 from benanza.bench.stats import trimmed_mean_interval
 from benanza.config import default_fleet_config
-from benanza.runtimes.onnxruntime import session_options
+from benanza.runtimes.onnxruntime import bound_call, session_options
 from benanza.settings import load_settings
 
 RESULTS = Path(__file__).parent / "results"
@@ -127,11 +127,8 @@ def run(threads: int, chain: list[int]) -> dict:
         feed = {"x": np.random.default_rng(1).standard_normal(layer.shape).astype(np.float32)}
         for k in chain if layer.name != "relu_one_float" else [1]:
             session = ort.InferenceSession(layer.network(k), options, providers=["CPUExecutionProvider"])
-            binding = session.io_binding()
-            value = ort.OrtValue.ortvalue_from_numpy(feed["x"])
-            binding.bind_ortvalue_input("x", value)
-            binding.bind_output("sink")
-            keep.append((session, binding, value))
+            binding = bound_call(session, feed)  # as benanza's timed calls are made
+            keep.append((session, binding))
             # the same session two ways, side by side in one group
             calls.append(lambda s=session, f=feed: s.run(None, f))
             names.append(("numpy", layer.name, k))
