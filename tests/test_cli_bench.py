@@ -91,6 +91,7 @@ def test_flags_and_environment_reach_the_harness(benched):
     with open_store(uri, create=False) as store:
         records = store.records(system=SYSTEM, stack_id=first["stack_id"])
     assert len(records) == first["measured"]
+    assert first["disturbed"] == sum(r.stats.disturbed for r in records)  # the summary counts what is stored marked
     harness = records[0].settings["harness"]
     assert (harness["min_time_s"], harness["max_time_s"]) == (0.001, 0.05)  # flags
     assert (harness["kernel_runs"], harness["min_samples"]) == (3, 3)  # BENANZA_HARNESS_*

@@ -406,6 +406,11 @@ class RunSummary:
         else:
             self.skipped += sign
 
+    @property
+    def disturbed(self) -> int:
+        """Of the records measured, those the harness or the reference call marked disturbed."""
+        return sum(r.stats is not None and r.stats.disturbed for r in self.records)
+
     def defer(self, count: int, refused: MemoryRefusal) -> None:
         self.deferred += count
         if refused.needed >= self._deferred_needed:

@@ -129,6 +129,7 @@ def remeasure_note(budgets: Iterable[Mapping[str, Any]]) -> str | None:
     return (
         f"{declined} disturbed measurement(s) were not measured again, {taken} were: re-measures spent "
         f"{spent:.0f} s of the {reserve + share * measured:.0f} s the run allowed them ({share:.0%} of the "
-        f"{measured:.0f} s measured first, and {reserve:.0f} s); they stay marked (disturbed). A larger "
+        f"{measured:.0f} s measured first, and {reserve:.0f} s); they stay marked (disturbed), and a group of "
+        "calls sampled together counts as one measurement. A larger "
         "remeasure_share (BENANZA_HARNESS_REMEASURE_SHARE) lets more be measured again"
     )

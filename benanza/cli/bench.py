@@ -102,6 +102,7 @@ def bench_run(
         ctx.close()
     out = {
         **summary.to_dict(),
+        "disturbed": summary.disturbed,
         "deferred_reason": summary.deferred_reason,
         "system": ctx.system,
         "stack_id": ctx.stack_id,

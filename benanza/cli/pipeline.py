@@ -116,8 +116,9 @@ def bench_with_progress(
 
 def print_summary(ctx, summary) -> None:
     deferred = f", deferred {summary.deferred}" if summary.deferred else ""
+    disturbed = f" ({summary.disturbed} disturbed)" if summary.disturbed else ""
     console().print(
-        f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}, "
+        f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}{disturbed}, "
         f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}{deferred}"
     )
 

@@ -77,12 +77,21 @@ class SystemResult:
     error: str | None = None
     variant: str | None = None  # the variant its figures are measured at (its first runtime entry's)
     notes: list[str] = field(default_factory=list)  # what its runtimes decided when they were built
+    disturbed: int = 0  # of the records this run measured, those marked disturbed (``mark``)
+    _marks: dict[str, bool] = field(default_factory=dict, repr=False)  # spec id -> its latest record is disturbed
+
+    def mark(self, marks: dict[str, bool]) -> None:
+        """The disturbed marks of records a worker returned: the latest record of a spec counts (a group
+        measured again replaces its first records)."""
+        self._marks.update(marks)
+        self.disturbed = sum(self._marks.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "stack_id": self.stack_id,
             "new_stack": self.new_stack,
             "measured": self.measured,
+            "disturbed": self.disturbed,
             "reused": self.reused,
             "failed": self.failed,
             "skipped": self.skipped,
@@ -137,6 +146,7 @@ class FleetSummary:
         return {
             "systems": {name: s.to_dict() for name, s in self.systems.items()},
             "measured": self.count("measured"),
+            "disturbed": self.count("disturbed"),
             "reused": self.count("reused"),
             "failed": self.count("failed"),
             "skipped": self.count("skipped"),
@@ -540,6 +550,7 @@ class FleetDriver:
             self._worker_failed(store, run, chunk, one_line(exc))
             return
         actor.remeasures[out["process"]] = out["remeasures"]  # cumulative over the process's life: the latest
+        run.result.mark(out["disturbed"])
         outcomes = out["outcomes"]
         counts = {Outcome.OK: "measured", Outcome.FAILED: "failed", Outcome.SKIPPED: "skipped"}
         unanswered = []

@@ -197,6 +197,8 @@ class SystemWorker:
             "outcomes": outcomes,
             "stored": stored,
             "spilled": spilled,
+            # every record of this call, an earlier group's measured again too: whether it is marked disturbed
+            "disturbed": {r.spec_id: r.stats.disturbed for r in records if r.stats is not None},
             # each runtime's re-measure budget over this worker process's life (``benanza.bench.remeasure``)
             "process": self.process,
             "remeasures": {name: m.remeasures.to_dict() for name, m in self._measurers.items()},

@@ -21,6 +21,7 @@ def summary_table(summary: dict[str, Any]) -> Table:
                 s["stack_id"] or "-",
                 "yes" if s["new_stack"] else "",
                 s["measured"],
+                s["disturbed"] or "",
                 s["reused"],
                 s["failed"],
                 s["skipped"],
@@ -28,11 +29,13 @@ def summary_table(summary: dict[str, Any]) -> Table:
                 s["error"] or "",
             ]
         )
-    cols = ["system", "stack_id", "new stack", ("measured", "right"), ("reused", "right"), ("failed", "right")]
+    cols = ["system", "stack_id", "new stack", ("measured", "right"), ("disturbed", "right"), ("reused", "right")]
+    cols.append(("failed", "right"))
     cols += [("skipped", "right"), ("spilled", "right"), "problem"]
+    disturbed = f" ({summary['disturbed']} disturbed)" if summary["disturbed"] else ""
     title = (
-        f"fleet run: {summary['measured']} measured, {summary['reused']} reused, {summary['failed']} failed "
-        f"in {summary['duration_s']:.1f} s ({summary['models']} models)"
+        f"fleet run: {summary['measured']} measured{disturbed}, {summary['reused']} reused, {summary['failed']} "
+        f"failed in {summary['duration_s']:.1f} s ({summary['models']} models)"
     )
     return table(title, cols, rows)
 
