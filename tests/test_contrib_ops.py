@@ -222,10 +222,9 @@ def test_onnxruntime_runs_a_qoperator_graph_node_by_node(qop):
     assert plan.notes == () and plan.not_benchmarked == ()
 
 
-def test_bench_run_measures_every_contrib_layer_and_the_bound_covers_them(build_model, tmp_path):
-    path = tmp_path / "qop.onnx"
-    onnx.save(qop_model(build_model), path)
-    uri = f"sqlite:///{tmp_path / 'qop.db'}"
+def measured_and_bounded(path: Path, uri: str) -> set[str]:
+    """``bench run --e2e`` of ``path``: every benchmark measured, the bound covering the model whole;
+    the ops the records measured."""
     result = invoke("bench", "run", path, "--db", uri, "--e2e", "-f", "json", *FAST_FLAGS)
     assert result.exit_code == 0, result.output
     out = json.loads(result.stdout)
@@ -233,13 +232,19 @@ def test_bench_run_measures_every_contrib_layer_and_the_bound_covers_them(build_
     with open_store(uri, create=False) as store:
         records = store.records(system=SYSTEM)
     assert all(r.outcome == "ok" for r in records), [(r.label, r.reason) for r in records if r.outcome != "ok"]
-    labels = {r.label.split("[")[0].split(" ")[0] for r in records}
-    assert set(CONTRIB_OPS) <= labels, labels
     bound = invoke("analyze", "lower-bound", path, "--db", uri, "-f", "json", *FAST_FLAGS[4:])
     assert bound.exit_code == 0, bound.output
     (row,) = json.loads(bound.stdout)
     assert row["coverage"] == 1.0 and row["missing"] == []
     assert row["sequential_ms"] > 0 and row["e2e_ms"] > 0
+    return {r.label.split("[")[0].split(" ")[0] for r in records}
+
+
+def test_bench_run_measures_every_contrib_layer_and_the_bound_covers_them(build_model, tmp_path):
+    path = tmp_path / "qop.onnx"
+    onnx.save(qop_model(build_model), path)
+    labels = measured_and_bounded(path, f"sqlite:///{tmp_path / 'qop.db'}")
+    assert set(CONTRIB_OPS) <= labels, labels
 
 
 # -- described but not runnable here --------------------------------------------------------------
@@ -283,3 +288,63 @@ def test_a_described_op_without_a_kernel_is_stored_failed_and_the_bound_says_so(
     (missing,) = row["missing"]
     assert missing["name"] == "bias_add" and missing["domain"] == MS
     assert missing["reason"].startswith("failed: ") and "BiasAdd" in missing["reason"]
+
+
+# -- ONNX Runtime's ops in ONNX's own domain -----------------------------------------------------
+
+
+def rms_norm_model(build_model, op_type: str = "SimplifiedLayerNormalization") -> onnx.ModelProto:
+    """``x -> SimplifiedLayerNormalization(., w) -> MatMul(., 64x32)``, the norm in ONNX's domain as ONNX
+    Runtime's transformer optimizer and onnxruntime-genai's builder write it into Llama-style exports."""
+    return build_model(
+        [
+            helper.make_node(op_type, ["x", "w"], ["n"], name="rms", axis=-1, epsilon=1e-5, stash_type=1),
+            helper.make_node("MatMul", ["n", "proj"], ["y"], name="proj"),
+        ],
+        [("x", F, [1, 8, 64])],
+        [("y", F, [1, 8, 32])],
+        {"w": np.ones(64, np.float32), "proj": np.ones((64, 32), np.float32)},
+        check=False,
+    )
+
+
+def test_an_onnxruntime_op_in_onnx_domain_is_a_model_ort_runs_not_an_invalid_one(build_model, tmp_path):
+    """ONNX's checker knows only ONNX's schemas and refuses the model; ONNX Runtime registers the op in
+    that domain and runs it. benanza takes what ONNX Runtime runs, and still refuses an op nobody knows."""
+    model = rms_norm_model(build_model)
+    with pytest.raises(onnx.checker.ValidationError, match="SimplifiedLayerNormalization"):
+        onnx.checker.check_model(model)
+    path = tmp_path / "rms.onnx"
+    onnx.save(model, path)
+    uri = f"sqlite:///{tmp_path / 'rms.db'}"
+    labels = measured_and_bounded(path, uri)
+    assert "SimplifiedLayerNormalization" in labels, labels
+
+    unknown = tmp_path / "unknown.onnx"
+    onnx.save(rms_norm_model(build_model, "NoSuchNormalization"), unknown)
+    refused = invoke("bench", "run", unknown, "--db", uri, "-f", "json", *FAST_FLAGS)
+    assert refused.exit_code != 0
+    assert f"{unknown}: invalid ONNX model: No Op registered for NoSuchNormalization" in refused.output
+
+
+def test_the_checker_takes_onnxruntime_ops_in_onnx_domain_inside_subgraphs_too(build_model, tmp_path):
+    """An ``If`` whose branches hold the op: the copy the checker sees moves it in every subgraph."""
+    from benanza.model.load import load_model, onnxruntime_ops_in_onnx_domain
+
+    branch = rms_norm_model(build_model).graph
+    then, other = onnx.GraphProto(), onnx.GraphProto()
+    for g, name in ((then, "then"), (other, "else")):
+        g.CopyFrom(branch)
+        g.name = name
+        del g.input[:]  # a branch reads x from the outer graph
+    model = build_model(
+        [helper.make_node("If", ["c"], ["y"], name="branch", then_branch=then, else_branch=other)],
+        [("c", TensorProto.BOOL, []), ("x", F, [1, 8, 64])],
+        [("y", F, [1, 8, 32])],
+        check=False,
+    )
+    assert onnxruntime_ops_in_onnx_domain(model) == {"SimplifiedLayerNormalization"}
+    path = tmp_path / "if_rms.onnx"
+    onnx.save(model, path)
+    loaded = load_model(path)
+    assert [n.domain for n in loaded.graph.node[0].attribute[0].g.node] == ["", ""]  # the model itself unchanged

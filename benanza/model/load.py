@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from benanza.errors import BenanzaError, ModelError, one_line
+from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight
 
 if TYPE_CHECKING:
@@ -102,9 +103,46 @@ def structure_only(model: onnx.ModelProto) -> int:
     return sum(not has_data(t) for t in model_tensors(model))
 
 
+# The domain the checked copy of a model gives the ops ONNX Runtime registers in ONNX's own domain
+# (``onnxruntime_ops_in_onnx_domain``): one the checker does not know, so it leaves them be.
+ONNXRUNTIME_OPS_DOMAIN = "benanza.onnxruntime_in_onnx_domain"
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph of its nodes' attributes, all the way down."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.HasField("g"):
+                yield from _graphs(attr.g)
+            for sub in attr.graphs:
+                yield from _graphs(sub)
+
+
+def onnxruntime_ops_in_onnx_domain(model: onnx.ModelProto) -> set[str]:
+    """The ops of ``model`` in ONNX's domain that ONNX does not define at the model's opset and ONNX
+    Runtime registers there: ``SimplifiedLayerNormalization``, which ONNX Runtime's transformer
+    optimizer and onnxruntime-genai's model builder write into Llama, Phi and Mistral exports.
+    ONNX Runtime runs them; ONNX's checker, which knows only ONNX's schemas, refuses them."""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    if opset is None:
+        return set()
+    found = set()
+    for graph in _graphs(model.graph):
+        for node in graph.node:
+            if node.domain not in ("", "ai.onnx") or node.op_type in found:
+                continue
+            schema = op_schema(node.op_type, opset, "")
+            if schema is not None and schema.source == "onnxruntime":
+                found.add(node.op_type)
+    return found
+
+
 def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model``, or a copy whose data-less tensors are empty: the checker looks for their files."""
-    if all(has_data(t) for t in model_tensors(model)):
+    """``model``, or a copy the checker can take: its data-less tensors empty (the checker looks for
+    their files), the ops ONNX Runtime registers in ONNX's domain moved to a domain of their own."""
+    ort_ops = onnxruntime_ops_in_onnx_domain(model)
+    if not ort_ops and all(has_data(t) for t in model_tensors(model)):
         return model
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -114,6 +152,12 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
             tensor.data_location = TensorProto.DEFAULT
             del tensor.dims[:]
             tensor.dims.append(0)
+    if ort_ops:
+        for graph in _graphs(copy.graph):
+            for node in graph.node:
+                if node.domain in ("", "ai.onnx") and node.op_type in ort_ops:
+                    node.domain = ONNXRUNTIME_OPS_DOMAIN
+        copy.opset_import.append(helper.make_opsetid(ONNXRUNTIME_OPS_DOMAIN, 1))
     return copy
 
 
