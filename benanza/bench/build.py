@@ -3,7 +3,8 @@
 Weights become random initializers of the recorded shapes and dtypes (their values do not
 change a kernel's cost); ``VALUE`` inputs keep their recorded values (a Resize's scales, a
 quantized op's scales and zero points: synthesised, they would change the op or be refused
-by ONNX Runtime); attributes are
+by ONNX Runtime), and so does a network input the model computes (``benanza.model.run_values``:
+an initializer of the input's own name, which ONNX Runtime feeds in its place); attributes are
 filtered to those the operator schema of the recorded opset knows (normalisation may add
 canonical ones, such as explicit dilations, that an older opset does not accept). A
 control-flow node gets its carried subgraphs back, their captured outer tensors bound to the
@@ -135,7 +136,13 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
     inputs = [
         helper.make_tensor_value_info(f"in{i}", _elem_type(t.dtype), t.shape) for i, t in enumerate(network.inputs)
     ]
-    initializers: list[onnx.TensorProto] = []
+    # an input the model computes (a length its attention kernel reads) keeps its value: as an initializer of
+    # the input's name, which ONNX Runtime feeds when nothing else is fed and never folds (it may be fed)
+    initializers: list[onnx.TensorProto] = [
+        numpy_helper.from_array(np.asarray(t.value, dtype=np.dtype(t.dtype)).reshape(t.shape), f"in{i}")
+        for i, t in enumerate(network.inputs)
+        if t.value is not None
+    ]
     copies = WeightCopies()  # every initializer counted, in order, as with_synthetic_weights counts them
     nodes: list[onnx.NodeProto] = []
     opsets: dict[str, int] = {}

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 import onnx
@@ -29,6 +30,7 @@ from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeR
 from benanza.model.identity import model_identity
 from benanza.model.keys import VALUE_MAX_ELEMENTS, Slot, constant_kind, key_fields, scale_identity, stable_id
 from benanza.model.load import has_data
+from benanza.model.run_values import integer_feeds, run_values
 from benanza.model.schemas import Differentiation, OpSchema, op_schema
 from benanza.model.walks import (
     RANDOM_OPS,
@@ -181,6 +183,8 @@ def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | 
     shapes = shapes or ShapeReport()
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
     types = _tensor_types(model)
+    # the small integer tensors the model computes (lengths, positions), by value: their layers carry them
+    computed = run_values(model, types, integer_feeds(model, types))
     init_values = {i.name: i for i in model.graph.initializer}
     constants: set[str] = set(init_values)
     const_protos: dict[str, onnx.TensorProto] = dict(init_values)
@@ -221,7 +225,7 @@ def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | 
         domain = domain_of(node)
         try:
             layer = _make_layer(
-                len(layers), node, node_name, domain, opsets, types, constants, const_protos, used, shapes
+                len(layers), node, node_name, domain, opsets, types, constants, const_protos, used, shapes, computed
             )
         except _UnsupportedNode as why:
             unsupported.append(Unsupported(node_name, node.op_type, domain, str(why)))
@@ -293,6 +297,7 @@ def _make_layer(
     const_protos: dict[str, onnx.TensorProto],
     used: set[str],
     shapes: ShapeReport,
+    computed: Mapping[str, tuple[Any, ...]],
 ) -> Layer:
     op_type = node.op_type
     opset = opsets.get(domain)
@@ -317,7 +322,7 @@ def _make_layer(
             raise _UnsupportedNode(_unknown("input", x, shapes))
         spec = TensorSpec(x, shape, dtype)
         if x not in constants:
-            inputs.append(LayerInput(spec, InputKind.ACTIVATION))
+            inputs.append(LayerInput(spec, InputKind.ACTIVATION, computed.get(x)))
             continue
         proto = const_protos.get(x)
         kind = constant_kind(spec.numel, dtype, slot_of(kinds, i)) if proto is not None and has_data(proto) else None
@@ -327,7 +332,7 @@ def _make_layer(
             inputs.append(LayerInput(spec, InputKind.WEIGHT))
     captures = captured_names(node) if _has_subgraph(node) else []
     if captures or _has_subgraph(node):  # control flow: what its subgraphs read follows its own inputs
-        inputs.extend(_captured_inputs(captures, types, constants, const_protos, shapes))
+        inputs.extend(_captured_inputs(captures, types, constants, const_protos, shapes, computed))
         if op_type == "Loop" and domain == "":
             values = {x: i.value for x, i in zip(node.input, inputs, strict=False) if i.kind is InputKind.VALUE}
             if (why := control_flow.loop_trip_reason(node, values, constants)) is not None:
@@ -395,6 +400,7 @@ def _captured_inputs(
     constants: set[str],
     const_protos: dict[str, onnx.TensorProto],
     shapes: ShapeReport,
+    computed: Mapping[str, tuple[Any, ...]],
 ) -> list[LayerInput]:
     """The outer tensors a control-flow node's subgraphs read, as extra layer inputs.
 
@@ -409,7 +415,7 @@ def _captured_inputs(
         spec = TensorSpec(x, shape, dtype)
         proto = const_protos.get(x)
         if x not in constants:
-            out.append(LayerInput(spec, InputKind.ACTIVATION))
+            out.append(LayerInput(spec, InputKind.ACTIVATION, computed.get(x)))
         elif proto is not None and has_data(proto) and spec.numel <= VALUE_MAX_ELEMENTS:
             out.append(LayerInput(spec, InputKind.VALUE, tuple(numpy_helper.to_array(proto).ravel().tolist())))
         else:

@@ -58,7 +58,9 @@ class LayerInput:
 
     tensor: TensorSpec
     kind: InputKind
-    value: tuple[Any, ...] | None = None  # flattened values for VALUE and SCALE inputs
+    # flattened values for VALUE and SCALE inputs, and for an ACTIVATION the model computes as a small
+    # integer tensor from its inputs (a length, positions: ``benanza.model.run_values``)
+    value: tuple[Any, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -155,6 +155,8 @@ def key_fields(
             entry["dtype"] = inp.tensor.dtype
         if inp.kind is InputKind.VALUE:
             entry["value"] = _canonical(inp.value)
+        elif inp.kind is InputKind.ACTIVATION and inp.value is not None:  # computed by the model: how much work
+            entry["value"] = _canonical(inp.value)
         elif inp.kind is InputKind.SCALE:
             entry["equal_class"] = next(classes)
         canon_inputs.append(entry)

@@ -6,7 +6,9 @@ with a record and turned back (``Network.from_doc``) into the same value, then i
 ONNX model with synthetic weights (``benanza.bench.build``). ``VALUE`` inputs (shapes, axes,
 pads, Resize scales, quantization zero points, bounds) and ``SCALE`` inputs (a quantized op's
 scales: ``benanza.model.keys.constant_kind``) keep their real values, as ``value`` references;
-weights are only shapes and dtypes. A control-flow layer's node also
+weights are only shapes and dtypes. A network input the model computes as a small integer
+tensor from its inputs (the lengths an attention kernel reads) keeps the values it has in the
+model (``benanza.model.run_values``). A control-flow layer's node also
 carries its canonical subgraphs (encoded strings) and how many of its inputs they capture
 (``benanza.model.control_flow``).
 
@@ -18,7 +20,7 @@ returns both.
 
 The document form (``to_doc``), unchanged since networks were plain dicts::
 
-    {"inputs": [{"shape": [...], "dtype": "float32"}, ...],
+    {"inputs": [{"shape": [...], "dtype": "float32", "value"?: [...]}, ...],
      "nodes": [{"op_type", "domain", "opset", "attributes": {name: value},
                 "inputs": [ref, ...], "outputs": [{"shape", "dtype"}, ...], "layer_key",
                 "captured"?, "subgraphs"?, "subgraph_opsets"?}, ...],
@@ -78,17 +80,21 @@ def _listed(value: Any) -> Any:
 
 @dataclass(frozen=True, slots=True)
 class NetworkTensor:
-    """Shape and dtype of a network input or a node output."""
+    """Shape and dtype of a network input or a node output; a network input the model computes as a
+    small integer tensor (a length, positions: ``benanza.model.run_values``) also has its values."""
 
     shape: Shape
     dtype: str
+    value: tuple[Any, ...] | None = None  # flattened
 
     def to_doc(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype}
+        doc = {"shape": list(self.shape), "dtype": self.dtype}
+        return doc if self.value is None else {**doc, "value": list(self.value)}
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> NetworkTensor:
-        return cls(tuple(doc["shape"]), doc["dtype"])
+        value = doc.get("value")  # only a computed network input has one
+        return cls(tuple(doc["shape"]), doc["dtype"], None if value is None else _frozen(list(value)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +291,7 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
             elif inp.kind is InputKind.ACTIVATION:
                 if t.name not in external:
                     external[t.name] = len(net_inputs)
-                    net_inputs.append(NetworkTensor(tuple(t.shape), t.dtype))
+                    net_inputs.append(NetworkTensor(tuple(t.shape), t.dtype, inp.value))
                 refs.append(InputRef.of_input(external[t.name]))
             elif inp.kind.carries_value:
                 refs.append(InputRef.of_value(t.shape, t.dtype, inp.value or ()))

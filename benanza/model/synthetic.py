@@ -2,7 +2,9 @@
 
 Values do not change a kernel's cost, only shapes and dtypes do: floats are drawn uniform in
 [-1, 1), integers and booleans are zeros (index-like inputs such as Gather indices stay in
-range). A weight's values depend only on its shape, dtype, seed, slot and copy, so the same
+range). A model's integer inputs and the small integer tensors it computes from them are the
+exception: how much work there is (``benanza.model.run_values``). A weight's values depend
+only on its shape, dtype, seed, slot and copy, so the same
 weight is the same bytes in every benchmark that holds it, drawn once and cached; two weights
 of one model never share values, which would let ONNX Runtime merge the nodes that read them.
 """

@@ -51,6 +51,7 @@ from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
+from benanza.model.run_values import input_fills
 from benanza.model.synthetic import SYNTHETIC_WEIGHTS, synthetic_array
 from benanza.model.walks import node_reads, stable_topological_order
 from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
@@ -108,16 +109,26 @@ def session_options(opt_level: str, threads: int, profile: bool = False, optimiz
 
 
 def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
-    """Synthetic inputs for every runtime input of ``model`` (shapes must be static), sinks' axes as built."""
+    """Synthetic inputs for every runtime input of ``model`` (shapes must be static), sinks' axes as built.
+
+    Floats are random; an integer or boolean input is zeros where it reaches an index slot (ids), ones
+    (True) elsewhere: a mask with every position valid (``run_values.input_fills``). An input with an
+    initializer (a value the model computes, ``build_onnx``) is left to it.
+    """
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
     feeds = sink_feeds(model)
+    fills = input_fills(model)
     for vi in model.graph.input:
         if vi.name in inits or vi.name in feeds:
             continue
         tt = vi.type.tensor_type
         shape = [d.dim_value for d in tt.shape.dim]
-        feeds[vi.name] = synthetic_array(shape, dtype_name(tt.elem_type), rng)
+        dtype = dtype_name(tt.elem_type)
+        if vi.name in fills:
+            feeds[vi.name] = np.full(shape, fills[vi.name], np.dtype(dtype))
+        else:
+            feeds[vi.name] = synthetic_array(shape, dtype, rng)
     return feeds
 
 
