@@ -18,7 +18,7 @@ that layer adds to a composition beyond the subtraction: a composition of n such
 high by about (n - 1) x excess. Run at each of ``--threads``.
 
 Each session is timed two ways side by side in the same group: ``numpy``, ``session.run`` with
-numpy arrays, as benanza's CPU calls are made today, and ``bound``, ``run_with_iobinding`` on
+numpy arrays, as benanza's CPU calls were made before 084ede0, and ``bound``, ``run_with_iobinding`` on
 tensors bound once (``OrtValue``), as a layer inside a model reads what ONNX Runtime already
 holds. An elementwise op that ONNX Runtime runs in place inside the chain (``Relu``) cannot do
 so alone on a fed input: its excess is that write to a fresh buffer, not a fixed cost.
@@ -49,7 +49,7 @@ from benanza.runtimes.onnxruntime import bound_call, session_options
 from benanza.settings import load_settings
 
 RESULTS = Path(__file__).parent / "results"
-FEEDS = ("numpy", "bound")  # session.run with numpy arrays (benanza's calls); run_with_iobinding on bound tensors
+FEEDS = ("numpy", "bound")  # session.run with numpy arrays (benanza before 084ede0); run_with_iobinding (now)
 ROUNDS = 100  # at least: a ms-long layer's intercept known to tens of us, not hundreds
 
 
