@@ -93,7 +93,7 @@ def _dequantized(network: Network, output: NetworkOutput) -> int | None:
     """How many ops ONNX Runtime's QDQ propagation would carry a DequantizeLinear past to reach
     this output (0: the DequantizeLinear writes it); None when no DequantizeLinear reaches it."""
     node, past = network.nodes[output.node], 0
-    while node.domain == "" and node.op_type in QDQ_PROPAGATING:  # ONNX's domain, as ``extract.domain_of`` writes it
+    while node.domain == "" and node.op_type in QDQ_PROPAGATING:  # ONNX's domain, as ``walks.domain_of`` writes it
         first = node.inputs[0] if node.inputs else None
         if first is None or first.kind is not RefKind.NODE:
             return None

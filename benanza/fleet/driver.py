@@ -77,14 +77,17 @@ class SystemResult:
     error: str | None = None
     variant: str | None = None  # the variant its figures are measured at (its first runtime entry's)
     notes: list[str] = field(default_factory=list)  # what its runtimes decided when they were built
-    disturbed: int = 0  # of the records this run measured, those marked disturbed (``mark``)
     _marks: dict[str, bool] = field(default_factory=dict, repr=False)  # spec id -> its latest record is disturbed
 
     def mark(self, marks: dict[str, bool]) -> None:
         """The disturbed marks of records a worker returned: the latest record of a spec counts (a group
         measured again replaces its first records)."""
         self._marks.update(marks)
-        self.disturbed = sum(self._marks.values())
+
+    @property
+    def disturbed(self) -> int:
+        """Of the records this run measured, those marked disturbed."""
+        return sum(self._marks.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {

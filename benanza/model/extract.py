@@ -35,6 +35,7 @@ from benanza.model.schemas import Differentiation, OpSchema, op_schema
 from benanza.model.walks import (
     RANDOM_OPS,
     captured_names,
+    domain_of,
     graphs_of,
     node_reads,
     subgraph_attributes,
@@ -253,11 +254,6 @@ def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | 
         graph_key=model_identity(model.graph, nodes, layer_at, opsets),
         shaped_by=shapes.shaped_by,
     )
-
-
-def domain_of(node: onnx.NodeProto) -> str:
-    """A node's domain, ``""`` for ONNX's own (also written ``ai.onnx``)."""
-    return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
 def _normalise_value_inputs(

@@ -26,6 +26,7 @@ from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_t
 from benanza.errors import BenanzaError, ModelError, one_line
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight
+from benanza.model.walks import all_graphs, domain_of
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -108,17 +109,6 @@ def structure_only(model: onnx.ModelProto) -> int:
 ONNXRUNTIME_OPS_DOMAIN = "benanza.onnxruntime_in_onnx_domain"
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """``graph`` and every subgraph of its nodes' attributes, all the way down."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("g"):
-                yield from _graphs(attr.g)
-            for sub in attr.graphs:
-                yield from _graphs(sub)
-
-
 def onnxruntime_ops_in_onnx_domain(model: onnx.ModelProto) -> set[str]:
     """The ops of ``model`` in ONNX's domain that ONNX does not define at the model's opset and ONNX
     Runtime registers there: ``SimplifiedLayerNormalization``, which ONNX Runtime's transformer
@@ -128,9 +118,9 @@ def onnxruntime_ops_in_onnx_domain(model: onnx.ModelProto) -> set[str]:
     if opset is None:
         return set()
     found = set()
-    for graph in _graphs(model.graph):
+    for graph in all_graphs(model.graph):
         for node in graph.node:
-            if node.domain not in ("", "ai.onnx") or node.op_type in found:
+            if domain_of(node) or node.op_type in found:
                 continue
             schema = op_schema(node.op_type, opset, "")
             if schema is not None and schema.source == "onnxruntime":
@@ -153,9 +143,9 @@ def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
             del tensor.dims[:]
             tensor.dims.append(0)
     if ort_ops:
-        for graph in _graphs(copy.graph):
+        for graph in all_graphs(copy.graph):
             for node in graph.node:
-                if node.domain in ("", "ai.onnx") and node.op_type in ort_ops:
+                if not domain_of(node) and node.op_type in ort_ops:
                     node.domain = ONNXRUNTIME_OPS_DOMAIN
         copy.opset_import.append(helper.make_opsetid(ONNXRUNTIME_OPS_DOMAIN, 1))
     return copy

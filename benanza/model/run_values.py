@@ -40,6 +40,7 @@ from onnx import helper, numpy_helper
 from benanza.errors import one_line
 from benanza.model.keys import INDEX_DTYPES, INTEGER_DTYPES, VALUE_MAX_ELEMENTS
 from benanza.model.schemas import Differentiation, op_schema
+from benanza.model.walks import domain_of
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +62,12 @@ def _opsets(model: onnx.ModelProto) -> dict[str, int]:
     return {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
 
 
-def _domain(node: onnx.NodeProto) -> str:
-    return "" if node.domain in ("", "ai.onnx") else node.domain
-
-
 def _keeps_zeros(node: onnx.NodeProto, position: int, opsets: Mapping[str, int]) -> bool:
     """Whether input ``position`` of ``node`` is a slot where zeros are the safe synthetic value: one that
     indexes (its schema names it ``indices`` or ``..._ids``: Gather, GatherND, ScatterND, OneHot,
     EmbedLayerNormalization's ids) or that ONNX marks a setting (NonDifferentiable: a Reshape's shape,
     Slice's starts and ends, a Tile's repeats, a Where's condition), or of an op nobody describes."""
-    domain = _domain(node)
+    domain = domain_of(node)
     opset = opsets.get(domain)
     schema = op_schema(node.op_type, opset, domain) if opset is not None else None
     if schema is None or not schema.inputs:
@@ -107,7 +104,7 @@ def _reaches_zeros(
         for node, i in readers.get(todo.pop(), ()):
             if _keeps_zeros(node, i, opsets):
                 return True
-            if node.op_type in _PASS_THROUGH and _domain(node) == "" and (i == 0 or node.op_type == "Concat"):
+            if node.op_type in _PASS_THROUGH and domain_of(node) == "" and (i == 0 or node.op_type == "Concat"):
                 todo.extend(o for o in node.output if o and o not in seen)
                 seen.update(node.output)
     return False
@@ -132,7 +129,7 @@ def run_values(
     nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:
         if _runnable(node, known, types):
-            nodes.append(_constant_shape(node, types) if node.op_type in _SHAPE_OPS and _domain(node) == "" else node)
+            nodes.append(_constant_shape(node, types) if node.op_type in _SHAPE_OPS and domain_of(node) == "" else node)
             known.update(o for o in node.output if o)
     read = {x for node in model.graph.node for x in node.input if x}
     made = {o for node in nodes for o in node.output if o}
@@ -145,7 +142,11 @@ def run_values(
         try:
             values.update(_run(model, _needed(nodes, computed), inits, feeds, computed, types))
         except Exception as exc:  # any failure leaves these values to synthetic feeds
-            log.info("%s: the integer values it computes could not be run: %s", model.graph.name, one_line(exc))
+            log.warning(
+                "%s: the integer values it computes could not be run, its layers are fed synthetic ones: %s",
+                model.graph.name,
+                one_line(exc),
+            )
             values = {x: v for x, v in values.items() if x not in made}
     return {x: tuple(v.ravel().tolist()) for x, v in values.items()}
 
@@ -169,7 +170,7 @@ def _runnable(node: onnx.NodeProto, known: set[str], types: Types) -> bool:
         return False
     if not node.output or not all(o and _integer(o, types) for o in node.output):
         return False
-    if node.op_type in _SHAPE_OPS and _domain(node) == "":
+    if node.op_type in _SHAPE_OPS and domain_of(node) == "":
         return bool(node.input) and types.get(node.input[0], (None, ""))[0] is not None
     if node.op_type == "Constant":
         return True
@@ -233,7 +234,8 @@ def _run(
 
 
 def integer_feeds(model: onnx.ModelProto, types: Types) -> dict[str, np.ndarray]:
-    """The integer and boolean inputs of ``model`` as it is fed whole (``input_fills``), where bound."""
+    """The integer and boolean inputs of ``model`` as it is fed whole and as every benchmark is fed
+    (``input_fills``; ``feeds_for``), where ``types`` binds their shapes."""
     out = {}
     for name, fill in input_fills(model).items():
         shape, dtype = types.get(name, (None, ""))

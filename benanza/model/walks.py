@@ -8,7 +8,7 @@ those stages import each other for them.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import onnx
 from onnx import AttributeProto
@@ -26,6 +26,20 @@ def subgraph_attributes(node: onnx.NodeProto) -> list[AttributeProto]:
 
 def graphs_of(attr: AttributeProto) -> list[onnx.GraphProto]:
     return [attr.g] if attr.type == AttributeProto.GRAPH else list(attr.graphs)
+
+
+def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """``graph`` and every subgraph of its nodes, all the way down."""
+    yield graph
+    for node in graph.node:
+        for attr in subgraph_attributes(node):
+            for sub in graphs_of(attr):
+                yield from all_graphs(sub)
+
+
+def domain_of(node: onnx.NodeProto) -> str:
+    """A node's domain, ``""`` for ONNX's own (also written ``ai.onnx``)."""
+    return "" if node.domain in ("", "ai.onnx") else node.domain
 
 
 def captured_names(node: onnx.NodeProto) -> list[str]:

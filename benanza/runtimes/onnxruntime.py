@@ -51,7 +51,7 @@ from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.load import with_synthetic_weights
-from benanza.model.run_values import input_fills
+from benanza.model.run_values import integer_feeds
 from benanza.model.synthetic import SYNTHETIC_WEIGHTS, synthetic_array
 from benanza.model.walks import node_reads, stable_topological_order
 from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
@@ -118,17 +118,14 @@ def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     inits = {i.name for i in model.graph.initializer}
     feeds = sink_feeds(model)
-    fills = input_fills(model)
-    for vi in model.graph.input:
-        if vi.name in inits or vi.name in feeds:
-            continue
-        tt = vi.type.tensor_type
-        shape = [d.dim_value for d in tt.shape.dim]
-        dtype = dtype_name(tt.elem_type)
-        if vi.name in fills:
-            feeds[vi.name] = np.full(shape, fills[vi.name], np.dtype(dtype))
-        else:
-            feeds[vi.name] = synthetic_array(shape, dtype, rng)
+    types = {
+        vi.name: (tuple(d.dim_value for d in vi.type.tensor_type.shape.dim), dtype_name(vi.type.tensor_type.elem_type))
+        for vi in model.graph.input
+        if vi.name not in inits and vi.name not in feeds
+    }
+    integers = integer_feeds(model, types)
+    for name, (shape, dtype) in types.items():
+        feeds[name] = integers[name] if name in integers else synthetic_array(list(shape), dtype, rng)
     return feeds
 
 
