@@ -58,7 +58,7 @@ class HarnessSettings(BaseModel):
     max_time_s: float = Field(2.0, gt=0, description="wall-time cap per benchmark")
     target_rel_stderr: float = Field(0.01, ge=0, description="stop once the mean is known to this fraction")
     min_sample_time_s: float = Field(2e-4, ge=0, description="batch calls until one sample lasts this long")
-    kernel_runs: int = Field(20, ge=0, description="profiled runs for the library's kernel time")
+    kernel_runs: int = Field(10, ge=0, description="profiled runs for the library's kernel time")
     schedule: Schedule = Field(
         "interleaved",
         description="interleaved (default): a model's benchmarks sampled in rounds, so drift hits parts and whole "

@@ -256,16 +256,45 @@ def test_interleaved_group_records_like_one_by_one(chain_specs, runtime, fast_ha
     settings = fast_harness.model_copy(update={"schedule": "interleaved"})
     records = run_interleaved(chain_specs, runtime, settings, system=SYSTEM, stack_id=STACK, host="h")
     assert [r.spec_id for r in records] == [s.spec_id for s in chain_specs]
+    assert {r.kind for r in records} == {"layer", "group", "sequence"}
     for record in records:
         assert record.outcome is Outcome.OK
         assert record.stats.n == len(record.samples) >= settings.min_samples
-        assert settings.kernel_runs <= len(record.kernel_samples) <= 2 * settings.kernel_runs  # spread over the rounds
         assert record.settings["harness"]["schedule"] == "interleaved"
-        assert 0 < record.settings["kernel_time"]["scale_median"] <= 1  # profiler cost taken out
         assert record.host == "h" and record.duration_s > 0
         assert 0 < record.stats.spent_s < record.duration_s  # its own share of the group's time
+        if record.kind == "sequence":  # composed from its call latency alone: no profiler, no kernel time
+            assert (record.kernel_samples, record.kernel_stats) == ((), None)
+            assert "kernel_time" not in record.settings
+            continue
+        assert settings.kernel_runs <= len(record.kernel_samples) <= 2 * settings.kernel_runs  # spread over the rounds
+        assert 0 < record.settings["kernel_time"]["scale_median"] <= 1  # profiler cost taken out
         assert _stored_keys(record) == _previous_keys("onnxruntime_interleaved")
     assert len({r.stats.n for r in records}) == 1  # one sample of each per round
+
+
+def test_a_group_of_sequences_alone_is_not_held_for_kernel_runs(chain_specs, runtime, fast_harness):
+    """Nothing reads a DLBricks sequence's kernel time: a group of sequences alone takes no profiled run,
+    and its rounds stop when its samples settle, not after ``kernel_runs`` companion runs."""
+    sequences = [s for s in chain_specs if s.kind is SpecKind.SEQUENCE]
+    assert sequences
+    settings = fast_harness.model_copy(
+        update={
+            "schedule": "interleaved",
+            "min_samples": 3,
+            "min_time_s": 0.0,
+            "kernel_runs": 40,
+            "target_rel_stderr": 1.0,
+        }
+    )
+    records = run_interleaved(sequences, runtime, settings, system=SYSTEM, stack_id=STACK)
+    for record in records:
+        assert record.outcome is Outcome.OK and record.stats.stopped_by == "noise"
+        assert record.kernel_samples == () and record.stats.n < settings.kernel_runs
+    one = run_spec(
+        sequences[0], runtime, settings.model_copy(update={"schedule": "sequential"}), system=SYSTEM, stack_id=STACK
+    )
+    assert one.outcome is Outcome.OK and one.kernel_samples == () and "kernel_time" not in one.settings
 
 
 def test_interleaved_faults_lose_nothing(store, fast_harness):

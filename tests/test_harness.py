@@ -235,7 +235,7 @@ def test_settings_defaults_validation_and_frozen() -> None:
     s = HarnessSettings()
     assert (s.warmup_runs, s.min_samples, s.max_samples) == (3, 10, 100_000)
     assert (s.min_time_s, s.max_time_s, s.target_rel_stderr) == (0.01, 2.0, 0.01)
-    assert (s.min_sample_time_s, s.kernel_runs) == (2e-4, 20)
+    assert (s.min_sample_time_s, s.kernel_runs) == (2e-4, 10)
     with pytest.raises(ValidationError):
         s.max_time_s = 1.0  # type: ignore[misc]
     with pytest.raises(ValidationError):

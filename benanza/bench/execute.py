@@ -109,7 +109,7 @@ def run_spec(
                 threads = runtime.cpu_threads()
                 timing = measure(prepared.call, settings, threads=threads, min_samples_at_cap=at_cap, budget=budget)
                 samples, stats = timing.samples, _timing_stats(timing)
-                kernel, how = _kernel_figures(prepared, None, (), settings, timing)
+                kernel, how = _kernel_figures(prepared, None, (), settings, timing, spec.kind.kernel_timed)
                 if how is not None:
                     extra["kernel_time"] = how
             outcome = Outcome.OK
@@ -211,7 +211,7 @@ def run_interleaved(
             prepared = profiler = None
             try:
                 prepared = runtime.prepare(spec)
-                if settings.kernel_runs > 0:
+                if settings.kernel_runs > 0 and spec.kind.kernel_timed:
                     profiler = prepared.profiler(precalls=settings.interleave_precalls)
             except Exception as exc:
                 if prepared is not None:
@@ -223,7 +223,7 @@ def run_interleaved(
             [p.call for _, p, _ in live],
             settings,
             untimed=[prof.run if prof is not None else None for _, _, prof in live],
-            untimed_runs=settings.kernel_runs,
+            untimed_runs=settings.kernel_runs if any(prof is not None for _, _, prof in live) else 0,
             parts=[specs[i].kind for i, _, _ in live],  # the model, its layers, sequences, fused groups: a sum each
             threads=runtime.cpu_threads(),
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
@@ -234,7 +234,9 @@ def run_interleaved(
                 done(i, Outcome.FAILED, _failure(timing))
                 continue
             try:
-                kernel, how = _kernel_figures(prepared, profiler, rounds.companions_kept, settings, timing)
+                kernel, how = _kernel_figures(
+                    prepared, profiler, rounds.companions_kept, settings, timing, specs[i].kind.kernel_timed
+                )
                 provenance = {"kernel_time": how} if how is not None else {}
             except Exception as exc:
                 done(i, Outcome.FAILED, _failure(exc))
@@ -249,13 +251,21 @@ def run_interleaved(
 
 
 def _kernel_figures(
-    prepared: Prepared, profiler: KernelProfiler | None, keep: Sequence[bool], settings: HarnessSettings, timing: Timing
+    prepared: Prepared,
+    profiler: KernelProfiler | None,
+    keep: Sequence[bool],
+    settings: HarnessSettings,
+    timing: Timing,
+    wanted: bool = True,
 ) -> tuple[tuple[float, ...], dict[str, Any] | None]:
     """A benchmark's kernel times, the profiler's cost taken out, and how they were derived.
 
     From ``profiler`` (the interleaved schedule's companion runs, ``keep`` saying which
     count) when there is one, else from ``prepared.kernel_times`` (``kernel_runs`` back to back).
+    None where ``wanted`` is false (``SpecKind.kernel_timed``).
     """
+    if not wanted:
+        return (), None
     if profiler is not None:
         raw = [k for k, kept in zip(profiler.finish(), keep, strict=True) if kept]
         runs = [r for r, kept in zip(profiler.run_times, keep, strict=False) if kept]

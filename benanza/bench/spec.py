@@ -40,6 +40,17 @@ class SpecKind(StrEnum):
     SEQUENCE = "sequence"  # a DLBricks sequence of at most G execution groups
     MODEL = "model"  # the whole model end to end
 
+    @property
+    def kernel_timed(self) -> bool:
+        """Whether a benchmark of this kind takes kernel times (``HarnessSettings.kernel_runs`` profiled runs).
+
+        A layer's and a fused group's are the lower bounds' units, the model's own is its end to end
+        less the framework; a DLBricks sequence is composed from its call latency alone, and nothing
+        reads its kernel time, which cost a second, profiling session and a profiled run beside
+        every sample (18% of the zoo's benchmarks are sequences).
+        """
+        return self is not SpecKind.SEQUENCE
+
 
 def canonical_variant(variant: Mapping[str, Any] | None) -> tuple[tuple[str, Any], ...]:
     return tuple(sorted((variant or {}).items()))

@@ -29,7 +29,10 @@ def synthetic_array(shape: list[int], dtype: str, rng: np.random.Generator) -> n
     """
     dt = np.dtype(dtype)
     if dt.kind == "f":
-        return np.asarray(rng.random(shape, dtype=np.float32) * 2 - 1, dtype=dt)
+        values = rng.random(shape, dtype=np.float32)
+        values *= 2  # in place: the bits of ``values * 2 - 1``, without two temporaries of a weight's size
+        values -= 1
+        return values if dt == values.dtype else values.astype(dt)
     return np.zeros(shape, dtype=dt)
 
 
