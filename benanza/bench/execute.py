@@ -109,7 +109,7 @@ def run_spec(
                 threads = runtime.cpu_threads()
                 timing = measure(prepared.call, settings, threads=threads, min_samples_at_cap=at_cap, budget=budget)
                 samples, stats = timing.samples, _timing_stats(timing)
-                kernel, how = _kernel_figures(prepared, None, (), settings, timing, spec.kind.kernel_timed)
+                kernel, how = _kernel_figures(prepared, None, (), settings, timing, takes_kernel_times(spec, settings))
                 if how is not None:
                     extra["kernel_time"] = how
             outcome = Outcome.OK
@@ -211,7 +211,7 @@ def run_interleaved(
             prepared = profiler = None
             try:
                 prepared = runtime.prepare(spec)
-                if settings.kernel_runs > 0 and spec.kind.kernel_timed:
+                if takes_kernel_times(spec, settings):
                     profiler = prepared.profiler(precalls=settings.interleave_precalls)
             except Exception as exc:
                 if prepared is not None:
@@ -235,7 +235,7 @@ def run_interleaved(
                 continue
             try:
                 kernel, how = _kernel_figures(
-                    prepared, profiler, rounds.companions_kept, settings, timing, specs[i].kind.kernel_timed
+                    prepared, profiler, rounds.companions_kept, settings, timing, takes_kernel_times(specs[i], settings)
                 )
                 provenance = {"kernel_time": how} if how is not None else {}
             except Exception as exc:
@@ -250,19 +250,24 @@ def run_interleaved(
     return [results[i] for i in range(len(specs))]
 
 
+def takes_kernel_times(spec: BenchmarkSpec, settings: HarnessSettings) -> bool:
+    """Whether ``spec`` takes kernel times: profiled runs asked for, and its kind's read (``SpecKind.kernel_timed``)."""
+    return settings.kernel_runs > 0 and spec.kind.kernel_timed
+
+
 def _kernel_figures(
     prepared: Prepared,
     profiler: KernelProfiler | None,
     keep: Sequence[bool],
     settings: HarnessSettings,
     timing: Timing,
-    wanted: bool = True,
+    wanted: bool,
 ) -> tuple[tuple[float, ...], dict[str, Any] | None]:
     """A benchmark's kernel times, the profiler's cost taken out, and how they were derived.
 
     From ``profiler`` (the interleaved schedule's companion runs, ``keep`` saying which
     count) when there is one, else from ``prepared.kernel_times`` (``kernel_runs`` back to back).
-    None where ``wanted`` is false (``SpecKind.kernel_timed``).
+    None where ``wanted`` is false (``takes_kernel_times``).
     """
     if not wanted:
         return (), None
@@ -271,13 +276,11 @@ def _kernel_figures(
         runs = [r for r, kept in zip(profiler.run_times, keep, strict=False) if kept]
         left_out = [s for s, kept in zip(profiler.left_out, keep, strict=False) if kept]
         what, floor = profiler.left_out_what, profiler.node_floor_s
-    elif settings.kernel_runs > 0:
+    else:
         raw = prepared.kernel_times(settings.kernel_runs) or []
         runs = prepared.profiled_run_times or None
         left_out, what = list(prepared.profiled_left_out), prepared.left_out_what
         floor = prepared.profiled_node_floor_s
-    else:
-        return (), None
     kernel, how = without_profiler_overhead(raw, runs, timing.stats.median)
     if how is not None and floor > 0:
         how["node_floor_s"] = floor
