@@ -50,10 +50,11 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from benanza.model.control_flow import decode_subgraph, rename_reads
-from benanza.model.load import with_synthetic_weights
+from benanza.model.held_weights import HeldModel, held_bytes, make_placeholder
+from benanza.model.load import held_apart, with_synthetic_weights
 from benanza.model.network import Network, NetworkOutput, RefKind
 from benanza.model.schemas import op_schema
-from benanza.model.synthetic import WeightCopies, synthetic_weight
+from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
 from benanza.model.walks import graphs_of, subgraph_attributes
 
 # IR version written for built models: old enough for any onnxruntime we support.
@@ -119,11 +120,24 @@ def _elem_type(dtype: str) -> int:
 
 
 def weight_tensor(
-    name: str, shape: Sequence[int], dtype: str, seed: int = 0, slot: int = 0, copy: int = 0
+    name: str,
+    shape: Sequence[int],
+    dtype: str,
+    seed: int = 0,
+    slot: int = 0,
+    copy: int = 0,
+    held: dict[str, np.ndarray] | None = None,
 ) -> onnx.TensorProto:
-    """An initializer of synthetic data (``synthetic_weight``)."""
+    """An initializer of synthetic data (``synthetic_weight``).
+
+    ``held``: where a large weight's array goes, the initializer its placeholder (``model.held_weights``).
+    """
     tensor = onnx.TensorProto(name=name, data_type=_elem_type(dtype), dims=list(shape))
-    tensor.raw_data = synthetic_weight(shape, dtype, seed, slot, copy)
+    if held is not None and (nbytes := held_bytes(tensor)):
+        held[name] = synthetic_weight_array(shape, dtype, seed, slot, copy)
+        make_placeholder(tensor, nbytes)
+    else:
+        tensor.raw_data = synthetic_weight(shape, dtype, seed, slot, copy)
     return tensor
 
 
@@ -133,6 +147,22 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
     ``sink``: each output (a tensor of rank 1 or more) is its first element, read by a sink
     (see the module docstring); the model's inputs then include the sinks' ``axes``.
     """
+    return with_synthetic_weights(_built(network, seed, sink, None), seed)
+
+
+def build_held(network: Network, seed: int = 0, sink: bool = False) -> HeldModel:
+    """``build_onnx``'s model (the same values), its large weights held apart (``model.held_weights``).
+
+    A large weight goes from the synthetic-weight cache (or its draw) to the runtime without a
+    copy into the protobuf: what a runtime that takes weights by name (ONNX Runtime on the CPU)
+    builds from.
+    """
+    held: dict[str, np.ndarray] = {}
+    return held_apart(_built(network, seed, sink, held), seed, held)
+
+
+def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] | None) -> onnx.ModelProto:
+    """``build_onnx``'s model before a subgraph's large constants are filled in (``held``: see ``weight_tensor``)."""
     inputs = [
         helper.make_tensor_value_info(f"in{i}", _elem_type(t.dtype), t.shape) for i, t in enumerate(network.inputs)
     ]
@@ -166,7 +196,7 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
                     arr = np.asarray(ref.value, dtype=np.dtype(ref.dtype)).reshape(ref.shape)
                     initializers.append(numpy_helper.from_array(arr, name))
                 else:
-                    initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i, copy))
+                    initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i, copy, held))
                 names.append(name)
         outs = []
         for j, _ in enumerate(node.outputs):
@@ -219,7 +249,7 @@ def build_onnx(network: Network, seed: int = 0, sink: bool = False) -> onnx.Mode
     model = helper.make_model(graph, opset_imports=opset_imports, ir_version=IR_VERSION, producer_name="benanza")
     if propagation_crosses:
         helper.set_model_props(model, {DISABLED_OPTIMIZERS_KEY: QDQ_PROPAGATION})
-    return with_synthetic_weights(model, seed)  # a subgraph's large constants travel as shape and dtype
+    return model  # a subgraph's large constants travel as shape and dtype: the callers fill them
 
 
 def _sink(

@@ -18,7 +18,10 @@ peak RSS on this project's harness, one benchmark per fresh process):
   64x8x128x128 to 64 channels (32 MiB in, 256 MiB out) peaked at 1088 MiB: 32 + 4.1 x 256.
 - ``WEIGHT_COPIES = 4``: the serialized model kept for the profiling session, each session's
   initializers, and the pre-packed copies ORT makes of Conv, MatMul and Gemm weights. A
-  4096x4096 MatMul (64 MiB of weights) peaked at 294 MiB.
+  4096x4096 MatMul (64 MiB of weights) peaked at 294 MiB. Since weights of 1 MiB and more are
+  held apart (``model.held_weights``: one array both sessions are given, no serialized copy)
+  it holds less: its prepared benchmark with kernel times held 134 MiB, against 198 MiB
+  before. The factor is kept for the smaller weights, which still travel in the protobuf.
 - ``MODEL_WEIGHT_COPIES = 8``: a whole model is loaded from its file and processed again
   (constant folding, shape inference, binding) before its sessions are made, each step
   holding another copy for a moment. Two 4096x4096 MatMuls (128 MiB) peaked at 955 MiB.

@@ -14,18 +14,20 @@ data file out; ``corpus/`` ships its models that way.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from benanza.errors import BenanzaError, ModelError, one_line
+from benanza.model.held_weights import HeldModel, held_bytes, is_placeholder, make_placeholder
 from benanza.model.schemas import op_schema
-from benanza.model.synthetic import WeightCopies, synthetic_weight
+from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
 from benanza.model.walks import all_graphs, domain_of
 
 if TYPE_CHECKING:
@@ -188,8 +190,27 @@ def with_synthetic_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelP
     ``copy``). A weight a ``ConstantOfShape`` stands in for (``weight_stand_ins``) becomes an
     initializer of synthetic data too. A model with all its data is returned as it is.
     """
+    return _filled(model, seed, None)
+
+
+def held_apart(model: onnx.ModelProto, seed: int = 0, held: Mapping[str, np.ndarray] | None = None) -> HeldModel:
+    """``with_synthetic_weights``, with the model's large initializers held apart (``model.held_weights``).
+
+    A synthetic weight is drawn straight into its array (the same values); a weight with its
+    data (a model shared with its weights) is moved out of the copy's protobuf into one.
+
+    Args:
+        held: arrays already held for some of ``model``'s placeholders (``build.build_held``).
+    """
+    weights = dict(held or {})
+    return HeldModel(_filled(model, seed, weights), weights)
+
+
+def _filled(model: onnx.ModelProto, seed: int, held: dict[str, np.ndarray] | None) -> onnx.ModelProto:
+    """``with_synthetic_weights``; with ``held``, the graph's large initializers go there (``held_apart``)."""
     stand_ins = weight_stand_ins(model.graph)
-    if not structure_only(model) and not stand_ins:
+    moved = held is not None and any(has_data(t) and held_bytes(t) for t in model.graph.initializer)
+    if not structure_only(model) and not stand_ins and not moved:
         return model
     filled = onnx.ModelProto()
     filled.CopyFrom(model)
@@ -203,13 +224,25 @@ def with_synthetic_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelP
     for node in filled.graph.node:
         for i, name in enumerate(node.input):
             slots.setdefault(name, i)
+    initializers = len(filled.graph.initializer)  # ``model_tensors`` gives the graph's own initializers first
+    weights: dict[str, np.ndarray] = held if held is not None else {}
     copies = WeightCopies()  # counted over every tensor, with data or not, as build_onnx counts its own
-    for tensor in model_tensors(filled):
+    for index, tensor in enumerate(model_tensors(filled)):
         slot = slots.get(tensor.name, 0)
         copy = copies.next(tensor.dims, tensor.data_type, slot)
-        if has_data(tensor) and tensor.name not in stand_ins:
+        nbytes = held_bytes(tensor) if held is not None and index < initializers else None
+        if nbytes and tensor.name in weights and is_placeholder(tensor):
+            continue  # held already
+        data = has_data(tensor) and tensor.name not in stand_ins
+        if data and not nbytes:
             continue
         dtype = helper.tensor_dtype_to_np_dtype(tensor.data_type)
+        if nbytes:
+            weights[tensor.name] = (
+                numpy_helper.to_array(tensor) if data else synthetic_weight_array(tensor.dims, dtype, seed, slot, copy)
+            )
+            make_placeholder(tensor, nbytes)
+            continue
         del tensor.external_data[:]
         tensor.data_location = TensorProto.DEFAULT
         tensor.raw_data = synthetic_weight(list(tensor.dims), dtype, seed, slot, copy)

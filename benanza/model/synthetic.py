@@ -45,7 +45,8 @@ SYNTHETIC_WEIGHTS = "floats uniform in [-1, 1) drawn per shape, dtype, slot and 
 # benchmark that needs them (the same weight recurs in a layer, its fused group, its family's
 # other depths and the whole model), up to this many bytes held; the least recently used go first.
 WEIGHT_CACHE_BYTES = 256 << 20
-_weights: OrderedDict[tuple[tuple[int, ...], str, int, int, int], bytes] = OrderedDict()
+_WeightKey = tuple[tuple[int, ...], str, int, int, int]  # shape, dtype, seed, slot, copy
+_weights: OrderedDict[_WeightKey, bytes] = OrderedDict()
 _weights_lock = threading.Lock()
 
 
@@ -75,19 +76,48 @@ def synthetic_weight(shape: Sequence[int], dtype: str | np.dtype, seed: int = 0,
     module's 1x1 branches), which the layers measured apart never do. Inception v2's whole
     model ran 110 nodes where its layers ran 115 (``load.weight_stand_ins``).
     """
-    key = (tuple(int(d) for d in shape), np.dtype(dtype).name, seed, slot, copy)
+    key = _weight_key(shape, dtype, seed, slot, copy)
+    if (packed := packed_bytes(key[0], key[1])) is not None:  # zeros of the packed size (dtypes.PACKED_BITS)
+        return bytes(packed)
+    weight = _drawn(key)
+    return weight if isinstance(weight, bytes) else weight.tobytes()
+
+
+def synthetic_weight_array(
+    shape: Sequence[int], dtype: str | np.dtype, seed: int = 0, slot: int = 0, copy: int = 0
+) -> np.ndarray:
+    """``synthetic_weight``'s values as a read-only array of ``shape`` (a held weight, ``model.held_weights``).
+
+    A weight the cache holds is the cache's bytes, not a copy; a larger one is drawn as an
+    array and never turned into bytes. Not for packed element types (``dtypes.PACKED_BITS``).
+    """
+    key = _weight_key(shape, dtype, seed, slot, copy)
+    weight = _drawn(key)
+    if isinstance(weight, bytes):
+        return np.frombuffer(weight, dtype=np.dtype(key[1])).reshape(key[0])
+    weight.flags.writeable = False
+    return weight
+
+
+def _weight_key(shape: Sequence[int], dtype: str | np.dtype, seed: int, slot: int, copy: int) -> _WeightKey:
+    return (tuple(int(d) for d in shape), np.dtype(dtype).name, seed, slot, copy)
+
+
+def _drawn(key: _WeightKey) -> bytes | np.ndarray:
+    """A weight's values: the cache's bytes when it holds them (or now takes them), else a fresh array."""
     with _weights_lock:
         if key in _weights:
             _weights.move_to_end(key)
             return _weights[key]
-    if (packed := packed_bytes(key[0], key[1])) is not None:  # zeros of the packed size (dtypes.PACKED_BITS)
-        return bytes(packed)
-    rng = np.random.default_rng([seed, slot, len(key[0]), *key[0], *([copy] if copy else [])])
-    data = synthetic_array(list(key[0]), dtype, rng).tobytes()
-    if len(data) <= WEIGHT_CACHE_BYTES // 4:
-        with _weights_lock:
-            _weights[key] = data
-            held = sum(len(v) for v in _weights.values())
-            while held > WEIGHT_CACHE_BYTES:
-                held -= len(_weights.popitem(last=False)[1])
+    shape, dtype, seed, slot, copy = key
+    rng = np.random.default_rng([seed, slot, len(shape), *shape, *([copy] if copy else [])])
+    values = synthetic_array(list(shape), dtype, rng)
+    if values.nbytes > WEIGHT_CACHE_BYTES // 4:
+        return values
+    data = values.tobytes()
+    with _weights_lock:
+        _weights[key] = data
+        held = sum(len(v) for v in _weights.values())
+        while held > WEIGHT_CACHE_BYTES:
+            held -= len(_weights.popitem(last=False)[1])
     return data

@@ -35,8 +35,8 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,13 +44,22 @@ import numpy as np
 import onnx
 
 from benanza.bench import host_cpu
-from benanza.bench.build import DEFAULT_OPSET, IR_VERSION, build_onnx, disabled_optimizers, is_sink, sink_feeds
+from benanza.bench.build import (
+    DEFAULT_OPSET,
+    IR_VERSION,
+    build_held,
+    build_onnx,
+    disabled_optimizers,
+    is_sink,
+    sink_feeds,
+)
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
-from benanza.model.load import with_synthetic_weights
+from benanza.model.held_weights import HeldModel
+from benanza.model.load import held_apart, with_synthetic_weights
 from benanza.model.run_values import integer_feeds
 from benanza.model.synthetic import SYNTHETIC_WEIGHTS, synthetic_array
 from benanza.model.walks import node_reads, stable_topological_order
@@ -159,22 +168,40 @@ def ort_message(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class _CpuModel:
-    """What a benchmark's CPU sessions are built from: its timed session and its profiling ones."""
+    """What a benchmark's CPU sessions are built from: its timed session and its profiling ones.
+
+    ``weights``: the arrays of the model's held-apart initializers (``model.held_weights``), given
+    to every session by name; they must outlive the sessions, which may read them in place.
+    """
 
     model_bytes: bytes
     feeds: dict[str, np.ndarray]
     opt_level: str
     threads: int
     disabled: tuple[str, ...] = ()  # ONNX Runtime optimizers left out (``build.disabled_optimizers``)
+    weights: Mapping[str, np.ndarray] = field(default_factory=dict)
 
     def session(self, profile_prefix: str | None = None) -> Any:
         """A CPU session of the model (``profile_prefix``: with ORT's profiler on, writing there)."""
         so = session_options(self.opt_level, self.threads, profile=profile_prefix is not None)
         if profile_prefix is not None:
             so.profile_file_prefix = profile_prefix
+        hold_weights(so, self.weights)
         return _ort().InferenceSession(
             self.model_bytes, so, providers=["CPUExecutionProvider"], disabled_optimizers=list(self.disabled)
         )
+
+
+def hold_weights(so: Any, weights: Mapping[str, np.ndarray]) -> None:
+    """Give a session's options the arrays of its model's held-apart initializers (``model.held_weights``).
+
+    ONNX Runtime puts each in place of the placeholder of its name before it optimizes the
+    graph (``SessionOptions.add_external_initializers``). The arrays must outlive the session.
+    """
+    if weights:
+        ort = _ort()
+        names = list(weights)
+        so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights[n]) for n in names])
 
 
 def bound_call(session: Any, feeds: dict[str, np.ndarray]) -> Any:
@@ -209,9 +236,11 @@ class _OrtPrepared(Prepared):
         opt_level: str,
         threads: int,
         disabled: Sequence[str] = (),
+        weights: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        """``disabled``: ONNX Runtime optimizers the sessions leave out (``build.disabled_optimizers``)."""
-        self._model = _CpuModel(model_bytes, feeds, opt_level, threads, tuple(disabled))
+        """``disabled``: ONNX Runtime optimizers the sessions leave out (``build.disabled_optimizers``);
+        ``weights``: the model's held-apart initializers (``model.held_weights``)."""
+        self._model = _CpuModel(model_bytes, feeds, opt_level, threads, tuple(disabled), dict(weights or {}))
         # the binding's memory: C order, a 0-d array kept 0-d (``np.ascontiguousarray`` would make it 1-d)
         self._feeds = {name: np.require(array, requirements="C") for name, array in feeds.items()}
         self._session = self._model.session()
@@ -326,6 +355,7 @@ class _OrtProfiler(KernelProfiler):
     left_out_what = _CASTS_LEFT_OUT
 
     def __init__(self, model: _CpuModel, precalls: int = 0) -> None:
+        self._model = model  # its held weights outlive the session
         self._feeds = model.feeds
         self._every = precalls + 1
         self._file: Path | None = None
@@ -668,21 +698,27 @@ class OnnxRuntimeCPU(Runtime):
         return None
 
     def prepare(self, spec: BenchmarkSpec) -> _OrtPrepared | OrtCudaModel:
+        """The benchmark's sessions; on the CPU its large weights held apart (``model.held_weights``)."""
         if spec.kind is SpecKind.MODEL:
             from benanza.model.process import process_model
 
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
-            model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
+            proto = process_model(info["path"], info.get("batch"), shapes).proto
+            held = HeldModel(with_synthetic_weights(proto), {}) if self.ep == "cuda" else held_apart(proto)
             disabled = []  # the model as its users run it
         elif spec.network is None:
             raise UsageError(f"spec {spec.key} carries no network to build")
         else:
-            model = build_onnx(spec.network, sink=True)
-            disabled = disabled_optimizers(model)
+            built = spec.network
+            held = HeldModel(build_onnx(built, sink=True), {}) if self.ep == "cuda" else build_held(built, sink=True)
+            disabled = disabled_optimizers(held.proto)
+        model = held.proto
         if self.ep == "cuda":
             return OrtCudaModel(model, disabled=disabled)
-        return _OrtPrepared(model.SerializeToString(), feeds_for(model), self.opt_level, self.threads, disabled)
+        return _OrtPrepared(
+            model.SerializeToString(), feeds_for(model), self.opt_level, self.threads, disabled, held.weights
+        )
 
     def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]]:
         """The model's layers grouped as ORT executes them at this optimisation level.
@@ -694,7 +730,7 @@ class OnnxRuntimeCPU(Runtime):
         """
         providers = [CUDA_PROVIDER] if self.ep == "cuda" else ["CPUExecutionProvider"]
         try:
-            optimized = optimized_model(with_synthetic_weights(proto), self.opt_level, providers)
+            optimized = optimized_model(held_apart(proto), self.opt_level, providers)
         except ort_errors() as exc:
             reason = f"ONNX Runtime cannot build its optimized graph: {ort_message(exc)}"
             raise PlanningError(graph.path, reason) from None
@@ -702,18 +738,35 @@ class OnnxRuntimeCPU(Runtime):
 
 
 def optimized_model(
-    model: onnx.ModelProto, opt_level: str, providers: Sequence[str] = ("CPUExecutionProvider",)
+    model: onnx.ModelProto | HeldModel, opt_level: str, providers: Sequence[str] = ("CPUExecutionProvider",)
 ) -> onnx.ModelProto:
     """The graph ONNX Runtime runs for ``model`` at ``opt_level`` (its optimized model file, read back).
+
+    ``model``: with all its data, or its large weights held apart (``model.held_weights``). The
+    optimized file holds every initializer, unless the held weights come to ``WEIGHTS_FILE_BYTES``:
+    then they go to a file of their own beside it (never read back: the graph is what is wanted),
+    as a file of more than protobuf's 2 GB cannot be written. Not always, because ONNX Runtime
+    1.32 then writes the nodes in another order, which could change how ``groups_from_optimized``
+    assigns a layer that two fused nodes read (a fused GELU's nodes came out reordered).
 
     Raises:
         ONNX Runtime's own errors (``ort_errors``): it cannot build a session of the model.
     """
+    held = model if isinstance(model, HeldModel) else HeldModel(model, {})
     with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
         path = str(Path(tmp) / "optimized.onnx")
         so = session_options(opt_level, 1, optimized_path=path)
-        _ort().InferenceSession(model.SerializeToString(), so, providers=list(providers))
+        if sum(w.nbytes for w in held.weights.values()) >= WEIGHTS_FILE_BYTES:
+            so.add_session_config_entry(_OPTIMIZED_WEIGHTS_FILE, "optimized.weights")
+        hold_weights(so, held.weights)
+        _ort().InferenceSession(held.proto.SerializeToString(), so, providers=list(providers))
         return onnx.load(path, load_external_data=False)
+
+
+# held weights from which ``optimized_model`` writes the optimized model's initializers to a file of their own
+WEIGHTS_FILE_BYTES = 1 << 30
+# kOrtSessionOptionsOptimizedModelExternalInitializersFileName (onnxruntime_session_options_config_keys.h)
+_OPTIMIZED_WEIGHTS_FILE = "session.optimized_model_external_initializers_file_name"
 
 
 def groups_from_optimized(graph: ModelGraph, optimized: onnx.ModelProto) -> list[list[int]]:
