@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from benanza.bench.harness import (
     HarnessSettings,
+    Judge,
     Timing,
     _group_settled,
     _settle_floor,
@@ -21,6 +22,7 @@ from benanza.bench.harness import (
     measure_device,
     measure_interleaved,
 )
+from benanza.bench.remeasure import RemeasureBudget
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import (
     TRIM_PROPORTION,
@@ -564,3 +566,33 @@ def test_an_interleaved_group_past_its_time_cap_still_takes_three_rounds() -> No
     assert (t.stopped_by, t.stats.n) == ("time_cap", 3)
     interval = statistic_interval(t.samples, "trimmed_mean")
     assert interval is not None and interval.high > interval.low
+
+
+def test_a_judge_that_finds_the_rounds_disturbed_has_them_sampled_again_with_the_same_calls() -> None:
+    """``measure_interleaved``'s judge (the run's reference call): its verdict takes the rounds again, as
+    the group's own checks do, within ``disturbance_retries`` and the budget, without calibrating again."""
+    clock = FakeClock()
+    fast, slow = clock.call_taking(300_000), clock.call_taking(5_000_000)
+    s = settings(warmup_runs=1, min_samples=5, min_time_s=0.0, target_rel_stderr=10.0, disturbance_retries=1)
+    seen: list[dict] = []
+
+    def slow_once(samples):
+        seen.append(samples)
+        return "the host ran slower" if len(seen) == 1 else None
+
+    judge = Judge(slow_once)
+    ta, tb = measure_interleaved([fast, slow], s, clock=clock, judge=judge).timings
+    assert judge.again == 1 and len(seen) == 2
+    assert sorted(seen[0]) == [0, 1] and seen[0][1] == pytest.approx((5e-3,) * 5)  # by call position, seconds
+    assert not ta.disturbed and ta.remeasured == tb.remeasured == 1
+    assert ta.stats.n == 5  # fresh samples, not appended to the first rounds'
+
+    always = Judge(lambda samples: "the host ran slower")
+    ta, _ = measure_interleaved([fast, slow], s, clock=clock, judge=always).timings
+    assert always.again == 1 and ta.disturbed and ta.disturbed_reason == "the host ran slower"
+
+    budget = RemeasureBudget(share=0.0, reserve_s=0.0)
+    declined = Judge(lambda samples: "the host ran slower")
+    ta, _ = measure_interleaved([fast, slow], s, clock=clock, judge=declined, budget=budget).timings
+    assert declined.again == 0 and ta.remeasured == 0 and budget.declined == 1
+    assert ta.disturbed_reason.startswith("the host ran slower; not measured again")

@@ -72,21 +72,22 @@ def test_the_reference_is_a_convolution_and_never_a_layer_key() -> None:
 
 
 class _Host:
-    """How many of the next benchmarks prepared will run in a slow period (each call ``SLOW_FACTOR`` times as long)."""
+    """Whether the host is in a slow period now (each call ``SLOW_FACTOR`` times as long), and how many
+    benchmarks were prepared."""
 
     def __init__(self) -> None:
-        self.slow_prepares = 0
-        self.prepared_slow = 0
+        self.slow = False
+        self.prepared = 0
 
 
 class _Slowed(Prepared):
-    def __init__(self, inner: Prepared, slow: bool) -> None:
-        self.inner, self.slow = inner, slow
+    def __init__(self, inner: Prepared, host: _Host) -> None:
+        self.inner, self.host = inner, host
 
     def call(self) -> object:
         start = time.perf_counter()
         out = self.inner.call()
-        if self.slow:  # the host at a quarter of its speed: the call's own time three times again
+        if self.host.slow:  # the host at a quarter of its speed: the call's own time three times again
             end = start + SLOW_FACTOR * (time.perf_counter() - start)
             while time.perf_counter() < end:
                 pass
@@ -107,11 +108,21 @@ class _SlowableRuntime(OnnxRuntimeCPU):
         self.host = host
 
     def prepare(self, spec: BenchmarkSpec) -> Prepared:
-        slow = self.host.slow_prepares > 0
-        if slow:
-            self.host.slow_prepares -= 1
-            self.host.prepared_slow += 1
-        return _Slowed(super().prepare(spec), slow)
+        self.host.prepared += 1
+        return _Slowed(super().prepare(spec), self.host)
+
+
+def _ends_after_first_slow_verdict(reference: HostReference, host: _Host) -> None:
+    """The slow period ends as soon as the reference has found a group slow once (its first rounds)."""
+    verdict = reference.verdict
+
+    def once(figure, without=None):
+        reason = verdict(figure, without=without)
+        if reason is not None:
+            host.slow = False
+        return reason
+
+    reference.verdict = once  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="module")
@@ -146,18 +157,20 @@ def _reference_of(records) -> list[dict]:
     return [r.settings["host_reference"] for r in records]
 
 
-def test_a_group_in_a_slow_period_is_measured_again_then_marked(model_groups) -> None:
+def test_a_group_in_a_slow_period_is_sampled_again_then_marked(model_groups) -> None:
     host = _Host()
     with Measurer(_SlowableRuntime(host), SETTINGS, system=SYSTEM, stack_id=STACK, admit=False) as measurer:
         quiet = [r for g in model_groups[:2] for _, r, _ in measurer.measure(g)]
-        host.slow_prepares = 10_000  # the slow period lasts past the group's second measurement
+        before = host.prepared
+        host.slow = True  # the slow period lasts past the group's second rounds
         slow = [r for _, r, _ in measurer.measure(model_groups[2])]
-    assert host.prepared_slow == 2 * (len(model_groups[2]) + 1)  # measured twice, with its reference call
-    assert len(slow) == len(model_groups[2])  # one record per spec, the last measurement's
+    # sampled twice with the sessions it had: prepared once, with its reference call
+    assert host.prepared - before == len(model_groups[2]) + 1
+    assert len(slow) == len(model_groups[2])  # one record per spec, the last rounds'
     assert all(r.outcome is Outcome.OK for r in quiet + slow)
     assert not any(r.stats.disturbed for r in quiet)
     for record, ref in zip(slow, _reference_of(slow), strict=True):
-        assert record.stats.disturbed
+        assert record.stats.disturbed and record.stats.remeasured == 1
         assert record.stats.disturbed_reason.startswith("the host ran slower while this group was measured")
         assert ref["remeasured"] == 1 and ref["call_s"] > 2 * ref["run_s"]
     assert {r["call_s"] for r in _reference_of(slow)} == {_reference_of(slow)[0]["call_s"]}  # the group's one figure
@@ -171,26 +184,36 @@ def test_a_group_in_a_slow_period_is_measured_again_then_marked(model_groups) ->
     ],
     ids=["reserve", "earned"],
 )
-def test_a_slow_period_that_ends_leaves_the_group_measured_again_and_unmarked(model_groups, budget) -> None:
+def test_a_slow_period_that_ends_leaves_the_group_sampled_again_and_unmarked(model_groups, budget) -> None:
     host = _Host()
     settings = SETTINGS.model_copy(update=budget)
     with Measurer(_SlowableRuntime(host), settings, system=SYSTEM, stack_id=STACK, admit=False) as measurer:
         for group in model_groups[:2]:
             list(measurer.measure(group))
-        host.slow_prepares = len(model_groups[2]) + 1  # the group's first measurement only
+        before = host.prepared
+        _ends_after_first_slow_verdict(measurer.reference, host)
+        host.slow = True  # the group's first rounds only
         records = [r for _, r, _ in measurer.measure(model_groups[2])]
-    assert host.prepared_slow == len(model_groups[2]) + 1
+    assert host.prepared - before == len(model_groups[2]) + 1  # not prepared again
     assert not any(r.stats.disturbed for r in records)
     assert {r["remeasured"] for r in _reference_of(records)} == {1}
+    assert {r.stats.remeasured for r in records} == {1}
     spent = measurer.remeasures
     assert spent.taken == 1 and spent.declined == 0 and 0 < spent.spent_s <= spent.earned_s
 
 
 def test_a_first_group_in_a_slow_period_is_found_at_the_end_and_replaced(model_groups, tmp_path) -> None:
     host = _Host()
-    host.slow_prepares = len(model_groups[0]) + 1  # nothing to compare the first group with when it is measured
+    host.slow = True  # nothing to compare the first group with when it is measured
+    ended = HostReference.add
+
+    def add_then_end(self, figure):
+        host.slow = False  # the period ends with the first group
+        return ended(self, figure)
+
     specs = [s for g in model_groups for s in g]
-    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HostReference, "add", add_then_end)
         summary = run_specs(
             specs, _SlowableRuntime(host), store, SETTINGS, system=SYSTEM, stack_id=STACK, groups=model_groups
         )
@@ -211,9 +234,10 @@ def test_without_the_reference_call_a_slow_group_goes_unseen_as_before(model_gro
     settings = SETTINGS.model_copy(update={"reference_call": False})
     with Measurer(_SlowableRuntime(host), settings, system=SYSTEM, stack_id=STACK, admit=False) as measurer:
         list(measurer.measure(model_groups[0]))
-        host.slow_prepares = 10_000
+        before = host.prepared
+        host.slow = True
         records = [r for _, r, _ in measurer.measure(model_groups[1])]
-    assert measurer.reference is None and host.prepared_slow == len(model_groups[1])  # no reference call prepared
+    assert measurer.reference is None and host.prepared - before == len(model_groups[1])  # no reference call
     assert not any(r.stats.disturbed for r in records)
     assert not any("host_reference" in r.settings for r in records)
 
@@ -223,12 +247,13 @@ def test_a_spent_remeasure_budget_marks_a_slow_group_without_measuring_it_again(
     settings = SETTINGS.model_copy(update={"remeasure_share": 0.0, "remeasure_reserve_s": 0.0})
     with Measurer(_SlowableRuntime(host), settings, system=SYSTEM, stack_id=STACK, admit=False) as measurer:
         quiet = [r for g in model_groups[:2] for _, r, _ in measurer.measure(g)]
-        host.slow_prepares = 10_000
+        before = host.prepared
+        host.slow = True
         slow = [r for _, r, _ in measurer.measure(model_groups[2])]
-    assert host.prepared_slow == len(model_groups[2]) + 1  # measured once, with its reference call
+    assert host.prepared - before == len(model_groups[2]) + 1  # measured once, with its reference call
     assert not any(r.stats.disturbed for r in quiet)
     for record, ref in zip(slow, _reference_of(slow), strict=True):
-        assert record.stats.disturbed and ref["remeasured"] == 0
+        assert record.stats.disturbed and ref["remeasured"] == 0 and record.stats.remeasured == 0
         reason = record.stats.disturbed_reason
         assert reason.startswith("the host ran slower while this group was measured")
         assert "; not measured again: re-measures had spent 0 s" in reason
@@ -237,15 +262,22 @@ def test_a_spent_remeasure_budget_marks_a_slow_group_without_measuring_it_again(
 
 def test_a_first_group_found_slow_at_the_end_is_marked_when_the_budget_is_spent(model_groups, tmp_path) -> None:
     host = _Host()
-    host.slow_prepares = len(model_groups[0]) + 1
+    host.slow = True
+    ended = HostReference.add
+
+    def add_then_end(self, figure):
+        host.slow = False
+        return ended(self, figure)
+
     specs = [s for g in model_groups for s in g]
     settings = SETTINGS.model_copy(update={"remeasure_share": 0.0, "remeasure_reserve_s": 0.0})
-    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store:
+    with open_store(f"sqlite:///{tmp_path / 'r.db'}") as store, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(HostReference, "add", add_then_end)
         summary = run_specs(
             specs, _SlowableRuntime(host), store, settings, system=SYSTEM, stack_id=STACK, groups=model_groups
         )
         stored = store.records(system=SYSTEM, stack_id=STACK)
-    assert host.prepared_slow == len(model_groups[0]) + 1  # not measured again at the end
+    assert host.prepared == len(specs) + len(model_groups)  # every group once with its reference: none again
     unique = {s.spec_id for s in specs}
     assert summary.measured == len(unique) and len(stored) == len(unique)
     first = {s.spec_id for s in model_groups[0]}

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from benanza.bench.contract import KernelProfiler, Prepared, Runtime
-from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
+from benanza.bench.harness import HarnessSettings, Judge, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.memory import spec_memory
 from benanza.bench.records import BenchmarkRecord, MeasurementStats, Outcome, make_record
@@ -167,6 +167,7 @@ def run_interleaved(
     host: str | None = None,
     memory: MemoryReader = system_memory,
     budget: RemeasureBudget | None = None,
+    judge: Judge | None = None,
 ) -> list[BenchmarkRecord]:
     """Measure a group of specs together: all prepared at once, then sampled in rounds.
 
@@ -177,6 +178,8 @@ def run_interleaved(
     is a failure and the others go on; one that needs more memory than the system has is
     skipped unprepared. Every prepared benchmark of the group is in memory at once (see
     ``group_chunks``). ``budget``: what re-measures of disturbed rounds may still spend (None: no limit).
+    ``judge``: a verdict on the rounds beside the group's own checks (``harness.Judge``), given the
+    samples by the specs' positions in ``specs``.
     """
     started = time.perf_counter()
     results: dict[int, BenchmarkRecord] = {}
@@ -219,6 +222,10 @@ def run_interleaved(
                 done(i, Outcome.FAILED, _failure(exc))
                 continue
             live.append((i, prepared, profiler))
+        by_call = None
+        if judge is not None:
+            positions = [i for i, _, _ in live]
+            by_call = Judge(lambda samples: judge.verdict({positions[c]: v for c, v in samples.items()}))
         rounds = measure_interleaved(
             [p.call for _, p, _ in live],
             settings,
@@ -228,7 +235,10 @@ def run_interleaved(
             threads=runtime.cpu_threads(),
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
             budget=budget,
+            judge=by_call,
         )
+        if judge is not None and by_call is not None:
+            judge.again += by_call.again
         for (i, prepared, profiler), timing in zip(live, rounds.timings, strict=True):
             if isinstance(timing, Exception):
                 done(i, Outcome.FAILED, _failure(timing))
@@ -578,37 +588,42 @@ class Measurer:
             else:
                 yield spec, run_spec(spec, runtime, settings, memory=memory, budget=self.remeasures, **where), None
 
-    def _rounds(self, chunk: Sequence[BenchmarkSpec]) -> tuple[list[BenchmarkRecord], Interval | None, str | None]:
+    def _rounds(
+        self, chunk: Sequence[BenchmarkSpec], without: int | None = None
+    ) -> tuple[list[BenchmarkRecord], Interval | None, str | None, int]:
         """One group sampled in rounds with the reference call: its records, the reference's figure
-        (None without a reference) and why the reference could not be measured."""
+        (None without a reference), why the reference could not be measured, and how many times its
+        rounds were sampled again on the reference's verdict (``without``: the group's own figure,
+        left out of the run's)."""
         where = {"system": self.system, "stack_id": self.stack_id, "memory": self._memory, "budget": self.remeasures}
-        if self.reference is None:
-            return run_interleaved(chunk, self.runtime, self.settings, **where), None, None
+        reference = self.reference
+        if reference is None:
+            return run_interleaved(chunk, self.runtime, self.settings, **where), None, None, 0
         if self._probe is None:
             self._probe = reference_spec(chunk[0].runtime, chunk[0].variant)
-        specs = [*chunk, self._probe]
-        *records, own = run_interleaved(specs, self.runtime, self.settings, **where)
-        return records, reference_figure(own.samples), own.reason
+        at = len(chunk)  # the reference call's position in the group
+        judge = Judge(lambda samples: reference.verdict(reference_figure(samples.get(at) or ()), without=without))
+        *records, own = run_interleaved([*chunk, self._probe], self.runtime, self.settings, judge=judge, **where)
+        return records, reference_figure(own.samples), own.reason, judge.again
 
     def _until_steady(
         self, reference: HostReference, chunk: Sequence[BenchmarkSpec], without: int | None = None, again: bool = False
     ) -> _Steady:
-        """A group measured up to ``1 + disturbance_retries`` times while its reference says the host ran
-        slower than in the run and the re-measure budget allows (``again``: its first time is a re-measure)."""
+        """A group measured, its rounds sampled again while its reference says the host ran slower than
+        in the run, up to ``disturbance_retries`` times as the re-measure budget allows (``again``: the
+        whole measurement is a re-measure).
+
+        The rounds are sampled again with the sessions the group has (``harness.Judge``): measured
+        again from scratch, a group was prepared, warmed up and calibrated again each time, and
+        the group's own retries and its reference's multiplied (up to four measurements a group).
+        """
         budget = self.remeasures
-        tries = self.settings.disturbance_retries + 1
-        for attempt in range(1, tries + 1):
-            before = budget.booked_s
-            with budget.again() if again or attempt > 1 else nullcontext():
-                records, figure, failed = self._rounds(chunk)
-            cost = budget.booked_s - before
-            reason = reference.verdict(figure, without=without)
-            if reason is None or attempt == tries:
-                return _Steady(records, figure, failed, reason, attempt, cost)
-            if not budget.grant(cost):
-                return _Steady(records, figure, failed, f"{reason}; {budget.declined_note()}", attempt, cost)
-            log.info("%s: measuring a group of %d again: %s", self.system, len(chunk), reason)
-        raise ValueError("disturbance_retries must be at least 0")
+        before = budget.booked_s
+        with budget.again() if again else nullcontext():
+            records, figure, failed, judged = self._rounds(chunk, without)
+        times = 1 + judged
+        reason = reference.verdict(figure, without=without)
+        return _Steady(records, figure, failed, reason, times, (budget.booked_s - before) / times)
 
     def _interleaved(self, chunk: Sequence[BenchmarkSpec]) -> list[BenchmarkRecord]:
         """A group's records: measured again while its reference call says the host ran slower than in the run."""
@@ -691,7 +706,7 @@ class _Steady:
     failed: str | None  # why the reference could not be measured
     reason: str | None  # why its records are disturbed (the reference's verdict, the budget's note)
     times: int  # times it was measured
-    cost_s: float  # the measuring time of its last time
+    cost_s: float  # its measuring time over the times it was sampled: a recheck's expected cost
 
 
 def _referenced(

@@ -386,6 +386,21 @@ class Rounds:
     companions_kept: tuple[bool, ...]
 
 
+@dataclass
+class Judge:
+    """A verdict on an interleaved group's rounds beside the group's own checks (``measure_interleaved``).
+
+    ``verdict`` is given, per call position, the samples of the attempt just taken (seconds a
+    call; None for a call that raised) and says why the attempt was disturbed, or None. The
+    run's reference call judges this way (``execute.Measurer``): a group its reference finds
+    slow is sampled again with the calls it has, instead of being prepared, warmed up and
+    calibrated again. ``again`` counts the attempts taken again on its verdict.
+    """
+
+    verdict: Callable[[Mapping[int, Sequence[float] | None]], str | None]
+    again: int = 0
+
+
 @dataclass(slots=True)
 class _Track:
     """One call of an interleaved measurement: its calibration and running statistics."""
@@ -461,6 +476,7 @@ def measure_interleaved(
     threads: int | None = None,
     min_rounds: int = 0,
     budget: RemeasureBudget | None = None,
+    judge: Judge | None = None,
 ) -> Rounds:
     """Time several calls in shuffled rounds, one sample of each call per round.
 
@@ -502,6 +518,9 @@ def measure_interleaved(
         budget: what re-measures of this run may still spend (``benanza.bench.remeasure``); None: no limit.
             Each attempt's rounds are booked to it; warm-up and calibration, which a re-measure keeps, as
             first measuring time.
+        judge: a verdict beside the group's own checks (``disturbance``), asked after each attempt
+            its checks pass (``Judge``). A judged attempt counts among ``disturbance_retries`` and
+            the budget like any other.
 
     Returns:
         ``Rounds``: per call its ``Timing`` or the exception it (or its companion) raised (a
@@ -561,6 +580,10 @@ def measure_interleaved(
         remeasures.book(sampled_ns / 1e9, again=attempt > 0)
         index = _speed_index([t for t in tracks if t.error is None])
         reason = disturbance(index, use.share, settings, other_cores=use.others, threads=threads)
+        judged = False  # the reason, if any, is the judge's
+        if reason is None and judge is not None:
+            samples = {i: None if t.error is not None else _samples_s(t) for i, t in enumerate(tracks)}
+            reason, judged = judge.verdict(samples), True
         kept = tuple(r % stride == 0 for r in companion_rounds)
         if reason is None or attempt == settings.disturbance_retries:
             break
@@ -569,14 +592,15 @@ def measure_interleaved(
             break
         discarded += (False,) * len(kept)
         remeasured = attempt + 1
+        if judged and judge is not None:
+            judge.again += 1
 
     results: list[Timing | Exception] = []
     for t in tracks:
         if t.error is not None:
             results.append(t.error)
             continue
-        scale = 1.0 / (t.k * 1e9)
-        samples = tuple(d * scale for d in t.durations or ())
+        samples = _samples_s(t)
         results.append(
             Timing(
                 samples=samples,
@@ -592,6 +616,12 @@ def measure_interleaved(
             )
         )
     return Rounds(results, discarded + kept)
+
+
+def _samples_s(track: _Track) -> tuple[float, ...]:
+    """A call's samples so far, in seconds a call."""
+    scale = 1.0 / (track.k * 1e9)
+    return tuple(d * scale for d in track.durations or ())
 
 
 # rounds an interleaved group always takes, past its time cap too: the fewest samples whose 20% trimmed

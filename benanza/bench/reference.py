@@ -15,10 +15,11 @@ Its figure in a group is the median of its samples with the median's 95% interva
 is not the host's speed). A ``HostReference`` keeps the figures of the groups measured so far by
 one measurer (one runtime, variant and thread count) and compares each new one with the run's:
 the figure of the median group. A group whose reference is slower than the run's by more than
-``reference_step``, with the two intervals apart, was measured in a slow period: it is measured
-again (``disturbance_retries`` times, while the run's re-measure budget allows:
-``benanza.bench.remeasure``), and one still slow keeps its records marked disturbed,
-with the reason, so that no report shows them as fact. Groups measured before the run's figure
+``reference_step``, with the two intervals apart, was measured in a slow period: its rounds are
+sampled again with the sessions it has (``disturbance_retries`` times in all with the group's own
+checks, while the run's re-measure budget allows: ``benanza.bench.remeasure``, ``harness.Judge``),
+and one still slow keeps its records marked disturbed, with the reason, so that no report shows
+them as fact. Groups measured before the run's figure
 settled (the first ones, or while the run's figure was itself taken in a slow period) are judged
 again against the final figure at the end (``slow_groups``).
 
