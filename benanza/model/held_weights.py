@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 from onnx import TensorProto
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
 from benanza.model.dtypes import dtype_name, tensor_bytes
 
@@ -62,7 +63,10 @@ def held_bytes(tensor: TensorProto) -> int | None:
 
 
 def make_placeholder(tensor: TensorProto, nbytes: int) -> None:
-    """Turn ``tensor`` (name, shape and element type set) into a held weight's placeholder, its data cleared."""
+    """Turn ``tensor`` (name, shape and element type set) into a held weight's placeholder, its data cleared.
+
+    Written by hand: ``onnx.external_data_helper.set_external_data`` refuses a tensor without ``raw_data``.
+    """
     for field in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
         tensor.ClearField(field)
     del tensor.external_data[:]
@@ -74,9 +78,7 @@ def make_placeholder(tensor: TensorProto, nbytes: int) -> None:
 
 def is_placeholder(tensor: TensorProto) -> bool:
     """Whether ``tensor`` is a held weight's placeholder (``make_placeholder``)."""
-    return tensor.data_location == TensorProto.EXTERNAL and any(
-        e.key == "location" and e.value == HELD_LOCATION for e in tensor.external_data
-    )
+    return uses_external_data(tensor) and ExternalDataInfo(tensor).location == HELD_LOCATION
 
 
 @dataclass(frozen=True)

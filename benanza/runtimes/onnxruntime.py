@@ -699,22 +699,23 @@ class OnnxRuntimeCPU(Runtime):
 
     def prepare(self, spec: BenchmarkSpec) -> _OrtPrepared | OrtCudaModel:
         """The benchmark's sessions; on the CPU its large weights held apart (``model.held_weights``)."""
+        apart = self.ep == "cpu"  # the CUDA provider's sessions are given whole models
         if spec.kind is SpecKind.MODEL:
             from benanza.model.process import process_model
 
             info = dict(spec.model or {})
             shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
             proto = process_model(info["path"], info.get("batch"), shapes).proto
-            held = HeldModel(with_synthetic_weights(proto), {}) if self.ep == "cuda" else held_apart(proto)
+            held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
         elif spec.network is None:
             raise UsageError(f"spec {spec.key} carries no network to build")
         else:
-            built = spec.network
-            held = HeldModel(build_onnx(built, sink=True), {}) if self.ep == "cuda" else build_held(built, sink=True)
+            net = spec.network
+            held = build_held(net, sink=True) if apart else HeldModel(build_onnx(net, sink=True), {})
             disabled = disabled_optimizers(held.proto)
         model = held.proto
-        if self.ep == "cuda":
+        if not apart:
             return OrtCudaModel(model, disabled=disabled)
         return _OrtPrepared(
             model.SerializeToString(), feeds_for(model), self.opt_level, self.threads, disabled, held.weights
