@@ -11,10 +11,11 @@ from onnx import TensorProto, helper
 from benanza.bench.build import build_held, build_onnx
 from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.spec import SpecKind
+from benanza.model import synthetic
 from benanza.model.held_weights import HELD_LOCATION, HELD_MIN_BYTES, HeldModel, is_placeholder
 from benanza.model.load import held_apart, with_synthetic_weights
 from benanza.model.network import network_of
-from benanza.model.synthetic import synthetic_array
+from benanza.model.synthetic import synthetic_array, synthetic_weight, synthetic_weight_array
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, _OrtPrepared, feeds_for, optimized_model
 
 F = TensorProto.FLOAT
@@ -111,6 +112,29 @@ def test_sessions_leave_the_held_arrays_as_they_were_drawn(network):
         prepared.close()
     np.testing.assert_array_equal(array, drawn)
     assert drawn.min() >= -1 and drawn.max() < 1  # synthetic values, not zeros or garbage
+
+
+def test_a_weight_too_large_for_the_cache_is_drawn_once_while_a_benchmark_holds_it(monkeypatch):
+    """Beyond a quarter of the cache a weight is not cached, but every benchmark that asks while one
+    holds it gets that array (an interleaved group's layer, fused group and model hold VGG-19's fc6)."""
+    monkeypatch.setattr(synthetic, "WEIGHT_CACHE_BYTES", 4 * BIG[0] * BIG[1] * 4 - 1)  # a BIG float32 is too large
+    draws = []
+    real = synthetic.synthetic_array
+    monkeypatch.setattr(synthetic, "synthetic_array", lambda *a: draws.append(a) or real(*a))
+    shape = (BIG[0], BIG[1] + 3)  # a shape no other test draws
+    first = synthetic_weight_array(shape, "float32", slot=1)
+    again = synthetic_weight_array(shape, "float32", slot=1)
+    assert again is first and len(draws) == 1 and not first.flags.writeable
+    assert synthetic_weight(shape, "float32", slot=1) == first.tobytes()  # the bytes of the same values
+    other = synthetic_weight_array(shape, "float32", slot=1, copy=1)  # another weight of the model
+    assert other is not first and not np.array_equal(other, first) and len(draws) == 2
+    kept = first.copy()
+    del first, again, other
+    redrawn = synthetic_weight_array(shape, "float32", slot=1)  # nobody held it: drawn again, the same values
+    assert len(draws) == 3
+    np.testing.assert_array_equal(redrawn, kept)
+    drawn = synthetic_array(list(shape), "float32", np.random.default_rng([0, 1, 2, *shape]))
+    np.testing.assert_array_equal(redrawn, drawn)
 
 
 def test_a_model_with_its_own_large_weights_is_held_apart_without_touching_it(dense):

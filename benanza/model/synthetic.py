@@ -12,6 +12,7 @@ of one model never share values, which would let ONNX Runtime merge the nodes th
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
 
@@ -47,6 +48,12 @@ SYNTHETIC_WEIGHTS = "floats uniform in [-1, 1) drawn per shape, dtype, slot and 
 WEIGHT_CACHE_BYTES = 256 << 20
 _WeightKey = tuple[tuple[int, ...], str, int, int, int]  # shape, dtype, seed, slot, copy
 _weights: OrderedDict[_WeightKey, bytes] = OrderedDict()
+_weights_held = 0  # the bytes ``_weights`` holds
+# A weight larger than a quarter of the cache is never held by it, but while a benchmark holds its array
+# (a held weight, ``model.held_weights``) every other benchmark gets that array: an interleaved group
+# prepares a model's layers, fused groups, sequences and the whole model together, and VGG-19's 411 MB
+# fc6 weight was drawn once for each of them.
+_live: weakref.WeakValueDictionary[_WeightKey, np.ndarray] = weakref.WeakValueDictionary()
 _weights_lock = threading.Lock()
 
 
@@ -89,13 +96,13 @@ def synthetic_weight_array(
     """``synthetic_weight``'s values as a read-only array of ``shape`` (a held weight, ``model.held_weights``).
 
     A weight the cache holds is the cache's bytes, not a copy; a larger one is drawn as an
-    array and never turned into bytes. Not for packed element types (``dtypes.PACKED_BITS``).
+    array, never turned into bytes, and is the same array for every caller while one holds it.
+    Not for packed element types (``dtypes.PACKED_BITS``).
     """
     key = _weight_key(shape, dtype, seed, slot, copy)
     weight = _drawn(key)
     if isinstance(weight, bytes):
         return np.frombuffer(weight, dtype=np.dtype(key[1])).reshape(key[0])
-    weight.flags.writeable = False
     return weight
 
 
@@ -104,20 +111,29 @@ def _weight_key(shape: Sequence[int], dtype: str | np.dtype, seed: int, slot: in
 
 
 def _drawn(key: _WeightKey) -> bytes | np.ndarray:
-    """A weight's values: the cache's bytes when it holds them (or now takes them), else a fresh array."""
+    """A weight's values: the cache's bytes when it holds them (or now takes them), else the array a
+    benchmark still holds, else a fresh array (read-only)."""
+    global _weights_held
     with _weights_lock:
         if key in _weights:
             _weights.move_to_end(key)
             return _weights[key]
+        live = _live.get(key)
+    if live is not None:
+        return live
     shape, dtype, seed, slot, copy = key
     rng = np.random.default_rng([seed, slot, len(shape), *shape, *([copy] if copy else [])])
     values = synthetic_array(list(shape), dtype, rng)
     if values.nbytes > WEIGHT_CACHE_BYTES // 4:
+        values.flags.writeable = False  # shared by every benchmark that asks while one holds it
+        with _weights_lock:
+            _live[key] = values
         return values
     data = values.tobytes()
     with _weights_lock:
-        _weights[key] = data
-        held = sum(len(v) for v in _weights.values())
-        while held > WEIGHT_CACHE_BYTES:
-            held -= len(_weights.popitem(last=False)[1])
+        if key not in _weights:  # another thread may have drawn it meanwhile
+            _weights[key] = data
+            _weights_held += len(data)
+        while _weights_held > WEIGHT_CACHE_BYTES:
+            _weights_held -= len(_weights.popitem(last=False)[1])
     return data
