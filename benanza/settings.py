@@ -77,6 +77,12 @@ class HarnessSettings(BaseModel):
     interleave_each_rel_stderr: float = Field(
         0.05, ge=0, description="interleaved group rule: the relative error each call may keep"
     )
+    interleave_max_rounds: int = Field(
+        40,
+        ge=1,
+        description="interleaved: rounds a group takes at most (never fewer than min_samples); the calls of a group "
+        "that has not settled by then keep the wider intervals they have",
+    )
     interleave_max_bytes: int | None = Field(
         None, ge=0, description="memory for one interleaved group (memory guard estimate); None: a quarter of RAM"
     )

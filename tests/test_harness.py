@@ -339,16 +339,17 @@ def test_interleaved_noise_rule_weighs_a_tiny_call_by_the_groups_average() -> No
 
 
 def _rounds_only(**overrides: object) -> HarnessSettings:
-    """Exact rounds on a fake clock: no warm-up, precalls or minimum times, 10 samples, no time cap in reach."""
-    return settings(
-        warmup_runs=0,
-        min_samples=10,
-        min_time_s=0.0,
-        min_sample_time_s=0.0,
-        max_time_s=100.0,
-        interleave_precalls=0,
-        **overrides,
-    )
+    """Exact rounds on a fake clock: no warm-up, precalls or minimum times, 10 samples, no time or rounds cap near."""
+    exact = {
+        "warmup_runs": 0,
+        "min_samples": 10,
+        "min_time_s": 0.0,
+        "min_sample_time_s": 0.0,
+        "max_time_s": 100.0,
+        "interleave_precalls": 0,
+        "interleave_max_rounds": 100_000,
+    }
+    return settings(**{**exact, **overrides})
 
 
 def test_the_group_rule_lets_one_noisy_call_keep_a_larger_error_and_stops_sooner() -> None:
@@ -368,6 +369,24 @@ def test_the_group_rule_lets_one_noisy_call_keep_a_larger_error_and_stops_sooner
     layers = grouped[1:]
     errors = math.sqrt(sum((t.stats.stdev / math.sqrt(t.stats.n)) ** 2 for t in layers))
     assert errors <= 0.01 * sum(t.stats.mean for t in layers)  # the layers' sum known to 1% of itself
+
+
+def test_a_group_whose_model_does_not_settle_stops_at_its_rounds_cap_not_its_time_cap() -> None:
+    # a model end to end 10% slower or faster in turn beside steady layers: its own figure would take
+    # ~100 rounds to be known to 1%; the group stops at interleave_max_rounds instead,
+    # long before its time cap (100 s a call), never before min_samples
+    def group(**overrides: object) -> list[Timing]:
+        clock = FakeClock()
+        calls = [clock.call_taking(9_000_000, 11_000_000), *(clock.call_taking(500_000) for _ in range(20))]
+        s = _rounds_only(**overrides)
+        return measure_interleaved(calls, s, clock=clock, parts=["model", *["layer"] * 20]).timings
+
+    capped = group(interleave_max_rounds=25)
+    assert all(t.stopped_by == "max_samples" and t.stats.n == 25 for t in capped)
+    assert capped[0].stats.rel_stderr > 0.015  # its interval says how little is known
+    assert all(t.stopped_by == "noise" and t.stats.n > 25 for t in group(interleave_max_rounds=10_000))
+    floor = group(interleave_max_rounds=1)  # the cap never cuts the rounds below min_samples
+    assert all(t.stopped_by == "max_samples" and t.stats.n == 10 for t in floor)
 
 
 def _track_of(durations_ns: list[int], part: str | None = None) -> _Track:

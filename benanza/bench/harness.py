@@ -498,7 +498,12 @@ def measure_interleaved(
       or, with ``interleave_group_rule``, whichever comes first of that and ``_group_settled``
       (the calls of each sum in ``parts`` known together to the target of that sum), so the
       group rule never samples longer than the per-call rule;
-    - ``max_samples``: ``max_samples`` rounds;
+    - ``max_samples``: ``max_samples`` rounds, or ``interleave_max_rounds`` (never fewer than
+      ``min_samples``): every round samples every call, so one call whose figure does not
+      settle (a whole model end to end on a host that stalls it) would keep the whole group
+      sampling until the time cap, which grows with its calls (84 s for Inception v2's 169 on
+      the main job's 0.5 s): such a group stops with the wider intervals it has, as a call
+      measured alone stops at its own cap;
     - ``time_cap``: ``max_time_s`` per call of wall time since the start (the group has the
       budget its calls would have one after another). At least ``MIN_ROUNDS`` (3) rounds always
       run, so that every call's trimmed mean has an interval, or ``min_rounds`` if more.
@@ -704,6 +709,7 @@ def _rounds(
     repeat = itertools.repeat
     sampling_start = clock()
     rounds = 0
+    max_rounds = min(settings.max_samples, max(settings.interleave_max_rounds, settings.min_samples))
     stride = 1  # companions run every ``stride`` rounds; doubled to spread them over all rounds
     companion_rounds: list[int] = []
     stopped_by: StopReason
@@ -746,7 +752,7 @@ def _rounds(
         ):
             stopped_by = "noise"
             break
-        if rounds >= settings.max_samples:
+        if rounds >= max_rounds:
             stopped_by = "max_samples"
             break
         if (now >= deadline and rounds >= min_rounds) or not live:
