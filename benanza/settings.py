@@ -83,6 +83,12 @@ class HarnessSettings(BaseModel):
         description="interleaved: rounds a group takes at most (never fewer than min_samples); the calls of a group "
         "that has not settled by then keep the wider intervals they have",
     )
+    evict_streamed_weights: bool = Field(
+        True,
+        description="time a layer that streams its weights (each used in at most 8 multiply-adds, 1 MiB or more: "
+        "a fully connected layer at batch 1) with them out of the host's caches before each call, as inside a "
+        "model (bench.cold_weights); false: warm, as it finds them after its previous call",
+    )
     interleave_max_bytes: int | None = Field(
         None, ge=0, description="memory for one interleaved group (memory guard estimate); None: a quarter of RAM"
     )

@@ -90,12 +90,21 @@ class Prepared:
     def call(self) -> object:
         raise NotImplementedError
 
-    def kernel_times(self, runs: int) -> list[float] | None:
-        """Per-run library kernel time in seconds from the runtime's own profiler; None: no profiler."""
+    #: whether ``evict_weights`` empties the host's caches of this benchmark (False: the runtime cannot)
+    evicts: bool = False
+
+    def evict_weights(self) -> None:
+        """Leave the caches as a model leaves them for a layer that streams its weights
+        (``bench.cold_weights``): its weights out, its inputs in. Untimed, before a timed call."""
+
+    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
+        """Per-run library kernel time in seconds from the runtime's own profiler; None: no profiler.
+        ``cold``: each run after ``evict_weights``."""
         return None
 
-    def profiler(self, precalls: int = 0) -> KernelProfiler | None:
-        """A profiled twin for the interleaved schedule (``precalls`` unkept runs before each kept one); None: none."""
+    def profiler(self, precalls: int = 0, cold: bool = False) -> KernelProfiler | None:
+        """A profiled twin for the interleaved schedule (``precalls`` unkept runs before each kept one,
+        ``cold``: the kept one after ``evict_weights``); None: none."""
         return None
 
     def measure(self, settings: HarnessSettings) -> Measured | None:

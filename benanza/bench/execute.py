@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from benanza.bench.cold_weights import streams_weights
 from benanza.bench.contract import KernelProfiler, Prepared, Runtime
 from benanza.bench.harness import HarnessSettings, Judge, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
@@ -107,11 +108,22 @@ def run_spec(
             else:
                 at_cap = samples_at_cap([spec], settings)
                 threads = runtime.cpu_threads()
-                timing = measure(prepared.call, settings, threads=threads, min_samples_at_cap=at_cap, budget=budget)
+                cold = evicts_weights(spec, prepared, settings)
+                timing = measure(
+                    prepared.call,
+                    settings,
+                    threads=threads,
+                    min_samples_at_cap=at_cap,
+                    budget=budget,
+                    before=prepared.evict_weights if cold else None,
+                )
                 samples, stats = timing.samples, _timing_stats(timing)
-                kernel, how = _kernel_figures(prepared, None, (), settings, timing, takes_kernel_times(spec, settings))
+                wanted = takes_kernel_times(spec, settings)
+                kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, cold=cold)
                 if how is not None:
                     extra["kernel_time"] = how
+                if cold:
+                    extra["weights"] = COLD_WEIGHTS
             outcome = Outcome.OK
         except UnsupportedLayer as exc:  # found only once the libraries were asked: a skip, with why
             outcome, reason = Outcome.SKIPPED, one_line(exc)
@@ -215,7 +227,8 @@ def run_interleaved(
             try:
                 prepared = runtime.prepare(spec)
                 if takes_kernel_times(spec, settings):
-                    profiler = prepared.profiler(precalls=settings.interleave_precalls)
+                    cold = evicts_weights(spec, prepared, settings)
+                    profiler = prepared.profiler(precalls=settings.interleave_precalls, cold=cold)
             except Exception as exc:
                 if prepared is not None:
                     prepared.close()
@@ -236,6 +249,7 @@ def run_interleaved(
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
             budget=budget,
             judge=by_call,
+            before=[p.evict_weights if evicts_weights(specs[i], p, settings) else None for i, p, _ in live],
         )
         if judge is not None and by_call is not None:
             judge.again += by_call.again
@@ -248,6 +262,8 @@ def run_interleaved(
                     prepared, profiler, rounds.companions_kept, settings, timing, takes_kernel_times(specs[i], settings)
                 )
                 provenance = {"kernel_time": how} if how is not None else {}
+                if evicts_weights(specs[i], prepared, settings):
+                    provenance["weights"] = COLD_WEIGHTS
             except Exception as exc:
                 done(i, Outcome.FAILED, _failure(exc))
                 continue
@@ -258,6 +274,16 @@ def run_interleaved(
                 profiler.close()
             prepared.close()
     return [results[i] for i in range(len(specs))]
+
+
+# a record's provenance for a benchmark timed with its weights out of the caches
+COLD_WEIGHTS = "evicted from the host's caches before each timed call, as inside a model (bench.cold_weights)"
+
+
+def evicts_weights(spec: BenchmarkSpec, prepared: Prepared, settings: HarnessSettings) -> bool:
+    """Whether ``spec`` is timed with its weights out of the caches (``bench.cold_weights``): asked for
+    (``evict_streamed_weights``), a runtime that can (``Prepared.evicts``), a network that streams them."""
+    return settings.evict_streamed_weights and prepared.evicts and streams_weights(spec)
 
 
 def takes_kernel_times(spec: BenchmarkSpec, settings: HarnessSettings) -> bool:
@@ -272,12 +298,14 @@ def _kernel_figures(
     settings: HarnessSettings,
     timing: Timing,
     wanted: bool,
+    cold: bool = False,
 ) -> tuple[tuple[float, ...], dict[str, Any] | None]:
     """A benchmark's kernel times, the profiler's cost taken out, and how they were derived.
 
     From ``profiler`` (the interleaved schedule's companion runs, ``keep`` saying which
-    count) when there is one, else from ``prepared.kernel_times`` (``kernel_runs`` back to back).
-    None where ``wanted`` is false (``takes_kernel_times``).
+    count) when there is one, else from ``prepared.kernel_times`` (``kernel_runs`` back to back,
+    ``cold``: each with the weights out of the caches). None where ``wanted`` is false
+    (``takes_kernel_times``).
     """
     if not wanted:
         return (), None
@@ -287,7 +315,7 @@ def _kernel_figures(
         left_out = [s for s, kept in zip(profiler.left_out, keep, strict=False) if kept]
         what, floor = profiler.left_out_what, profiler.node_floor_s
     else:
-        raw = prepared.kernel_times(settings.kernel_runs) or []
+        raw = prepared.kernel_times(settings.kernel_runs, cold=cold) or []
         runs = prepared.profiled_run_times or None
         left_out, what = list(prepared.profiled_left_out), prepared.left_out_what
         floor = prepared.profiled_node_floor_s

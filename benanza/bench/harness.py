@@ -243,6 +243,7 @@ def measure(
     threads: int | None = None,
     min_samples_at_cap: int = 1,
     budget: RemeasureBudget | None = None,
+    before: Callable[[], object] | None = None,
 ) -> Timing:
     """Time ``fn`` until the mean is known well enough or a cap is reached.
 
@@ -257,19 +258,37 @@ def measure(
         threads: the CPU threads one call runs (the interference check's ``threads``); None: not known.
         min_samples_at_cap: the samples the time cap waits for (``execute.samples_at_cap``).
         budget: what re-measures of this run may still spend (``benanza.bench.remeasure``); None: no limit.
+        before: untimed work before every timed call (``Prepared.evict_weights``); each call is then
+            timed alone and a sample is the sum of its calls' times (``timed_calls_ns``).
     """
-    repeat = itertools.repeat
 
     def timed_ns(k: int) -> int:
-        t0 = clock()
-        for _ in repeat(None, k):
-            fn()
-        return clock() - t0
+        return timed_calls_ns(fn, k, clock, before)
 
     def take() -> Timing:
         return _sampled(timed_ns, fn, settings, clock, min_samples_at_cap)
 
     return _checked(take, settings, cpu=True, threads=threads, budget=budget)
+
+
+def timed_calls_ns(
+    fn: Callable[[], object], k: int, clock: Callable[[], int], before: Callable[[], object] | None = None
+) -> int:
+    """Nanoseconds of ``k`` calls of ``fn``: timed together, or with ``before`` run untimed before
+    each call, each timed alone and summed."""
+    repeat = itertools.repeat
+    if before is None:
+        t0 = clock()
+        for _ in repeat(None, k):
+            fn()
+        return clock() - t0
+    total = 0
+    for _ in repeat(None, k):
+        before()
+        t0 = clock()
+        fn()
+        total += clock() - t0
+    return total
 
 
 def measure_device(
@@ -407,6 +426,7 @@ class _Track:
 
     fn: Callable[[], object]
     untimed: Callable[[], object] | None
+    before: Callable[[], object] | None = None  # untimed work before every timed call (``timed_calls_ns``)
     k: int = 1
     durations: list[int] | None = None
     n: int = 0
@@ -477,6 +497,7 @@ def measure_interleaved(
     min_rounds: int = 0,
     budget: RemeasureBudget | None = None,
     judge: Judge | None = None,
+    before: Sequence[Callable[[], object] | None] | None = None,
 ) -> Rounds:
     """Time several calls in shuffled rounds, one sample of each call per round.
 
@@ -526,6 +547,9 @@ def measure_interleaved(
         judge: a verdict beside the group's own checks (``disturbance``), asked after each attempt
             its checks pass (``Judge``). A judged attempt counts among ``disturbance_retries`` and
             the budget like any other.
+        before: per call, optional untimed work before each of its timed calls, after its pre-calls
+            (``Prepared.evict_weights``): its calls are then timed one at a time (``timed_calls_ns``),
+            in calibration too.
 
     Returns:
         ``Rounds``: per call its ``Timing`` or the exception it (or its companion) raised (a
@@ -535,8 +559,16 @@ def measure_interleaved(
         raise ValueError("untimed needs one entry per call")
     if parts is not None and len(parts) != len(fns):
         raise ValueError("parts needs one entry per call")
+    if before is not None and len(before) != len(fns):
+        raise ValueError("before needs one entry per call")
     tracks = [
-        _Track(fn, untimed[i] if untimed else None, part_of=parts[i] if parts else None) for i, fn in enumerate(fns)
+        _Track(
+            fn,
+            untimed[i] if untimed else None,
+            before=before[i] if before else None,
+            part_of=parts[i] if parts else None,
+        )
+        for i, fn in enumerate(fns)
     ]
     repeat = itertools.repeat
     start = clock()
@@ -550,10 +582,7 @@ def measure_interleaved(
             for _ in repeat(None, settings.warmup_runs):
                 t.fn()
             while True:
-                c0 = clock()
-                for _ in repeat(None, t.k):
-                    t.fn()
-                if clock() - c0 >= min_sample_ns or t.k >= 1 << 30:
+                if timed_calls_ns(t.fn, t.k, clock, t.before) >= min_sample_ns or t.k >= 1 << 30:
                     break
                 t.k *= 2
         except Exception as exc:  # the caller stores it as this call's failure
@@ -724,11 +753,13 @@ def _rounds(
                 start_i = clock()
                 for _ in repeat(None, precalls):
                     t.fn()
-                t0 = clock()
-                for _ in repeat(None, t.k):
-                    t.fn()
-                t1 = clock()
-                t.add(t1 - t0)
+                if t.before is None:
+                    t0 = clock()
+                    for _ in repeat(None, t.k):
+                        t.fn()
+                    t.add(clock() - t0)
+                else:
+                    t.add(timed_calls_ns(t.fn, t.k, clock, t.before))
                 if companions and t.untimed is not None:
                     t.untimed()
                 t.spent_ns += clock() - start_i

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from benanza.bench import host_cpu
+from benanza.bench import host_cache, host_cpu
 from benanza.bench.build import (
     DEFAULT_OPSET,
     IR_VERSION,
@@ -249,17 +249,27 @@ class _OrtPrepared(Prepared):
         self.profiled_left_out: list[float] = []
         self.profiled_node_floor_s = 0.0
 
+    evicts = True
+
     def call(self) -> object:
         self._session.run_with_iobinding(self._binding)
         return None
+
+    def evict_weights(self) -> None:
+        """The host's caches emptied (``host_cache.evict``), the call path warm again (a session of one
+        float), the inputs read back in: as a model leaves them for a layer that streams its weights.
+        Emptied alone, the call path's own code and data are cold too: a ``Reshape`` timed after it
+        took 26 us more than warm, 10 us with the session of one float run in between (2-core VM)."""
+        evict_caches(self._model.opt_level, self._model.threads, self._feeds)
 
     def outputs(self) -> list[np.ndarray]:
         """The outputs of the latest ``call`` (its sinks' one element each), copied out of the binding."""
         return [value.numpy() for value in self._binding.get_outputs()]
 
-    def kernel_times(self, runs: int) -> list[float] | None:
-        """Sum of ORT's per-node kernel durations for each of ``runs`` profiled runs."""
-        profiler = self.profiler()
+    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
+        """Sum of ORT's per-node kernel durations for each of ``runs`` profiled runs (``cold``: each
+        after ``evict_weights``)."""
+        profiler = self.profiler(cold=cold)
         try:
             for _ in range(runs):
                 profiler.run()
@@ -271,7 +281,7 @@ class _OrtPrepared(Prepared):
         finally:
             profiler.close()
 
-    def profiler(self, precalls: int = 0) -> _OrtProfiler:
+    def profiler(self, precalls: int = 0, cold: bool = False) -> _OrtProfiler:
         """A second session of the same model with ORT's profiler on, for kernel times.
 
         Args:
@@ -280,8 +290,9 @@ class _OrtPrepared(Prepared):
                 interleaved schedule), its first run finds them out of cache and is slower than
                 the same kernels inside a model (shufflenet's units summed to 1.4x the whole
                 model that way; with one precall, 0.97x).
+            cold: the kept run after ``evict_weights`` (of the profiling session's inputs).
         """
-        return _OrtProfiler(self._model, precalls)
+        return _OrtProfiler(self._model, precalls, cold)
 
     def close(self) -> None:
         self._session = None
@@ -330,6 +341,24 @@ def node_floor_s(opt_level: str, threads: int) -> float:
     return float(np.median(spans))
 
 
+@functools.cache
+def _call_path(opt_level: str, threads: int) -> tuple[Any, Any, dict[str, np.ndarray]]:
+    """A session of one float (``noop_chain(1)``), its binding and its input, kept for ``evict_caches``."""
+    model = noop_chain(1)
+    feeds = {name: np.require(a, requirements="C") for name, a in feeds_for(model).items()}
+    session = _CpuModel(model.SerializeToString(), feeds, opt_level, threads).session()
+    return session, bound_call(session, feeds), feeds
+
+
+def evict_caches(opt_level: str, threads: int, feeds: Mapping[str, np.ndarray]) -> None:
+    """Empty the host's caches, run a session of one float at these options, read ``feeds`` back in."""
+    host_cache.evict()
+    session, binding, _ = _call_path(opt_level, threads)
+    session.run_with_iobinding(binding)
+    for array in feeds.values():
+        host_cache.touch(array)
+
+
 def noop_chain(nodes: int) -> onnx.ModelProto:
     """A chain of ``nodes`` nodes that do nothing (each a ``Relu`` of one float), at the builder's IR version."""
     from onnx import TensorProto, helper
@@ -354,10 +383,11 @@ class _OrtProfiler(KernelProfiler):
 
     left_out_what = _CASTS_LEFT_OUT
 
-    def __init__(self, model: _CpuModel, precalls: int = 0) -> None:
+    def __init__(self, model: _CpuModel, precalls: int = 0, cold: bool = False) -> None:
         self._model = model  # its held weights outlive the session
         self._feeds = model.feeds
         self._every = precalls + 1
+        self._cold = cold
         self._file: Path | None = None
         self.run_times: list[float] = []
         self.left_out: list[float] = []
@@ -371,8 +401,11 @@ class _OrtProfiler(KernelProfiler):
             raise
 
     def run(self) -> None:
-        for _ in range(self._every):
+        for _ in range(self._every - 1):
             self._session.run(None, self._feeds)
+        if self._cold:
+            evict_caches(self._model.opt_level, self._model.threads, self._feeds)
+        self._session.run(None, self._feeds)
 
     def finish(self) -> list[float]:
         """Kernel time (seconds) of every kept run, in order; ends profiling.
@@ -536,7 +569,7 @@ class OrtCudaModel(Prepared):
         self._session.run_with_iobinding(self._binding)
         return None
 
-    def kernel_times(self, runs: int) -> list[float] | None:
+    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
         return None  # ORT's profiler times CUDA kernels on the host side: not a kernel time
 
     def close(self) -> None:

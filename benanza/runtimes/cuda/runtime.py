@@ -187,7 +187,7 @@ class GpuPrepared(Prepared):
         self._ctx.synchronize()
         return None
 
-    def kernel_times(self, runs: int) -> list[float] | None:
+    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
         return None
 
     def measure(self, settings: HarnessSettings) -> Measured:

@@ -1,0 +1,83 @@
+"""Weights a model streams from memory, and the benchmarks that are timed with them out of the caches.
+
+A layer timed alone, call after call, finds its weights where its previous call left them: in the
+host's caches when they fit there. Inside a model they do not: between two runs of the layer the
+rest of the model passes its own weights and activations through the same caches. For most layers
+that costs little, because each weight is used many times per call (a convolution over every
+output position, a matrix product over many rows) and reading it overlaps the arithmetic. A layer
+that uses each weight only a few times per call (a fully connected layer at batch 1, a decoder's
+projections for one token, a matrix product of a few rows) is bound by reading its weights, and
+alone it reads them from the cache at several times the speed the model reads them from memory.
+
+Measured on a 2-core VM (32 MiB last-level cache), each call timed after a warm call of itself,
+with and without the caches emptied in between, in the same interleaved rounds as the model: the
+last fully connected layer of AlexNet (15.6 MiB of weights, 1 multiply-add per weight) took 308 us
+warm and 606 us evicted, ResNet-50's (7.8 MiB) 114 us and 355 us, ZFNet-512's (3.9 MiB) 64 us and
+230 us; AlexNet's units summed to 0.984 of its end to end warm and 1.010 with those three layers
+evicted. A 3x3 convolution's weights are used once per output position: emptying the caches before
+it made it slower alone than it is inside the model (ResNet-50's units summed to 1.12-1.17 of end
+to end with every call evicted), so only the layers bound by their weights are evicted.
+
+``streamed_weight_bytes`` is that rule over a network: the weights of its nodes that hold at least
+``STREAMED_MIN_BYTES`` and use each weight element in at most ``STREAMED_MAX_REUSE``
+multiply-adds (their FLOP count over twice their weight elements, from the op's FLOP counter:
+``benanza.model.ops``). A node whose FLOPs benanza does not count (a ``Gather`` of an embedding
+table reads a few rows, not the table) is never counted. Decided from the network alone, so a
+layer shared by several models is measured once, the same way for all of them; a model small
+enough to keep all of its weights in the cache across runs (a few MiB in all) would find such a
+layer's weights cached, and its composition then counts them read from memory.
+
+How a benchmark is evicted belongs to its runtime (``Prepared.evict_weights``: ONNX Runtime on the
+CPU reads a buffer twice the last-level cache, runs a session of one float so that the call path
+is warm again, and reads the benchmark's inputs, which a model's previous layer has just written);
+the harness calls it before each timed call, outside the timing, and times such calls one at a
+time. A GPU runtime times each launch after an L2 flush already (``harness.measure_device``).
+"""
+
+from __future__ import annotations
+
+from benanza.bench.spec import BenchmarkSpec
+from benanza.model import ops
+from benanza.model.dtypes import tensor_bytes
+from benanza.model.graph import TensorSpec
+from benanza.model.network import Network, NetworkNode, RefKind
+
+STREAMED_MIN_BYTES = 1 << 20  # a node's weights below this are read in less time than the call around them
+STREAMED_MAX_REUSE = 8  # multiply-adds per weight element at most: a product of up to 8 rows, say
+
+
+def _tensor(network: Network, node: NetworkNode, i: int) -> TensorSpec | None:
+    ref = node.inputs[i]
+    if ref.kind is RefKind.ABSENT:
+        return None
+    t = network.tensor_of(ref)
+    return None if t is None else TensorSpec("", tuple(t.shape), t.dtype)
+
+
+def node_streamed_bytes(network: Network, position: int) -> int:
+    """The bytes of weights node ``position`` of ``network`` reads with little reuse (0 if it reuses them)."""
+    node = network.nodes[position]
+    weights = [r for r in node.inputs if r.kind is RefKind.WEIGHT and r.shape is not None and r.dtype is not None]
+    size = sum(tensor_bytes(r.shape, r.dtype) for r in weights)  # type: ignore[arg-type]
+    elements = sum(TensorSpec("", tuple(r.shape), r.dtype).numel for r in weights)  # type: ignore[arg-type]
+    info = ops.lookup(node.op_type, node.domain)
+    if size < STREAMED_MIN_BYTES or not elements or info is None or info.flops is None:
+        return 0
+    inputs = tuple(_tensor(network, node, i) for i in range(len(node.inputs)))
+    outputs = tuple(TensorSpec("", tuple(o.shape), o.dtype) for o in node.outputs)
+    try:
+        flops = int(info.flops(dict(node.attributes), ops.OpContext(inputs, outputs, node.opset)))
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError):
+        return 0  # a node the counter cannot read: not known to stream its weights
+    return size if 0 < flops <= 2 * STREAMED_MAX_REUSE * elements else 0
+
+
+def streamed_weight_bytes(network: Network) -> int:
+    """The bytes of weights ``network``'s nodes read with little reuse (``node_streamed_bytes``), summed."""
+    return sum(node_streamed_bytes(network, i) for i in range(len(network.nodes)))
+
+
+def streams_weights(spec: BenchmarkSpec) -> bool:
+    """Whether a benchmark is timed with its weights out of the caches: a network (never a whole
+    model, which streams its own) with a node bound by reading its weights."""
+    return spec.network is not None and streamed_weight_bytes(spec.network) > 0

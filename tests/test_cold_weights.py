@@ -1,0 +1,202 @@
+"""Layers that stream their weights, timed with them out of the host's caches (``benanza.bench.cold_weights``)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from benanza.bench import host_cache
+from benanza.bench.cold_weights import STREAMED_MIN_BYTES, streamed_weight_bytes, streams_weights
+from benanza.bench.execute import COLD_WEIGHTS, run_interleaved, run_spec
+from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
+from benanza.bench.records import Outcome
+from benanza.bench.spec import SpecKind
+from benanza.model.network import network_of
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+
+F, H = TensorProto.FLOAT, TensorProto.FLOAT16
+
+
+@pytest.fixture(scope="module")
+def layers(build_model, process_proto) -> Callable[..., object]:
+    """``layers(nodes, inputs, arrays)``: the one-layer networks of a model, by node output name."""
+
+    def build(nodes, inputs, arrays, opset=17):
+        outs = [n.output[0] for n in nodes]
+        graph = process_proto(build_model(nodes, inputs, [(o, F, None) for o in outs[-1:]], arrays, opset=opset)).graph
+        return {layer.outputs[0].name: network_of(graph, [layer.index])[1] for layer in graph.layers}
+
+    return build
+
+
+def _weights(*shape: int, dtype=np.float32) -> np.ndarray:
+    return np.zeros(shape, dtype)
+
+
+def test_a_layer_that_uses_each_weight_a_few_times_streams_them(layers) -> None:
+    nets = layers(
+        [
+            helper.make_node("Gemm", ["x", "w"], ["fc"], transB=1),  # 1 row: 1 multiply-add per weight
+            helper.make_node("Relu", ["fc"], ["r"]),
+        ],
+        [("x", F, [1, 4096])],
+        {"w": _weights(1000, 4096)},
+    )
+    assert streamed_weight_bytes(nets["fc"]) == 1000 * 4096 * 4
+    assert streamed_weight_bytes(nets["r"]) == 0  # no weights
+
+
+@pytest.mark.parametrize(("rows", "streams"), [(1, True), (8, True), (9, False), (64, False)])
+def test_the_rows_of_a_product_decide_whether_it_streams(layers, rows: int, streams: bool) -> None:
+    nets = layers(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], [("x", F, [1, rows, 1024])], {"w": _weights(1024, 1024)}
+    )
+    assert (streamed_weight_bytes(nets["y"]) == 4 << 20) is streams
+
+
+def test_half_precision_and_small_weights(layers) -> None:
+    nets = layers(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["big"]),  # 2 MiB of float16 at 1 row: streams
+            helper.make_node("MatMul", ["big", "v"], ["small"]),  # 256 KiB: read in less time than the call
+        ],
+        [("x", H, [1, 1024])],
+        {"w": _weights(1024, 1024, dtype=np.float16), "v": _weights(1024, 128, dtype=np.float16)},
+    )
+    assert streamed_weight_bytes(nets["big"]) == 2 << 20
+    assert 1024 * 128 * 2 < STREAMED_MIN_BYTES and streamed_weight_bytes(nets["small"]) == 0
+
+
+def test_a_convolution_reuses_its_weights_and_a_gather_reads_a_few_rows(layers) -> None:
+    nets = layers(
+        [
+            helper.make_node("Conv", ["x", "w"], ["conv"], pads=[1, 1, 1, 1]),  # 9.4 MB, 49 uses per weight
+            helper.make_node("Gather", ["table", "ids"], ["emb"]),  # 24 MiB table, 4 rows read: no FLOPs counted
+        ],
+        [("x", F, [1, 512, 7, 7]), ("ids", TensorProto.INT64, [1, 4])],
+        {"w": _weights(512, 512, 3, 3), "table": _weights(8192, 768)},
+    )
+    assert streamed_weight_bytes(nets["conv"]) == 0
+    assert streamed_weight_bytes(nets["emb"]) == 0
+
+
+def test_only_networks_stream_never_a_whole_model(build_model, process_proto) -> None:
+    model = build_model(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],
+        [("x", F, [1, 1024])],
+        [("y", F, None)],
+        {"w": _weights(512, 1024)},
+    )
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(process_proto(model), runtime, (1,))
+    specs = specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True)
+    assert {s.kind: streams_weights(s) for s in specs if s.kind in (SpecKind.MODEL, SpecKind.LAYER)} == {
+        SpecKind.MODEL: False,
+        SpecKind.LAYER: True,
+    }
+
+
+# -- the host's caches ---------------------------------------------------------------------------
+
+
+def test_the_last_level_cache_is_the_largest_data_cache_sysfs_lists(tmp_path) -> None:
+    listed = [("Data", "32K"), ("Instruction", "64M"), ("Unified", "1024K"), ("Unified", "32768K")]
+    for i, (kind, size) in enumerate(listed):
+        index = tmp_path / f"index{i}"
+        index.mkdir()
+        (index / "type").write_text(kind + "\n")
+        (index / "size").write_text(size + "\n")
+    assert host_cache.last_level_cache_bytes(tmp_path) == 32 << 20
+    assert host_cache.last_level_cache_bytes(tmp_path / "absent") > 0  # sysconf's, or the default
+
+
+# -- the harness ---------------------------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+def test_before_runs_untimed_before_every_timed_call() -> None:
+    clock, log = Clock(), []
+
+    def call() -> None:
+        log.append("call")
+        clock.now += 10_000
+
+    def before() -> None:
+        log.append("before")
+        clock.now += 3_000_000  # an eviction: far longer than the call, and never in its time
+
+    s = HarnessSettings(warmup_runs=1, min_samples=5, min_time_s=0, target_rel_stderr=10.0, disturbance_retries=0)
+    timing = measure(call, s, clock=clock, before=before)
+    assert timing.samples == pytest.approx((1e-5,) * timing.stats.n)
+    timed = log[1:]  # after the warm-up call, every call comes right after an eviction
+    assert timed == ["before", "call"] * (len(timed) // 2)
+    log.clear()
+    s = s.model_copy(update={"min_sample_time_s": 5e-5})  # calibration batches 8 calls, each evicted and timed alone
+    rounds = measure_interleaved([call, call], s, clock=clock, before=[before, None])
+    cold, warm = rounds.timings
+    assert isinstance(cold, Timing) and isinstance(warm, Timing)
+    assert cold.iterations == warm.iterations == 8
+    assert cold.samples == pytest.approx(warm.samples)  # the eviction's 3 ms never counted
+    with pytest.raises(ValueError, match="before"):
+        measure_interleaved([call, call], s, clock=clock, before=[before])
+
+
+# -- on ONNX Runtime -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gemv(build_model, process_proto):
+    """A fully connected layer at batch 1 whose weights fill half the last-level cache (at least 1 MiB)."""
+    inputs = 1024
+    outputs = max(STREAMED_MIN_BYTES, host_cache.last_level_cache_bytes() // 2) // (4 * inputs)
+    model = build_model(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],
+        [("x", F, [1, inputs])],
+        [("y", F, None)],
+        {"w": _weights(outputs, inputs)},
+    )
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(process_proto(model), runtime, ())
+    return runtime, next(s for s in specs_for_plan(plan, runtime.name, runtime.variant()) if streams_weights(s))
+
+
+def test_evicted_weights_are_read_from_memory_slower_than_from_the_cache(gemv) -> None:
+    runtime, spec = gemv
+    prepared = runtime.prepare(spec)
+    try:
+        assert prepared.evicts
+        s = HarnessSettings(min_samples=30, max_samples=30, min_time_s=0, target_rel_stderr=0.0, disturbance_retries=0)
+        rounds = measure_interleaved([prepared.call, prepared.call], s, before=[prepared.evict_weights, None])
+        cold, warm = (statistics.median(t.samples) for t in rounds.timings)
+        kernel_cold = statistics.median(prepared.kernel_times(9, cold=True))
+        kernel_warm = statistics.median(prepared.kernel_times(9))
+    finally:
+        prepared.close()
+    # 2-core VM, 32 MiB cache, 16 MiB of weights: 0.14 ms from the cache, 0.5-0.6 ms from memory
+    assert cold > 1.2 * warm, (cold, warm)
+    assert kernel_cold > 1.2 * kernel_warm, (kernel_cold, kernel_warm)
+
+
+def test_records_say_their_weights_were_evicted_and_a_setting_turns_it_off(gemv, fast_harness) -> None:
+    runtime, spec = gemv
+    where = {"system": "vm", "stack_id": "s"}
+    interleaved = run_interleaved([spec], runtime, fast_harness, **where)[0]
+    sequential = run_spec(spec, runtime, fast_harness, **where)
+    for record in (interleaved, sequential):
+        assert record.outcome is Outcome.OK and record.settings["weights"] == COLD_WEIGHTS
+        assert record.kernel_samples
+    off = fast_harness.model_copy(update={"evict_streamed_weights": False})
+    assert "weights" not in run_spec(spec, runtime, off, **where).settings
+    assert "weights" not in run_interleaved([spec], runtime, off, **where)[0].settings
