@@ -196,6 +196,7 @@ def run_interleaved(
     started = time.perf_counter()
     results: dict[int, BenchmarkRecord] = {}
     live: list[tuple[int, Prepared, KernelProfiler | None]] = []  # (position, prepared, profiler or None)
+    cold: dict[int, bool] = {}  # by position: timed with its weights out of the caches (``evicts_weights``)
 
     def done(
         i: int, outcome: Outcome, reason: str | None = None, timing: Timing | None = None, kernel=(), extra=None
@@ -226,9 +227,9 @@ def run_interleaved(
             prepared = profiler = None
             try:
                 prepared = runtime.prepare(spec)
+                cold[i] = evicts_weights(spec, prepared, settings)
                 if takes_kernel_times(spec, settings):
-                    cold = evicts_weights(spec, prepared, settings)
-                    profiler = prepared.profiler(precalls=settings.interleave_precalls, cold=cold)
+                    profiler = prepared.profiler(precalls=settings.interleave_precalls, cold=cold[i])
             except Exception as exc:
                 if prepared is not None:
                     prepared.close()
@@ -249,7 +250,7 @@ def run_interleaved(
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
             budget=budget,
             judge=by_call,
-            before=[p.evict_weights if evicts_weights(specs[i], p, settings) else None for i, p, _ in live],
+            before=[p.evict_weights if cold[i] else None for i, p, _ in live],
         )
         if judge is not None and by_call is not None:
             judge.again += by_call.again
@@ -262,7 +263,7 @@ def run_interleaved(
                     prepared, profiler, rounds.companions_kept, settings, timing, takes_kernel_times(specs[i], settings)
                 )
                 provenance = {"kernel_time": how} if how is not None else {}
-                if evicts_weights(specs[i], prepared, settings):
+                if cold[i]:
                     provenance["weights"] = COLD_WEIGHTS
             except Exception as exc:
                 done(i, Outcome.FAILED, _failure(exc))
