@@ -228,6 +228,7 @@ def bound_call(session: Any, feeds: dict[str, np.ndarray]) -> Any:
 
 class _OrtPrepared(Prepared):
     left_out_what = _CASTS_LEFT_OUT
+    evicts = True  # ``evict_weights``: the host's caches, a session of one float, the inputs
 
     def __init__(
         self,
@@ -248,8 +249,6 @@ class _OrtPrepared(Prepared):
         self.profiled_run_times: list[float] = []  # of the latest ``kernel_times``
         self.profiled_left_out: list[float] = []
         self.profiled_node_floor_s = 0.0
-
-    evicts = True
 
     def call(self) -> object:
         self._session.run_with_iobinding(self._binding)
