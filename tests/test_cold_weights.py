@@ -85,6 +85,29 @@ def test_a_convolution_reuses_its_weights_and_a_gather_reads_a_few_rows(layers) 
     assert streamed_weight_bytes(nets["emb"]) == 0
 
 
+def test_a_quantized_weight_counts_with_the_node_that_computes_with_it(build_model, process_proto) -> None:
+    """QDQ: an int8 weight reaches its MatMul or Conv through a DequantizeLinear, which alone uses each
+    element once; the weight streams where its consumer reuses it little, and only there."""
+    scale, zero = np.array(0.01, np.float32), np.array(0, np.int8)
+    model = build_model(
+        [
+            helper.make_node("DequantizeLinear", ["wq", "s", "z"], ["w"]),
+            helper.make_node("MatMul", ["x", "w"], ["fc"]),  # 1 row over 1 MiB of int8
+            helper.make_node("DequantizeLinear", ["cq", "s", "z"], ["c"]),
+            helper.make_node("Conv", ["img", "c"], ["conv"], pads=[1, 1, 1, 1]),  # 2.25 MiB, 49 uses per weight
+        ],
+        [("x", F, [1, 1024]), ("img", F, [1, 512, 7, 7])],
+        [("fc", F, None), ("conv", F, None)],
+        {"wq": np.ones((1024, 1024), np.int8), "cq": np.ones((512, 512, 3, 3), np.int8), "s": scale, "z": zero},
+        opset=13,
+    )
+    graph = process_proto(model).graph
+    at = {layer.outputs[0].name: layer.index for layer in graph.layers}
+    assert streamed_weight_bytes(network_of(graph, [at["w"], at["fc"]])[1]) == 1 << 20  # the int8 bytes
+    assert streamed_weight_bytes(network_of(graph, [at["c"], at["conv"]])[1]) == 0
+    assert streamed_weight_bytes(network_of(graph, [at["w"]])[1]) == 0  # its consumer not in the network
+
+
 def test_only_networks_stream_never_a_whole_model(build_model, process_proto) -> None:
     model = build_model(
         [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],

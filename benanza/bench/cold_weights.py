@@ -21,11 +21,12 @@ to end with every call evicted), so only the layers bound by their weights are e
 ``streamed_weight_bytes`` is that rule over a network: the weights of its nodes that hold at least
 ``STREAMED_MIN_BYTES`` and use each weight element in at most ``STREAMED_MAX_REUSE``
 multiply-adds (their FLOP count over twice their weight elements, from the op's FLOP counter:
-``benanza.model.ops``). A node whose FLOPs benanza does not count (a ``Gather`` of an embedding
-table reads a few rows, not the table) is never counted. Decided from the network alone, so a
-layer shared by several models is measured once, the same way for all of them; a model small
-enough to keep all of its weights in the cache across runs (a few MiB in all) would find such a
-layer's weights cached, and its composition then counts them read from memory.
+``benanza.model.ops``), a weight reached through a ``DequantizeLinear``, ``Cast`` or ``Transpose``
+counted with the node that computes with it (``WEIGHT_VIEWS``). A node whose FLOPs benanza does not
+count (a ``Gather`` of an embedding table reads a few rows, not the table) is never counted.
+Decided from the network alone, so a layer shared by several models is measured once, the same way
+for all of them; a model small enough to keep all of its weights in the cache across runs (a few MiB
+in all) would find such a layer's weights cached, and its composition then counts them read from memory.
 
 How a benchmark is evicted belongs to its runtime (``Prepared.evict_weights``: ONNX Runtime on the
 CPU reads a buffer twice the last-level cache, runs a session of one float so that the call path
@@ -36,39 +37,57 @@ time. A GPU runtime times each launch after an L2 flush already (``harness.measu
 
 from __future__ import annotations
 
+import math
+
 from benanza.bench.spec import BenchmarkSpec
 from benanza.model import ops
 from benanza.model.dtypes import tensor_bytes
 from benanza.model.graph import TensorSpec
-from benanza.model.network import Network, NetworkNode, RefKind
+from benanza.model.network import InputRef, Network, RefKind
 
 STREAMED_MIN_BYTES = 1 << 20  # a node's weights below this are read in less time than the call around them
 STREAMED_MAX_REUSE = 8  # multiply-adds per weight element at most: a product of up to 8 rows, say
+# Ops that hand a weight on to the node that computes with it (a QDQ model's DequantizeLinear of an int8
+# weight, a Cast or Transpose of it): the weight is counted with that node's reuse, never with the view's own
+# (one operation per element), so that a quantized convolution is not taken for a streaming layer.
+WEIGHT_VIEWS = frozenset({"DequantizeLinear", "Cast", "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
 
 
-def _tensor(network: Network, node: NetworkNode, i: int) -> TensorSpec | None:
-    ref = node.inputs[i]
-    if ref.kind is RefKind.ABSENT:
-        return None
-    t = network.tensor_of(ref)
+def _tensor(network: Network, ref: InputRef) -> TensorSpec | None:
+    t = None if ref.kind is RefKind.ABSENT else network.tensor_of(ref)
     return None if t is None else TensorSpec("", tuple(t.shape), t.dtype)
 
 
+def _weights_read(network: Network, position: int) -> list[InputRef]:
+    """The weights node ``position`` reads: its own, and those reaching it through ``WEIGHT_VIEWS`` in the network."""
+    found = []
+    for ref in network.nodes[position].inputs:
+        if ref.kind is RefKind.WEIGHT:
+            found.append(ref)
+        elif ref.kind is RefKind.NODE and network.nodes[ref.node].op_type in WEIGHT_VIEWS:  # type: ignore[index]
+            found.extend(_weights_read(network, ref.node))  # type: ignore[arg-type]
+    return found
+
+
 def node_streamed_bytes(network: Network, position: int) -> int:
-    """The bytes of weights node ``position`` of ``network`` reads with little reuse (0 if it reuses them)."""
+    """The bytes of weights node ``position`` of ``network`` reads with little reuse (0 if it reuses them).
+
+    A ``WEIGHT_VIEWS`` node counts nothing itself; its weight counts with the node it feeds, and not at all
+    when that node is outside the network (a QDQ model's weight DequantizeLinear measured alone).
+    """
     node = network.nodes[position]
-    weights = [r for r in node.inputs if r.kind is RefKind.WEIGHT and r.shape is not None and r.dtype is not None]
-    size = sum(tensor_bytes(r.shape, r.dtype) for r in weights)  # type: ignore[arg-type]
-    elements = sum(TensorSpec("", tuple(r.shape), r.dtype).numel for r in weights)  # type: ignore[arg-type]
     info = ops.lookup(node.op_type, node.domain)
-    if size < STREAMED_MIN_BYTES or not elements or info is None or info.flops is None:
+    if node.op_type in WEIGHT_VIEWS or info is None or info.flops is None:
         return 0
-    inputs = tuple(_tensor(network, node, i) for i in range(len(node.inputs)))
+    weights = [(r.shape, r.dtype) for r in _weights_read(network, position) if r.shape is not None and r.dtype]
+    size = sum(tensor_bytes(shape, dtype) for shape, dtype in weights)  # type: ignore[arg-type]
+    if size < STREAMED_MIN_BYTES:
+        return 0
+    elements = sum(math.prod(shape) for shape, _ in weights)  # type: ignore[arg-type]
+    inputs = tuple(_tensor(network, ref) for ref in node.inputs)
     outputs = tuple(TensorSpec("", tuple(o.shape), o.dtype) for o in node.outputs)
-    try:
-        flops = int(info.flops(dict(node.attributes), ops.OpContext(inputs, outputs, node.opset)))
-    except (KeyError, IndexError, TypeError, AttributeError, ValueError):
-        return 0  # a node the counter cannot read: not known to stream its weights
+    # the counter ran on this very layer when the model was read (``extract``): it does not fail here
+    flops = int(info.flops(dict(node.attributes), ops.OpContext(inputs, outputs, node.opset)))
     return size if 0 < flops <= 2 * STREAMED_MAX_REUSE * elements else 0
 
 

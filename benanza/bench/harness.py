@@ -753,13 +753,7 @@ def _rounds(
                 start_i = clock()
                 for _ in repeat(None, precalls):
                     t.fn()
-                if t.before is None:
-                    t0 = clock()
-                    for _ in repeat(None, t.k):
-                        t.fn()
-                    t.add(clock() - t0)
-                else:
-                    t.add(timed_calls_ns(t.fn, t.k, clock, t.before))
+                t.add(timed_calls_ns(t.fn, t.k, clock, t.before))
                 if companions and t.untimed is not None:
                     t.untimed()
                 t.spent_ns += clock() - start_i
