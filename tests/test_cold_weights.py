@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,11 +13,11 @@ from onnx import TensorProto, helper
 from benanza.bench import host_cache
 from benanza.bench.cold_weights import STREAMED_MIN_BYTES, streamed_weight_bytes, streams_weights
 from benanza.bench.execute import COLD_WEIGHTS, run_interleaved, run_spec
-from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.generate import plan_model, plan_model_file, specs_for_plan
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
 from benanza.bench.records import Outcome
 from benanza.bench.spec import SpecKind
-from benanza.model.network import network_of
+from benanza.model.network import RefKind, network_of
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 
 F, H = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -195,6 +196,24 @@ def gemv(build_model, process_proto):
     return runtime, next(s for s in specs_for_plan(plan, runtime.name, runtime.variant()) if streams_weights(s))
 
 
+@pytest.fixture(scope="module")
+def gemv_model(gemv, build_model, tmp_path_factory):
+    """The whole model of ``gemv`` as a MODEL spec (its weights: half the last-level cache)."""
+    runtime, layer = gemv
+    path = tmp_path_factory.mktemp("gemv") / "gemv.onnx"
+    inputs, outputs = layer.network.nodes[0].inputs, layer.network.nodes[0].outputs
+    rows = next(r.shape for r in inputs if r.kind is RefKind.WEIGHT)
+    model = build_model(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],
+        [("x", F, list(layer.network.inputs[0].shape))],
+        [("y", F, list(outputs[0].shape))],
+        {"w": _weights(*rows)},
+    )
+    path.write_bytes(model.SerializeToString())
+    plan = plan_model_file(path, [runtime])[0][0]
+    return next(s for s in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True) if s.kind is SpecKind.MODEL)
+
+
 def test_evicted_weights_are_read_from_memory_slower_than_from_the_cache(gemv) -> None:
     runtime, spec = gemv
     prepared = runtime.prepare(spec)
@@ -223,3 +242,14 @@ def test_records_say_their_weights_were_evicted_and_a_setting_turns_it_off(gemv,
     off = fast_harness.model_copy(update={"evict_streamed_weights": False})
     assert "weights" not in run_spec(spec, runtime, off, **where).settings
     assert "weights" not in run_interleaved([spec], runtime, off, **where)[0].settings
+
+
+def test_beside_a_model_whose_weights_fit_the_cache_nothing_is_evicted(gemv, gemv_model, fast_harness) -> None:
+    """Such a model reads its weights from the cache run after run: its layers are timed warm, as it runs them."""
+    runtime, layer = gemv
+    where = {"system": "vm", "stack_id": "s"}
+    assert gemv_model.model["weight_bytes"] <= host_cache.last_level_cache_bytes()
+    model, alone = run_interleaved([gemv_model, layer], runtime, fast_harness, **where)
+    assert model.outcome is alone.outcome is Outcome.OK and "weights" not in alone.settings
+    larger = replace(gemv_model, model={**gemv_model.model, "weight_bytes": 2 * host_cache.last_level_cache_bytes()})
+    assert run_interleaved([larger, layer], runtime, fast_harness, **where)[1].settings["weights"] == COLD_WEIGHTS

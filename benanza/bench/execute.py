@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from benanza.bench import host_cache
 from benanza.bench.cold_weights import streams_weights
 from benanza.bench.contract import KernelProfiler, Prepared, Runtime
 from benanza.bench.harness import HarnessSettings, Judge, Timing, measure, measure_interleaved
@@ -197,6 +198,7 @@ def run_interleaved(
     results: dict[int, BenchmarkRecord] = {}
     live: list[tuple[int, Prepared, KernelProfiler | None]] = []  # (position, prepared, profiler or None)
     cold: dict[int, bool] = {}  # by position: timed with its weights out of the caches (``evicts_weights``)
+    model_weights = max((w for s in specs if (w := model_weight_bytes(s)) is not None), default=None)
 
     def done(
         i: int, outcome: Outcome, reason: str | None = None, timing: Timing | None = None, kernel=(), extra=None
@@ -227,7 +229,7 @@ def run_interleaved(
             prepared = profiler = None
             try:
                 prepared = runtime.prepare(spec)
-                cold[i] = evicts_weights(spec, prepared, settings)
+                cold[i] = evicts_weights(spec, prepared, settings, model_weights)
                 if takes_kernel_times(spec, settings):
                     profiler = prepared.profiler(precalls=settings.interleave_precalls, cold=cold[i])
             except Exception as exc:
@@ -281,10 +283,23 @@ def run_interleaved(
 COLD_WEIGHTS = "evicted from the host's caches before each timed call, as inside a model (bench.cold_weights)"
 
 
-def evicts_weights(spec: BenchmarkSpec, prepared: Prepared, settings: HarnessSettings) -> bool:
+def evicts_weights(
+    spec: BenchmarkSpec, prepared: Prepared, settings: HarnessSettings, model_weights: int | None = None
+) -> bool:
     """Whether ``spec`` is timed with its weights out of the caches (``bench.cold_weights``): asked for
-    (``evict_streamed_weights``), a runtime that can (``Prepared.evicts``), a network that streams them."""
+    (``evict_streamed_weights``), a runtime that can (``Prepared.evicts``), a network that streams them,
+    and no model measured beside it (``model_weights``: its weights' bytes; None: none) whose weights all
+    fit the host's last-level cache, where they stay from one run to the next."""
+    if model_weights is not None and model_weights <= host_cache.last_level_cache_bytes():
+        return False
     return settings.evict_streamed_weights and prepared.evicts and streams_weights(spec)
+
+
+def model_weight_bytes(spec: BenchmarkSpec) -> int | None:
+    """A whole model's weights, in bytes, as its plan estimated them (``memory.graph_memory``); None: not a
+    model, or not known."""
+    weights = (spec.model or {}).get("weight_bytes") if spec.kind is SpecKind.MODEL else None
+    return None if weights is None else int(weights)
 
 
 def takes_kernel_times(spec: BenchmarkSpec, settings: HarnessSettings) -> bool:

@@ -28,6 +28,7 @@ def _size_bytes(text: str) -> int | None:
     return int(digits) * unit if digits.isdigit() else None
 
 
+@functools.cache
 def last_level_cache_bytes(caches: Path = CPU_CACHES) -> int:
     """The size of the largest data cache of CPU 0 (sysfs), or ``os.sysconf``'s L3, or ``DEFAULT_LLC_BYTES``."""
     sizes = []
