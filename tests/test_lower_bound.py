@@ -216,6 +216,11 @@ def test_disturbed_measurements_mark_their_figures(branching, all_results):
     results[model.key] = dataclasses.replace(results[model.key], stats=stats)
     lb = bound(branching, results)
     assert lb.disturbed == ("e2e_ms", "e2e_kernel_ms")
+    # a layer's record marks the unfused sum too (the main job measured DenseNet's layers alone apart)
+    layer = branching.graph.layers[0].layer_key
+    stats = dataclasses.replace(all_results[layer].stats, disturbed=True, disturbed_reason="step")
+    lb = bound(branching, {**all_results, layer: dataclasses.replace(all_results[layer], stats=stats)})
+    assert "sequential_unfused_ms" in lb.disturbed and "e2e_ms" not in lb.disturbed
 
 
 def test_records_stored_before_intervals_get_them_from_their_samples(branching):

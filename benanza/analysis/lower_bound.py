@@ -262,6 +262,8 @@ def lower_bound(
         intervals["sequential_unfused_ms"] = _total(
             (layer.layer_key, _figure(results.get(layer.layer_key), "kernel")) for layer in graph.layers
         )
+        if any(_disturbed(results.get(layer.layer_key)) for layer in graph.layers):
+            disturbed.append("sequential_unfused_ms")
     for name, which in (("e2e_ms", "call"), ("e2e_kernel_ms", "kernel")):
         if (figure := _figure(e2e, which)) is not None:
             intervals[name] = figure
