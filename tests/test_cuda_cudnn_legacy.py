@@ -556,6 +556,8 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[FakeCudnn, FakeConte
 
     lib = FakeCudnn()
     monkeypatch.setattr(cl, "_LOADED", {"lib": lib.lib, "path": "/fake/libcudnn.so.9"})
+    # a real libcudnn another test loaded is in this process's maps; the fake is the library here
+    monkeypatch.setattr(cl, "loaded_library_path", lambda maps: None)
     monkeypatch.setattr(cl, "_FUNCTIONS", {})
     monkeypatch.setattr(cl, "_free_device_bytes", lambda: 10**9)
     handle = object.__new__(cl.CudnnHandle)  # CudnnHandle() asks CuPy for the device

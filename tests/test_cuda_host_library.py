@@ -163,16 +163,19 @@ def test_a_handle_without_a_gpu_fails_with_cudnns_reason(cudnn: str, no_gpu: Non
 # ------------------------------------------------------------------ the zoo's descriptors, by the library
 
 
-def _zoo_calls(zoo_model: Callable[..., Any], batch: int) -> Iterator[tuple[str, Any, bool]]:
-    """(where, params, fused) of every execution unit of the zoo, as the GPU runtime plans them (float32)."""
+def _zoo_calls(
+    zoo_model: Callable[..., Any], batch: int, precision: str = "float32"
+) -> Iterator[tuple[str, Any, bool]]:
+    """(where, params, fused) of every execution unit of the zoo, as the GPU runtime plans them in ``precision``."""
     for name in ZOO_MODELS:
         graph = zoo_model(name, batch=batch).graph
         for group in fused_groups(graph):
             network = network_of(graph, group)[1]
             if len(group) > 1:
-                yield f"{name} layers {group}", fused_conv(network, "float32"), True
+                yield f"{name} layers {group}", fused_conv(network, precision), True
             else:
-                yield f"{name} layer {group[0]} ({graph.layers[group[0]].op_type})", layer_params(network, 0), False
+                where = f"{name} layer {group[0]} ({graph.layers[group[0]].op_type})"
+                yield where, layer_params(network, 0, precision), False
 
 
 def _describe(p: Any, fused: bool, tensor_cores: bool) -> str:
@@ -196,13 +199,14 @@ def _describe(p: Any, fused: bool, tensor_cores: bool) -> str:
     return type(p).__name__
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("batch", [1, 32])
 def test_every_zoo_call_gets_its_descriptors_and_output_shape_from_cudnn(
-    cudnn: str, zoo_model: Callable[..., Any], batch: int
+    cudnn: str, zoo_model: Callable[..., Any], batch: int, precision: str
 ) -> None:
     built: Counter[str] = Counter()
     refused = {}
-    for where, p, fused in _zoo_calls(zoo_model, batch):
+    for where, p, fused in _zoo_calls(zoo_model, batch, precision):
         if isinstance(p, Unsupported):
             refused[where] = p.reason
             continue
@@ -272,13 +276,14 @@ def _graph_of(frontend: Any, p: Any) -> str | None:
     return None
 
 
+@pytest.mark.parametrize("precision", PRECISIONS)
 @pytest.mark.parametrize("batch", [1, 32])
 def test_every_zoo_call_builds_its_operation_graph_and_the_frontend_infers_its_shape(
-    frontend: Any, zoo_model: Callable[..., Any], batch: int
+    frontend: Any, zoo_model: Callable[..., Any], batch: int, precision: str
 ) -> None:
     built: Counter[str | None] = Counter()
     refused = {}
-    for where, p, _fused in _zoo_calls(zoo_model, batch):
+    for where, p, _fused in _zoo_calls(zoo_model, batch, precision):
         if isinstance(p, Unsupported):
             continue  # the legacy test reports these
         try:
