@@ -42,7 +42,8 @@ import shutil
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -322,6 +323,7 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> tuple[
                         {"outcome": r.outcome.value, "label": r.label, "reason": (r.reason or "")[:300]} for r in not_ok
                     ],
                     "models": [_zoo_model(r) for r in analyze(ctx, plans)],
+                    "cost": zoo_cost(summary.records),
                 }
             finally:
                 ctx.close()
@@ -335,6 +337,28 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> tuple[
     finally:
         ctx.close()
     return parts, analyses
+
+
+def zoo_cost(records: Iterable[Any]) -> dict:
+    """Where a zoo part's seconds went: per op type (the label's first word, or "model") the records
+    and their mean wall seconds, and over the layer records the seconds spent building candidates,
+    timing them hot and timing the best and default cold (``stats.extras["cost_s"]``)."""
+    by_op: dict[str, list[float]] = defaultdict(list)
+    phases = {"build": 0.0, "hot": 0.0, "cold": 0.0}
+    for r in records:
+        op = "model" if r.kind == "model" else (r.label or "?").split(" ")[0]
+        by_op[op].append(r.duration_s or 0.0)
+        cost = (r.stats.extras.get("cost_s") if r.stats is not None else None) or {}
+        for phase in phases:
+            phases[phase] += cost.get(phase) or 0.0
+    return {
+        "seconds": round(sum(sum(v) for v in by_op.values()), 1),
+        "phases_s": {k: round(v, 1) for k, v in phases.items()},
+        "by_op_type": {
+            op: {"records": len(v), "seconds_each": round(sum(v) / len(v), 3)}
+            for op, v in sorted(by_op.items(), key=lambda kv: -sum(kv[1]))
+        },
+    }
 
 
 def _zoo_model(r: LowerBound) -> dict:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 import types
 from pathlib import Path
 
@@ -178,6 +179,35 @@ def test_a_default_that_is_also_the_best_is_timed_cold_once():
     assert cold["best"] == cold["default"] and cold["default"]["median"] == pytest.approx(2e-5)
 
 
+def test_a_record_says_what_building_and_timing_its_candidates_cost():
+    """Where a GPU record's seconds go (an H100 took 0.5 s a zoo layer, 1 s a convolution of 40
+    candidates): the build, each candidate's hot measurement, the cold ones, in wall seconds."""
+    device = FakeDevice({"IMPLICIT_GEMM": 1e-5, "FFT": 3e-5})
+    slow_hot, slow_cold = device.hot_sampler, device.cold_sampler
+
+    def hot_sampler(launch):  # FFT's samples take 2 ms of wall time each, the others none
+        sample = slow_hot(launch)
+        if device.order[-1] != "FFT":
+            return sample
+        return HotSampler(lambda k: (time.sleep(0.002), sample(k))[1])
+
+    def cold_sampler(launch):  # every cold sample takes 1 ms
+        sample = slow_cold(launch)
+        return lambda k: (time.sleep(0.001), sample(k))[1]
+
+    device.hot_sampler, device.cold_sampler = hot_sampler, cold_sampler
+    candidates = [candidate("IMPLICIT_GEMM", heuristic_rank=0), candidate("FFT", heuristic_rank=1)]
+    candidates.append(candidate("broken", heuristic_rank=2))
+    m = GpuPrepared(device, CONV, candidates, build_s=0.25).measure(QUICK)
+    spent = m.stats.extras["cost_s"]
+    by_name = {c["name"]: c["spent_s"] for c in m.stats.extras["algorithms"]["candidates"]}
+    assert spent["build"] == 0.25
+    assert by_name["FFT"] >= 0.002 * (QUICK.warmup_runs + QUICK.min_samples) > by_name["IMPLICIT_GEMM"]
+    assert by_name["broken"] is not None and by_name["broken"] < by_name["FFT"]  # a failure's time is counted too
+    assert spent["hot"] == pytest.approx(sum(by_name.values()))
+    assert spent["cold"] >= 0.001 * (QUICK.warmup_runs + QUICK.min_samples)  # the best, also the default: once
+
+
 def test_a_candidate_that_fails_at_run_time_is_kept_with_its_error():
     device = FakeDevice({"IMPLICIT_GEMM": 3e-5})
     candidates = [candidate("broken", heuristic_rank=0), candidate("IMPLICIT_GEMM", heuristic_rank=1)]
@@ -268,6 +298,11 @@ def test_the_stored_statistics_are_those_the_previous_code_wrote(chain_specs):
         assert name == "cudnn_view" or gating == {"gated": True, "error": None, "timeouts": 0}
         flush = doc["stats"].pop("flush", None)
         assert name == "cudnn_view" or flush == {"mode": "read", "bytes": 1 << 20, "error": None}
+        # and what the record cost to take, wall seconds that differ from run to run
+        cost = doc["stats"].pop("cost_s", None)
+        assert name == "cudnn_view" or set(cost) == {"build", "hot", "cold"}
+        for c in doc["stats"].get("algorithms", {}).get("candidates", []):
+            assert c.pop("spent_s") >= 0
         for part in ("stats", "kernel_stats"):
             assert json.dumps(doc[part]) == json.dumps(pinned[name][part]), (name, part)
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
+from typing import Any
 
 SCRIPT = Path(__file__).parent.parent / "benchmarks" / "gpu_validation.sh"
 
@@ -57,10 +58,9 @@ def test_a_resnet_step_names_its_batch_and_tensor_cores(tmp_path: Path) -> None:
     assert f"sqlite:///{work}/gpu.db" in first  # GPU_WORK holds the database a later call adds to
 
 
-def test_the_zoo_parts_of_several_runs_are_kept_side_by_side(tmp_path: Path) -> None:
-    """The whole zoo takes more than one GPU session: each run saves its parts beside the earlier ones."""
+def _fidelity_module() -> Any:
+    """benchmarks/gpu_fidelity.py as a module (it is a script, not a package member)."""
     import importlib.util
-    import json
 
     spec = importlib.util.spec_from_file_location("gpu_fidelity", SCRIPT.parent / "gpu_fidelity.py")
     fidelity = importlib.util.module_from_spec(spec)
@@ -69,6 +69,14 @@ def test_the_zoo_parts_of_several_runs_are_kept_side_by_side(tmp_path: Path) -> 
         spec.loader.exec_module(fidelity)
     finally:
         del sys.modules["gpu_fidelity"]
+    return fidelity
+
+
+def test_the_zoo_parts_of_several_runs_are_kept_side_by_side(tmp_path: Path) -> None:
+    """The whole zoo takes more than one GPU session: each run saves its parts beside the earlier ones."""
+    import json
+
+    fidelity = _fidelity_module()
     first = fidelity.zoo_part("float32", True, 1)
     fidelity._save(tmp_path, {"zoo": {first: {"summary": 1}}, "ncu": [1]})
     second = fidelity.zoo_part("float16", True, 32)
@@ -77,3 +85,30 @@ def test_the_zoo_parts_of_several_runs_are_kept_side_by_side(tmp_path: Path) -> 
     assert saved["zoo"] == {first: {"summary": 1}, second: {"summary": 2}}
     assert saved["ncu"] == [2]  # other checks: the latest run's
     assert first == "float32,tensor_cores=True,batch=1"
+
+
+def test_a_zoo_part_says_where_its_seconds_went() -> None:
+    """By op type and by phase (the candidates' build, their hot and cold timing), from the records'
+    wall seconds and ``stats.extras["cost_s"]``; a record without a cost (a model, a view) adds none."""
+    import types
+
+    fidelity = _fidelity_module()
+
+    def record(kind: str, label: str, seconds: float, cost: dict | None) -> types.SimpleNamespace:
+        extras = {"cost_s": cost} if cost is not None else {}
+        return types.SimpleNamespace(
+            kind=kind, label=label, duration_s=seconds, stats=types.SimpleNamespace(extras=extras)
+        )
+
+    records = [
+        record("group", "Conv+Relu 1x3x224x224", 1.2, {"build": 0.2, "hot": 0.8, "cold": 0.1}),
+        record("group", "Conv+Relu 1x64x56x56", 0.8, {"build": 0.1, "hot": 0.5, "cold": 0.1}),
+        record("layer", "Relu 1x64x56x56", 0.2, {"build": None, "hot": 0.05, "cold": 0.12}),
+        record("layer", "Reshape 1x2048x1x1", 0.0, None),
+        record("model", "light_resnet50", 5.0, None),
+    ]
+    cost = fidelity.zoo_cost(records)
+    assert cost["seconds"] == 7.2
+    assert cost["phases_s"] == {"build": 0.3, "hot": 1.4, "cold": 0.3}
+    assert list(cost["by_op_type"]) == ["model", "Conv+Relu", "Relu", "Reshape"]  # most seconds first
+    assert cost["by_op_type"]["Conv+Relu"] == {"records": 2, "seconds_each": 1.0}

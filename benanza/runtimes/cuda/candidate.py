@@ -50,6 +50,7 @@ class CandidateResult:
     stats: SampleStats | None = None
     error: str | None = None
     hot_mode: str | None = None  # graph (CUDA graph replays) or stream (plain launches: capture failed)
+    spent_s: float | None = None  # wall time of its hot measurement (capture, calibration, samples), failed or not
 
     @classmethod
     def of(cls, candidate: Candidate, **measured: Any) -> CandidateResult:
@@ -82,6 +83,7 @@ class CandidateResult:
             "stats": self.stats.to_dict() if self.stats is not None else None,
             "error": self.error,
             "hot_mode": self.hot_mode,
+            "spent_s": self.spent_s,
         }
 
 

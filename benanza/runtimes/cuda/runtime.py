@@ -23,6 +23,9 @@ What one record holds (the method, stated once):
   lower bound is compared with. ``settings.framework`` of the record says which.
 - NVML clocks and throttle reasons are read before and after every record's measurement
   and stored with it; GPU settings are never changed.
+- What the record cost to take (``stats.extras["cost_s"]``, wall seconds): building its
+  candidates (``build``: descriptors, plans, the libraries' own searches), timing them hot
+  (``hot``; each candidate's share in its ``spent_s``) and the best and default cold (``cold``).
 
 Variants: ``precision`` (float32, float16, bfloat16: the data type every layer runs in) and
 ``tensor_cores`` (allowed or forbidden; float32 with tensor cores allowed means TF32).
@@ -33,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -159,11 +163,13 @@ class GpuPrepared(Prepared):
         candidates: Sequence[Candidate],
         build_errors: dict[str, str] | None = None,
         seed: int = 0,
+        build_s: float | None = None,
     ) -> None:
         self._ctx = ctx
         self.params = params
         self.candidates = mark_default(dedupe(candidates))
         self.build_errors = dict(build_errors or {})
+        self.build_s = build_s  # wall seconds the candidates took to build (None: not timed)
         self.view = _is_view(params)
         if not self.candidates and not self.view:
             raise UnsupportedLayer(f"no candidate for {type(params).__name__}: only views launch nothing")
@@ -204,15 +210,21 @@ class GpuPrepared(Prepared):
         timings: dict[str, Timing] = {}
         for c in order:
             sampler = None
+            started = time.perf_counter()
             try:
                 sampler = ctx.hot_sampler(c.launch)
                 timing = measure_device(sampler, settings)
             except Exception as exc:  # a candidate that fails at run time is a result, not a crash
-                results[c.label] = CandidateResult.of(c, error=f"{type(exc).__name__}: {one_line(exc)}")
+                error = f"{type(exc).__name__}: {one_line(exc)}"
+                results[c.label] = CandidateResult.of(c, error=error, spent_s=time.perf_counter() - started)
                 continue
             timings[c.label] = timing
             mode = getattr(sampler, "mode", None)
-            results[c.label] = CandidateResult.of(c, samples=timing.samples, stats=timing.stats, hot_mode=mode)
+            spent = time.perf_counter() - started
+            results[c.label] = CandidateResult.of(
+                c, samples=timing.samples, stats=timing.stats, hot_mode=mode, spent_s=spent
+            )
+        hot_s = sum(r.spent_s or 0.0 for r in results.values())
         ordered = [results[c.label] for c in self.candidates]
         summary = summarise(ordered, PRIMARY_SOURCE.get(type(self.params)))
         if summary["best"] is None:
@@ -225,11 +237,13 @@ class GpuPrepared(Prepared):
         default = timings[default_label] if default_label is not None else best
         cold: dict[str, Any] = {}
         by_label = {c.label: c for c in self.candidates}
+        cold_started = time.perf_counter()
         for role, label in (("best", summary["best"]), ("default", default_label)):
             if role == "default" and label == summary["best"]:  # one candidate in both roles: timed once
                 cold[role] = cold["best"]
             elif label in timings:
                 cold[role] = measure_device(ctx.cold_sampler(by_label[label].launch), settings).stats.to_dict()
+        cold_s = time.perf_counter() - cold_started
         after = ctx.clocks()
         gating = ctx.gating()
         extras = {
@@ -240,6 +254,7 @@ class GpuPrepared(Prepared):
             # that gave up during this record (those samplers went on ungated)
             "gating": {**gating, "timeouts": gating["timeouts"] - timeouts_before},
             "flush": ctx.flush.info(),  # how the cold figures' L2 was flushed
+            "cost_s": {"build": self.build_s, "hot": hot_s, "cold": cold_s},  # what taking the record cost
         }
         if self.build_errors:
             extras["build_errors"] = dict(self.build_errors)
@@ -393,8 +408,9 @@ class CudnnRuntime(Runtime):
         fused = isinstance(params, ConvParams) and params.fused and spec.kind is SpecKind.GROUP
         if isinstance(params, ConvParams) and not fused:  # a layer alone: the convolution, every source alike
             params = dataclasses.replace(params, bias=False, activation=None)
+        started = time.perf_counter()
         candidates, errors = build_candidates(ctx, handle, params, fused, self.tensor_cores, self.sources)
-        return GpuPrepared(ctx, params, candidates, errors)
+        return GpuPrepared(ctx, params, candidates, errors, build_s=time.perf_counter() - started)
 
     def _e2e_missing(self) -> str | None:
         """Why no framework can run a whole model here in this variant's precision (``e2e_framework``)."""
