@@ -8,11 +8,11 @@ import math
 import pytest
 from onnx import TensorProto, helper
 
-from benanza.analysis.lower_bound import METHOD, lower_bound
+from benanza.analysis.lower_bound import COMPOSITION_TOLERANCE, METHOD, composition_departures, lower_bound
 from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import SpecKind
-from benanza.bench.stats import SAMPLE_STATISTICS, describe
+from benanza.bench.stats import SAMPLE_STATISTICS, Interval, describe
 from benanza.local import analyze, bench, open_local, plan_models
 from benanza.runtimes.null import NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
@@ -377,3 +377,34 @@ def test_without_a_measured_call_overhead_the_composition_is_dlbricks_plain_sum(
     assert lb.call_overhead_ms is None
     assert lb.composed_ms[1] == pytest.approx(0.5) == lb.composed_sum_ms[1]
     assert lb.to_dict()["call_overhead_ms"] is None
+
+
+def test_a_composition_far_from_end_to_end_is_said_to_be_no_estimate():
+    """Beyond ``COMPOSITION_TOLERANCE`` and beyond the noise of both: one message for the compositions
+    below end to end, one for those above; within either, nothing."""
+    e2e = Interval(0.733, 0.718, 0.749)
+    (below,) = composition_departures({1: Interval(0.335, 0.332, 0.337), 3: Interval(0.337, 0.335, 0.339)}, e2e)
+    assert below.startswith("composed G=1 0.335 ms (0.332-0.337, 0.46x), G=3 0.337 ms (0.335-0.339, 0.46x) below ")
+    assert "end to end 0.733 ms (0.718-0.749, 95% intervals)" in below and "caches between its layers" in below
+    assert composition_departures({1: Interval(0.70, 0.69, 0.71)}, e2e) == ()  # 0.95x: within the tolerance
+    # 0.85x, but the intervals overlap: not known to be off
+    assert composition_departures({1: Interval(0.62, 0.40, 0.75)}, e2e) == ()
+    (above,) = composition_departures({2: Interval(0.90, 0.88, 0.92)}, e2e)
+    assert above.startswith("composed G=2 0.900 ms (0.880-0.920, 1.23x) above ") and "slower than the whole" in above
+    both = composition_departures({1: Interval(0.335, 0.332, 0.337), 2: Interval(0.90, 0.88, 0.92)}, e2e)
+    assert [m.split(" ", 2)[1] for m in both] == ["G=1", "G=2"]
+    assert composition_departures({1: Interval(0.335, 0.332, 0.337)}, None) == ()
+    edge = e2e.value * (1 - 0.999 * COMPOSITION_TOLERANCE)  # just within it
+    assert composition_departures({1: Interval.point(edge)}, Interval.point(e2e.value)) == ()
+
+
+def test_the_lower_bound_says_which_compositions_are_no_estimate(branching, all_results):
+    lb = bound(branching, all_results)  # 0.46 and 0.48 ms composed against a 50 ms end to end
+    (note,) = lb.departures
+    assert note.startswith("composed G=1 0.460 ms") and "G=2 0.480 ms" in note and "below end to end 50.000 ms" in note
+    assert lb.to_dict()["departures"] == [note]
+
+    def close_to_whole(spec):  # the model as the sum of its parts' calls, less the overheads
+        return 0.00046 if spec.kind is SpecKind.MODEL else call_seconds(spec)
+
+    assert bound(branching, fake_records(branching, close_to_whole, kernel_seconds)).departures == ()

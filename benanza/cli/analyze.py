@@ -180,6 +180,8 @@ def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None
         for r in rows:
             for check in r.checks:
                 console().print(f"check: {r.model} (batch {r.batch_size}): {check}")
+            for departure in r.departures:
+                console().print(f"note: {r.model} (batch {r.batch_size}): {departure}")
 
 
 def _comparison_rows(comparisons):

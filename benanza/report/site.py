@@ -562,7 +562,9 @@ class _Site:
                 for s_, b, n, o, why in sorted(missing_rows)[:200]
             ],
         }
-        checks = [f"{f.row.system} batch {m.batch_size}: {c}" for m, f in latest for c in f.row.checks]
+        checks = [
+            f"{f.row.system} batch {m.batch_size}: {c}" for m, f in latest for c in (*f.row.checks, *f.row.departures)
+        ]
         self.page(
             rel,
             "model.html",
