@@ -398,10 +398,23 @@ def test_a_composition_far_from_end_to_end_is_said_to_be_no_estimate():
     assert composition_departures({1: Interval.point(edge)}, Interval.point(e2e.value)) == ()
 
 
+def test_below_end_to_end_the_kernels_say_whether_they_ran_slower_inside_the_model():
+    """The whole's profiled kernel time against its units': slower inside (caches, a slower state), or alike
+    (the time goes between the kernels: the framework's work per node, thread wake-ups)."""
+    e2e, composed = Interval(0.733, 0.718, 0.749), {1: Interval(0.335, 0.332, 0.337)}
+    units = Interval(0.257, 0.253, 0.261)
+    (slower,) = composition_departures(composed, e2e, Interval(0.584, 0.570, 0.598), units)
+    assert "its kernels ran 2.27x slower inside the model than alone" in slower
+    assert "(profiled kernel time of the whole 0.584 ms, of its units 0.257 ms)" in slower
+    (alike,) = composition_departures(composed, e2e, Interval(0.259, 0.250, 0.268), units)
+    assert "its kernels ran no slower inside the model than alone" in alike and "between them" in alike
+
+
 def test_the_lower_bound_says_which_compositions_are_no_estimate(branching, all_results):
     lb = bound(branching, all_results)  # 0.46 and 0.48 ms composed against a 50 ms end to end
     (note,) = lb.departures
     assert note.startswith("composed G=1 0.460 ms") and "G=2 0.480 ms" in note and "below end to end 50.000 ms" in note
+    assert "its kernels ran 4.71x slower inside the model than alone" in note  # 40 ms profiled whole, 8.5 ms units
     assert lb.to_dict()["departures"] == [note]
 
     def close_to_whole(spec):  # the model as the sum of its parts' calls, less the overheads

@@ -42,8 +42,10 @@ figure more than ``COMPOSITION_TOLERANCE`` (20%) away from the measured end to e
 intervals apart: more than a composition's ordinary error. Below it, the whole model pays
 what its parts measured alone do not (an int8 decoder block at one token composed at 0.46x on
 a 2-core VM, one thread: each part, called again and again, found its weights and inputs in the
-core's caches; inside the model every memory-bound op ran 1.5-2.5x slower); above it, the
-parts ran slower than the whole. The zoo's farthest, ShuffleNet at G = 1, sat at 0.85-0.94x.
+core's caches; inside the model every memory-bound op ran 1.5-2.5x slower, the whole's profiled
+kernel time 2.27x its units'). The message says which it is: the whole's kernel time above its
+units' (the kernels ran slower inside the model) or not (the time went between them). Above it,
+the parts ran slower than the whole. The zoo's farthest, ShuffleNet at G = 1, sat at 0.85-0.94x.
 """
 
 from __future__ import annotations
@@ -307,7 +309,12 @@ def lower_bound(
         intervals=intervals,
         composed_intervals=composed_intervals,
         disturbed=tuple(disturbed),
-        departures=composition_departures(composed_intervals, intervals.get("e2e_ms")),
+        departures=composition_departures(
+            composed_intervals,
+            intervals.get("e2e_ms"),
+            intervals.get("e2e_kernel_ms"),
+            intervals.get("sequential_ms"),
+        ),
     )
 
 
@@ -337,10 +344,17 @@ def bound_checks(bounds: Mapping[str, Interval], e2e: Interval | None) -> tuple[
     )
 
 
-def composition_departures(composed: Mapping[int, Interval], e2e: Interval | None) -> tuple[str, ...]:
+def composition_departures(
+    composed: Mapping[int, Interval],
+    e2e: Interval | None,
+    e2e_kernel: Interval | None = None,
+    sequential: Interval | None = None,
+) -> tuple[str, ...]:
     """What to say of the compositions more than ``COMPOSITION_TOLERANCE`` away from ``e2e`` with their
     intervals apart (one message for those below it, one for those above): there the composition is no
-    estimate of the model's latency on this system."""
+    estimate of the model's latency on this system. Below it, the profiled kernel time of the whole
+    (``e2e_kernel``) against its units' (``sequential``) says whether the kernels themselves ran slower
+    inside the model or the time went between them."""
     if e2e is None or not e2e.value:
         return ()
     below, above = [], []
@@ -353,8 +367,7 @@ def composition_departures(composed: Mapping[int, Interval], e2e: Interval | Non
     if below:
         out.append(
             f"composed {', '.join(below)} below {whole}: the whole model pays what its parts measured alone do "
-            "not (data that leaves the caches between its layers, thread wake-ups, the framework's own work); "
-            "no estimate of this model's latency here"
+            f"not; {_kernels_inside(e2e_kernel, sequential)}; no estimate of this model's latency here"
         )
     if above:
         out.append(
@@ -363,3 +376,20 @@ def composition_departures(composed: Mapping[int, Interval], e2e: Interval | Non
             "model's latency here"
         )
     return tuple(out)
+
+
+def _kernels_inside(e2e_kernel: Interval | None, sequential: Interval | None) -> str:
+    """Whether a model's kernels ran slower inside it than its units alone, from their profiled kernel times."""
+    if e2e_kernel is None or sequential is None or not sequential.value:
+        return "data that leaves the caches between its layers, thread wake-ups, the framework's own work"
+    figures = f"profiled kernel time of the whole {e2e_kernel.value:.3f} ms, of its units {sequential.value:.3f} ms"
+    if e2e_kernel.above(sequential):
+        return (
+            f"its kernels ran {e2e_kernel.value / sequential.value:.2f}x slower inside the model than alone "
+            f"({figures}): each part alone found its weights and inputs in the caches, or the model ran in a "
+            "slower state than its parts"
+        )
+    return (
+        f"its kernels ran no slower inside the model than alone ({figures}): the time goes between them "
+        "(the framework's work per node, thread wake-ups)"
+    )
