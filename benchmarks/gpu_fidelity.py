@@ -341,7 +341,7 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> tuple[
 
 def zoo_cost(records: Iterable[Any]) -> dict:
     """Where a zoo part's seconds went: per op type (the label's first word, or "model") the records
-    and their mean wall seconds, and over the layer records the seconds spent building candidates,
+    and their mean wall seconds, and over the layer and group records the seconds spent building candidates,
     timing them hot and timing the best and default cold (``stats.extras["cost_s"]``)."""
     by_op: dict[str, list[float]] = defaultdict(list)
     phases = {"build": 0.0, "hot": 0.0, "cold": 0.0}

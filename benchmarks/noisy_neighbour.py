@@ -125,7 +125,7 @@ def run_case(
                 "sequential_over_e2e": r.sequential_ms / r.e2e_ms if r.sequential_ms and r.e2e_ms else None,
                 "composed_over_e2e": {str(g): v for g, v in ratios.items()},
                 "checks": list(r.checks),
-                "departures": list(r.departures),  # compositions no estimate of end to end (> 10%, intervals apart)
+                "departures": list(r.departures),  # compositions no estimate of end to end (> 20%, intervals apart)
                 "disturbed": list(r.disturbed),
                 "reference_call_us": _us(model_reference.get(r.model, {}).get("call_s")),
                 "reference_run_us": _us(model_reference.get(r.model, {}).get("run_s")),
