@@ -5,13 +5,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
 from benanza.bench import host_cache
-from benanza.bench.cold_weights import STREAMED_MIN_BYTES, streamed_weight_bytes, streams_weights
+from benanza.bench.cold_weights import STREAMED_MIN_BYTES, evicted_bytes, streamed_weight_bytes, streams_weights
 from benanza.bench.execute import COLD_WEIGHTS, run_interleaved, run_spec
 from benanza.bench.generate import plan_model, plan_model_file, specs_for_plan
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
@@ -215,20 +216,57 @@ def gemv_model(gemv, build_model, tmp_path_factory):
 
 
 def test_evicted_weights_are_read_from_memory_slower_than_from_the_cache(gemv) -> None:
+    """Emptied caches (``flush_bytes``) make the GEMV read its weights from memory; 1 MiB of other data
+    leaves most of them cached, nearly as warm."""
     runtime, spec = gemv
     prepared = runtime.prepare(spec)
+    flush = host_cache.flush_bytes()
     try:
         assert prepared.evicts
         s = HarnessSettings(min_samples=30, max_samples=30, min_time_s=0, target_rel_stderr=0.0, disturbance_retries=0)
-        rounds = measure_interleaved([prepared.call, prepared.call], s, before=[prepared.evict_weights, None])
-        cold, warm = (statistics.median(t.samples) for t in rounds.timings)
-        kernel_cold = statistics.median(prepared.kernel_times(9, cold=True))
+        evicted = [partial(prepared.evict_weights, flush), partial(prepared.evict_weights, 1 << 20), None]
+        rounds = measure_interleaved([prepared.call] * 3, s, before=evicted)
+        cold, little, warm = (statistics.median(t.samples) for t in rounds.timings)
+        kernel_cold = statistics.median(prepared.kernel_times(9, evict_bytes=flush))
         kernel_warm = statistics.median(prepared.kernel_times(9))
     finally:
         prepared.close()
     # 2-core VM, 32 MiB cache, 16 MiB of weights: 0.14 ms from the cache, 0.5-0.6 ms from memory
     assert cold > 1.2 * warm, (cold, warm)
+    assert cold > 1.2 * little, (cold, little)
     assert kernel_cold > 1.2 * kernel_warm, (kernel_cold, kernel_warm)
+
+
+def test_a_streaming_layer_is_evicted_by_what_the_rest_of_its_model_reads(layers) -> None:
+    """The model's weights less the layer's own, at most what empties the cache; all of that with no model
+    known; nothing where the layer is all the model streams."""
+    net = layers(
+        [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)], [("x", F, [1, 4096])], {"w": _weights(1000, 4096)}
+    )["y"]
+    own = streamed_weight_bytes(net)
+    flush = 64 << 20
+    assert evicted_bytes(net, own + (12 << 20), flush) == 12 << 20  # an int8 decoder block's other weights
+    assert evicted_bytes(net, own + (500 << 20), flush) == flush  # VGG-19's: the cache is emptied
+    assert evicted_bytes(net, None, flush) == flush
+    assert evicted_bytes(net, own, flush) == 0  # the model is this layer
+    assert evicted_bytes(net, own // 2, flush) == 0  # an estimate below the layer's own: nothing, never negative
+
+
+def test_the_eviction_reads_as_many_bytes_as_it_is_asked(monkeypatch) -> None:
+    read: list[int] = []
+
+    class Buffer(np.ndarray):
+        def max(self, *args, **kwargs):  # type: ignore[override]
+            read.append(self.nbytes)
+            return super().max(*args, **kwargs)
+
+    buffer = np.ones(1 << 20, np.float32).view(Buffer)
+    monkeypatch.setattr(host_cache, "_buffer", lambda: buffer)
+    host_cache.evict(1 << 20)
+    host_cache.evict(None)
+    host_cache.evict(1 << 30)  # never more than the buffer
+    host_cache.evict(1)  # never nothing
+    assert read == [1 << 20, 4 << 20, 4 << 20, 4] and host_cache.flush_bytes() == 4 << 20
 
 
 def test_records_say_their_weights_were_evicted_and_a_setting_turns_it_off(gemv, fast_harness) -> None:
@@ -238,18 +276,23 @@ def test_records_say_their_weights_were_evicted_and_a_setting_turns_it_off(gemv,
     sequential = run_spec(spec, runtime, fast_harness, **where)
     for record in (interleaved, sequential):
         assert record.outcome is Outcome.OK and record.settings["weights"] == COLD_WEIGHTS
+        assert record.settings["weights_evicted_by_bytes"] == host_cache.flush_bytes()  # no model beside it
         assert record.kernel_samples
     off = fast_harness.model_copy(update={"evict_streamed_weights": False})
     assert "weights" not in run_spec(spec, runtime, off, **where).settings
     assert "weights" not in run_interleaved([spec], runtime, off, **where)[0].settings
 
 
-def test_beside_a_model_whose_weights_fit_the_cache_nothing_is_evicted(gemv, gemv_model, fast_harness) -> None:
-    """Such a model reads its weights from the cache run after run: its layers are timed warm, as it runs them."""
+def test_beside_its_model_a_layer_is_evicted_by_the_rest_of_the_model(gemv, gemv_model, fast_harness) -> None:
+    """A model that is the layer alone reads nothing else between its runs: the layer is timed warm, as the
+    model runs it; beside a larger model, after the rest of that model's weights."""
     runtime, layer = gemv
     where = {"system": "vm", "stack_id": "s"}
-    assert gemv_model.model["weight_bytes"] <= host_cache.last_level_cache_bytes()
     model, alone = run_interleaved([gemv_model, layer], runtime, fast_harness, **where)
     assert model.outcome is alone.outcome is Outcome.OK and "weights" not in alone.settings
-    larger = replace(gemv_model, model={**gemv_model.model, "weight_bytes": 2 * host_cache.last_level_cache_bytes()})
-    assert run_interleaved([larger, layer], runtime, fast_harness, **where)[1].settings["weights"] == COLD_WEIGHTS
+    rest = host_cache.last_level_cache_bytes() // 2
+    larger = replace(gemv_model, model={**gemv_model.model, "weight_bytes": gemv_model.model["weight_bytes"] + rest})
+    beside = run_interleaved([larger, layer], runtime, fast_harness, **where)[1]
+    assert beside.settings["weights"] == COLD_WEIGHTS
+    # the layer's bias is among the model's weights, not among the streamed ones
+    assert rest <= beside.settings["weights_evicted_by_bytes"] <= rest + 4096 * 4

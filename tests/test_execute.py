@@ -196,7 +196,7 @@ class _FlakyPrepared(NullPrepared):
         if self.where == "call":
             raise MemoryError("out of memory")
 
-    def kernel_times(self, runs, cold=False):
+    def kernel_times(self, runs, evict_bytes=0):
         if self.where == "kernel":
             raise ValueError("profile unreadable")
         return [1e-6] * runs

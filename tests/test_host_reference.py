@@ -93,7 +93,7 @@ class _Slowed(Prepared):
                 pass
         return out
 
-    def profiler(self, precalls: int = 0, cold: bool = False) -> KernelProfiler | None:
+    def profiler(self, precalls: int = 0, evict_bytes: int = 0) -> KernelProfiler | None:
         return None
 
     def close(self) -> None:

@@ -93,18 +93,19 @@ class Prepared:
     #: whether ``evict_weights`` empties the host's caches of this benchmark (False: the runtime cannot)
     evicts: bool = False
 
-    def evict_weights(self) -> None:
+    def evict_weights(self, nbytes: int) -> None:
         """Leave the caches as a model leaves them for a layer that streams its weights
-        (``bench.cold_weights``): its weights out, its inputs in. Untimed, before a timed call."""
+        (``bench.cold_weights``): ``nbytes`` of other data read (what the rest of the model reads
+        between two runs of the layer), its inputs read back in. Untimed, before a timed call."""
 
-    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
+    def kernel_times(self, runs: int, evict_bytes: int = 0) -> list[float] | None:
         """Per-run library kernel time in seconds from the runtime's own profiler; None: no profiler.
-        ``cold``: each run after ``evict_weights``."""
+        ``evict_bytes``: each run after ``evict_weights(evict_bytes)`` (0: none)."""
         return None
 
-    def profiler(self, precalls: int = 0, cold: bool = False) -> KernelProfiler | None:
+    def profiler(self, precalls: int = 0, evict_bytes: int = 0) -> KernelProfiler | None:
         """A profiled twin for the interleaved schedule (``precalls`` unkept runs before each kept one,
-        ``cold``: the kept one after ``evict_weights``); None: none."""
+        the kept one after ``evict_weights(evict_bytes)``, 0: none); None: none."""
         return None
 
     def measure(self, settings: HarnessSettings) -> Measured | None:

@@ -21,10 +21,11 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from benanza.bench import host_cache
-from benanza.bench.cold_weights import streams_weights
+from benanza.bench.cold_weights import evicted_bytes, streams_weights
 from benanza.bench.contract import KernelProfiler, Prepared, Runtime
 from benanza.bench.harness import HarnessSettings, Judge, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
@@ -109,22 +110,22 @@ def run_spec(
             else:
                 at_cap = samples_at_cap([spec], settings)
                 threads = runtime.cpu_threads()
-                cold = evicts_weights(spec, prepared, settings)
+                cold = eviction_bytes(spec, prepared, settings)
                 timing = measure(
                     prepared.call,
                     settings,
                     threads=threads,
                     min_samples_at_cap=at_cap,
                     budget=budget,
-                    before=prepared.evict_weights if cold else None,
+                    before=partial(prepared.evict_weights, cold) if cold else None,
                 )
                 samples, stats = timing.samples, _timing_stats(timing)
                 wanted = takes_kernel_times(spec, settings)
-                kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, cold=cold)
+                kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, evict_bytes=cold)
                 if how is not None:
                     extra["kernel_time"] = how
                 if cold:
-                    extra["weights"] = COLD_WEIGHTS
+                    extra.update(weights=COLD_WEIGHTS, weights_evicted_by_bytes=cold)
             outcome = Outcome.OK
         except UnsupportedLayer as exc:  # found only once the libraries were asked: a skip, with why
             outcome, reason = Outcome.SKIPPED, one_line(exc)
@@ -197,7 +198,7 @@ def run_interleaved(
     started = time.perf_counter()
     results: dict[int, BenchmarkRecord] = {}
     live: list[tuple[int, Prepared, KernelProfiler | None]] = []  # (position, prepared, profiler or None)
-    cold: dict[int, bool] = {}  # by position: timed with its weights out of the caches (``evicts_weights``)
+    cold: dict[int, int] = {}  # by position: bytes read before each timed call (``eviction_bytes``; 0: none)
     model_weights = max((w for s in specs if (w := model_weight_bytes(s)) is not None), default=None)
 
     def done(
@@ -229,9 +230,9 @@ def run_interleaved(
             prepared = profiler = None
             try:
                 prepared = runtime.prepare(spec)
-                cold[i] = evicts_weights(spec, prepared, settings, model_weights)
+                cold[i] = eviction_bytes(spec, prepared, settings, model_weights)
                 if takes_kernel_times(spec, settings):
-                    profiler = prepared.profiler(precalls=settings.interleave_precalls, cold=cold[i])
+                    profiler = prepared.profiler(precalls=settings.interleave_precalls, evict_bytes=cold[i])
             except Exception as exc:
                 if prepared is not None:
                     prepared.close()
@@ -252,7 +253,7 @@ def run_interleaved(
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
             budget=budget,
             judge=by_call,
-            before=[p.evict_weights if cold[i] else None for i, p, _ in live],
+            before=[partial(p.evict_weights, cold[i]) if cold[i] else None for i, p, _ in live],
         )
         if judge is not None and by_call is not None:
             judge.again += by_call.again
@@ -266,7 +267,7 @@ def run_interleaved(
                 )
                 provenance = {"kernel_time": how} if how is not None else {}
                 if cold[i]:
-                    provenance["weights"] = COLD_WEIGHTS
+                    provenance.update(weights=COLD_WEIGHTS, weights_evicted_by_bytes=cold[i])
             except Exception as exc:
                 done(i, Outcome.FAILED, _failure(exc))
                 continue
@@ -279,20 +280,24 @@ def run_interleaved(
     return [results[i] for i in range(len(specs))]
 
 
-# a record's provenance for a benchmark timed with its weights out of the caches
-COLD_WEIGHTS = "evicted from the host's caches before each timed call, as inside a model (bench.cold_weights)"
+# a record's provenance for a benchmark timed with its weights pushed out of the caches (and by how many
+# bytes of other data: ``weights_evicted_by_bytes``)
+COLD_WEIGHTS = (
+    "pushed out of the host's caches before each timed call by what the rest of its model reads (bench.cold_weights)"
+)
 
 
-def evicts_weights(
+def eviction_bytes(
     spec: BenchmarkSpec, prepared: Prepared, settings: HarnessSettings, model_weights: int | None = None
-) -> bool:
-    """Whether ``spec`` is timed with its weights out of the caches (``bench.cold_weights``): asked for
-    (``evict_streamed_weights``), a runtime that can (``Prepared.evicts``), a network that streams them,
-    and no model measured beside it (``model_weights``: its weights' bytes; None: none) whose weights all
-    fit the host's last-level cache, where they stay from one run to the next."""
-    if model_weights is not None and model_weights <= host_cache.last_level_cache_bytes():
-        return False
-    return settings.evict_streamed_weights and prepared.evicts and streams_weights(spec)
+) -> int:
+    """The bytes of other data read before each timed call of ``spec`` (``bench.cold_weights``), 0 for none:
+    asked for (``evict_streamed_weights``), a runtime that can (``Prepared.evicts``), a network that streams
+    its weights; then what the rest of the model measured beside it reads (``model_weights``: that model's
+    weights; None: none, and the last-level cache is emptied), ``cold_weights.evicted_bytes``."""
+    if not (settings.evict_streamed_weights and prepared.evicts and streams_weights(spec)):
+        return 0
+    assert spec.network is not None  # a network streams weights, never a whole model
+    return evicted_bytes(spec.network, model_weights, host_cache.flush_bytes())
 
 
 def model_weight_bytes(spec: BenchmarkSpec) -> int | None:
@@ -314,13 +319,13 @@ def _kernel_figures(
     settings: HarnessSettings,
     timing: Timing,
     wanted: bool,
-    cold: bool = False,
+    evict_bytes: int = 0,
 ) -> tuple[tuple[float, ...], dict[str, Any] | None]:
     """A benchmark's kernel times, the profiler's cost taken out, and how they were derived.
 
     From ``profiler`` (the interleaved schedule's companion runs, ``keep`` saying which
     count) when there is one, else from ``prepared.kernel_times`` (``kernel_runs`` back to back,
-    ``cold``: each with the weights out of the caches). None where ``wanted`` is false
+    ``evict_bytes``: each after that much other data, ``eviction_bytes``). None where ``wanted`` is false
     (``takes_kernel_times``).
     """
     if not wanted:
@@ -331,7 +336,7 @@ def _kernel_figures(
         left_out = [s for s, kept in zip(profiler.left_out, keep, strict=False) if kept]
         what, floor = profiler.left_out_what, profiler.node_floor_s
     else:
-        raw = prepared.kernel_times(settings.kernel_runs, cold=cold) or []
+        raw = prepared.kernel_times(settings.kernel_runs, evict_bytes=evict_bytes) or []
         runs = prepared.profiled_run_times or None
         left_out, what = list(prepared.profiled_left_out), prepared.left_out_what
         floor = prepared.profiled_node_floor_s

@@ -1,8 +1,9 @@
 """The host CPU's caches: their size, and emptying them of a benchmark's data (``bench.cold_weights``).
 
-``evict`` reads a buffer of twice the last-level cache, so that whatever a call left there (its
-weights) is replaced. Reading 64 MiB takes 2-3 ms on a 2-core VM. The buffer is allocated once per
-process, on first use, and kept.
+``evict`` reads up to twice the last-level cache of a buffer kept for it, so that whatever a call
+left there (its weights) is replaced as far as that much other data replaces it on this host (a
+cache shared with other tenants keeps less than its size). Reading 64 MiB takes 2-3 ms on a
+2-core VM. The buffer is allocated once per process, on first use, and kept.
 """
 
 from __future__ import annotations
@@ -56,9 +57,17 @@ def _buffer() -> np.ndarray:
     return np.ones(size // 4, np.float32)
 
 
-def evict() -> None:
-    """Read a buffer twice the last-level cache: what was cached before is out."""
-    _buffer().max()
+def flush_bytes() -> int:
+    """What empties the last-level cache: a read of twice its size (at most ``MAX_EVICT_BYTES``)."""
+    return _buffer().nbytes
+
+
+def evict(nbytes: int | None = None) -> None:
+    """Read ``nbytes`` of a buffer kept for it (None: ``flush_bytes``, all of it): what was cached before
+    and does not fit in the caches beside them is out."""
+    buffer = _buffer()
+    count = buffer.size if nbytes is None else min(buffer.size, max(1, nbytes // buffer.itemsize))
+    buffer[:count].max()
 
 
 def touch(array: np.ndarray) -> None:

@@ -20,7 +20,7 @@ class NullPrepared(Prepared):
     def call(self) -> None:
         return None
 
-    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
+    def kernel_times(self, runs: int, evict_bytes: int = 0) -> list[float] | None:
         return None
 
     def close(self) -> None:

@@ -228,7 +228,7 @@ def bound_call(session: Any, feeds: dict[str, np.ndarray]) -> Any:
 
 class _OrtPrepared(Prepared):
     left_out_what = _CASTS_LEFT_OUT
-    evicts = True  # ``evict_weights``: the host's caches, a session of one float, the inputs
+    evicts = True  # ``evict_weights``: other data through the host's caches, a session of one float, the inputs
 
     def __init__(
         self,
@@ -254,21 +254,22 @@ class _OrtPrepared(Prepared):
         self._session.run_with_iobinding(self._binding)
         return None
 
-    def evict_weights(self) -> None:
-        """The host's caches emptied (``host_cache.evict``), the call path warm again (a session of one
-        float), the inputs read back in: as a model leaves them for a layer that streams its weights.
-        Emptied alone, the call path's own code and data are cold too: a ``Reshape`` timed after it
-        took 26 us more than warm, 10 us with the session of one float run in between (2-core VM)."""
-        evict_caches(self._model.opt_level, self._model.threads, self._feeds)
+    def evict_weights(self, nbytes: int) -> None:
+        """``nbytes`` of other data read through the host's caches (``host_cache.evict``), the call path
+        warm again (a session of one float), the inputs read back in: as a model leaves them for a layer
+        that streams its weights. Evicted alone, the call path's own code and data are cold too: a
+        ``Reshape`` timed after a flush took 26 us more than warm, 10 us with the session of one float
+        run in between (2-core VM)."""
+        evict_caches(self._model.opt_level, self._model.threads, self._feeds, nbytes)
 
     def outputs(self) -> list[np.ndarray]:
         """The outputs of the latest ``call`` (its sinks' one element each), copied out of the binding."""
         return [value.numpy() for value in self._binding.get_outputs()]
 
-    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
-        """Sum of ORT's per-node kernel durations for each of ``runs`` profiled runs (``cold``: each
-        after ``evict_weights``)."""
-        profiler = self.profiler(cold=cold)
+    def kernel_times(self, runs: int, evict_bytes: int = 0) -> list[float] | None:
+        """Sum of ORT's per-node kernel durations for each of ``runs`` profiled runs (``evict_bytes``:
+        each after ``evict_weights(evict_bytes)``)."""
+        profiler = self.profiler(evict_bytes=evict_bytes)
         try:
             for _ in range(runs):
                 profiler.run()
@@ -280,7 +281,7 @@ class _OrtPrepared(Prepared):
         finally:
             profiler.close()
 
-    def profiler(self, precalls: int = 0, cold: bool = False) -> _OrtProfiler:
+    def profiler(self, precalls: int = 0, evict_bytes: int = 0) -> _OrtProfiler:
         """A second session of the same model with ORT's profiler on, for kernel times.
 
         Args:
@@ -289,9 +290,10 @@ class _OrtPrepared(Prepared):
                 interleaved schedule), its first run finds them out of cache and is slower than
                 the same kernels inside a model (shufflenet's units summed to 1.4x the whole
                 model that way; with one precall, 0.97x).
-            cold: the kept run after ``evict_weights`` (of the profiling session's inputs).
+            evict_bytes: the kept run after ``evict_weights(evict_bytes)`` (of the profiling session's
+                inputs); 0: none.
         """
-        return _OrtProfiler(self._model, precalls, cold)
+        return _OrtProfiler(self._model, precalls, evict_bytes)
 
     def close(self) -> None:
         self._session = None
@@ -349,9 +351,10 @@ def _call_path(opt_level: str, threads: int) -> tuple[Any, Any, dict[str, np.nda
     return session, bound_call(session, feeds), feeds
 
 
-def evict_caches(opt_level: str, threads: int, feeds: Mapping[str, np.ndarray]) -> None:
-    """Empty the host's caches, run a session of one float at these options, read ``feeds`` back in."""
-    host_cache.evict()
+def evict_caches(opt_level: str, threads: int, feeds: Mapping[str, np.ndarray], nbytes: int) -> None:
+    """Read ``nbytes`` of other data through the host's caches, run a session of one float at these
+    options, read ``feeds`` back in."""
+    host_cache.evict(nbytes)
     session, binding, _ = _call_path(opt_level, threads)
     session.run_with_iobinding(binding)
     for array in feeds.values():
@@ -382,11 +385,11 @@ class _OrtProfiler(KernelProfiler):
 
     left_out_what = _CASTS_LEFT_OUT
 
-    def __init__(self, model: _CpuModel, precalls: int = 0, cold: bool = False) -> None:
+    def __init__(self, model: _CpuModel, precalls: int = 0, evict_bytes: int = 0) -> None:
         self._model = model  # its held weights outlive the session
         self._feeds = model.feeds
         self._every = precalls + 1
-        self._cold = cold
+        self._evict_bytes = evict_bytes
         self._file: Path | None = None
         self.run_times: list[float] = []
         self.left_out: list[float] = []
@@ -402,8 +405,8 @@ class _OrtProfiler(KernelProfiler):
     def run(self) -> None:
         for _ in range(self._every - 1):
             self._session.run(None, self._feeds)
-        if self._cold:
-            evict_caches(self._model.opt_level, self._model.threads, self._feeds)
+        if self._evict_bytes:
+            evict_caches(self._model.opt_level, self._model.threads, self._feeds, self._evict_bytes)
         self._session.run(None, self._feeds)
 
     def finish(self) -> list[float]:
@@ -568,7 +571,7 @@ class OrtCudaModel(Prepared):
         self._session.run_with_iobinding(self._binding)
         return None
 
-    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
+    def kernel_times(self, runs: int, evict_bytes: int = 0) -> list[float] | None:
         return None  # ORT's profiler times CUDA kernels on the host side: not a kernel time
 
     def close(self) -> None:

@@ -193,7 +193,7 @@ class GpuPrepared(Prepared):
         self._ctx.synchronize()
         return None
 
-    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
+    def kernel_times(self, runs: int, evict_bytes: int = 0) -> list[float] | None:
         return None
 
     def measure(self, settings: HarnessSettings) -> Measured:

@@ -142,7 +142,7 @@ class TorchModel(Prepared):
         self._torch.cuda.synchronize(self._device)
         return None
 
-    def kernel_times(self, runs: int, cold: bool = False) -> list[float] | None:
+    def kernel_times(self, runs: int, evict_bytes: int = 0) -> list[float] | None:
         return None
 
     def close(self) -> None:
