@@ -24,10 +24,9 @@ multiply-adds (their FLOP count over twice their weight elements, from the op's 
 ``benanza.model.ops``), a weight reached through a ``DequantizeLinear``, ``Cast`` or ``Transpose``
 counted with the node that computes with it (``WEIGHT_VIEWS``). A node whose FLOPs benanza does not
 count (a ``Gather`` of an embedding table reads a few rows, not the table) is never counted.
-Decided from the network alone, so a layer shared by several models is measured once, the same way
-for all of them.
-
-How much is evicted is what the rest of the model reads between two runs of the layer
+Whether a layer streams is decided from the network alone. How much is evicted before it depends on
+the model it is measured beside (a layer shared by several models is measured once, beside the
+first; its record says how much): what the rest of that model reads between two runs of the layer
 (``evicted_bytes``): the weights of the model measured beside it less the layer's own, at most
 twice the last-level cache (which empties it), all of that when no model is measured beside it, and
 nothing when the layer is all the model streams. The host's own caches then keep of the layer's

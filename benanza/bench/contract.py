@@ -90,7 +90,7 @@ class Prepared:
     def call(self) -> object:
         raise NotImplementedError
 
-    #: whether ``evict_weights`` empties the host's caches of this benchmark (False: the runtime cannot)
+    #: whether ``evict_weights`` can push this benchmark's weights out of the host's caches (False: the runtime cannot)
     evicts: bool = False
 
     def evict_weights(self, nbytes: int) -> None:
