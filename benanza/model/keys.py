@@ -16,14 +16,19 @@ slot and the tensor's size (``constant_kind``), never from a list of ops:
 
 - a quantized op's scale (``Slot.SCALE``: a slot of an op with an 8-bit-or-narrower integer or
   float8 slot, which the schema names a scale and types with floats) of at most
-  ``VALUE_MAX_ELEMENTS`` elements is a *scale*. Its values change the op's results, not its
-  work: ONNX Runtime multiplies by them whatever they are (`benchmarks/scale_values.py`
-  measures layers differing only in them as close as one layer measured twice). So two
-  layers that differ only in their scales are one benchmark, run with the scales of the first
-  one planned, which its stored spec shows. Which of a layer's scales are *equal* stays in the
-  key (``value_classes``): ONNX Runtime removes a QuantizeLinear/DequantizeLinear pair
-  around a MaxPool or Reshape only when their scales agree. The model's identity keeps every
-  scale's value (``scale_identity``): a model quantized with other scales is another model;
+  ``SCALE_MAX_ELEMENTS`` elements (a per-tensor or per-channel scale; a block-wise one of an int4
+  weight can be larger) is a *scale*. Its values change the op's results, not its work: ONNX
+  Runtime multiplies by them whatever they are (`benchmarks/scale_values.py` measures layers
+  differing only in them as close as one layer measured twice). But they decide what it fuses: a
+  QDQ convolution becomes one ``QLinearConv`` only when its int32 bias's scale is its input's
+  times its weight's, so a per-channel scale drawn at random (as one of more than 64 channels
+  was, a weight, until 2026-11-28) left every such unit of an int8 ResNet-50 unfused, its units
+  2.8x its end to end. So two layers that differ only in their scales are one benchmark, run
+  with the scales of the first one planned, which its stored spec shows. Which of a layer's
+  scales are *equal* stays in the key (``value_classes``): ONNX Runtime removes a
+  QuantizeLinear/DequantizeLinear pair around a MaxPool or Reshape only when their scales agree.
+  The model's identity keeps every scale's value (``scale_identity``): a model quantized with
+  other scales is another model;
 - a single number (a scalar or a one-element tensor) in any other slot is always a value: a
   Clip bound, a zero point, a Pow exponent, a Pad constant;
 - a constant of at most ``VALUE_MAX_ELEMENTS`` elements is a value when its slot is a
@@ -34,8 +39,8 @@ slot and the tensor's size (``constant_kind``), never from a list of ops:
 - everything else is a weight: *learned* slots (Differentiable, or unmarked and typed like
   the data: Conv and Gemm weights and biases, normalisation scales, embedding tables) of any
   size, and any constant larger than the threshold (a quantized op's int8 weight: its slot
-  is typed with integers, like its zero point, so its size decides; a per-channel scale of
-  more than 64 channels).
+  is typed with integers, like its zero point, so its size decides; a block-wise scale of more
+  than ``SCALE_MAX_ELEMENTS``).
 
 Schemas come from ONNX, or from ONNX Runtime for its contrib ops (``benanza.model.schemas``).
 An op neither describes has no slots to read: there, a constant is a value when it is a
@@ -58,6 +63,8 @@ KEY_VERSION = 1  # bump when the fields or their canonical form change
 # Constants in a setting slot up to this many elements are values (see the module docstring):
 # a shape, pads or axes of any rank up to 32, per-channel quantization parameters of small layers.
 VALUE_MAX_ELEMENTS = 64
+# A quantized op's scales up to this many elements are carried by value (per-tensor and per-channel ones)
+SCALE_MAX_ELEMENTS = 1 << 14
 VALUE_INPUT_MAX_ELEMENTS = VALUE_MAX_ELEMENTS  # the model identity's small integer constants
 INDEX_DTYPES = frozenset({"int32", "int64"})
 FLOAT_DTYPES = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -84,7 +91,7 @@ def constant_kind(numel: int, dtype: str, slot: Slot) -> InputKind:
         slot: what the schema says its input slot holds.
     """
     if slot is Slot.SCALE and dtype in FLOAT_DTYPES:
-        return InputKind.SCALE if numel <= VALUE_MAX_ELEMENTS else InputKind.WEIGHT
+        return InputKind.SCALE if numel <= SCALE_MAX_ELEMENTS else InputKind.WEIGHT
     if numel <= 1:
         return InputKind.VALUE
     if numel > VALUE_MAX_ELEMENTS:
