@@ -456,3 +456,43 @@ def test_csv_of_db_ls_and_models(db, models, tmp_path):
     split = json_of(invoke("models", "split", *models, "-g", "2", "--out", tmp_path / "a", "-f", "json"))
     table = csv_of(invoke("models", "split", *models, "-g", "2", "--out", tmp_path / "b", "-f", "csv"))
     assert len(table) == len(split["sequences"]) and list(table[0]) == _columns(split["sequences"])
+
+
+def test_why_not_faster_splits_the_gap_with_the_models_own_kernel_time():
+    """Where the whole model's kernels were profiled, the runtime's own cost is what it spends beyond them,
+    and kernels slower inside the model than its units alone are said apart; without that figure (a GPU
+    framework's end to end), the gap to the bound is the runtime's."""
+    from benanza.analysis.lower_bound import LowerBound
+    from benanza.analysis.optimize import Optimizations
+    from benanza.bench.stats import Interval
+    from benanza.report.site import _Site
+    from benanza.survey import SystemFigures
+
+    def why(e2e_kernel):
+        intervals = {"sequential_ms": Interval(0.341, 0.328, 0.354), "e2e_ms": Interval(0.626, 0.613, 0.639)}
+        if e2e_kernel is not None:
+            intervals["e2e_kernel_ms"] = Interval(e2e_kernel, e2e_kernel - 0.01, e2e_kernel + 0.01)
+        row = LowerBound(
+            "m",
+            "vm",
+            "s",
+            "onnxruntime",
+            "v",
+            1,
+            0.341,
+            0.341,
+            0.233,
+            0.341,
+            0.626,
+            e2e_kernel,
+            {},
+            1.0,
+            (),
+            intervals=intervals,
+        )
+        return _Site._why(SystemFigures(row, (), Optimizations("m", "vm", "s", "v", 1, row, None, None)))
+
+    assert "the runtime spends 0.143 ms beyond its kernels" in why(0.483)
+    assert "its kernels take 1.42x as long inside the model as its units alone (0.142 ms more" in why(0.483)
+    assert "inside the model" not in why(0.345)  # within the noise of the units' sum
+    assert "the runtime spends 0.285 ms beyond its kernels" in why(None) and "inside the model" not in why(None)
