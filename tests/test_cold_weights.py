@@ -245,11 +245,12 @@ def test_a_streaming_layer_is_evicted_by_what_the_rest_of_its_model_reads(layers
     )["y"]
     own = streamed_weight_bytes(net)
     flush = 64 << 20
-    assert evicted_bytes(net, own + (12 << 20), flush) == 12 << 20  # an int8 decoder block's other weights
-    assert evicted_bytes(net, own + (500 << 20), flush) == flush  # VGG-19's: the cache is emptied
-    assert evicted_bytes(net, None, flush) == flush
-    assert evicted_bytes(net, own, flush) == 0  # the model is this layer
-    assert evicted_bytes(net, own // 2, flush) == 0  # an estimate below the layer's own: nothing, never negative
+    assert evicted_bytes(own, own + (12 << 20), flush) == 12 << 20  # an int8 decoder block's other weights
+    assert evicted_bytes(own, own + (500 << 20), flush) == flush  # VGG-19's: the cache is emptied
+    assert evicted_bytes(own, None, flush) == flush
+    assert evicted_bytes(0, None, flush) == 0  # a network that streams nothing
+    assert evicted_bytes(own, own, flush) == 0  # the model is this layer
+    assert evicted_bytes(own, own // 2, flush) == 0  # an estimate below the layer's own: nothing, never negative
 
 
 def test_the_eviction_reads_as_many_bytes_as_it_is_asked(monkeypatch) -> None:

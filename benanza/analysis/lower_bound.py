@@ -120,6 +120,11 @@ class LowerBound:
     composed_sum_ms: Mapping[int, float | None] = field(default_factory=dict)  # DLBricks' plain sum
     departures: tuple[str, ...] = ()  # compositions that are no estimate of end to end (``composition_departures``)
 
+    @property
+    def kernels_inside_ratio(self) -> float | None:
+        """How much longer the model's kernels ran inside it than its units alone (``kernels_inside_ratio``)."""
+        return kernels_inside_ratio(self.intervals.get("e2e_kernel_ms"), self.intervals.get("sequential_ms"))
+
     def interval(self, figure: str) -> Interval | None:
         """The interval of ``figure``: a field name, or ``composed_ms[G]``."""
         if figure.startswith("composed_ms["):
@@ -378,14 +383,24 @@ def composition_departures(
     return tuple(out)
 
 
+def kernels_inside_ratio(e2e_kernel: Interval | None, sequential: Interval | None) -> float | None:
+    """The whole model's profiled kernel time over its units' (the sequential bound) where it lies above
+    it beyond the noise of both; 1.0 where it does not (the kernels ran no slower inside the model); None
+    where either is not known (a GPU framework's end to end has no kernel time)."""
+    if e2e_kernel is None or sequential is None or not sequential.value:
+        return None
+    return e2e_kernel.value / sequential.value if e2e_kernel.above(sequential) else 1.0
+
+
 def _kernels_inside(e2e_kernel: Interval | None, sequential: Interval | None) -> str:
     """Whether a model's kernels ran slower inside it than its units alone, from their profiled kernel times."""
-    if e2e_kernel is None or sequential is None or not sequential.value:
+    ratio = kernels_inside_ratio(e2e_kernel, sequential)
+    if ratio is None or e2e_kernel is None or sequential is None:
         return "data that leaves the caches between its layers, thread wake-ups, the framework's own work"
     figures = f"profiled kernel time of the whole {e2e_kernel.value:.3f} ms, of its units {sequential.value:.3f} ms"
-    if e2e_kernel.above(sequential):
+    if ratio > 1:
         return (
-            f"its kernels ran {e2e_kernel.value / sequential.value:.2f}x slower inside the model than alone "
+            f"its kernels ran {ratio:.2f}x slower inside the model than alone "
             f"({figures}): each part alone found its weights and inputs in the caches, or the model ran in a "
             "slower state than its parts"
         )

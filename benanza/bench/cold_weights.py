@@ -112,12 +112,14 @@ def streams_weights(spec: BenchmarkSpec) -> bool:
     return spec.network is not None and streamed_weight_bytes(spec.network) > 0
 
 
-def evicted_bytes(network: Network, model_weights: int | None, flush: int) -> int:
-    """The other data a streaming ``network`` has read through the caches before each timed call: what
-    the rest of its model reads between two of its runs, the model's weights less its own
-    (``model_weights``: the model measured beside it; None: none known), at most ``flush`` (what
-    empties the last-level cache), ``flush`` when no model is known; 0 when the network is all the
-    model streams."""
+def evicted_bytes(streamed: int, model_weights: int | None, flush: int) -> int:
+    """The other data a network that streams ``streamed`` bytes of weights (``streamed_weight_bytes``) has
+    read through the caches before each timed call: what the rest of its model reads between two of its
+    runs, the model's weights less its own (``model_weights``: the model measured beside it; None: none
+    known), at most ``flush`` (what empties the last-level cache), ``flush`` when no model is known; 0
+    when the network streams nothing or is all the model streams."""
+    if not streamed:
+        return 0
     if model_weights is None:
         return flush
-    return max(0, min(flush, model_weights - streamed_weight_bytes(network)))
+    return max(0, min(flush, model_weights - streamed))

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any
 
 from benanza.bench import host_cache
-from benanza.bench.cold_weights import evicted_bytes, streams_weights
+from benanza.bench.cold_weights import evicted_bytes, streamed_weight_bytes
 from benanza.bench.contract import KernelProfiler, Prepared, Runtime
 from benanza.bench.harness import HarnessSettings, Judge, Timing, measure, measure_interleaved
 from benanza.bench.isolation import IsolatedRunner
@@ -110,22 +110,21 @@ def run_spec(
             else:
                 at_cap = samples_at_cap([spec], settings)
                 threads = runtime.cpu_threads()
-                cold = eviction_bytes(spec, prepared, settings)
+                evict_bytes = eviction_bytes(spec, prepared, settings)
                 timing = measure(
                     prepared.call,
                     settings,
                     threads=threads,
                     min_samples_at_cap=at_cap,
                     budget=budget,
-                    before=partial(prepared.evict_weights, cold) if cold else None,
+                    before=_evicting(prepared, evict_bytes),
                 )
                 samples, stats = timing.samples, _timing_stats(timing)
                 wanted = takes_kernel_times(spec, settings)
-                kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, evict_bytes=cold)
+                kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, evict_bytes=evict_bytes)
                 if how is not None:
                     extra["kernel_time"] = how
-                if cold:
-                    extra.update(weights=COLD_WEIGHTS, weights_evicted_by_bytes=cold)
+                extra.update(_eviction_provenance(evict_bytes))
             outcome = Outcome.OK
         except UnsupportedLayer as exc:  # found only once the libraries were asked: a skip, with why
             outcome, reason = Outcome.SKIPPED, one_line(exc)
@@ -198,7 +197,7 @@ def run_interleaved(
     started = time.perf_counter()
     results: dict[int, BenchmarkRecord] = {}
     live: list[tuple[int, Prepared, KernelProfiler | None]] = []  # (position, prepared, profiler or None)
-    cold: dict[int, int] = {}  # by position: bytes read before each timed call (``eviction_bytes``; 0: none)
+    evicts: dict[int, int] = {}  # by position: bytes read before each timed call (``eviction_bytes``; 0: none)
     model_weights = max((w for s in specs if (w := model_weight_bytes(s)) is not None), default=None)
 
     def done(
@@ -230,9 +229,9 @@ def run_interleaved(
             prepared = profiler = None
             try:
                 prepared = runtime.prepare(spec)
-                cold[i] = eviction_bytes(spec, prepared, settings, model_weights)
+                evicts[i] = eviction_bytes(spec, prepared, settings, model_weights)
                 if takes_kernel_times(spec, settings):
-                    profiler = prepared.profiler(precalls=settings.interleave_precalls, evict_bytes=cold[i])
+                    profiler = prepared.profiler(precalls=settings.interleave_precalls, evict_bytes=evicts[i])
             except Exception as exc:
                 if prepared is not None:
                     prepared.close()
@@ -253,7 +252,7 @@ def run_interleaved(
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
             budget=budget,
             judge=by_call,
-            before=[partial(p.evict_weights, cold[i]) if cold[i] else None for i, p, _ in live],
+            before=[_evicting(p, evicts[i]) for i, p, _ in live],
         )
         if judge is not None and by_call is not None:
             judge.again += by_call.again
@@ -266,8 +265,7 @@ def run_interleaved(
                     prepared, profiler, rounds.companions_kept, settings, timing, takes_kernel_times(specs[i], settings)
                 )
                 provenance = {"kernel_time": how} if how is not None else {}
-                if cold[i]:
-                    provenance.update(weights=COLD_WEIGHTS, weights_evicted_by_bytes=cold[i])
+                provenance.update(_eviction_provenance(evicts[i]))
             except Exception as exc:
                 done(i, Outcome.FAILED, _failure(exc))
                 continue
@@ -294,10 +292,20 @@ def eviction_bytes(
     asked for (``evict_streamed_weights``), a runtime that can (``Prepared.evicts``), a network that streams
     its weights; then what the rest of the model measured beside it reads (``model_weights``: that model's
     weights; None: none, and the last-level cache is emptied), ``cold_weights.evicted_bytes``."""
-    if not (settings.evict_streamed_weights and prepared.evicts and streams_weights(spec)):
+    if not (settings.evict_streamed_weights and prepared.evicts) or spec.network is None:  # a model streams its own
         return 0
-    assert spec.network is not None  # a network streams weights, never a whole model
-    return evicted_bytes(spec.network, model_weights, host_cache.flush_bytes())
+    streamed = streamed_weight_bytes(spec.network)
+    return evicted_bytes(streamed, model_weights, host_cache.flush_bytes()) if streamed else 0
+
+
+def _evicting(prepared: Prepared, evict_bytes: int) -> Callable[[], object] | None:
+    """What runs untimed before each timed call of ``prepared`` (``eviction_bytes``): None for nothing."""
+    return partial(prepared.evict_weights, evict_bytes) if evict_bytes else None
+
+
+def _eviction_provenance(evict_bytes: int) -> dict[str, Any]:
+    """A record's provenance for a benchmark timed after ``evict_bytes`` of other data (none for 0)."""
+    return {"weights": COLD_WEIGHTS, "weights_evicted_by_bytes": evict_bytes} if evict_bytes else {}
 
 
 def model_weight_bytes(spec: BenchmarkSpec) -> int | None:

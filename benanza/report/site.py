@@ -263,10 +263,10 @@ class _Site:
                 if over > 0
                 else "the runtime adds nothing measurable beyond its kernels"
             )
-            kernels, units = row.interval("e2e_kernel_ms"), row.interval("sequential_ms")
-            if inside is not None and kernels is not None and units is not None and kernels.above(units):
+            ratio = row.kernels_inside_ratio
+            if inside is not None and ratio is not None and ratio > 1:
                 parts.append(
-                    f"its kernels take {inside / row.sequential_ms:.2f}x as long inside the model as its units "
+                    f"its kernels take {ratio:.2f}x as long inside the model as its units "
                     f"alone ({_ms(inside - row.sequential_ms)} more; alone, each unit keeps its data in the caches)"
                 )
         gains = [
