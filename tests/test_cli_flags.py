@@ -50,6 +50,20 @@ def test_the_tree_holds_the_commands_that_take_a_batch() -> None:
     }
 
 
+def test_every_batch_flag_states_the_default_it_has() -> None:
+    """The main job measures at batch 1 whatever the model's own batch (a model exported at 16 is
+    measured at 1): its help said "the model's own"; a flag without a default says what stands in."""
+    for path in _taking("--batch"):
+        (flag,) = [p for p in dict(COMMANDS)[path].params if "--batch" in p.opts]
+        if flag.default == "1":
+            assert flag.help.endswith("(default: 1)"), (path, flag.help)
+        else:
+            assert flag.default is None and ("the model's own" in flag.help or "the config's" in flag.help), path
+    assert (
+        "the config's batch_sizes" in next(p for p in dict(COMMANDS)[("fleet", "run")].params if p.name == "batch").help
+    )
+
+
 def _invoke(path: tuple[str, ...], flag: str, value: str, model: Path, tmp_path: Path):
     command = dict(COMMANDS)[path]
     required = [str(model) for p in command.params if p.param_type_name == "argument" and p.required]

@@ -16,6 +16,7 @@ from benanza.cli.common import (
     EpOpt,
     FormatOpt,
     GranOpt,
+    MainBatchesOpt,
     MainThreadsOpt,
     MaxTimeOpt,
     MinTimeOpt,
@@ -118,7 +119,7 @@ def bench_run(
 
 def run_command(
     models: ModelsArg = None,
-    batch: BatchesOpt = "1",
+    batch: MainBatchesOpt = "1",
     shape: ShapeOpt = None,
     granularity: GranOpt = MAIN_JOB_GRANULARITY,
     db: DbOpt = None,

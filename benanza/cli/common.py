@@ -60,13 +60,24 @@ FormatOpt = Annotated[
 ]
 # Numeric flags are taken as text and parsed by ``parse_count``/``parse_int_list``: a bad value is
 # then a one-line ``UsageError`` like every other error, not click's usage box.
+_BATCH_HELP = "batch sizes, comma-separated: bind the leading dimension of every input"
 BatchesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--batch", "-b", metavar="N[,N...]", help=f"{_BATCH_HELP} (default: the model's own)", show_default=False
+    ),
+]
+# the main job's and the fleet's: batch 1 unless asked (a model exported at batch 16 is measured at 1)
+MainBatchesOpt = Annotated[
+    str, typer.Option("--batch", "-b", metavar="N[,N...]", help=f"{_BATCH_HELP} (default: 1)", show_default=False)
+]
+FleetBatchesOpt = Annotated[
     str | None,
     typer.Option(
         "--batch",
         "-b",
         metavar="N[,N...]",
-        help="batch sizes, comma-separated: bind the leading dimension of every input (default: the model's own)",
+        help=f"{_BATCH_HELP} (default: the config's batch_sizes, 1)",
         show_default=False,
     ),
 ]

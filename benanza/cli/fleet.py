@@ -11,8 +11,8 @@ import typer
 
 from benanza.cli.analyze import report_lower_bounds
 from benanza.cli.common import (
-    BatchesOpt,
     BenanzaGroup,
+    FleetBatchesOpt,
     FormatOpt,
     ModelsOpt,
     RetryFailedOpt,
@@ -64,7 +64,7 @@ def _config(config: Path | None, db, address: str | None = None, models=None, ba
 def run(
     config: ConfigArg = None,
     models: ModelsOpt = None,
-    batch: BatchesOpt = None,
+    batch: FleetBatchesOpt = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -144,7 +144,7 @@ def _lower_bounds(store, cfg, summary):
 def status(
     config: ConfigArg = None,
     models: ModelsOpt = None,
-    batch: BatchesOpt = None,
+    batch: FleetBatchesOpt = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
