@@ -21,9 +21,11 @@ from benanza.runtimes.onnxruntime import (
     _OrtPrepared,
     feeds_for,
     groups_from_optimized,
+    inserted_by_runtime,
     kernel_times_from_profile,
     node_floor_s,
     noop_chain,
+    optimized_model,
     profile_kernel_times,
 )
 
@@ -50,6 +52,20 @@ def test_disabled_optimisation_keeps_every_layer_alone(chain):
 def test_basic_folds_bn_into_conv_but_keeps_relu_apart(chain):
     groups = OnnxRuntimeCPU(threads=1, opt_level="basic").execution_groups(chain.graph, chain.proto)
     assert groups == [[0, 1], [2], [3], [4]]
+
+
+def test_level_all_groups_layers_through_its_nchwc_layouts(conv_chain, process_proto):
+    """At ``all`` ORT runs the chain in NCHWc blocks and renames every tensor it re-lays out
+    (``reorder_token_<n>``): only the last node writes an original tensor, and its walk back took the
+    whole chain as one group (a ResNet-50 was one unit of 173 layers). The groups are read from the
+    graph without the layout transformers, as ``extended`` groups it."""
+    processed = process_proto(conv_chain("maxpool", channels=16))
+    at_all = OnnxRuntimeCPU(threads=1, opt_level="all")
+    assert at_all.execution_groups(processed.graph, processed.proto) == [[0, 1, 2], [3], [4]]
+    # ORT does run it in NCHWc: read whole, its optimized graph holds one group
+    nchwc = optimized_model(processed.proto, "all")
+    assert any(n.domain == "com.microsoft.nchwc" for n in nchwc.graph.node)
+    assert groups_from_optimized(processed.graph, nchwc) == [[0, 1, 2, 3, 4]]
 
 
 def _optimized(nodes):
@@ -183,6 +199,52 @@ def test_inserted_precision_casts_are_summed_apart_from_kernel_time():
     assert kernel_times_from_profile(events) == runs.kernel
 
 
+def test_layout_conversions_orts_level_all_inserts_are_summed_apart_from_kernel_time():
+    """Alone, a convolution at ``all`` runs in NCHWc between a ``ReorderInput`` and a ``ReorderOutput``,
+    an int8 one in NHWC between two ``Transpose``s; the model converts once per region."""
+    events = [
+        _event("Session", "model_run", 100, 100),
+        _event("Node", "ReorderInput_kernel_time", 101, 5),
+        _event("Node", "n0_nchwc_kernel_time", 107, 20),
+        _event("Node", "ReorderOutput_token_3_kernel_time", 128, 6),
+        _event("Node", "Transpose_token_0_kernel_time", 135, 2),
+        _event("Node", "n1_kernel_time", 138, 3),  # a built network's own Transpose: a kernel
+    ]
+    runs = profile_kernel_times(events)
+    assert runs.kernel == pytest.approx([23e-6], abs=1e-12)
+    assert runs.casts == pytest.approx([13e-6], abs=1e-12)
+    assert [inserted_by_runtime(n) for n in ("Transpose", "ReorderInput_token_12", "n3", "Transpose_1")] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+
+
+def _specs_of(runtime, processed, ops):
+    """The model's specs whose network is exactly ``ops``, in plan order."""
+    plan = plan_model(processed, runtime, (1,))
+    specs = specs_for_plan(plan, runtime.name, runtime.variant())
+    return [s for s in specs if s.network is not None and [n.op_type for n in s.network.nodes] == ops]
+
+
+def _assert_leaves_out(runtime, spec):
+    """Three profiled runs of ``spec`` each have kernel time and something left out of it."""
+    prepared = runtime.prepare(spec)
+    try:
+        kernel = prepared.kernel_times(3)
+        assert len(prepared.profiled_left_out) == 3 and min(prepared.profiled_left_out) > 0
+        assert len(kernel) == 3 and min(kernel) > 0
+    finally:
+        prepared.close()
+
+
+def test_a_convolution_alone_at_level_all_leaves_its_reorders_out_of_its_kernel_time(conv_chain, process_proto):
+    runtime = OnnxRuntimeCPU(threads=1, opt_level="all")
+    conv = _specs_of(runtime, process_proto(conv_chain("maxpool", channels=16)), ["Conv"])[0]
+    _assert_leaves_out(runtime, conv)
+
+
 def test_a_built_networks_sinks_are_not_kernel_time():
     events = [
         _event("Session", "model_run", 100, 100),
@@ -250,9 +312,7 @@ def float16_mul(build_model, process_proto):
         {},
     )
     runtime = OnnxRuntimeCPU(threads=1)
-    plan = plan_model(process_proto(model), runtime, (1,))
-    specs = specs_for_plan(plan, runtime.name, runtime.variant())
-    (mul,) = [s for s in specs if s.network is not None and [n.op_type for n in s.network.nodes] == ["Mul"]]
+    (mul,) = _specs_of(runtime, process_proto(model), ["Mul"])
     return runtime, mul
 
 
@@ -260,13 +320,7 @@ def test_a_float16_layer_alone_leaves_its_inserted_casts_out_of_its_kernel_time(
     """Alone, the Mul pays a cast at each float16 input and output that the model removes
     between two such ops; they are left out of its kernel time, and said so in the record."""
     runtime, mul = float16_mul
-    prepared = runtime.prepare(mul)
-    try:
-        kernel = prepared.kernel_times(3)
-        assert len(prepared.profiled_left_out) == 3 and min(prepared.profiled_left_out) > 0
-        assert len(kernel) == 3 and min(kernel) > 0
-    finally:
-        prepared.close()
+    _assert_leaves_out(runtime, mul)
     record = run_spec(mul, runtime, fast_harness.model_copy(update={"kernel_runs": 3}), system="t", stack_id="s")
     how = record.settings["kernel_time"]
     assert how["left_out"].startswith("casts ONNX Runtime inserts") and how["left_out_median_s"] > 0

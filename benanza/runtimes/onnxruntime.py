@@ -90,7 +90,23 @@ NO_SPINNING = {
 
 # ORT's name for a cast it inserts to run a float16 op in float32 (``insert_cast_transformer.cc``)
 _PRECISION_CAST_PREFIX = "InsertedPrecisionFreeCast_"
-_CASTS_LEFT_OUT = "casts ONNX Runtime inserts to run float16 ops in float32 (InsertedPrecisionFreeCast_*)"
+# The names ORT gives the layout conversions its level-3 transformers insert: ``ReorderInput`` and
+# ``ReorderOutput`` around NCHWc regions, ``Transpose`` around NHWC int8 ones (``_token_<n>`` when
+# the name is taken). A built network's own nodes are named ``n<k>`` (``bench/build.py``).
+_LAYOUT_CONVERSION = re.compile(r"(?:ReorderInput|ReorderOutput|Transpose)(?:_token_\d+)?")
+_CASTS_LEFT_OUT = (
+    "casts ONNX Runtime inserts to run float16 ops in float32 (InsertedPrecisionFreeCast_*) and the layout "
+    "conversions it inserts at level all (ReorderInput, ReorderOutput, Transpose)"
+)
+
+
+def inserted_by_runtime(node: str) -> bool:
+    """Whether ORT inserted the profiled node ``node`` to run a unit in another precision or layout.
+
+    A unit run alone pays one at each of its inputs and outputs, where the model keeps the
+    precision or layout from one layer to the next (``profile_kernel_times``).
+    """
+    return node.startswith(_PRECISION_CAST_PREFIX) or _LAYOUT_CONVERSION.fullmatch(node) is not None
 
 
 def session_options(opt_level: str, threads: int, profile: bool = False, optimized_path: str | None = None):
@@ -609,7 +625,11 @@ def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float =
     model ORT removes each pair between two such ops, so counting them made a float16
     Whisper encoder's layers sum to 1.6x the whole model (106 ms of casts in the layers,
     9 ms in the model). Left out, the sum stays a lower bound: the casts the model keeps are
-    in its end-to-end latency. A built network's sinks (``bench/build.py``) are not counted.
+    in its end-to-end latency. The layout conversions ORT inserts at level ``all`` are left out
+    alike (``inserted_by_runtime``): a convolution alone runs in NCHWc blocks between a
+    ``ReorderInput`` and a ``ReorderOutput``, an int8 one in NHWC between two ``Transpose``s, where
+    the model converts once per region; counted, an int8 ResNet-50's units summed to 1.07x its
+    end to end at level ``all``. A built network's sinks (``bench/build.py``) are not counted.
 
     ``node_floor_s``: the span the profiler gives a node that does nothing (the function
     ``node_floor_s``), taken out of each counted node's span and, once per node it holds, of
@@ -637,7 +657,7 @@ def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float =
         counted["all"][run] += 1
         if is_sink(name):
             continue  # what a built network's output costs to read, not the network (bench/build.py)
-        cast = name.startswith(_PRECISION_CAST_PREFIX)
+        cast = inserted_by_runtime(name.removesuffix("_kernel_time"))
         (casts if cast else totals)[run] += -neg_dur * 1e-6
         counted["casts" if cast else "kernel"][run] += 1
     return ProfiledRuns(
@@ -766,7 +786,7 @@ class OnnxRuntimeCPU(Runtime):
         """
         providers = [CUDA_PROVIDER] if self.ep == "cuda" else ["CPUExecutionProvider"]
         try:
-            optimized = optimized_model(held_apart(proto), self.opt_level, providers)
+            optimized = optimized_model(held_apart(proto), self.opt_level, providers, disabled=LAYOUT_TRANSFORMERS)
         except ort_errors() as exc:
             reason = f"ONNX Runtime cannot build its optimized graph: {ort_message(exc)}"
             raise PlanningError(graph.path, reason) from None
@@ -774,7 +794,10 @@ class OnnxRuntimeCPU(Runtime):
 
 
 def optimized_model(
-    model: onnx.ModelProto | HeldModel, opt_level: str, providers: Sequence[str] = ("CPUExecutionProvider",)
+    model: onnx.ModelProto | HeldModel,
+    opt_level: str,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+    disabled: Sequence[str] = (),
 ) -> onnx.ModelProto:
     """The graph ONNX Runtime runs for ``model`` at ``opt_level`` (its optimized model file, read back).
 
@@ -795,9 +818,16 @@ def optimized_model(
         if sum(w.nbytes for w in held.weights.values()) >= WEIGHTS_FILE_BYTES:
             so.add_session_config_entry(_OPTIMIZED_WEIGHTS_FILE, "optimized.weights")
         hold_weights(so, held.weights)
-        _ort().InferenceSession(held.proto.SerializeToString(), so, providers=list(providers))
+        _ort().InferenceSession(
+            held.proto.SerializeToString(), so, providers=list(providers), disabled_optimizers=list(disabled)
+        )
         return onnx.load(path, load_external_data=False)
 
+
+# ORT's level-3 layout transformers (``graph_transformer_utils.cc``): they rename every tensor they
+# re-lay out (NCHWc blocks, NHWC for int8 convolutions), so the optimized graph no longer says which
+# original layers a node covers
+LAYOUT_TRANSFORMERS = ("NchwcTransformer", "NhwcTransformer")
 
 # held weights from which ``optimized_model`` writes the optimized model's initializers to a file of their own
 WEIGHTS_FILE_BYTES = 1 << 30
