@@ -23,7 +23,7 @@ from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
-from benanza.bench.spec import BenchmarkSpec, variant_id
+from benanza.bench.spec import BenchmarkSpec, runtime_defaults_key, variant_id
 from benanza.fingerprint import StackFingerprint
 from benanza.runtimes.base import Runtime
 from benanza.settings import Settings, load_settings
@@ -97,7 +97,8 @@ def plan_models(
 
 def spec_groups(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[list[BenchmarkSpec]]:
     """Per plan, every spec it needs (``specs_for_plan``'s order): the interleaved schedule's groups."""
-    return [specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=e2e) for plan in plans]
+    defaults = ctx.runtime.runtime_defaults() is not None
+    return [specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=e2e, defaults=defaults) for plan in plans]
 
 
 def specs_for(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[BenchmarkSpec]:
@@ -173,7 +174,7 @@ def optimize(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[Optimization
 
 def _plan_records(ctx: LocalContext, plan: ModelPlan) -> list[BenchmarkRecord]:
     """Every record of this system, stack and runtime that ``plan`` can use (any variant)."""
-    keys = set(plan.networks) | {plan.model_key}
+    keys = set(plan.networks) | {plan.model_key, runtime_defaults_key(plan.model_key)}
     return ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
 
 

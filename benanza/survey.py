@@ -37,7 +37,7 @@ from benanza.analysis.stored import (
     stored_optimizations,
     system_reports,
 )
-from benanza.bench.spec import SpecKind
+from benanza.bench.spec import RUNTIME_DEFAULTS, SpecKind, runtime_defaults_key
 from benanza.errors import UsageError
 from benanza.model.corpus import CorpusSummary, summarize
 from benanza.store.base import Store
@@ -197,7 +197,7 @@ def survey(
     )
     latest_rows = [f.row for m in models_figures for f in m.latest]
     comparisons = compare_systems(latest_rows, prices(store)) if latest_rows else []
-    known = {p.model_key for p in plans}
+    known = {key for p in plans for key in (p.model_key, runtime_defaults_key(p.model_key))}
     return Survey(
         db=store.shown_uri,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -216,7 +216,7 @@ def _unmatched(store: Store, known: set[str]) -> tuple[dict[str, Any], ...]:
     """Stored end-to-end results whose model is not among the files analysed: label, batch size, systems."""
     found: dict[tuple[str, str, int], set[str]] = defaultdict(set)
     for r in store.records(kind=str(SpecKind.MODEL), payload=False):
-        if r.key not in known:
+        if r.key not in known and r.settings.get("session") != RUNTIME_DEFAULTS:  # its model is listed once
             found[(r.label, r.key, r.batch_size)].add(r.system)
     return tuple(
         {"label": label, "model_key": key, "batch_size": batch, "systems": sorted(systems)}

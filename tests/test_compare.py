@@ -327,8 +327,9 @@ def test_analyze_systems_json(fleet_db, models):
     assert old["records"] == new["records"] > 0
     # counts by kind and outcome: the latest stack, and all stacks
     assert set(b["counts"]) == {"layer", "group", "sequence", "model"}
-    assert b["counts"]["model"] == {"ok": 2}
-    assert b["counts_all_stacks"]["model"] == {"ok": 4}
+    # two models, each end to end at the variant's level and at ONNX Runtime's default
+    assert b["counts"]["model"] == {"ok": 4}
+    assert b["counts_all_stacks"]["model"] == {"ok": 8}
     assert "model" not in c["counts"]
     # slowest layers: sys-a's real ones in descending order, sys-b's at 1 ms, sys-c's decoy first
     assert len(a["slowest_layers"]) == 3

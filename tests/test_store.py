@@ -32,7 +32,7 @@ import pytest
 from typer.testing import CliRunner
 
 from benanza.bench.plans import PLAN_SCHEMA_VERSION, PlanLayer, StoredPlan
-from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
+from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant, runtime_defaults_key
 from benanza.cli.db import app as db_app
 from benanza.errors import RegistryError, StoreError, UsageError
 from benanza.model.network import Network, NetworkTensor
@@ -762,7 +762,8 @@ def test_plan_document_round_trip_and_missing_field() -> None:
     plan = plan_for("tiny", grans=(1, 3)).placed(SYSTEM, STACK)
     doc = json.loads(json.dumps(plan.to_doc()))
     assert StoredPlan.from_doc(doc) == plan and doc["schema_version"] == PLAN_SCHEMA_VERSION
-    assert plan.keys == {"tiny-L0", "tiny-L1", "tiny-L2", "tiny-U0", "tiny-S1", "tiny-S3", "tiny-model"}
+    at_defaults = runtime_defaults_key("tiny-model")  # the model end to end at its runtime's defaults
+    assert plan.keys == {"tiny-L0", "tiny-L1", "tiny-L2", "tiny-U0", "tiny-S1", "tiny-S3", "tiny-model", at_defaults}
     assert plan.plan_id == plan.placed("elsewhere", "x").plan_id  # content only
     del doc["unit_keys"]
     with pytest.raises(StoreError, match="unit_keys"):

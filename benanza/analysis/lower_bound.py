@@ -13,6 +13,11 @@ Figures and the statistic behind each (also in every JSON row under ``method``):
   plan stored before the overhead was measured has only the plain sum.
 - ``e2e_ms``: the 20% trimmed mean call latency of the whole model in the same runtime and
   settings.
+- ``defaults_e2e_ms``: the same at the runtime's defaults where the variant's settings are not
+  them (``Runtime.runtime_defaults``: ONNX Runtime's level ``all``, whose layouts span layers, where
+  the layers are measured at ``extended``); ``defaults_what`` says what the defaults do. Where it lies
+  below the sequential bound beyond the noise of both, ``defaults_notes`` says so: what the defaults
+  gain is in no bound here.
 
 A figure with any input missing is ``None`` (never a sum that counts missing as zero); the
 sum over what is present is given separately as ``partial_sequential_ms`` with
@@ -59,6 +64,7 @@ if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loa
     from benanza.bench.plans import StoredPlan
     from benanza.bench.records import BenchmarkRecord
 
+from benanza.bench.spec import runtime_defaults_key
 from benanza.bench.stats import CONFIDENCE, Interval, interval_of, sum_intervals
 
 # A lower bound takes a low quantile of each unit's kernel samples: interference, cache
@@ -79,6 +85,7 @@ METHOD = {
     "less (sequences - 1) x the call overhead",
     "call_overhead_ms": f"call latency ({CALL_STATISTIC} 20%) of one Relu of one float: a call's fixed cost",
     "e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%)",
+    "defaults_e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%) at the runtime's defaults",
 }
 
 
@@ -119,6 +126,9 @@ class LowerBound:
     call_overhead_ms: float | None = None  # None: not measured (composed_ms is then DLBricks' plain sum)
     composed_sum_ms: Mapping[int, float | None] = field(default_factory=dict)  # DLBricks' plain sum
     departures: tuple[str, ...] = ()  # compositions that are no estimate of end to end (``composition_departures``)
+    defaults_e2e_ms: float | None = None  # end to end at the runtime's defaults (None: not measured)
+    defaults_what: str = ""  # what the runtime's defaults do that the variant does not
+    defaults_notes: tuple[str, ...] = ()  # the defaults end to end below the bounds (``defaults_below_bound``)
 
     @property
     def kernels_inside_ratio(self) -> float | None:
@@ -152,6 +162,9 @@ class LowerBound:
             "missing": list(self.missing),
             "checks": list(self.checks),
             "departures": list(self.departures),
+            "defaults_e2e_ms": self.defaults_e2e_ms,
+            "defaults_what": self.defaults_what,
+            "defaults_notes": list(self.defaults_notes),
             "intervals": {
                 **{name: {"low": i.low, "high": i.high} for name, i in self.intervals.items()},
                 "composed_ms": {
@@ -288,6 +301,11 @@ def lower_bound(
             intervals[name] = figure
     if _disturbed(e2e):
         disturbed += ["e2e_ms", "e2e_kernel_ms"]
+    at_defaults = results.get(runtime_defaults_key(plan.model_key))
+    if (figure := _figure(at_defaults, "call")) is not None:
+        intervals["defaults_e2e_ms"] = figure
+    if _disturbed(at_defaults):
+        disturbed.append("defaults_e2e_ms")
     return LowerBound(
         model=plan.model,
         system=system,
@@ -320,6 +338,24 @@ def lower_bound(
             intervals.get("e2e_kernel_ms"),
             intervals.get("sequential_ms"),
         ),
+        defaults_e2e_ms=_ms(at_defaults, "call"),
+        defaults_what=str((at_defaults.settings or {}).get("defaults", "")) if at_defaults is not None else "",
+        defaults_notes=defaults_below_bound(intervals.get("defaults_e2e_ms"), intervals.get("sequential_ms")),
+    )
+
+
+def defaults_below_bound(defaults: Interval | None, sequential: Interval | None) -> tuple[str, ...]:
+    """A message where the model end to end at its runtime's defaults lies below its sequential bound
+    beyond the noise of both: the bound is of the variant's settings, and what the defaults gain spans
+    layers (ONNX Runtime's NCHWc blocks run from one convolution to the next), so no bound here holds
+    it."""
+    if defaults is None or sequential is None or not sequential.value or not sequential.above(defaults):
+        return ()
+    return (
+        f"at the runtime's defaults it runs in {defaults.value:.3f} ms ({defaults.low:.3f}-{defaults.high:.3f}), "
+        f"{defaults.value / sequential.value:.2f}x its sequential bound {sequential.value:.3f} ms "
+        f"({sequential.low:.3f}-{sequential.high:.3f}): the bounds are of the layers at this variant's settings, "
+        "and what the defaults gain spans layers, so no bound here holds it",
     )
 
 

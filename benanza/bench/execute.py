@@ -247,7 +247,7 @@ def run_interleaved(
             settings,
             untimed=[prof.run if prof is not None else None for _, _, prof in live],
             untimed_runs=settings.kernel_runs if any(prof is not None for _, _, prof in live) else 0,
-            parts=[specs[i].kind for i, _, _ in live],  # the model, its layers, sequences, fused groups: a sum each
+            parts=[_part_of(specs[i]) for i, _, _ in live],
             threads=runtime.cpu_threads(),
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
             budget=budget,
@@ -264,7 +264,9 @@ def run_interleaved(
                 kernel, how = _kernel_figures(
                     prepared, profiler, rounds.companions_kept, settings, timing, takes_kernel_times(specs[i], settings)
                 )
-                provenance = {"kernel_time": how} if how is not None else {}
+                provenance = dict(prepared.provenance)  # as ``run_spec`` keeps it: what ran it, at which settings
+                if how is not None:
+                    provenance["kernel_time"] = how
                 provenance.update(_eviction_provenance(evicts[i]))
             except Exception as exc:
                 done(i, Outcome.FAILED, _failure(exc))
@@ -301,6 +303,12 @@ def eviction_bytes(
 def _evicting(prepared: Prepared, evict_bytes: int) -> Callable[[], object] | None:
     """What runs untimed before each timed call of ``prepared`` (``eviction_bytes``): None for nothing."""
     return partial(prepared.evict_weights, evict_bytes) if evict_bytes else None
+
+
+def _part_of(spec: BenchmarkSpec) -> tuple[SpecKind, str | None]:
+    """The sum a spec is part of in its interleaved group (``measure_interleaved``'s ``parts``): the model,
+    its layers, its sequences, its fused groups, and the model at its runtime's defaults, a sum each."""
+    return spec.kind, (spec.model or {}).get("session")
 
 
 def _eviction_provenance(evict_bytes: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 from benanza.bench.build import DEFAULT_OPSET
 from benanza.bench.contract import Runtime
 from benanza.bench.memory import graph_memory
-from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant
+from benanza.bench.spec import RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, canonical_variant, runtime_defaults_key
 from benanza.errors import PlanningError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
@@ -285,10 +285,11 @@ def _label(network: Network) -> str:
 
 
 def specs_for_plan(
-    plan: ModelPlan, runtime_name: str, variant: Mapping[str, Any], e2e: bool = False
+    plan: ModelPlan, runtime_name: str, variant: Mapping[str, Any], e2e: bool = False, defaults: bool = False
 ) -> list[BenchmarkSpec]:
     """Every spec one plan needs, in the order its interleaved group takes them: the model end to
-    end, the call overhead, the execution groups, the sequences, then the layers alone.
+    end (and, with ``defaults`` too, at its runtime's defaults: ``Runtime.runtime_defaults``), the
+    call overhead, the execution groups, the sequences, then the layers alone.
 
     A group too large for one chunk (``interleave_max_specs``: DenseNet-121 has 575 specs) is
     cut in that order, so the figures each composition compares (the model, the overhead, the
@@ -315,19 +316,24 @@ def specs_for_plan(
         )
     if e2e:
         dtype = plan.graph.inputs[0].dtype if plan.graph.inputs else "float32"
-        specs.insert(
-            0,
+        model = {"path": plan.path, **plan.requested, **graph_memory(plan.graph).to_dict()}
+        whole = [(plan.model_key, plan.model, model)]
+        if defaults:
+            at_defaults = {**model, "session": RUNTIME_DEFAULTS}
+            whole.append((runtime_defaults_key(plan.model_key), f"{plan.model} ({RUNTIME_DEFAULTS})", at_defaults))
+        specs[:0] = [
             BenchmarkSpec(
                 kind=SpecKind.MODEL,
-                key=plan.model_key,
+                key=key,
                 batch_size=plan.batch_size,
                 dtype=dtype,
                 runtime=runtime_name,
                 variant=var,
-                label=plan.model,
-                model={"path": plan.path, **plan.requested, **graph_memory(plan.graph).to_dict()},
-            ),
-        )
+                label=label,
+                model=info,
+            )
+            for key, label, info in whole
+        ]
     return specs
 
 

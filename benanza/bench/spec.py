@@ -16,9 +16,18 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from benanza.model.keys import stable_id
 from benanza.model.network import Network
 
 SPEC_VERSION = 1
+
+# ``BenchmarkSpec.model["session"]`` of a model measured at its runtime's defaults (``Runtime.runtime_defaults``)
+RUNTIME_DEFAULTS = "runtime defaults"
+
+
+def runtime_defaults_key(model_key: str) -> str:
+    """The benchmark key of the model of ``model_key`` end to end at its runtime's defaults."""
+    return stable_id({"model": model_key, "session": RUNTIME_DEFAULTS})
 
 
 def spec_id_of(key: str, batch_size: int, dtype: str, runtime: str, variant: str) -> str:

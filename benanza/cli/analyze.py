@@ -61,7 +61,7 @@ from benanza.cli.store_options import DbFileOpt, DbOpt, open_read_only
 from benanza.config import load_fleet_config
 from benanza.errors import UsageError
 from benanza.local import repro_targets
-from benanza.report.bench import lower_bound_table
+from benanza.report.bench import defaults_legend, lower_bound_table
 from benanza.report.compare import comparison_table, systems_tables
 from benanza.report.optimize import op_type_table, optimizations_table
 from benanza.report.output import DISTURBED_NOTE, OutputFormat, console, emit
@@ -176,13 +176,15 @@ def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None
         console().print(comparison_table(comparisons))
     elif not emit(format, [r.to_dict() for r in rows]):
         console().print(lower_bound_table(rows, by_system=by_system))
+        for line in defaults_legend(rows):
+            console().print(line)
         if any(r.disturbed for r in rows):
             console().print(f"{DISTURBED_NOTE}; measure again on a quieter machine")
         for r in rows:
             for check in r.checks:
                 console().print(f"check: {r.model} (batch {r.batch_size}): {check}")
-            for departure in r.departures:
-                console().print(f"note: {r.model} (batch {r.batch_size}): {departure}")
+            for note in (*r.departures, *r.defaults_notes):
+                console().print(f"note: {r.model} (batch {r.batch_size}): {note}")
 
 
 def _comparison_rows(comparisons):

@@ -219,8 +219,10 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
             model_errors.append({"model": str(path), "error": one_line(exc)})
             continue
         for key, model_plans in zip(runtimes, per_runtime, strict=True):
-            name = runtimes[key].name
-            found = [s for plan in model_plans for s in specs_for_plan(plan, name, {}, e2e=config.e2e)]
+            name, defaults = runtimes[key].name, runtimes[key].runtime_defaults() is not None
+            found = [
+                s for plan in model_plans for s in specs_for_plan(plan, name, {}, e2e=config.e2e, defaults=defaults)
+            ]
             specs[key].extend(found)
             owners[key].extend([len(plans) + 1] * len(found))
             stored[key].extend(StoredPlan.of(plan, name, "") for plan in model_plans)

@@ -11,6 +11,18 @@ from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE
 from benanza.report.output import figure_cell, table, variant_column
 
+# the column of the model end to end at its runtime's defaults (``LowerBound.defaults_e2e_ms``)
+DEFAULTS_COLUMN = "defaults"
+
+
+def defaults_legend(rows: Sequence[LowerBound]) -> list[str]:
+    """What the defaults column holds, once per distinct description of the defaults and variant in ``rows``."""
+    said = dict.fromkeys((r.defaults_what, r.variant) for r in rows if r.defaults_e2e_ms is not None)
+    return [
+        f"{DEFAULTS_COLUMN}: the model end to end at {what or 'its runtime defaults'}; every other figure at {variant}"
+        for what, variant in said
+    ]
+
 
 def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Table:
     """One line per row; ``by_system`` adds the system, stack and variant columns.
@@ -19,6 +31,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
     harness found disturbed is marked ``(disturbed)``, not printed as fact.
     """
     grans = sorted({g for r in rows for g in r.composed_ms})
+    defaults = any(r.defaults_e2e_ms is not None for r in rows)  # measured where the variant is not the defaults
     where = ["system", "stack", "variant"] if by_system else []
     # rows of one model and batch in several variants (tensor cores on and off) say which is which
     header, variants = variant_column(() if by_system else (r.variant for r in rows))
@@ -35,6 +48,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
             ("parallel", "right"),
             *[(f"composed G={g}", "right") for g in grans],
             ("e2e", "right"),
+            *([(DEFAULTS_COLUMN, "right")] if defaults else []),
             ("coverage", "right"),
         ],
         (
@@ -48,6 +62,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
                 figure_cell(r, "parallel_ms", r.parallel_ms),
                 *[figure_cell(r, f"composed_ms[{g}]", r.composed_ms.get(g)) for g in grans],
                 figure_cell(r, "e2e_ms", r.e2e_ms),
+                *([figure_cell(r, "defaults_e2e_ms", r.defaults_e2e_ms)] if defaults else []),
                 f"{r.coverage:.0%}",
             )
             for r in rows

@@ -575,7 +575,9 @@ class _Site:
             ],
         }
         checks = [
-            f"{f.row.system} batch {m.batch_size}: {c}" for m, f in latest for c in (*f.row.checks, *f.row.departures)
+            f"{f.row.system} batch {m.batch_size}: {c}"
+            for m, f in latest
+            for c in (*f.row.checks, *f.row.departures, *f.row.defaults_notes)
         ]
         self.page(
             rel,

@@ -54,7 +54,7 @@ from benanza.bench.build import (
     sink_feeds,
 )
 from benanza.bench.memory import spec_memory
-from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.bench.spec import RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
@@ -254,9 +254,13 @@ class _OrtPrepared(Prepared):
         threads: int,
         disabled: Sequence[str] = (),
         weights: Mapping[str, np.ndarray] | None = None,
+        provenance: Mapping[str, Any] | None = None,
     ) -> None:
         """``disabled``: ONNX Runtime optimizers the sessions leave out (``build.disabled_optimizers``);
-        ``weights``: the model's held-apart initializers (``model.held_weights``)."""
+        ``weights``: the model's held-apart initializers (``model.held_weights``); ``provenance``: what
+        the record says of the sessions beyond the variant."""
+        if provenance:
+            self.provenance = dict(provenance)
         self._model = _CpuModel(model_bytes, feeds, opt_level, threads, tuple(disabled), dict(weights or {}))
         # the binding's memory: C order, a 0-d array kept 0-d (``np.ascontiguousarray`` would make it 1-d)
         self._feeds = {name: np.require(array, requirements="C") for name, array in feeds.items()}
@@ -715,6 +719,20 @@ class OnnxRuntimeCPU(Runtime):
     def variant(self) -> dict[str, Any]:
         return {"ep": self.ep, "opt": self.opt_level, "threads": self.threads}
 
+    def runtime_defaults(self) -> str | None:
+        """ORT's default level, ``all``, where this variant's is another (the CPU provider's).
+
+        Its layouts span layers, so the layers are measured at the variant's level (``extended`` by
+        default): the model end to end at ``all`` says what that leaves out. At ``--opt-level all``
+        the model end to end is already measured at ``all``.
+        """
+        if self.ep != "cpu" or self.opt_level == "all":
+            return None
+        return (
+            "ONNX Runtime's default optimisation level, all: float32 convolutions in NCHWc blocks and int8 "
+            "ones in NHWC across layers, float16 weights converted to float32 once at load"
+        )
+
     def notes(self) -> tuple[str, ...]:
         return self._notes
 
@@ -763,6 +781,11 @@ class OnnxRuntimeCPU(Runtime):
             proto = process_model(info["path"], info.get("batch"), shapes).proto
             held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
+            if info.get("session") == RUNTIME_DEFAULTS and apart:
+                at_defaults = {"session": RUNTIME_DEFAULTS, "opt": "all", "defaults": self.runtime_defaults() or ""}
+                model_bytes = held.proto.SerializeToString()
+                feeds = feeds_for(held.proto)
+                return _OrtPrepared(model_bytes, feeds, "all", self.threads, (), held.weights, provenance=at_defaults)
         elif spec.network is None:
             raise UsageError(f"spec {spec.key} carries no network to build")
         else:
