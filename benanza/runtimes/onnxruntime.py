@@ -90,23 +90,32 @@ NO_SPINNING = {
 
 # ORT's name for a cast it inserts to run a float16 op in float32 (``insert_cast_transformer.cc``)
 _PRECISION_CAST_PREFIX = "InsertedPrecisionFreeCast_"
-# The names ORT gives the layout conversions its level-3 transformers insert: ``ReorderInput`` and
-# ``ReorderOutput`` around NCHWc regions, ``Transpose`` around NHWC int8 ones (``_token_<n>`` when
-# the name is taken). A built network's own nodes are named ``n<k>`` (``bench/build.py``).
-_LAYOUT_CONVERSION = re.compile(r"(?:ReorderInput|ReorderOutput|Transpose)(?:_token_\d+)?")
+# The layout conversions ORT's level-3 transformers insert: ``ReorderInput`` and ``ReorderOutput``
+# around NCHWc regions (ops of their own), and around NHWC int8 ones a ``Transpose`` named
+# ``Transpose`` (``_token_<n>`` when the name is taken); a built network's own nodes are named
+# ``n<k>`` (``bench/build.py``).
+_REORDERS = frozenset({"ReorderInput", "ReorderOutput"})
+_INSERTED_TRANSPOSE = re.compile(r"Transpose(?:_token_\d+)?")
 _CASTS_LEFT_OUT = (
     "casts ONNX Runtime inserts to run float16 ops in float32 (InsertedPrecisionFreeCast_*) and the layout "
     "conversions it inserts at level all (ReorderInput, ReorderOutput, Transpose)"
 )
 
 
-def inserted_by_runtime(node: str) -> bool:
-    """Whether ORT inserted the profiled node ``node`` to run a unit in another precision or layout.
+def inserted_by_runtime(node: str, op_type: str) -> bool:
+    """Whether ORT inserted the profiled node ``node`` (an ``op_type``) to run a unit in another precision
+    or layout.
 
     A unit run alone pays one at each of its inputs and outputs, where the model keeps the
-    precision or layout from one layer to the next (``profile_kernel_times``).
+    precision or layout from one layer to the next (``profile_kernel_times``). By op and name, not
+    by name alone: ORT names an NCHWc node after the tensor it writes, which in a float16 graph is
+    an ``InsertedPrecisionFreeCast_`` one (a float16 ResNet-50's convolutions were all read as casts).
     """
-    return node.startswith(_PRECISION_CAST_PREFIX) or _LAYOUT_CONVERSION.fullmatch(node) is not None
+    if op_type == "Cast":
+        return node.startswith(_PRECISION_CAST_PREFIX)
+    if op_type == "Transpose":
+        return _INSERTED_TRANSPOSE.fullmatch(node) is not None
+    return op_type in _REORDERS
 
 
 def session_options(opt_level: str, threads: int, profile: bool = False, optimized_path: str | None = None):
@@ -646,12 +655,12 @@ def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float =
     casts = [0.0] * len(runs)
     counted = {"kernel": [0] * len(runs), "casts": [0] * len(runs), "all": [0] * len(runs)}
     nodes = sorted(
-        (e["ts"], -e["dur"], str(e["name"]))
+        (e["ts"], -e["dur"], str(e["name"]), str((e.get("args") or {}).get("op_name", "")))
         for e in events
         if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time")
     )
     outer_start, outer_end = -1.0, -1.0
-    for ts, neg_dur, name in nodes:
+    for ts, neg_dur, name, op_type in nodes:
         if outer_start <= ts and ts - neg_dur <= outer_end:
             continue  # within the enclosing control-flow node's event
         outer_start, outer_end = ts, ts - neg_dur
@@ -661,7 +670,7 @@ def profile_kernel_times(events: Sequence[dict[str, Any]], node_floor_s: float =
         counted["all"][run] += 1
         if is_sink(name):
             continue  # what a built network's output costs to read, not the network (bench/build.py)
-        cast = inserted_by_runtime(name.removesuffix("_kernel_time"))
+        cast = inserted_by_runtime(name.removesuffix("_kernel_time"), op_type)
         (casts if cast else totals)[run] += -neg_dur * 1e-6
         counted["casts" if cast else "kernel"][run] += 1
     return ProfiledRuns(
