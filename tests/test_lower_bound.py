@@ -398,6 +398,28 @@ def test_a_composition_far_from_end_to_end_is_said_to_be_no_estimate():
     assert composition_departures({1: Interval.point(edge)}, Interval.point(e2e.value)) == ()
 
 
+def test_above_end_to_end_the_conversions_each_part_pays_alone_are_named():
+    """A float16 graph's parts, or any at ONNX Runtime's level ``all``, pay casts or layout reorders at
+    their edges that the whole pays once per region: where their units left some out of their kernel
+    time, that is the reason given, with how much."""
+    e2e = Interval(20.1, 19.7, 20.5)
+    (above,) = composition_departures({1: Interval(25.3, 25.0, 25.5)}, e2e, left_out_ms=4.25)
+    assert "each part alone converts at its edges what the whole converts once per region (4.250 ms" in above
+    assert "timed colder" not in above
+    (plain,) = composition_departures({1: Interval(25.3, 25.0, 25.5)}, e2e)
+    assert "timed colder" in plain and "converts" not in plain
+
+
+def test_the_conversions_left_out_are_summed_over_the_units(branching, all_results):
+    records = dict(all_results)
+    unit = branching.unit_keys[0]
+    records[unit] = dataclasses.replace(
+        records[unit], settings={**records[unit].settings, "kernel_time": {"left_out_median_s": 0.0015}}
+    )
+    assert bound(branching, records).units_left_out_ms == pytest.approx(1.5 * branching.unit_keys.count(unit))
+    assert bound(branching, all_results).units_left_out_ms is None
+
+
 def test_below_end_to_end_the_kernels_say_whether_they_ran_slower_inside_the_model():
     """The whole's profiled kernel time against its units': slower inside (caches, a slower state), or alike
     (the time goes between the kernels: the framework's work per node, thread wake-ups)."""

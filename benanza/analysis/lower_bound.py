@@ -129,6 +129,8 @@ class LowerBound:
     defaults_e2e_ms: float | None = None  # end to end at the runtime's defaults (None: not measured)
     defaults_what: str = ""  # what the runtime's defaults do that the variant does not
     defaults_notes: tuple[str, ...] = ()  # the defaults end to end below the bounds (``defaults_below_bound``)
+    # conversions the runtime inserts at each unit's edges run alone, left out of its kernel time (None: none)
+    units_left_out_ms: float | None = None
 
     @property
     def kernels_inside_ratio(self) -> float | None:
@@ -165,6 +167,7 @@ class LowerBound:
             "defaults_e2e_ms": self.defaults_e2e_ms,
             "defaults_what": self.defaults_what,
             "defaults_notes": list(self.defaults_notes),
+            "units_left_out_ms": self.units_left_out_ms,
             "intervals": {
                 **{name: {"low": i.low, "high": i.high} for name, i in self.intervals.items()},
                 "composed_ms": {
@@ -301,6 +304,7 @@ def lower_bound(
             intervals[name] = figure
     if _disturbed(e2e):
         disturbed += ["e2e_ms", "e2e_kernel_ms"]
+    left_out = units_left_out_ms(unit_records)
     at_defaults = results.get(runtime_defaults_key(plan.model_key))
     if (figure := _figure(at_defaults, "call")) is not None:
         intervals["defaults_e2e_ms"] = figure
@@ -337,11 +341,26 @@ def lower_bound(
             intervals.get("e2e_ms"),
             intervals.get("e2e_kernel_ms"),
             intervals.get("sequential_ms"),
+            left_out,
         ),
+        units_left_out_ms=left_out,
         defaults_e2e_ms=_ms(at_defaults, "call"),
         defaults_what=str((at_defaults.settings or {}).get("defaults", "")) if at_defaults is not None else "",
         defaults_notes=defaults_below_bound(intervals.get("defaults_e2e_ms"), intervals.get("sequential_ms")),
     )
+
+
+def units_left_out_ms(unit_records: Iterable[BenchmarkRecord | None]) -> float | None:
+    """What the runtime inserted at the edges of the units run alone and their kernel times left out
+    (``settings.kernel_time.left_out_median_s``: float16 casts, layout reorders), summed over the
+    model's units, each as often as it occurs (ms); None where no unit has any."""
+    found = [
+        (r.settings.get("kernel_time") or {}).get("left_out_median_s")
+        for r in unit_records
+        if r is not None and r.outcome == "ok"
+    ]
+    seconds = [s for s in found if s]
+    return sum(seconds) * 1e3 if seconds else None
 
 
 def defaults_below_bound(defaults: Interval | None, sequential: Interval | None) -> tuple[str, ...]:
@@ -390,12 +409,14 @@ def composition_departures(
     e2e: Interval | None,
     e2e_kernel: Interval | None = None,
     sequential: Interval | None = None,
+    left_out_ms: float | None = None,
 ) -> tuple[str, ...]:
     """What to say of the compositions more than ``COMPOSITION_TOLERANCE`` away from ``e2e`` with their
     intervals apart (one message for those below it, one for those above): there the composition is no
     estimate of the model's latency on this system. Below it, the profiled kernel time of the whole
     (``e2e_kernel``) against its units' (``sequential``) says whether the kernels themselves ran slower
-    inside the model or the time went between them."""
+    inside the model or the time went between them. Above it, ``left_out_ms`` (``units_left_out_ms``) says
+    what the parts alone pay at their edges that the whole pays once per region."""
     if e2e is None or not e2e.value:
         return ()
     below, above = [], []
@@ -411,10 +432,15 @@ def composition_departures(
             f"not; {_kernels_inside(e2e_kernel, sequential)}; no estimate of this model's latency here"
         )
     if above:
+        why = (
+            f"each part alone converts at its edges what the whole converts once per region ({left_out_ms:.3f} ms "
+            "over its units of casts and layout reorders the runtime inserted, in their call latency)"
+            if left_out_ms
+            else "a part timed colder than it runs inside the model, or the host's speed changed between them"
+        )
         out.append(
-            f"composed {', '.join(above)} above {whole}: its parts ran slower than the whole (a part timed colder "
-            "than it runs inside the model, or the host's speed changed between them); no estimate of this "
-            "model's latency here"
+            f"composed {', '.join(above)} above {whole}: its parts ran slower than the whole ({why}); no estimate "
+            "of this model's latency here"
         )
     return tuple(out)
 
