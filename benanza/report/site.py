@@ -232,6 +232,9 @@ class _Site:
         if row.e2e_ms is not None:
             ratio = f": {row.e2e_ms / row.sequential_ms:.2f}x its lower bound" if row.sequential_ms else ""
             parts.append(f"and runs in <b>{_ms_of(row, 'e2e_ms', row.e2e_ms)}</b> end to end{ratio}")
+        if row.defaults_e2e_ms is not None:  # measured where the layers' settings are not the runtime's defaults
+            below = ", below its lower bound: what the defaults gain spans layers" if row.defaults_notes else ""
+            parts.append(f"({_ms_of(row, 'defaults_e2e_ms', row.defaults_e2e_ms)} at its runtime's defaults{below})")
         sentence = " ".join(parts[:1]) + " " + " ".join(parts[1:]) + "."
         top = next((u for u in fig.breakdown if u.share is not None), None)
         if top is not None:
