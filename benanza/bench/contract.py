@@ -139,7 +139,7 @@ class Runtime:
     def runtime_defaults(self) -> str | None:
         """What the runtime does by default that this variant's sessions do not (a phrase), or None where
         they run as its defaults. Where they differ, each model is also measured end to end at the
-        defaults (``generate.runtime_defaults_key``), beside its figures at this variant."""
+        defaults (``spec.runtime_defaults_key``), beside its figures at this variant."""
         return None
 
     def variant(self) -> dict[str, Any]:
