@@ -19,7 +19,9 @@ from cli_checks import FAST_ENV, fast_flags
 from typer.testing import CliRunner
 
 from benanza.analysis.lower_bound import defaults_below_bound
+from benanza.bench.execute import takes_kernel_times
 from benanza.bench.generate import plan_model, specs_for_plan
+from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import RUNTIME_DEFAULTS, SpecKind, runtime_defaults_key
 from benanza.bench.stats import Interval
 from benanza.cli import app
@@ -47,6 +49,10 @@ def test_the_plan_holds_the_model_at_the_defaults_beside_it(conv_chain, process_
     assert at_defaults.key == runtime_defaults_key(plan.model_key) != plan.model_key
     assert at_defaults.model == {**whole.model, "session": RUNTIME_DEFAULTS}
     assert at_defaults.spec_id != whole.spec_id
+    # only its call latency is read: no profiled runs, which cost as much as its timing
+    assert at_defaults.at_runtime_defaults and not whole.at_runtime_defaults
+    harness = HarnessSettings()
+    assert takes_kernel_times(whole, harness) and not takes_kernel_times(at_defaults, harness)
     # without end to end, neither
     only_parts = specs_for_plan(plan, runtime.name, runtime.variant(), defaults=True)
     assert not [s for s in only_parts if s.kind is SpecKind.MODEL]

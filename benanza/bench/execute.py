@@ -247,7 +247,10 @@ def run_interleaved(
             settings,
             untimed=[prof.run if prof is not None else None for _, _, prof in live],
             untimed_runs=settings.kernel_runs if any(prof is not None for _, _, prof in live) else 0,
-            parts=[_part_of(specs[i]) for i, _, _ in live],
+            # the model (at the variant's settings and its runtime's defaults alike), its layers, its sequences,
+            # its fused groups: a sum each. The defaults apart, a group waited for that one figure of a whole
+            # model to settle on a busy host, sampling every unit meanwhile (the zoo's main job 1.4x as long)
+            parts=[specs[i].kind for i, _, _ in live],
             threads=runtime.cpu_threads(),
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),
             budget=budget,
@@ -305,12 +308,6 @@ def _evicting(prepared: Prepared, evict_bytes: int) -> Callable[[], object] | No
     return partial(prepared.evict_weights, evict_bytes) if evict_bytes else None
 
 
-def _part_of(spec: BenchmarkSpec) -> tuple[SpecKind, str | None]:
-    """The sum a spec is part of in its interleaved group (``measure_interleaved``'s ``parts``): the model,
-    its layers, its sequences, its fused groups, and the model at its runtime's defaults, a sum each."""
-    return spec.kind, (spec.model or {}).get("session")
-
-
 def _eviction_provenance(evict_bytes: int) -> dict[str, Any]:
     """A record's provenance for a benchmark timed after ``evict_bytes`` of other data (none for 0)."""
     return {"weights": COLD_WEIGHTS, "weights_evicted_by_bytes": evict_bytes} if evict_bytes else {}
@@ -324,8 +321,12 @@ def model_weight_bytes(spec: BenchmarkSpec) -> int | None:
 
 
 def takes_kernel_times(spec: BenchmarkSpec, settings: HarnessSettings) -> bool:
-    """Whether ``spec`` takes kernel times: profiled runs asked for, and its kind's read (``SpecKind.kernel_timed``)."""
-    return settings.kernel_runs > 0 and spec.kind.kernel_timed
+    """Whether ``spec`` takes kernel times: profiled runs asked for, and its kind's read (``SpecKind.kernel_timed``).
+
+    Not a model at its runtime's defaults: only its call latency is read, and its profiled runs and
+    profiling session cost as much as its timing (a whole VGG-19 ten times more).
+    """
+    return settings.kernel_runs > 0 and spec.kind.kernel_timed and not spec.at_runtime_defaults
 
 
 def _kernel_figures(

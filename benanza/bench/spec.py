@@ -89,6 +89,11 @@ class BenchmarkSpec:
     model: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)  # path + shapes for MODEL
 
     @property
+    def at_runtime_defaults(self) -> bool:
+        """Whether it is a model end to end at its runtime's defaults (``Runtime.runtime_defaults``)."""
+        return self.kind is SpecKind.MODEL and (self.model or {}).get("session") == RUNTIME_DEFAULTS
+
+    @property
     def spec_id(self) -> str:
         """Hash of the identity without ``kind``: the key alone decides what is measured."""
         return spec_id_of(self.key, self.batch_size, self.dtype, self.runtime, self.variant_id)
