@@ -247,9 +247,9 @@ def run_interleaved(
             settings,
             untimed=[prof.run if prof is not None else None for _, _, prof in live],
             untimed_runs=settings.kernel_runs if any(prof is not None for _, _, prof in live) else 0,
-            # the model (at the variant's settings and its runtime's defaults alike), its layers, its sequences,
-            # its fused groups: a sum each. The defaults apart, a group waited for that one figure of a whole
-            # model to settle on a busy host, sampling every unit meanwhile (the zoo's main job 1.4x as long)
+            # the model (at the variant's settings and at its runtime's defaults: one sum, or a group waits for
+            # that whole-model figure to settle on a busy host, sampling every unit meanwhile), its layers, its
+            # sequences, its fused groups: a sum each
             parts=[specs[i].kind for i, _, _ in live],
             threads=runtime.cpu_threads(),
             min_rounds=samples_at_cap([specs[i] for i, _, _ in live], settings),

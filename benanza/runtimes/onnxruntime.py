@@ -790,7 +790,7 @@ class OnnxRuntimeCPU(Runtime):
             proto = process_model(info["path"], info.get("batch"), shapes).proto
             held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
-            if info.get("session") == RUNTIME_DEFAULTS and apart:
+            if spec.at_runtime_defaults and apart:
                 at_defaults = {"session": RUNTIME_DEFAULTS, "opt": "all", "defaults": self.runtime_defaults() or ""}
                 model_bytes = held.proto.SerializeToString()
                 feeds = feeds_for(held.proto)
