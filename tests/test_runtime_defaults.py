@@ -94,6 +94,8 @@ def test_the_main_job_measures_the_model_at_the_defaults_and_says_what_they_are(
     # measured at all, in the variant's threads, stored under the variant it was planned in
     assert record.settings["opt"] == "all" and record.settings["session"] == RUNTIME_DEFAULTS
     assert record.variant == row["variant"]
-    # at all, there is nothing more to measure
+    # at all, there is nothing more to measure; the variant says how its layouts are measured, so results of
+    # all stored before (one unit for a model's body, conversions in kernel time) are never reused
     (at_all,) = _run(nchwc_model, f"sqlite:///{tmp_path / 'all.db'}", "--opt-level", "all")
     assert at_all["defaults_e2e_ms"] is None and at_all["e2e_ms"] > 0
+    assert at_all["variant"] == "ep=cpu,layouts=per-layer,opt=all,threads=1"

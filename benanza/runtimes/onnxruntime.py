@@ -726,7 +726,14 @@ class OnnxRuntimeCPU(Runtime):
         return self.ep == "cpu"
 
     def variant(self) -> dict[str, Any]:
-        return {"ep": self.ep, "opt": self.opt_level, "threads": self.threads}
+        """Its settings; at level ``all`` on the CPU also how layouts are measured (``layouts=per-layer``: groups
+        without ORT's layout transformers, their conversions left out of kernel time), so that results of
+        ``all`` stored before, whose groups took a model's body as one unit and whose kernel times counted
+        the conversions, are another variant and never reused."""
+        found: dict[str, Any] = {"ep": self.ep, "opt": self.opt_level, "threads": self.threads}
+        if self.opt_level == "all" and self.ep == "cpu":
+            found["layouts"] = "per-layer"
+        return found
 
     def runtime_defaults(self) -> str | None:
         """ORT's default level, ``all``, where this variant's is another (the CPU provider's).
