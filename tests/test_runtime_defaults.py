@@ -25,6 +25,7 @@ from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import RUNTIME_DEFAULTS, SpecKind, runtime_defaults_key
 from benanza.bench.stats import Interval
 from benanza.cli import app
+from benanza.report.output import fmt_interval
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import open_store
 
@@ -99,3 +100,21 @@ def test_the_main_job_measures_the_model_at_the_defaults_and_says_what_they_are(
     (at_all,) = _run(nchwc_model, f"sqlite:///{tmp_path / 'all.db'}", "--opt-level", "all")
     assert at_all["defaults_e2e_ms"] is None and at_all["e2e_ms"] > 0
     assert at_all["variant"] == "ep=cpu,layouts=per-layer,opt=all,threads=1"
+
+
+def test_the_reports_answer_names_the_variant_of_a_system_measured_at_two_levels(nchwc_model, tmp_path):
+    """One system at ``extended`` and at ``all``: the answer said "on vm" and "Fastest of 2 systems", of one
+    system, and took the figures of whichever of its rows came first, not necessarily the fastest."""
+    uri = f"sqlite:///{tmp_path / 'levels.db'}"
+    (extended,) = _run(nchwc_model, uri)
+    (at_all,) = _run(nchwc_model, uri, "--opt-level", "all")
+    fastest = min((extended, at_all), key=lambda r: r["sequential_ms"])
+    out = tmp_path / "site"
+    result = CliRunner().invoke(app, ["report", "--db", uri, "--out", str(out)], env=FAST_ENV)
+    assert result.exit_code == 0, result.output
+    index = (out / "index.html").read_text()
+    sentence = index[index.index(f"at batch 1 on {SYSTEM} ({fastest['variant']})") :].split("</div>")[0]
+    bound = fastest["intervals"]["sequential_ms"]
+    shown = fmt_interval(fastest["sequential_ms"], bound["low"], bound["high"])
+    assert f"could run in <b>{shown} ms" in sentence.replace(" (disturbed)", "")  # the fastest row's own figures
+    assert "Fastest of 2 system variants." in sentence and "Fastest of 2 systems" not in index

@@ -219,9 +219,14 @@ class _Site:
                 f"{subject} at batch {m.batch_size}: no lower bound yet, {f.row.coverage:.0%} of its nodes are "
                 f"measured on {escape(f.row.system)} ({escape(why) or 'nothing missing is named'})."
             )
-        fig = next(f for f in m.latest if (f.row.system, f.row.stack_id) == (best.system, best.stack_id))
+        where = (best.system, best.stack_id, best.variant)
+        fig = next(f for f in m.latest if (f.row.system, f.row.stack_id, f.row.variant) == where)
         row = fig.row
-        parts = [f"{subject} at batch {m.batch_size} on {escape(row.system)}"]
+        entries = comparison.systems if comparison else ()
+        systems = {e.system for e in entries}
+        # one system measured in several variants (ONNX Runtime's levels, say): which of them is meant
+        variant = f" ({escape(row.variant or '')})" if len(systems) < len(entries) else ""
+        parts = [f"{subject} at batch {m.batch_size} on {escape(row.system)}{variant}"]
         if row.sequential_ms is not None:
             could = f"could run in <b>{_ms_of(row, 'sequential_ms', row.sequential_ms)}</b> (sum of its kernels"
             if row.parallel_ms is not None and row.parallel_ms < row.sequential_ms * 0.995:
@@ -243,8 +248,9 @@ class _Site:
                 f"takes {top.share:.0%} of the bound."
             )
         sentence += self._why(fig)
-        if comparison and len(comparison.systems) > 1:
-            sentence += f" Fastest of {len(comparison.systems)} systems."
+        if len(entries) > 1:
+            measured = f"{len(systems)} systems" if len(systems) == len(entries) else f"{len(entries)} system variants"
+            sentence += f" Fastest of {measured}."
         return sentence
 
     @staticmethod
