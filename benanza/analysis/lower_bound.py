@@ -306,8 +306,8 @@ def lower_bound(
         disturbed += ["e2e_ms", "e2e_kernel_ms"]
     left_out = units_left_out_ms(unit_records)
     at_defaults = results.get(runtime_defaults_key(plan.model_key))
-    if (figure := _figure(at_defaults, "call")) is not None:
-        intervals["defaults_e2e_ms"] = figure
+    if (defaults_figure := _figure(at_defaults, "call")) is not None:
+        intervals["defaults_e2e_ms"] = defaults_figure
     if _disturbed(at_defaults):
         disturbed.append("defaults_e2e_ms")
     return LowerBound(
@@ -344,7 +344,7 @@ def lower_bound(
             left_out,
         ),
         units_left_out_ms=left_out,
-        defaults_e2e_ms=_ms(at_defaults, "call"),
+        defaults_e2e_ms=None if defaults_figure is None else defaults_figure.value,
         defaults_what=str((at_defaults.settings or {}).get("defaults", "")) if at_defaults is not None else "",
         defaults_notes=defaults_below_bound(intervals.get("defaults_e2e_ms"), intervals.get("sequential_ms")),
     )
