@@ -18,13 +18,14 @@ from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.analysis.stored import results_by_key
 from benanza.analysis.stored_regressions import StoredRegressions
 from benanza.bench.execute import RunSummary, run_specs
-from benanza.bench.generate import ModelPlan, plan_model_file, specs_for_plan, unique_specs
+from benanza.bench.generate import ModelPlan, plan_model_file, specs_for_plan, unique_specs, with_distinct_names
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, runtime_defaults_key, variant_id
 from benanza.fingerprint import StackFingerprint
+from benanza.model.names import NamedModel
 from benanza.runtimes.base import Runtime
 from benanza.settings import Settings, load_settings
 from benanza.store.base import Store, open_store
@@ -90,9 +91,13 @@ def plan_models(
     batches: Sequence[int | None] = (None,),
     overrides: Mapping[str, tuple[int, ...]] | None = None,
     granularities: Iterable[int] = (),
+    *,
+    known: Iterable[NamedModel] = (),
 ) -> list[ModelPlan]:
-    """One plan per model and batch size."""
-    return [plan for path in paths for plan in plan_model_file(path, [runtime], batches, overrides, granularities)[0]]
+    """One plan per model and batch size, the models named apart from each other and from ``known``
+    (the store's: ``Store.model_names``; see ``benanza.model.names``)."""
+    plans = [plan for path in paths for plan in plan_model_file(path, [runtime], batches, overrides, granularities)[0]]
+    return with_distinct_names(plans, known)
 
 
 def spec_groups(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[list[BenchmarkSpec]]:

@@ -581,6 +581,32 @@ def test_workers_follow_the_drivers_settings_not_their_environment(
         assert earlier.spec_id in {r.spec_id for r in store.records(system="sys-a")}
 
 
+def test_the_fleet_names_models_of_one_stem_apart_from_each_other_and_from_the_stored_ones(
+    cluster, tmp_path: Path, conv_chain
+) -> None:
+    """Files written as ``<model>/model.onnx`` (onnxruntime-genai, Optimum) are stored as models of their
+    own; a later run's model of that stem is named apart from the stored ones, which keep their names."""
+    files = {}
+    for tail in ("reshape", "maxpool"):
+        (tmp_path / tail).mkdir()
+        files[tail] = tmp_path / tail / "model.onnx"
+        files[tail].write_bytes(conv_chain(tail).SerializeToString())
+    db = f"sqlite:///{tmp_path / 'names.db'}"
+    out = FleetDriver(fleet_config([files["reshape"], files["maxpool"]], db, systems=("sys-a",))).run()
+    assert out.to_dict()["systems"]["sys-a"]["error"] is None
+    with open_store(db) as store:
+        assert sorted(m.name for m in store.model_names()) == ["maxpool/model", "reshape/model"]
+        labels = {r.label for r in store.records(kind="model", payload=False)}
+        assert {"reshape/model", "maxpool/model"} <= labels
+    (tmp_path / "wide").mkdir()
+    wide = tmp_path / "wide" / "model.onnx"
+    wide.write_bytes(conv_chain("reshape", channels=8).SerializeToString())
+    out = FleetDriver(fleet_config([files["reshape"], wide], db, systems=("sys-a",))).run()
+    assert out.to_dict()["systems"]["sys-a"]["error"] is None
+    with open_store(db) as store:
+        assert sorted(m.name for m in store.model_names()) == ["maxpool/model", "reshape/model", "wide/model"]
+
+
 def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: Path, conv_chain) -> None:
     """`benanza fleet run` with no config: in-process Ray, this machine, ONNX Runtime, SQLite."""
     cmd, env = embedded_fleet_run(tmp_path, conv_chain, max_time_s="0.05", kernel_runs="2")

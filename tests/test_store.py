@@ -35,6 +35,7 @@ from benanza.bench.plans import PLAN_SCHEMA_VERSION, PlanLayer, StoredPlan
 from benanza.bench.spec import BenchmarkSpec, SpecKind, canonical_variant, runtime_defaults_key
 from benanza.cli.db import app as db_app
 from benanza.errors import RegistryError, StoreError, UsageError
+from benanza.model.names import NamedModel
 from benanza.model.network import Network, NetworkTensor
 from benanza.store import (
     SCHEMA_VERSION,
@@ -348,6 +349,19 @@ class StoreContract:
         mine = store.plans(system=SYSTEM, model="tiny")
         assert [p.granularities for p in mine] == [(1,), (1, 3)] and mine[0].notes == ("another note",)
         assert store.plans(system="sys-b")[0].notes == ("a note",)  # shared content was not changed under it
+
+    def test_model_names_are_the_stored_models_with_their_keys_and_files(self, store: Store) -> None:
+        assert store.model_names() == []
+        tiny, other = plan_for("tiny"), plan_for("other", variant="opt=basic,threads=1")
+        store.put_plans(SYSTEM, STACK, [tiny, other, plan_for("tiny", grans=(1, 3))])
+        store.put_plans("sys-b", STACK, [tiny])
+        old = dataclasses.replace(plan_for("old"), schema_version=PLAN_SCHEMA_VERSION + 1)
+        store.put_plans(SYSTEM, STACK, [old])
+        # one per (name, key, file), whatever systems, stacks and plans hold it; another schema's not
+        assert store.model_names() == [
+            NamedModel("other", "other-model", "/models/other.onnx"),
+            NamedModel("tiny", "tiny-model", "/models/tiny.onnx"),
+        ]
 
     def test_plans_of_another_schema_version_are_ignored(self, store: Store) -> None:
         store.put_plans(SYSTEM, STACK, [dataclasses.replace(plan_for("old"), schema_version=PLAN_SCHEMA_VERSION + 1)])

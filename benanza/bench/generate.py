@@ -10,7 +10,7 @@ the runtime's grouping.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from benanza.errors import PlanningError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
+from benanza.model.names import NamedModel, distinct_names
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, network_of
 from benanza.model.process import ProcessedModel, process_model
 from benanza.model.subgraphs import find_model_subgraphs
@@ -48,6 +49,10 @@ class ModelPlan:
     @property
     def model(self) -> str:
         return self.graph.model
+
+    def named(self, name: str) -> ModelPlan:
+        """This plan with its model shown as ``name`` (``with_distinct_names``)."""
+        return self if name == self.model else replace(self, graph=replace(self.graph, model=name))
 
     @property
     def not_benchmarked(self) -> tuple[dict[str, str], ...]:
@@ -198,6 +203,17 @@ def plan_model_file(
         ]
         for runtime in runtimes
     ]
+
+
+def with_distinct_names(plans: Sequence[ModelPlan], known: Iterable[NamedModel] = ()) -> list[ModelPlan]:
+    """The plans with their models named apart from each other and from ``known`` (a store's models).
+
+    Files of one stem in several folders (``<model>/model.onnx``, as onnxruntime-genai and
+    Optimum write them) would share a name in every table, report page and selection:
+    ``benanza.model.names`` says how each is named instead, and why a stored model keeps its name.
+    """
+    names = distinct_names([(p.path, p.model_key) for p in plans], known)
+    return [p.named(name) for p, name in zip(plans, names, strict=True)]
 
 
 def plan_model(

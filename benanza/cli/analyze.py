@@ -81,9 +81,9 @@ app = typer.Typer(
 )
 
 
-def _selection(models, wanted, runtime=None, **variant) -> PlanSelection:
+def _selection(store, models, wanted, runtime=None, **variant) -> PlanSelection:
     return PlanSelection.of(
-        models=model_names(models),
+        models=model_names(models, store.model_names() if models else ()),
         batches=wanted.batches,
         runtime=runtime,
         variant=variant,
@@ -148,10 +148,18 @@ def lower_bound_cmd(
     wanted = requested(batch, shape, granularity)
     if threads is not None:
         parse_count(threads, "--threads")  # a bad value is an error, not a filter that matches nothing
-    selection = _selection(
-        models, wanted, runtime, threads=threads, opt=opt_level, ep=ep, precision=precision, tensor_cores=tensor_cores
-    )
     with open_read_only(db, db_file) as store:
+        selection = _selection(
+            store,
+            models,
+            wanted,
+            runtime,
+            threads=threads,
+            opt=opt_level,
+            ep=ep,
+            precision=precision,
+            tensor_cores=tensor_cores,
+        )
         rows = analyze_stored(store, _systems(system), stack=stack, selection=selection)
         if not rows:
             _warn_nothing_stored(store, _systems(system))
@@ -225,8 +233,8 @@ def optimizations_cmd(
     for --runtime (default cudnn, the GPU runtime whose records hold every candidate).
     """
     wanted = requested(batch, shape, "")
-    selection = _selection(models, wanted, runtime, precision=precision, tensor_cores=tensor_cores)
     with open_read_only(db, db_file) as store:
+        selection = _selection(store, models, wanted, runtime, precision=precision, tensor_cores=tensor_cores)
         analyses = stored_analyses(store, _systems(system), stack=stack, selection=selection)
         if not analyses:
             _warn_nothing_stored(store, _systems(system))
@@ -258,8 +266,9 @@ def systems_cmd(
     """
     batch_size = one_batch(batch, "analyze systems") or 1
     slowest = parse_count(top, "--top", minimum=0)
-    selection = PlanSelection.of(models=model_names(models), shapes=requested(None, shape, "").overrides)
+    overrides = requested(None, shape, "").overrides
     with open_read_only(db, db_file) as store:
+        selection = PlanSelection.of(models=model_names(models, store.model_names()), shapes=overrides)
         reports = system_reports(store, system or [ALL], batch=batch_size, top=slowest, selection=selection)
     if not emit(format, [r.to_dict() for r in reports]):
         console().print(systems_tables(reports))
@@ -305,7 +314,7 @@ def regressions_cmd(
             base=base,
             head=head,
             history=history,
-            models=model_names(models) or (),
+            models=model_names(models, store.model_names()) or (),
             settings=settings,
         )
     reports = [f.report for f in found]

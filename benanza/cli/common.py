@@ -8,6 +8,7 @@ variant of one (the database options are in ``store_options``). Errors are handl
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -20,6 +21,7 @@ from benanza.bench.host_cpu import AUTO
 from benanza.config import MAIN_JOB_GRANULARITIES
 from benanza.errors import BenanzaError, UsageError
 from benanza.model.load import expand_model_paths
+from benanza.model.names import NamedModel, model_name, same_file
 from benanza.model.zoo import zoo_paths
 from benanza.report.output import OutputFormat
 from benanza.settings import Settings, load_settings
@@ -210,13 +212,19 @@ def parse_batches(text: str | None) -> list[int | None]:
     return parse_int_list(text, "--batch") if text else [None]
 
 
-def model_names(models: list[Path] | None) -> list[str] | None:
-    """The model names that MODELS select among stored ones: a file's stem, a folder's files', or a name."""
+def model_names(models: list[Path] | None, known: Iterable[NamedModel] = ()) -> list[str] | None:
+    """The model names that MODELS select among the ``known`` (stored) ones: a name as given; a file's
+    (or a folder's files') stored names, found by the file (``same_file``), else its stem."""
     if not models:
         return None
+    known = list(known)
     folders = [m for m in models if m.is_dir()]
-    files = expand_model_paths(folders) if folders else []
-    return [m.stem if m.suffix == ".onnx" else m.name for m in [*files, *(m for m in models if not m.is_dir())]]
+    files = [*(expand_model_paths(folders) if folders else []), *(m for m in models if m.suffix == ".onnx")]
+    names = [str(m) for m in models if not m.is_dir() and m.suffix != ".onnx"]
+    for f in files:
+        stored = [k.name for k in known if same_file(k.path, str(f))]
+        names += list(dict.fromkeys(stored)) or [model_name(f)]
+    return names
 
 
 def one_batch(text: str | None, command: str) -> int | None:

@@ -153,8 +153,8 @@ def status(
     """Systems, their stacks, and what each still lacks (no Ray needed)."""
 
     cfg = _config(config, store_uri(db, db_file), None, models, batch, shape)
-    corpus = plan_corpus(cfg)
     with open_store(cfg.db, read_only=True, settings=cli_settings()) as store:
+        corpus = plan_corpus(cfg, known=store.model_names)
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]
     if not emit(format, rows):
         console().print(status_table(rows))

@@ -18,7 +18,8 @@ from benanza.cli.common import (
     parse_count,
 )
 from benanza.model.corpus import summarize
-from benanza.model.process import model_name, process_model
+from benanza.model.names import model_name
+from benanza.model.process import process_model
 from benanza.model.shapes import parse_shape_overrides
 from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
 from benanza.report.models import corpus_tables, inspect_tables

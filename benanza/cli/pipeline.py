@@ -80,7 +80,14 @@ def requested(batch: str | None, shape: list[str] | None, granularity: str) -> R
 
 def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -> list[ModelPlan]:
     """Each model's plan per batch size, with a warning line for what no benchmark covers."""
-    plans = plan_models(model_paths(models), ctx.runtime, wanted.batches, wanted.overrides, wanted.granularities)
+    plans = plan_models(
+        model_paths(models),
+        ctx.runtime,
+        wanted.batches,
+        wanted.overrides,
+        wanted.granularities,
+        known=ctx.store.model_names(),
+    )
     warn_plans(plans)
     return plans
 

@@ -43,7 +43,7 @@ def report_command(
     batches = [b for b in parse_batches(batch) if b is not None]
     grans = parse_int_list(granularity, "--granularity") if granularity else []
     with open_read_only(db, db_file) as store:
-        data = survey(store, model_names(models), batches=batches, granularities=grans)
+        data = survey(store, model_names(models, store.model_names()), batches=batches, granularities=grans)
     files = write_site(data, out)
     listing = [{"kind": kind, "path": path} for kind, names in files.listing() for path in names]
     if not emit(format, files.to_dict(), listing):

@@ -32,12 +32,12 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from benanza.bench.execute import interleave_max_specs, reusable_spec_ids
-from benanza.bench.generate import plan_model_file, plan_report, specs_for_plan
+from benanza.bench.generate import ModelPlan, plan_model_file, plan_report, specs_for_plan, with_distinct_names
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import StoredPlan
 from benanza.bench.records import Outcome, make_record
@@ -48,6 +48,7 @@ from benanza.errors import BenanzaError, StoreError, UsageError, one_line
 from benanza.fleet.plan import CorpusWork, SystemPlan, Target, plan_target
 from benanza.fleet.systems import actor_options, connect, devices_of, missing_node_reason, system_nodes
 from benanza.fleet.worker import SystemWorker
+from benanza.model.names import NamedModel
 from benanza.runtimes.base import get_runtime
 from benanza.settings import Settings, load_settings
 from benanza.store.base import Store, default_uri, open_store
@@ -194,8 +195,12 @@ class CorpusPlan:
         return self.works.get(_planning_key(system, entry))
 
 
-def plan_corpus(config: FleetConfig) -> CorpusPlan:
-    """Process each model once per batch size and plan it for every runtime the systems use."""
+def plan_corpus(config: FleetConfig, known: Callable[[], Iterable[NamedModel]] = tuple) -> CorpusPlan:
+    """Process each model once per batch size and plan it for every runtime the systems use.
+
+    ``known``: reads the models the store has named (``Store.model_names``), once, when a
+    model was planned: the corpus's models are named apart from them (``benanza.model.names``).
+    """
     runtimes: dict[tuple, Any] = {}
     runtime_errors: dict[tuple, str] = {}
     for key in sorted({_planning_key(s, rt) for s in config.systems for rt in s.runtimes}, key=repr):
@@ -209,15 +214,22 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
     overrides = config.shape_overrides() or None
     paths = config.model_paths()
     model_errors: list[dict[str, str]] = []
-    plans = []
+    planned: list[list[list[ModelPlan]]] = []  # per model file, per runtime, per batch size
     for path in paths:
         try:
-            per_runtime = plan_model_file(
-                path, list(runtimes.values()), config.batch_sizes, overrides, config.granularities, fits_here=False
+            planned.append(
+                plan_model_file(
+                    path, list(runtimes.values()), config.batch_sizes, overrides, config.granularities, fits_here=False
+                )
             )
         except BenanzaError as exc:  # reported; the rest of the corpus goes on
             model_errors.append({"model": str(path), "error": one_line(exc)})
-            continue
+    if planned:  # every runtime's plans of a file are named alike: the names come from the first's
+        firsts = [plan for per_runtime in planned for plan in per_runtime[0]]
+        names = iter(p.model for p in with_distinct_names(firsts, known()))
+        planned = [_renamed(per_runtime, [next(names) for _ in per_runtime[0]]) for per_runtime in planned]
+    plans: list[ModelPlan] = []
+    for per_runtime in planned:
         for key, model_plans in zip(runtimes, per_runtime, strict=True):
             name, defaults = runtimes[key].name, runtimes[key].runtime_defaults() is not None
             found = [
@@ -229,6 +241,11 @@ def plan_corpus(config: FleetConfig) -> CorpusPlan:
         plans.extend(plan for model_plans in per_runtime for plan in model_plans)
     works = {key: _work(runtimes[key].name, found, owners[key], stored[key]) for key, found in specs.items()}
     return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans))
+
+
+def _renamed(per_runtime: list[list[ModelPlan]], names: Sequence[str]) -> list[list[ModelPlan]]:
+    """A file's plans (per runtime, per batch size) with their models named ``names`` (per batch size)."""
+    return [[p.named(n) for p, n in zip(plans, names, strict=True)] for plans in per_runtime]
 
 
 def _work(
@@ -339,10 +356,21 @@ class FleetDriver:
 
     def run(self) -> FleetSummary:
         started = time.perf_counter()
-        corpus = plan_corpus(self.config)
+        opened: list[Store] = []
+
+        def known() -> list[NamedModel]:  # called once a model is planned: none, no store is opened
+            opened.append(open_store(self.db, settings=self.settings))
+            return opened[0].model_names()
+
+        try:
+            corpus = plan_corpus(self.config, known=known)
+        except BaseException:
+            for store in opened:
+                store.close()
+            raise
         if corpus.models == 0:  # nothing to run: neither the store nor Ray is needed to say so
             return FleetSummary(self.results, 0, corpus.model_errors, time.perf_counter() - started)
-        store = open_store(self.db, settings=self.settings)
+        store = opened[0]
         try:
             with connect(self.config.ray, self.config.systems):
                 self._setup_metrics()

@@ -12,6 +12,7 @@ from benanza.collector import collection_paused
 from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph, ShapeReport
 from benanza.model.load import load_model
+from benanza.model.names import model_name
 from benanza.model.qdq import unique_dequantize
 from benanza.model.shapes import Binding, prepare_model
 
@@ -30,11 +31,6 @@ class ProcessedModel:
     shapes: ShapeReport = field(default_factory=ShapeReport)  # how its tensors were shaped, why any was not
 
 
-def model_name(path: str | Path) -> str:
-    """A model's display name: the file stem, without the zoo's ``light_`` prefix kept off."""
-    return Path(path).stem
-
-
 def process_model(
     path: str | Path,
     batch: int | None = None,
@@ -44,6 +40,9 @@ def process_model(
     fits_here: bool = True,
 ) -> ProcessedModel:
     """Load (unless ``proto`` is given), bind shapes, fold, infer and extract layers.
+
+    The graph is named by the file's stem; a run names its models apart from the others it
+    plans and the store holds (``bench.generate.with_distinct_names``).
 
     ``fits_here``: the model is benchmarked on this machine, so an input larger than its
     memory is refused (``shapes.bind_shapes``); False where other systems run it.

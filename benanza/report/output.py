@@ -103,11 +103,15 @@ def console(file: TextIO | None = None, width: int | None = None) -> Console:
 
 
 def table(title: str | None, columns: Iterable[str | tuple[str, str]], rows: Iterable[Iterable[Any]]) -> Table:
-    """A rich table; a column given as (name, "right") is right-aligned (numbers)."""
+    """A rich table; a column given as (name, "right") is right-aligned (numbers).
+
+    A narrow terminal folds a text cell onto more lines rather than cutting it: a model named
+    ``llama_int4/model`` cut to ``llama_int4/mo…`` is not told from its neighbours.
+    """
     t = Table(title=title, title_justify="left", header_style="bold")
     for col in columns:
         name, justify = (col, "left") if isinstance(col, str) else col
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+        t.add_column(name, justify=justify, overflow="fold" if justify == "left" else "ellipsis")  # type: ignore[arg-type]
     for row in rows:
         t.add_row(*(fmt(v) for v in row))
     return t

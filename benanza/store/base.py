@@ -59,6 +59,7 @@ from typing import Any, Protocol, Self, runtime_checkable
 from benanza.bench.plans import StoredPlan
 from benanza.bench.records import BenchmarkRecord
 from benanza.errors import RegistryError, StoreError, UsageError
+from benanza.model.names import NamedModel
 from benanza.settings import DEFAULT_KEEP_REPEATS, Settings, load_settings
 from benanza.store.uri import DEFAULT_URI, StoreURI, resolve_store_uri
 
@@ -114,6 +115,14 @@ class Store(Protocol):
         self, *, system: str | None = None, stack_id: str | None = None, model: str | None = None
     ) -> list[StoredPlan]:
         """Current-schema plans matching every given filter (``model``: its name), in identity order."""
+        ...
+
+    def model_names(self) -> list[NamedModel]:
+        """Every stored model under its display name, with its key and file: one per (name, key, path).
+
+        What ``benanza.model.names.distinct_names`` keeps new models' names apart from; read
+        without decoding the plans.
+        """
         ...
 
     def repeats(

@@ -62,6 +62,7 @@ from pymongo.uri_parser import parse_uri
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
 from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord, Outcome
 from benanza.errors import StoreError, one_line
+from benanza.model.names import NamedModel
 from benanza.settings import DEFAULT_RETRY_WINDOW_S, Settings
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
 from benanza.store.documents import document_json
@@ -484,6 +485,18 @@ class MongoStore(StoreBase):
             for r in rows
             if r["plan_id"] in decoded and decoded[r["plan_id"]].schema_version == PLAN_SCHEMA_VERSION
         ]
+
+    def model_names(self) -> list[NamedModel]:
+        query = {"schema_version": PLAN_SCHEMA_VERSION}
+        fields = {"_id": 0, "model": 1, "model_key": 1, "plan_id": 1}
+        rows = self._call("read plans", lambda: list(self._plans.find(query, fields)))
+        paths: dict[str, str] = {}
+        for chunk in _chunks(sorted({r["plan_id"] for r in rows})):
+            # whole documents: a projection into ``doc`` is not served alike by every MongoDB-compatible server
+            docs = self._call("read plan documents", lambda c=chunk: list(self._plan_docs.find({"_id": {"$in": c}})))
+            paths.update({d["_id"]: str(d.get("doc", {}).get("path") or "") for d in docs})
+        found = {NamedModel(r["model"], r["model_key"], paths.get(r["plan_id"], "")) for r in rows}
+        return sorted(found, key=lambda m: (m.name, m.model_key, m.path))
 
     def register_system(self, name: str, fingerprint: dict[str, Any]) -> None:
         now = self.now_iso()

@@ -32,6 +32,7 @@ import orjson
 from benanza.bench.plans import PLAN_IDENTITY_FIELDS, PLAN_SCHEMA_VERSION, StoredPlan
 from benanza.bench.records import IDENTITY_FIELDS, SCHEMA_VERSION, BenchmarkRecord
 from benanza.errors import StoreError, UsageError
+from benanza.model.names import NamedModel
 from benanza.settings import Settings
 from benanza.store.base import Clock, StoreBase, keep_repeats, register_store
 from benanza.store.documents import document_json
@@ -597,6 +598,19 @@ class SqliteStore(StoreBase):
             if plan.schema_version == PLAN_SCHEMA_VERSION:
                 found.append(plan.placed(system_name, sid))
         return found
+
+    def model_names(self) -> list[NamedModel]:
+        sql = (
+            "SELECT DISTINCT p.model, p.model_key, json_extract(d.doc, '$.path') FROM plans p "
+            "JOIN plan_docs d ON d.plan_id = p.plan_id WHERE p.schema_version = ? ORDER BY 1, 2, 3"
+        )
+        try:
+            rows = self._read(sql, [PLAN_SCHEMA_VERSION])
+        except StoreError as exc:
+            if "no such table" in str(exc):  # a database made before plans were stored
+                return []
+            raise
+        return [NamedModel(name, key, path or "") for name, key, path in rows]
 
     def _plan_of(self, plan_id: str, doc: str) -> StoredPlan:
         try:
