@@ -404,6 +404,9 @@ class FleetConfig(BaseModel):
     models: list[ModelPath] = Field(default_factory=list, description="files or folders; empty = the onnx zoo")
     batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1], min_length=1)
     shapes: list[ShapeText] = Field(default_factory=list, description="NAME=DIMS input shape bindings")
+    dims: dict[str, PositiveInt] = Field(
+        default_factory=dict, description="symbolic dimensions bound by name in every input (--dim NAME=N)"
+    )
     granularities: list[PositiveInt] = Field(default_factory=list, description="DLBricks sequence sizes G")
     dtypes: list[DtypeName] = Field(default_factory=lambda: ["float32"], min_length=1)
     e2e: bool = True
@@ -485,6 +488,7 @@ class FleetConfig(BaseModel):
         models: list[str | Path] | None = None,
         batch_sizes: list[int] | None = None,
         shapes: list[str] | None = None,
+        dims: Mapping[str, int] | None = None,
     ) -> FleetConfig:
         """This config with command-line values applied (None keeps the file's value).
 
@@ -507,6 +511,8 @@ class FleetConfig(BaseModel):
             data["batch_sizes"] = batch_sizes
         if shapes is not None:
             data["shapes"] = shapes
+        if dims:
+            data["dims"] = {**data["dims"], **dims}
         try:
             changed = FleetConfig.model_validate(data, context={"environ": {}})
         except ValidationError as exc:

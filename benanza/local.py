@@ -92,11 +92,17 @@ def plan_models(
     overrides: Mapping[str, tuple[int, ...]] | None = None,
     granularities: Iterable[int] = (),
     *,
+    dims: Mapping[str, int] | None = None,
     known: Iterable[NamedModel] = (),
 ) -> list[ModelPlan]:
     """One plan per model and batch size, the models named apart from each other and from ``known``
-    (the store's: ``Store.model_names``; see ``benanza.model.names``)."""
-    plans = [plan for path in paths for plan in plan_model_file(path, [runtime], batches, overrides, granularities)[0]]
+    (the store's: ``Store.model_names``; see ``benanza.model.names``). ``dims`` binds symbolic
+    dimensions by name (``--dim``; ``benanza.model.shapes.bind_shapes``)."""
+    plans = [
+        plan
+        for path in paths
+        for plan in plan_model_file(path, [runtime], batches, overrides, granularities, dims=dims)[0]
+    ]
     return with_distinct_names(plans, known)
 
 

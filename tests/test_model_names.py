@@ -123,3 +123,14 @@ def test_runs_apart_name_a_second_model_of_a_stem_apart_and_keep_the_first_ones_
     assert [r["model"] for r in picked] == ["model"]
     by_name = json_of(invoke("analyze", "lower-bound", "maxpool/model", "--db", uri, "--format", "json"))
     assert [r["model"] for r in by_name] == ["maxpool/model"]
+
+
+def test_split_and_dedup_name_files_of_one_stem_apart(tmp_path, two_models):
+    reshape, maxpool = two_models
+    out = tmp_path / "out"
+    done = json_of(invoke("models", "split", reshape, maxpool, "--batch", "1", "--out", out, "--format", "json"))
+    folders = {str(Path(s["path"]).parent.relative_to(out)) for s in done["sequences"]}
+    assert folders == {"reshape/model", "maxpool/model"}
+    assert {s["model"] for s in done["sequences"]} == {"reshape/model", "maxpool/model"}
+    dedup = json_of(invoke("models", "dedup", reshape, maxpool, "--batch", "1", "--format", "json"))
+    assert [m["model"] for m in dedup["models"]] == ["reshape/model", "maxpool/model"]

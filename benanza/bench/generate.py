@@ -17,7 +17,14 @@ from typing import Any
 from benanza.bench.build import DEFAULT_OPSET
 from benanza.bench.contract import Runtime
 from benanza.bench.memory import graph_memory
-from benanza.bench.spec import RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, canonical_variant, runtime_defaults_key
+from benanza.bench.spec import (
+    RUNTIME_DEFAULTS,
+    BenchmarkSpec,
+    SpecKind,
+    canonical_variant,
+    requested_binding,
+    runtime_defaults_key,
+)
 from benanza.errors import PlanningError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
@@ -184,21 +191,22 @@ def plan_model_file(
     overrides: Mapping[str, tuple[int, ...]] | None = None,
     granularities: Iterable[int] = (),
     *,
+    dims: Mapping[str, int] | None = None,
     fits_here: bool = True,
 ) -> list[list[ModelPlan]]:
     """A model file's plans, per runtime (in order) and per batch size; each binding is processed once for all.
 
     What ``benanza run`` plans on this machine and what the fleet driver plans for every
-    runtime its systems use. ``fits_here`` as for ``process_model``.
+    runtime its systems use. ``dims`` and ``fits_here`` as for ``process_model``.
 
     Raises:
         BenanzaError: the model cannot be loaded or bound (the fleet reports it and goes on).
     """
     grans = tuple(granularities)
-    processed = [process_model(path, batch, overrides, fits_here=fits_here) for batch in batches]
+    processed = [process_model(path, batch, overrides, dims=dims, fits_here=fits_here) for batch in batches]
     return [
         [
-            plan_model(model, runtime, grans, batch=batch, overrides=overrides)
+            plan_model(model, runtime, grans, batch=batch, overrides=overrides, dims=dims)
             for batch, model in zip(batches, processed, strict=True)
         ]
         for runtime in runtimes
@@ -222,8 +230,13 @@ def plan_model(
     granularities: Iterable[int] = (),
     batch: int | None = None,
     overrides: Mapping[str, tuple[int, ...]] | None = None,
+    dims: Mapping[str, int] | None = None,
 ) -> ModelPlan:
-    """The plan of one processed model on ``runtime`` (grouping from the runtime if it can)."""
+    """The plan of one processed model on ``runtime`` (grouping from the runtime if it can).
+
+    ``batch``, ``overrides`` and ``dims`` are the arguments it was bound with: a runtime loads
+    the model again with them for its end to end (``ModelPlan.requested``).
+    """
     graph = processed.graph
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
     notes: list[str] = []
@@ -281,7 +294,7 @@ def plan_model(
         sequences=sequences,
         sequence_keys=sequence_keys,
         networks=networks,
-        requested={"batch": batch, "shapes": {k: list(v) for k, v in (overrides or {}).items()}},
+        requested=requested_binding(batch, overrides, dims),
         notes=tuple(notes),
         call_overhead_key=overhead_key,
     )

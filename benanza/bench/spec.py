@@ -140,3 +140,23 @@ class BenchmarkSpec:
 def _network(doc: Mapping[str, Any] | None) -> Network | None:
     """A spec's network from its stored document (``Network.to_doc``)."""
     return Network.from_doc(doc) if doc is not None else None
+
+
+def requested_binding(
+    batch: int | None, overrides: Mapping[str, tuple[int, ...]] | None, dims: Mapping[str, int] | None
+) -> dict[str, Any]:
+    """The binding arguments a model spec carries (and its id hashes): ``dims`` only when given, so
+    that the specs of models bound without it keep the ids their stored results have."""
+    requested: dict[str, Any] = {"batch": batch, "shapes": {k: list(v) for k, v in (overrides or {}).items()}}
+    if dims:
+        requested["dims"] = dict(sorted(dims.items()))
+    return requested
+
+
+def model_binding(model: Mapping[str, Any]) -> dict[str, Any]:
+    """``process_model``'s binding arguments from a model spec's ``model`` (``requested_binding``'s)."""
+    return {
+        "batch": model.get("batch"),
+        "shapes": {k: tuple(v) for k, v in (model.get("shapes") or {}).items()},
+        "dims": dict(model.get("dims") or {}),
+    }

@@ -13,6 +13,7 @@ from benanza.cli.common import (
     MAIN_JOB_GRANULARITY,
     BatchesOpt,
     BenanzaGroup,
+    DimOpt,
     EpOpt,
     FormatOpt,
     GranOpt,
@@ -61,6 +62,7 @@ def bench_run(
     models: ModelsArg = None,
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
+    dim: DimOpt = None,
     granularity: GranOpt = "",
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -80,7 +82,7 @@ def bench_run(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Benchmark what the database lacks for this system and software stack."""
-    wanted = requested(batch, shape, granularity)
+    wanted = requested(batch, shape, granularity, dim)
     ctx = open_context(
         store_uri(db, db_file),
         runtime,
@@ -121,6 +123,7 @@ def run_command(
     models: ModelsArg = None,
     batch: MainBatchesOpt = "1",
     shape: ShapeOpt = None,
+    dim: DimOpt = None,
     granularity: GranOpt = MAIN_JOB_GRANULARITY,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -139,7 +142,7 @@ def run_command(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """The main job: benchmark the models (layers, groups, sequences, end to end), then analyze."""
-    wanted = requested(batch, shape, granularity)
+    wanted = requested(batch, shape, granularity, dim)
     ctx = open_context(
         store_uri(db, db_file),
         runtime,

@@ -88,6 +88,14 @@ ShapeOpt = Annotated[
     list[str] | None,
     typer.Option("--shape", "-s", help="bind an input's shape, NAME=1x3x640x640 (repeatable)"),
 ]
+DimOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--dim",
+        help="bind a symbolic dimension by name in every input that has it, NAME=N (repeatable): "
+        "--dim past_sequence_length=128 binds a decoder's whole KV cache",
+    ),
+]
 ModelsArg = Annotated[
     list[Path] | None,
     typer.Argument(help="ONNX files or folders of them (default: the zoo in the onnx wheel)", show_default=False),

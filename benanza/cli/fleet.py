@@ -12,6 +12,7 @@ import typer
 from benanza.cli.analyze import report_lower_bounds
 from benanza.cli.common import (
     BenanzaGroup,
+    DimOpt,
     FleetBatchesOpt,
     FormatOpt,
     ModelsOpt,
@@ -26,7 +27,7 @@ from benanza.errors import BenanzaError
 from benanza.fleet.bounds import run_lower_bounds
 from benanza.fleet.driver import plan_corpus, run_fleet
 from benanza.fleet.status import fleet_status
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
 from benanza.report.bench import plan_warnings
 from benanza.report.fleet import FleetProgress, status_table, summary_table
 from benanza.report.output import OutputFormat, console, emit
@@ -44,7 +45,7 @@ ConfigArg = Annotated[
 ]
 
 
-def _config(config: Path | None, db, address: str | None = None, models=None, batch=None, shape=None):
+def _config(config: Path | None, db, address: str | None = None, models=None, batch=None, shape=None, dim=None):
     """The fleet config with the flags applied; its ``db`` resolved here, once, for the driver and its workers.
 
     ``db`` is the store URI of ``--db``/``--db-file`` (None: the config's, else the
@@ -54,10 +55,13 @@ def _config(config: Path | None, db, address: str | None = None, models=None, ba
 
     batches = parse_int_list(batch, "--batch") if batch else None
     parse_shape_overrides(shape)  # a bad --shape is one line naming the flag, before the config is read
+    dims = parse_dim_overrides(dim)
     settings = cli_settings()
     cfg = load_fleet_config(config) if config is not None else default_fleet_config(settings)
     db = db or cfg.db or default_uri(settings)
-    return cfg.with_overrides(db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None)
+    return cfg.with_overrides(
+        db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None, dims=dims
+    )
 
 
 @app.command("run")
@@ -66,6 +70,7 @@ def run(
     models: ModelsOpt = None,
     batch: FleetBatchesOpt = None,
     shape: ShapeOpt = None,
+    dim: DimOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     address: Annotated[
@@ -88,7 +93,7 @@ def run(
     Both lists are the summary's ``problems``.
     """
 
-    cfg = _config(config, store_uri(db, db_file), address, models, batch, shape)
+    cfg = _config(config, store_uri(db, db_file), address, models, batch, shape, dim)
     if quiet:
         summary = run_fleet(cfg, settings=cli_settings(), retry_failed=retry_failed)
     else:
@@ -146,13 +151,14 @@ def status(
     models: ModelsOpt = None,
     batch: FleetBatchesOpt = None,
     shape: ShapeOpt = None,
+    dim: DimOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Systems, their stacks, and what each still lacks (no Ray needed)."""
 
-    cfg = _config(config, store_uri(db, db_file), None, models, batch, shape)
+    cfg = _config(config, store_uri(db, db_file), None, models, batch, shape, dim)
     with open_store(cfg.db, read_only=True, settings=cli_settings()) as store:
         corpus = plan_corpus(cfg, known=store.model_names)
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]

@@ -10,6 +10,7 @@ import typer
 from benanza.cli.common import (
     BatchesOpt,
     BenanzaGroup,
+    DimOpt,
     FormatOpt,
     ModelsArg,
     ShapeOpt,
@@ -18,9 +19,9 @@ from benanza.cli.common import (
     parse_count,
 )
 from benanza.model.corpus import summarize
-from benanza.model.names import model_name
+from benanza.model.names import files_named_apart
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
 from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
 from benanza.report.models import corpus_tables, inspect_tables
 from benanza.report.output import OutputFormat, console, emit, table
@@ -38,12 +39,13 @@ def inspect(
     model: Annotated[Path, typer.Argument(help="an ONNX file")],
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
+    dim: DimOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Every layer of one model with its key, shapes, attributes and FLOPs."""
 
     batch_size, overrides = one_batch(batch, "models inspect"), parse_shape_overrides(shape)
-    graph = process_model(model, batch_size, overrides).graph
+    graph = process_model(model, batch_size, overrides, dims=parse_dim_overrides(dim)).graph
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
     # CSV: the layers, then the nodes that are not layers (their own columns: node, reason)
@@ -63,13 +65,18 @@ def dedup(
     models: ModelsArg = None,
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
+    dim: DimOpt = None,
     plot: Annotated[Path | None, typer.Option(help="save the Jaccard similarity heatmap as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Layer counts and unique layers per model and for the corpus, repeats, Jaccard similarity."""
 
     batch_size, overrides = one_batch(batch, "models dedup"), parse_shape_overrides(shape)
-    graphs = [process_model(p, batch_size, overrides).graph for p in model_paths(models)]
+    paths, dims = model_paths(models), parse_dim_overrides(dim)
+    graphs = [
+        process_model(p, batch_size, overrides, dims=dims).named(name).graph
+        for p, name in zip(paths, files_named_apart(paths), strict=True)
+    ]
     summary = summarize(graphs)
     if plot is not None:
         similarity_heatmap(summary, plot)
@@ -95,19 +102,21 @@ def split(
     ] = Path("split-out"),
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
+    dim: DimOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
 
     grain, batch_size = parse_count(granularity, "--granularity"), one_batch(batch, "models split")
-    overrides = parse_shape_overrides(shape)
+    overrides, dims = parse_shape_overrides(shape), parse_dim_overrides(dim)
     paths = model_paths(models)
-    for path in paths:  # every model's folder checked before anything is written
-        sequence_folder(out, model_name(path))
+    names = files_named_apart(paths)
+    for name in names:  # every model's folder checked before anything is written
+        sequence_folder(out, name)
     make_out_folder(out)
     written = []
-    for path in paths:
-        processed = process_model(path, batch_size, overrides)
+    for path, name in zip(paths, names, strict=True):
+        processed = process_model(path, batch_size, overrides, dims=dims).named(name)
         written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, grain), out))
     unique = len({w.sequence_key for w in written})
     sequences = [w.to_dict() for w in written]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -18,7 +18,7 @@ from benanza.bench.generate import ModelPlan, plan_report
 from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_int_list, parse_threads
 from benanza.errors import UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
 from benanza.report.bench import plan_warnings
 from benanza.report.output import console
 from benanza.report.progress import PaceColumn
@@ -67,14 +67,16 @@ class Requested:
     batches: list[int | None]
     overrides: dict[str, tuple[int, ...]]
     granularities: list[int]
+    dims: dict[str, int] = field(default_factory=dict)  # --dim: symbolic dimensions bound by name
 
 
-def requested(batch: str | None, shape: list[str] | None, granularity: str) -> Requested:
+def requested(batch: str | None, shape: list[str] | None, granularity: str, dim: list[str] | None = None) -> Requested:
     """Parse the flags that bind the models, before anything is opened: a bad one is one line."""
     return Requested(
         parse_batches(batch),
         parse_shape_overrides(shape),
         parse_int_list(granularity, "--granularity") if granularity else [],
+        parse_dim_overrides(dim),
     )
 
 
@@ -86,6 +88,7 @@ def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -
         wanted.batches,
         wanted.overrides,
         wanted.granularities,
+        dims=wanted.dims,
         known=ctx.store.model_names(),
     )
     warn_plans(plans)

@@ -219,7 +219,13 @@ def plan_corpus(config: FleetConfig, known: Callable[[], Iterable[NamedModel]] =
         try:
             planned.append(
                 plan_model_file(
-                    path, list(runtimes.values()), config.batch_sizes, overrides, config.granularities, fits_here=False
+                    path,
+                    list(runtimes.values()),
+                    config.batch_sizes,
+                    overrides,
+                    config.granularities,
+                    dims=config.dims,
+                    fits_here=False,
                 )
             )
         except BenanzaError as exc:  # reported; the rest of the corpus goes on

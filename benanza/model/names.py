@@ -36,6 +36,12 @@ def model_name(path: str | Path) -> str:
     return Path(path).stem
 
 
+def files_named_apart(paths: Sequence[str | Path]) -> list[str]:
+    """Names for model files looked at without a store (``benanza models dedup``, ``split``): one
+    per file, apart from the others' (``distinct_names`` with the file standing for its key)."""
+    return distinct_names([(str(p), _absolute(str(p))) for p in paths])
+
+
 def same_file(a: str, b: str) -> bool:
     """Whether two paths as given name one file here: equal as written or once made absolute."""
     return a == b or _absolute(a) == _absolute(b)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import onnx
@@ -30,6 +30,10 @@ class ProcessedModel:
     binding: Binding
     shapes: ShapeReport = field(default_factory=ShapeReport)  # how its tensors were shaped, why any was not
 
+    def named(self, name: str) -> ProcessedModel:
+        """This model shown as ``name`` (``benanza.model.names``: apart from others of its file's stem)."""
+        return self if name == self.graph.model else replace(self, graph=replace(self.graph, model=name))
+
 
 def process_model(
     path: str | Path,
@@ -37,6 +41,7 @@ def process_model(
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     proto: onnx.ModelProto | None = None,
     *,
+    dims: Mapping[str, int] | None = None,
     fits_here: bool = True,
 ) -> ProcessedModel:
     """Load (unless ``proto`` is given), bind shapes, fold, infer and extract layers.
@@ -44,12 +49,13 @@ def process_model(
     The graph is named by the file's stem; a run names its models apart from the others it
     plans and the store holds (``bench.generate.with_distinct_names``).
 
-    ``fits_here``: the model is benchmarked on this machine, so an input larger than its
-    memory is refused (``shapes.bind_shapes``); False where other systems run it.
+    ``dims``: symbolic dimensions bound by name. ``fits_here``: the model is benchmarked on
+    this machine, so an input larger than its memory is refused; False where other systems
+    run it (both: ``shapes.bind_shapes``).
     """
     with collection_paused():  # its objects live until the model is done (benanza.collector)
         model = proto if proto is not None else load_model(path)
-        prepared = prepare_model(model, path, batch, shapes, fits_here=fits_here)
+        prepared = prepare_model(model, path, batch, shapes, dims=dims, fits_here=fits_here)
         proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
         graph = extract(proto, model_name(path), str(path), prepared.shapes)
     return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)

@@ -72,6 +72,34 @@ def parse_shape_overrides(texts: list[str] | None) -> dict[str, tuple[int, ...]]
     return dict(parse_shape_override(t) for t in texts or [])
 
 
+_DIM_EXAMPLE = "e.g. past_sequence_length=128"
+
+
+def parse_dim_override(text: str) -> tuple[str, int]:
+    """Parse ``NAME=N``: a symbolic dimension's name (an input's ``dim_param``) and a positive size.
+
+    Raises:
+        UsageError: the text is not ``NAME=N`` or N is not a positive integer.
+    """
+    name, sep, size = text.strip().partition("=")
+    if not sep or not name.strip():
+        raise UsageError(f"bad --dim {text!r}: expected NAME=N, {_DIM_EXAMPLE}")
+    if not _DIM_RE.fullmatch(size.strip()) or int(size) < 1:
+        raise UsageError(f"bad --dim {text!r}: the size is {size!r}; sizes are positive integers, {_DIM_EXAMPLE}")
+    return name.strip(), int(size)
+
+
+def parse_dim_overrides(texts: list[str] | None) -> dict[str, int]:
+    """``--dim`` values by dimension name; a name given twice is an error (which one was meant?)."""
+    dims: dict[str, int] = {}
+    for text in texts or []:
+        name, size = parse_dim_override(text)
+        if name in dims and dims[name] != size:
+            raise UsageError(f"--dim {name} is given twice: {dims[name]} and {size}")
+        dims[name] = size
+    return dims
+
+
 @dataclass(frozen=True)
 class Binding:
     """Concrete shapes for every runtime input, and whether the batch was rewritten."""
@@ -92,18 +120,24 @@ def bind_shapes(
     batch: int | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     *,
+    dims: Mapping[str, int] | None = None,
     fits_here: bool = True,
 ) -> Binding:
     """Decide every runtime input's concrete shape.
 
-    ``shapes`` wins for the inputs it names; ``batch`` then sets a symbolic leading
-    dimension, or rewrites a fixed leading dimension that differs (a "rebatch"). Anything
-    left symbolic is an ``UnboundDimensionError`` naming the input. With ``fits_here`` (the
+    ``shapes`` wins for the inputs it names; ``dims`` then binds each symbolic dimension it
+    names, in every input that has it (``--dim past_sequence_length=128``: a decoder's KV cache
+    inputs, one per layer and per key and value, bound at once, as ``onnxruntime_perf_test -f``
+    and ``SessionOptions.add_free_dimension_override_by_name`` do); ``batch`` then sets a
+    symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
+    dimension that differs (a "rebatch"). A name in ``dims`` that a model does not have binds
+    nothing there (one run binds models of several kinds). Anything left symbolic is an
+    ``UnboundDimensionError`` naming the input and the dimension. With ``fits_here`` (the
     models are benchmarked on this machine), an input larger than this machine's physical
     memory is refused here, before anything allocates it; a fleet driver or an analysis of
     another system's results passes False, and each system's workers apply the memory guard.
     """
-    shapes = dict(shapes or {})
+    shapes, dims = dict(shapes or {}), dict(dims or {})
     if batch is not None and batch < 1:
         raise UsageError(f"--batch must be at least 1, got {batch}")
     inputs = runtime_inputs(model)
@@ -118,19 +152,21 @@ def bind_shapes(
         if tt is None:
             raise ModelError(path, f"input '{vi.name}' is not a tensor ({vi.type.WhichOneof('value')}); not supported")
         if vi.name in shapes:
-            dims = shapes[vi.name]
-            if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
+            given = shapes[vi.name]
+            if tt.HasField("shape") and len(tt.shape.dim) != len(given):
                 raise ModelError(
-                    path, f"--shape {vi.name} has rank {len(dims)} but the input has rank {len(tt.shape.dim)}"
+                    path, f"--shape {vi.name} has rank {len(given)} but the input has rank {len(tt.shape.dim)}"
                 )
-            bound[vi.name] = tuple(dims)
+            bound[vi.name] = tuple(given)
             continue
         if not tt.HasField("shape"):
             raise UnboundDimensionError(path, f"input '{vi.name}' has no shape; pass --shape {vi.name}=DIMS")
         dims_out: list[int] = []
         for i, d in enumerate(tt.shape.dim):
             fixed = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-            if i == 0 and batch is not None:
+            if fixed is None and d.dim_param and d.dim_param in dims:
+                dims_out.append(dims[d.dim_param])
+            elif i == 0 and batch is not None:
                 if fixed is not None and fixed != batch:
                     rebatch[vi.name] = (fixed, batch)
                 dims_out.append(batch)
@@ -139,6 +175,7 @@ def bind_shapes(
             else:
                 label = f" ('{d.dim_param}')" if d.dim_param else ""
                 hint = "--batch N or " if i == 0 else ""
+                hint += f"--dim {d.dim_param}=N or " if d.dim_param else ""
                 raise UnboundDimensionError(
                     path, f"input '{vi.name}' dimension {i}{label} is not bound; pass {hint}--shape {vi.name}=DIMS"
                 )
@@ -358,6 +395,7 @@ def prepare_model(
     batch: int | None = None,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     *,
+    dims: Mapping[str, int] | None = None,
     fits_here: bool = True,
 ) -> PreparedModel:
     """Bind, fold, infer and resolve what inference left; a rebatched model also gets its batch-bound Reshapes fixed.
@@ -368,7 +406,7 @@ def prepare_model(
     batch, is rewritten to the new batch. Shapes computed from ``Shape`` chains adapt
     without help.
     """
-    binding = bind_shapes(model, path, batch, shapes, fits_here=fits_here)
+    binding = bind_shapes(model, path, batch, shapes, dims=dims, fits_here=fits_here)
     if binding.rebatch:
         original = Binding(
             {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()}

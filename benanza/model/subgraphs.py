@@ -343,19 +343,21 @@ def _tensor_bytes(model: onnx.ModelProto) -> int:
 
 
 def sequence_folder(out_dir: Path, model: str) -> Path:
-    """The folder of one model's sequences, ``{out_dir}/{model}``, checked to lie directly in ``out_dir``.
+    """The folder of one model's sequences, ``{out_dir}/{model}``, checked to lie inside ``out_dir``.
 
     A model's name is its file's stem, which can be ``..`` (a file named ``...onnx``) or
-    ``.``; a folder planted under ``out_dir`` can be a symlink to anywhere. Paths are resolved
-    and compared, so nothing is ever written outside ``out_dir``.
+    ``.``, or a path tail where files share a stem (``llama_int4/model``: a folder in a folder,
+    ``benanza.model.names``); a folder planted under ``out_dir`` can be a symlink to anywhere.
+    Paths are resolved and compared, so nothing is ever written outside ``out_dir``.
 
     Raises:
         UsageError: the folder would resolve outside ``out_dir`` (one line naming both).
     """
     out_dir = Path(out_dir)
     folder = out_dir / model
-    resolved = folder.resolve()
-    if model in ("", ".", "..") or resolved.parent != out_dir.resolve():
+    resolved, parts, root = folder.resolve(), model.split("/"), out_dir.resolve()
+    inside = resolved.is_relative_to(root) and len(resolved.relative_to(root).parts) == len(parts)
+    if any(p in ("", ".", "..") for p in parts) or not inside:
         raise UsageError(
             f"{folder}: resolves to {resolved}, outside --out {out_dir}; sequences are written only under --out "
             f"(model {model!r}: rename its file)"

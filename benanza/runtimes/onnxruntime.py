@@ -54,7 +54,7 @@ from benanza.bench.build import (
     sink_feeds,
 )
 from benanza.bench.memory import spec_memory
-from benanza.bench.spec import RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind
+from benanza.bench.spec import RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
@@ -793,8 +793,7 @@ class OnnxRuntimeCPU(Runtime):
             from benanza.model.process import process_model
 
             info = dict(spec.model or {})
-            shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
-            proto = process_model(info["path"], info.get("batch"), shapes).proto
+            proto = process_model(info["path"], **model_binding(info)).proto
             held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
             if spec.at_runtime_defaults and apart:

@@ -43,7 +43,7 @@ from typing import Any
 
 from benanza.bench.harness import HarnessSettings, Timing, measure_device
 from benanza.bench.records import MeasurementStats
-from benanza.bench.spec import BenchmarkSpec, SpecKind
+from benanza.bench.spec import BenchmarkSpec, SpecKind, model_binding
 from benanza.bench.stats import describe
 from benanza.errors import GpuError, UnsupportedLayer, UsageError, one_line
 from benanza.model.graph import ModelGraph
@@ -391,10 +391,9 @@ class CudnnRuntime(Runtime):
             from benanza.runtimes.onnxruntime import OrtCudaModel, cuda_provider_missing
 
             info = dict(spec.model or {})
-            shapes = {k: tuple(v) for k, v in (info.get("shapes") or {}).items()}
             from benanza.runtimes.cuda.torch_model import TorchModel, torch_missing
 
-            model = with_synthetic_weights(process_model(info["path"], info.get("batch"), shapes).proto)
+            model = with_synthetic_weights(process_model(info["path"], **model_binding(info)).proto)
             framework, why_not = e2e_framework(self.precision, cuda_provider_missing(), torch_missing())
             if framework == "onnxruntime-cuda":
                 return OrtCudaModel(model, self.device, self.precision)

@@ -1,0 +1,152 @@
+"""``--dim NAME=N``: a symbolic dimension bound by name in every input that has it.
+
+A decoder exported with its KV cache (onnxruntime-genai, Optimum) has two cache inputs per
+layer, ``past_key_values.<i>.key`` and ``.value``, each ``[batch_size, kv_heads,
+past_sequence_length, head_size]``: 64 ``--shape`` flags for a 32-layer model, or one
+``--dim past_sequence_length=128`` (what ``onnxruntime_perf_test -f`` does for ONNX Runtime).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from typer.testing import CliRunner
+
+from benanza.bench.spec import model_binding, requested_binding
+from benanza.cli import app
+from benanza.config import FleetConfig, SystemConfig
+from benanza.errors import UnboundDimensionError, UsageError
+from benanza.model.shapes import bind_shapes, parse_dim_overrides
+from benanza.store import open_store
+
+F = TensorProto.FLOAT
+LAYERS = 3
+
+
+@pytest.fixture
+def cached_decoder(build_model) -> onnx.ModelProto:
+    """A decoder step's shape: ``input [batch_size, sequence_length, 8]`` and, per layer, a key and a
+    value cache ``[batch_size, 2, past_sequence_length, 4]`` concatenated with the step's own
+    projection and reduced into the output, as attention over the cache reads it."""
+    rng = np.random.default_rng(0)
+    nodes, inputs, inits = [], [("input", F, ["batch_size", "sequence_length", 8])], {}
+    nodes.append(helper.make_node("Reshape", ["input", "to4"], ["step"]))  # [b, 2, s, 4]
+    inits["to4"] = np.array([0, 2, -1, 4], dtype=np.int64)
+    last = "step"
+    for i in range(LAYERS):
+        for part in ("key", "value"):
+            name = f"past_key_values.{i}.{part}"
+            inputs.append((name, F, ["batch_size", 2, "past_sequence_length", 4]))
+            nodes.append(helper.make_node("Concat", [name, "step"], [f"present.{i}.{part}"], axis=2))
+        inits[f"w{i}"] = rng.standard_normal((4, 4)).astype(np.float32)
+        nodes.append(helper.make_node("MatMul", [f"present.{i}.key", f"w{i}"], [f"k{i}"]))
+        nodes.append(helper.make_node("Add", [f"k{i}", f"present.{i}.value"], [f"a{i}"]))
+        nodes.append(helper.make_node("ReduceMean", [f"a{i}", "axes"], [f"r{i}"], keepdims=1))
+        nodes.append(helper.make_node("Add", [last, f"r{i}"], [f"h{i}"]))
+        last = f"h{i}"
+    inits["axes"] = np.array([2], dtype=np.int64)
+    nodes.append(helper.make_node("Identity", [last], ["logits"]))
+    outputs = [("logits", F, None)]
+    return build_model(nodes, inputs, outputs, initializers=inits, opset=18)
+
+
+def test_a_dim_binds_every_input_that_has_it(cached_decoder):
+    binding = bind_shapes(cached_decoder, "d.onnx", batch=1, dims={"sequence_length": 1, "past_sequence_length": 16})
+    assert binding.shapes["input"] == (1, 1, 8)
+    for i in range(LAYERS):
+        assert binding.shapes[f"past_key_values.{i}.key"] == (1, 2, 16, 4)
+        assert binding.shapes[f"past_key_values.{i}.value"] == (1, 2, 16, 4)
+
+
+def test_shape_wins_over_dim_and_dim_over_batch(cached_decoder):
+    binding = bind_shapes(
+        cached_decoder,
+        "d.onnx",
+        batch=1,
+        shapes={"past_key_values.0.key": (3, 2, 5, 4)},
+        dims={"sequence_length": 1, "past_sequence_length": 16, "batch_size": 3},
+    )
+    assert binding.shapes["past_key_values.0.key"] == (3, 2, 5, 4)  # --shape names the input
+    assert binding.shapes["past_key_values.0.value"] == (3, 2, 16, 4)  # --dim names batch_size: not --batch
+    assert binding.shapes["input"] == (3, 1, 8)
+
+
+def test_a_dim_no_input_has_binds_nothing_and_an_unbound_one_names_the_flag(cached_decoder):
+    binding = bind_shapes(
+        cached_decoder, "d.onnx", batch=2, dims={"sequence_length": 1, "past_sequence_length": 4, "height": 9}
+    )
+    assert binding.shapes["input"] == (2, 1, 8)
+    with pytest.raises(UnboundDimensionError) as info:
+        bind_shapes(cached_decoder, "d.onnx", batch=1, dims={"sequence_length": 1})
+    message = str(info.value)
+    assert message.startswith("d.onnx: input 'past_key_values.0.key' dimension 2 ('past_sequence_length')")
+    assert "--dim past_sequence_length=N" in message
+
+
+@pytest.mark.parametrize(
+    "texts, message",
+    [
+        (["past"], "expected NAME=N"),
+        (["=4"], "expected NAME=N"),
+        (["past=0"], "positive integers"),
+        (["past=1x2"], "positive integers"),
+        (["past=4", "past=5"], "given twice"),
+    ],
+)
+def test_bad_dims_are_one_line_usage_errors(texts, message):
+    with pytest.raises(UsageError, match=message):
+        parse_dim_overrides(texts)
+
+
+def test_a_spec_carries_dims_only_when_given_so_other_specs_keep_their_ids():
+    assert requested_binding(1, {"x": (1, 3)}, None) == {"batch": 1, "shapes": {"x": [1, 3]}}
+    given = requested_binding(1, None, {"s": 1, "p": 16})
+    assert given == {"batch": 1, "shapes": {}, "dims": {"p": 16, "s": 1}}
+    assert model_binding({"path": "m.onnx", **given}) == {"batch": 1, "shapes": {}, "dims": {"p": 16, "s": 1}}
+
+
+def test_the_main_job_binds_a_kv_cache_by_dims_and_runs_the_model_end_to_end(tmp_path, cached_decoder):
+    path = tmp_path / "decoder.onnx"
+    onnx.save(cached_decoder, path)
+    uri = f"sqlite:///{tmp_path / 'dims.db'}"
+    env = {"BENANZA_DB": None, "BENANZA_SYSTEM": "dims-test", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
+    flags = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
+    dims = ["--dim", "sequence_length=1", "--dim", "past_sequence_length=16"]
+    result = CliRunner().invoke(app, ["run", str(path), "--db", uri, *flags, *dims, "--format", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["coverage"] == 1.0 and row["e2e_ms"] is not None  # the runtime loaded the model with the dims
+    with open_store(uri, read_only=True) as store:
+        (plan,) = store.plans()
+        assert plan.shapes["past_key_values.2.value"] == (1, 2, 16, 4) and plan.shapes["input"] == (1, 1, 8)
+        (model,) = [r for r in store.records(kind="model") if not r.settings.get("session")]
+        assert model.outcome == "ok" and model.spec["model"]["dims"] == {
+            "past_sequence_length": 16,
+            "sequence_length": 1,
+        }
+
+
+def test_a_fleet_config_binds_dims_and_the_flag_adds_to_them(tmp_path, cached_decoder):
+    from benanza.fleet.driver import plan_corpus
+
+    path = tmp_path / "decoder.onnx"
+    onnx.save(cached_decoder, path)
+    cfg = FleetConfig(
+        systems=[SystemConfig(name="a", runtimes=["null"])],
+        models=[path],
+        db=f"sqlite:///{tmp_path / 'f.db'}",
+        dims={"sequence_length": 1},
+    )
+    corpus = plan_corpus(cfg)
+    assert corpus.models == 0 and "past_sequence_length" in corpus.model_errors[0]["error"]
+    cfg = cfg.with_overrides(dims={"past_sequence_length": 8})
+    assert cfg.dims == {"sequence_length": 1, "past_sequence_length": 8}
+    corpus = plan_corpus(cfg)
+    assert corpus.models == 1
+    (work,) = corpus.works.values()
+    (plan,) = work.plans
+    assert plan.shapes["past_key_values.1.key"] == (1, 2, 8, 4)
