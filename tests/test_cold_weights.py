@@ -297,3 +297,28 @@ def test_beside_its_model_a_layer_is_evicted_by_the_rest_of_the_model(gemv, gemv
     assert beside.settings["weights"] == COLD_WEIGHTS
     # the layer's bias is among the model's weights, not among the streamed ones
     assert rest <= beside.settings["weights_evicted_by_bytes"] <= rest + 4096 * 4
+
+
+def _int4_matmul(rows: int, k: int = 2048, n: int = 2048, block: int = 32) -> tuple:
+    """onnxruntime-genai's int4 projection: ``com.microsoft::MatMulNBits`` over packed 4-bit weights."""
+    blocks = k // block
+    node = helper.make_node(
+        "MatMulNBits", ["x", "b", "scales"], ["y"], domain="com.microsoft", K=k, N=n, bits=4, block_size=block
+    )
+    arrays = {"b": np.zeros((n, blocks, block // 2), np.uint8), "scales": np.ones((n * blocks,), np.float32)}
+    return [node], [("x", F, [1, rows, k])], arrays
+
+
+@pytest.mark.parametrize(("rows", "streams"), [(1, True), (4, True), (64, False)])
+def test_an_int4_projection_counts_its_flops_and_streams_its_packed_weights_at_one_token(
+    build_model, process_proto, rows: int, streams: bool
+) -> None:
+    """A decoder step uses each int4 weight once: it streams 2 MiB of packed weights and their scales,
+    and is timed with them out of the caches as a float32 product of one row is; a prompt of 64 does not."""
+    nodes, inputs, arrays = _int4_matmul(rows)
+    model = build_model(nodes, inputs, [("y", F, None)], arrays, extra_opsets={"com.microsoft": 1})
+    graph = process_proto(model).graph
+    (layer,) = graph.layers
+    assert layer.flops == 2 * rows * 2048 * 2048
+    packed = 2048 * 64 * 16 + 2048 * 64 * 4  # the uint8 blocks and the float scales
+    assert streamed_weight_bytes(network_of(graph, [0])[1]) == (packed if streams else 0)

@@ -530,6 +530,53 @@ def test_unregistered_op_is_a_layer_with_unknown_flops(build_model, process_prot
     assert layer.attrs == {"batch_axis": 1, "time_axis": 0}
 
 
+def test_a_flop_counter_that_fails_leaves_the_layer_with_unknown_flops(build_model, process_proto, monkeypatch):
+    """A form of an op its counter does not expect costs the layer its FLOPs (None), never its benchmark."""
+    from benanza.model import ops
+
+    def broken(attrs, ctx):
+        raise KeyError("an attribute the counter expected")
+
+    monkeypatch.setitem(ops.OPS, ("", "Relu"), ops.OpInfo(None, broken))
+    model = build_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2, 3])], [("y", F, None)])
+    graph = process_proto(model).graph
+    assert [(layer.op_type, layer.flops) for layer in graph.layers] == [("Relu", None)] and not graph.unsupported
+
+
+def _contrib_flops(op_type: str, inputs, outputs, **attrs) -> int:
+    """An ONNX Runtime contrib op's FLOPs from its tensors' shapes (``None``: an absent input)."""
+    from benanza.model import ops
+    from benanza.model.graph import TensorSpec
+
+    spec = ops.lookup(op_type, "com.microsoft") or ops.lookup(op_type)
+    ctx = ops.OpContext(
+        tuple(None if s is None else TensorSpec("", tuple(s), "float32") for s in inputs),
+        tuple(TensorSpec("", tuple(s), "float32") for s in outputs),
+        1,
+    )
+    return spec.flops(attrs, ctx)
+
+
+def test_contrib_ops_of_todays_exports_count_their_flops():
+    # onnxruntime-genai's decoder step: a packed QKV projection, attention over a 128-token cache (2 of 8 KV heads)
+    assert _contrib_flops("MatMulNBits", [(1, 1, 512), (768, 16, 16), (12288,)], [(1, 1, 768)], K=512, N=768) == (
+        2 * 512 * 768
+    )
+    gqa = [(1, 1, 768), None, None, (1, 2, 128, 64), (1, 2, 128, 64)]
+    assert _contrib_flops("GroupQueryAttention", gqa, [(1, 1, 512), (1, 2, 129, 64), (1, 2, 129, 64)]) == (
+        4 * 512 * 129  # Q.K and the weighted sum over the 129 positions of the present cache
+    )
+    # ORT's transformer optimizer: Attention with its projection inside, at sequence 128 of BERT-base
+    attention = _contrib_flops("Attention", [(1, 128, 768), (768, 2304), (2304,)], [(1, 128, 768)], num_heads=12)
+    assert attention == 2 * 128 * 768 * 2304 + 4 * 128 * 768 * 128
+    mha = _contrib_flops("MultiHeadAttention", [(1, 128, 768), (1, 64, 768), (1, 64, 768)], [(1, 128, 768)])
+    assert mha == 4 * 128 * 768 * 64  # over the key's 64 positions
+    assert _contrib_flops("QGemm", [(1, 2048), None, None, (1000, 2048)], [(1, 1000)], transB=1) == 2 * 1000 * 2048
+    assert _contrib_flops("FusedMatMul", [(8, 64, 32), (8, 64, 16)], [(8, 32, 16)], transA=1) == 2 * 8 * 32 * 16 * 64
+    assert _contrib_flops("SkipSimplifiedLayerNormalization", [(1, 1, 512)] * 2 + [(512,)], [(1, 1, 512)]) == 5 * 512
+    assert _contrib_flops("GatherBlockQuantized", [(32000, 256), (1, 1)], [(1, 1, 512)]) == 0  # reads a row
+
+
 def test_dtype_names(build_model, process_proto):
     model = build_model(
         [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT16)],

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -41,6 +42,8 @@ from benanza.model.walks import (
     subgraph_attributes,
     topological_nodes,
 )
+
+log = logging.getLogger(__name__)
 
 # Ops ONNX Runtime never constant-folds, even of constants, so that its QDQ fusions can take
 # them (its ConstantFolding pass skips DequantizeLinear unless QDQ is disabled): a QDQ
@@ -357,15 +360,19 @@ def _make_layer(
         subgraphs.append((a.name, encoded[0] if single else encoded))
     ctx = ops.OpContext(tuple(None if i.kind is InputKind.ABSENT else i.tensor for i in inputs), tuple(outputs), opset)
     flops: int | None = None
-    if info is not None:
+    if info is not None and info.normalise is not None:
         try:
-            if info.normalise is not None:
-                attrs = info.normalise(attrs, ctx)
-                _normalise_value_inputs(inputs, value_slots, info.normalise, ctx)
-            if info.flops is not None:
-                flops = int(info.flops(attrs, ctx))
+            attrs = info.normalise(attrs, ctx)
+            _normalise_value_inputs(inputs, value_slots, info.normalise, ctx)
         except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
             raise _UnsupportedNode(f"cannot normalise {op_type} attributes: {exc!r}") from None
+    if info is not None and info.flops is not None:
+        try:
+            flops = int(info.flops(attrs, ctx))
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
+            # a form the counter does not know (an attribute or input it did not expect): the layer is
+            # benchmarked all the same, its FLOPs unknown (None, never 0)
+            log.debug("%s: FLOPs of %s not counted: %r", name, op_type, exc)
     attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
     tensors = (*(i.tensor for i in inputs if i.kind is not InputKind.ABSENT), *outputs)
     bytes_moved = sum(t.numel * itemsize(t.dtype) for t in tensors)

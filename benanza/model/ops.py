@@ -418,3 +418,92 @@ register(
     ],
     OpInfo(_axis, _zero),
 )
+
+
+# ---------------------------------------------------------------- ONNX Runtime's contrib ops (com.microsoft)
+# What quantized and fused exports of today are made of: onnxruntime-genai's int4 decoders
+# (MatMulNBits, GroupQueryAttention, SkipSimplifiedLayerNormalization, RotaryEmbedding), ORT's
+# transformer optimizer (Attention, SkipLayerNormalization, BiasGelu, FastGelu), QOperator int8
+# (QGemm, QLinearAdd...). Counted from shapes and attributes as the standard ops above; the
+# attention ops from their output and the length they attend over (a present KV cache's, else the
+# key's), which a decoder's run-time lengths may shorten. No normaliser: their keys stay as stored.
+
+MS = "com.microsoft"
+
+
+def _k_times_outputs(k: Callable[[dict[str, Any], OpContext], int]) -> FlopCounter:
+    """2 x output elements x the reduced dimension (a matrix product of any form)."""
+    return lambda attrs, ctx: 2 * ctx.outputs[0].numel * int(k(attrs, ctx))
+
+
+def _attended_length(ctx: OpContext, present: int | None, key: int | None, axis: int) -> int:
+    """The length an attention op attends over: its present KV cache's (output ``present``, at ``axis``),
+    else its key input's sequence (``key``: rank 3 ``[B, L, D]`` or 4 ``[B, H, L, d]``), else the query's."""
+    cache = ctx.outputs[present] if present is not None and present < len(ctx.outputs) else None
+    if cache is not None and len(cache.shape) > axis:
+        return cache.shape[axis]
+    k = ctx.inp(key) if key is not None else None
+    if k is not None and len(k.shape) in (3, 4):
+        return k.shape[1] if len(k.shape) == 3 else k.shape[2]
+    return ctx.outputs[0].shape[-2] if len(ctx.outputs[0].shape) >= 2 else 1
+
+
+def _attention_flops(weights: int, past: int) -> FlopCounter:
+    """Attention with its QKV projection inside (``Attention``, ``QAttention``): the projection, then Q.K and
+    the weighted sum over the attended length (a ``past`` cache ``[2, B, H, P, d]`` adds P)."""
+
+    def count(attrs: dict[str, Any], ctx: OpContext) -> int:
+        x, w, out = ctx.inp(0), ctx.inp(weights), ctx.outputs[0]
+        projection = 2 * x.numel * w.shape[-1] if x is not None and w is not None else 0
+        cache = ctx.inp(past)
+        length = out.shape[-2] + (cache.shape[3] if cache is not None and len(cache.shape) == 5 else 0)
+        return projection + 4 * out.numel * length
+
+    return count
+
+
+def _separate_attention_flops(present: int, key: int) -> FlopCounter:
+    """Attention over projected inputs (``GroupQueryAttention``, ``MultiHeadAttention``): Q.K and the
+    weighted sum, 2 x 2 x output elements x attended length."""
+    return lambda attrs, ctx: 4 * ctx.outputs[0].numel * _attended_length(ctx, present, key, 2)
+
+
+register(["MatMulNBits", "MatMulBnb4"], OpInfo(None, _k_times_outputs(lambda a, c: a["K"])), MS)
+register(
+    ["FusedMatMul"],
+    OpInfo(None, _k_times_outputs(lambda a, c: c.inp(0).shape[-2] if a.get("transA") else c.inp(0).shape[-1])),
+    MS,
+)
+register(
+    ["MatMulIntegerToFloat", "DynamicQuantizeMatMul"],
+    OpInfo(None, _k_times_outputs(lambda a, c: c.inp(0).shape[-1])),
+    MS,
+)
+register(["QGemm", "FusedGemm"], OpInfo(None, _gemm_flops), MS)
+register(["Attention"], OpInfo(None, _attention_flops(weights=1, past=4)), MS)
+register(["QAttention"], OpInfo(None, _attention_flops(weights=1, past=8)), MS)
+register(["GroupQueryAttention", "SparseAttention"], OpInfo(None, _separate_attention_flops(present=1, key=1)), MS)
+register(
+    ["MultiHeadAttention", "DecoderMaskedMultiHeadAttention"],
+    OpInfo(None, _separate_attention_flops(present=1, key=1)),
+    MS,
+)
+register(["SkipLayerNormalization"], OpInfo(None, _per_input_element(6)), MS)
+register(["SkipSimplifiedLayerNormalization"], OpInfo(None, _per_input_element(5)), MS)
+register(["SimplifiedLayerNormalization"], OpInfo(None, _per_input_element(4)))  # ORT's RMS norm, default domain
+register(["EmbedLayerNormalization"], OpInfo(None, _per_output_element(7)), MS)
+register(["Gelu"], OpInfo(None, _per_output_element(5)), MS)
+register(["BiasGelu"], OpInfo(None, _per_output_element(6)), MS)
+register(["FastGelu"], OpInfo(None, _per_output_element(8)), MS)
+register(["QuickGelu"], OpInfo(None, _per_output_element(3)), MS)
+register(["BiasAdd"], OpInfo(None, _per_output_element(2)), MS)
+register(["RotaryEmbedding"], OpInfo(None, _per_output_element(3)), MS)
+register(["BiasSoftmax"], OpInfo(None, _per_output_element(6)), MS)
+register(
+    ["QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearWhere"],
+    OpInfo(None, _per_output_element(1)),
+    MS,
+)
+register(["QLinearGlobalAveragePool"], OpInfo(None, _per_input_element(1)), MS)
+register(["QLinearSoftmax"], OpInfo(None, _per_input_element(5)), MS)
+register(["GatherBlockQuantized", "QLinearConcat"], OpInfo(None, _zero), MS)  # data movement: its cost is bytes
