@@ -12,10 +12,17 @@ import pytest
 from onnx import TensorProto, helper
 
 from benanza.bench import host_cache
-from benanza.bench.cold_weights import STREAMED_MIN_BYTES, evicted_bytes, streamed_weight_bytes, streams_weights
-from benanza.bench.execute import COLD_WEIGHTS, run_interleaved, run_spec
+from benanza.bench.cold_weights import (
+    STREAMED_MIN_BYTES,
+    evicted_bytes,
+    streamed_weight_bytes,
+    streams_weights,
+    weights_read_per_run,
+)
+from benanza.bench.execute import COLD_WEIGHTS, model_weight_bytes, run_interleaved, run_spec
 from benanza.bench.generate import plan_model, plan_model_file, specs_for_plan
 from benanza.bench.harness import HarnessSettings, Timing, measure, measure_interleaved
+from benanza.bench.memory import weight_bytes
 from benanza.bench.records import Outcome
 from benanza.bench.spec import SpecKind
 from benanza.model.network import RefKind, network_of
@@ -292,7 +299,8 @@ def test_beside_its_model_a_layer_is_evicted_by_the_rest_of_the_model(gemv, gemv
     model, alone = run_interleaved([gemv_model, layer], runtime, fast_harness, **where)
     assert model.outcome is alone.outcome is Outcome.OK and "weights" not in alone.settings
     rest = host_cache.last_level_cache_bytes() // 2
-    larger = replace(gemv_model, model={**gemv_model.model, "weight_bytes": gemv_model.model["weight_bytes"] + rest})
+    read = gemv_model.model["read_weight_bytes"]
+    larger = replace(gemv_model, model={**gemv_model.model, "read_weight_bytes": read + rest})
     beside = run_interleaved([larger, layer], runtime, fast_harness, **where)[1]
     assert beside.settings["weights"] == COLD_WEIGHTS
     # the layer's bias is among the model's weights, not among the streamed ones
@@ -322,3 +330,30 @@ def test_an_int4_projection_counts_its_flops_and_streams_its_packed_weights_at_o
     assert layer.flops == 2 * rows * 2048 * 2048
     packed = 2048 * 64 * 16 + 2048 * 64 * 4  # the uint8 blocks and the float scales
     assert streamed_weight_bytes(network_of(graph, [0])[1]) == (packed if streams else 0)
+
+
+def test_a_model_reads_the_rows_of_its_embedding_not_the_table(build_model, process_proto) -> None:
+    """What the rest of a decoder reads between two runs of a projection: its weights, its embedding
+    table counted as the rows one token reads (a table of 32000 x 256 floats, 31 MiB, reads 1 KiB)."""
+    model = build_model(
+        [
+            helper.make_node("Gather", ["table", "ids"], ["emb"]),
+            helper.make_node("MatMul", ["emb", "w"], ["y"]),
+        ],
+        [("ids", TensorProto.INT64, [1, 1])],
+        [("y", F, None)],
+        {"table": _weights(32000, 256), "w": _weights(256, 1024)},
+    )
+    graph = process_proto(model).graph
+    assert weights_read_per_run(graph) == 256 * 4 + 256 * 1024 * 4
+    assert weight_bytes(graph) == 32000 * 256 * 4 + 256 * 1024 * 4  # what the memory guard counts: all held
+    (spec,) = [
+        s
+        for s in specs_for_plan(
+            plan_model(process_proto(model), OnnxRuntimeCPU(threads=1)), "onnxruntime", {}, e2e=True
+        )
+        if s.kind is SpecKind.MODEL
+    ]
+    assert model_weight_bytes(spec) == weights_read_per_run(graph)
+    before = replace(spec, model={k: v for k, v in spec.model.items() if k != "read_weight_bytes"})
+    assert model_weight_bytes(before) == weight_bytes(graph)  # a spec stored before: every weight it holds

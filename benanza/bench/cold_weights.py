@@ -27,16 +27,24 @@ count (a ``Gather`` of an embedding table reads a few rows, not the table) is ne
 Whether a layer streams is decided from the network alone. How much is evicted before it depends on
 the model it is measured beside (a layer shared by several models is measured once, beside the
 first; its record says how much): what the rest of that model reads between two runs of the layer
-(``evicted_bytes``): the weights of the model measured beside it less the layer's own, at most
-twice the last-level cache (which empties it), all of that when no model is measured beside it, and
-nothing when the layer is all the model streams. The host's own caches then keep of the layer's
-weights what they would keep inside the model, whatever their real share of a cache that other
-tenants use too. Side by side on the 2-core VM (32 MiB L3; ``benchmarks/noisy_neighbour.py --cases
-quiet``, two runs each and one more at the final code, 2026-11-28): a decoder block at one token
-composed at 0.97-1.04x of end to end in fp32 (48 MiB of weights; emptying the cache gave
-1.11-1.23x), 0.74-0.77x in ORT's QOperator int8 (12 MiB; nothing evicted, as a model that fits the
-cache was before, gave 0.58-0.59x), 0.88-0.89x in QDQ int8 (0.84-0.89x); the zoo's geometric mean
-error at G = 1 1.6%, 1.6% and 1.7% (1.9% and 1.9%).
+(``evicted_bytes``): the weights the model measured beside it reads in a run
+(``weights_read_per_run``: an embedding table counted as the rows it gathers, not as the table) less
+the layer's own, at most twice the last-level cache (which empties it), all of that when no model is
+measured beside it, and nothing when the layer is all the model streams. The host's own caches then
+keep of the layer's weights what they would keep inside the model, whatever their real share of a
+cache that other tenants use too. Side by side on the 2-core VM (32 MiB L3;
+``benchmarks/noisy_neighbour.py --cases quiet``, two runs each and one more at the final code,
+2026-11-28): a decoder block at one token composed at 0.97-1.04x of end to end in fp32 (48 MiB of
+weights; emptying the cache gave 1.11-1.23x), 0.74-0.77x in ORT's QOperator int8 (12 MiB; nothing
+evicted, as a model that fits the cache was before, gave 0.58-0.59x), 0.88-0.89x in QDQ int8
+(0.84-0.89x); the zoo's geometric mean error at G = 1 1.6%, 1.6% and 1.7% (1.9% and 1.9%).
+onnxruntime-genai's int4 decoders at one token (``benchmarks/decoder_step.py``, 2026-11-29;
+``MatMulNBits`` kernel time, median of 60 profiled runs, interleaved): at TinyLlama-1.1B's widths
+(146 MiB read per token) a 2048 x 5632 projection took 75 us warm, 138 us after the rest of the
+model and 141 us inside it; its 32000-token head 545, 754 and 756 us. In a 4-layer model 512 wide
+(18 MiB read per token; its 81 MiB are mostly a float32 embedding table) the head took 114 us warm,
+123 us after the rest (8 MiB), 96 us inside, and 193 us after every weight the model holds, the
+table whole (the rule before: it counted held weights, not read ones).
 
 How a benchmark is evicted belongs to its runtime (``Prepared.evict_weights``: ONNX Runtime on the
 CPU reads that many bytes of a buffer kept for it, runs a session of one float so that the call
@@ -52,7 +60,7 @@ import math
 from benanza.bench.spec import BenchmarkSpec
 from benanza.model import ops
 from benanza.model.dtypes import tensor_bytes
-from benanza.model.graph import TensorSpec
+from benanza.model.graph import ModelGraph, TensorSpec
 from benanza.model.network import InputRef, Network, RefKind
 
 STREAMED_MIN_BYTES = 1 << 20  # a node's weights below this are read in less time than the call around them
@@ -99,6 +107,35 @@ def node_streamed_bytes(network: Network, position: int) -> int:
     # the counter ran on this very layer when the model was read (``extract``): it does not fail here
     flops = int(info.flops(dict(node.attributes), ops.OpContext(inputs, outputs, node.opset)))
     return size if 0 < flops <= 2 * STREAMED_MAX_REUSE * elements else 0
+
+
+# Ops that read a few rows of a weight table (an embedding), by the table's input positions: per run they
+# read what they write, not the table (a decoder's embedding, 262 MB at TinyLlama's widths in float32, is
+# most of its weights and almost none of what one token reads).
+GATHERED_TABLES: dict[tuple[str, str], frozenset[int]] = {
+    ("", "Gather"): frozenset({0}),
+    ("", "GatherElements"): frozenset({0}),
+    ("", "GatherND"): frozenset({0}),
+    ("com.microsoft", "GatherBlockQuantized"): frozenset({0, 2, 3}),
+}
+
+
+def weights_read_per_run(graph: ModelGraph) -> int:
+    """The bytes of weights a whole model reads in one run: every constant layer input's, a gathered
+    table's counted as the rows read (its layer's output bytes, at most the table's).
+
+    What the rest of a model reads between two runs of one of its layers (``evicted_bytes``);
+    ``memory.weight_bytes`` counts every byte held instead, for the memory guard.
+    """
+    total = 0
+    for layer in graph.layers:
+        tables = GATHERED_TABLES.get((layer.domain if layer.domain != "ai.onnx" else "", layer.op_type), frozenset())
+        written = sum(tensor_bytes(t.shape, t.dtype) for t in layer.outputs)
+        for position, inp in enumerate(layer.inputs):
+            if inp.kind.is_constant:
+                held = tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
+                total += min(held, written) if position in tables else held
+    return total
 
 
 def streamed_weight_bytes(network: Network) -> int:

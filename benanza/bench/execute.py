@@ -314,9 +314,11 @@ def _eviction_provenance(evict_bytes: int) -> dict[str, Any]:
 
 
 def model_weight_bytes(spec: BenchmarkSpec) -> int | None:
-    """A whole model's weights, in bytes, as its plan estimated them (``memory.graph_memory``); None: not a
-    model, or not known."""
-    weights = (spec.model or {}).get("weight_bytes") if spec.kind is SpecKind.MODEL else None
+    """The bytes of weights a whole model reads in a run, as its plan counted them
+    (``cold_weights.weights_read_per_run``; a spec from before it: every weight it holds,
+    ``memory.graph_memory``); None: not a model, or not known."""
+    info = (spec.model or {}) if spec.kind is SpecKind.MODEL else {}
+    weights = info.get("read_weight_bytes", info.get("weight_bytes"))
     return None if weights is None else int(weights)
 
 

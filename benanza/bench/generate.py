@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benanza.bench.build import DEFAULT_OPSET
+from benanza.bench.cold_weights import weights_read_per_run
 from benanza.bench.contract import Runtime
 from benanza.bench.memory import graph_memory
 from benanza.bench.spec import (
@@ -345,7 +346,12 @@ def specs_for_plan(
         )
     if e2e:
         dtype = plan.graph.inputs[0].dtype if plan.graph.inputs else "float32"
-        model = {"path": plan.path, **plan.requested, **graph_memory(plan.graph).to_dict()}
+        model = {
+            "path": plan.path,
+            **plan.requested,
+            **graph_memory(plan.graph).to_dict(),
+            "read_weight_bytes": weights_read_per_run(plan.graph),
+        }
         whole = [(plan.model_key, plan.model, model)]
         if defaults:
             at_defaults = {**model, "session": RUNTIME_DEFAULTS}
