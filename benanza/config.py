@@ -404,7 +404,7 @@ class FleetConfig(BaseModel):
     models: list[ModelPath] = Field(default_factory=list, description="files or folders; empty = the onnx zoo")
     batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1], min_length=1)
     shapes: list[ShapeText] = Field(default_factory=list, description="NAME=DIMS input shape bindings")
-    dims: dict[str, PositiveInt] = Field(
+    dims: dict[str, Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict, description="symbolic dimensions bound by name in every input (--dim NAME=N)"
     )
     granularities: list[PositiveInt] = Field(default_factory=list, description="DLBricks sequence sizes G")

@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 import onnx
+import onnxruntime
 import pytest
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
@@ -92,8 +93,8 @@ def test_a_dim_no_input_has_binds_nothing_and_an_unbound_one_names_the_flag(cach
     [
         (["past"], "expected NAME=N"),
         (["=4"], "expected NAME=N"),
-        (["past=0"], "positive integers"),
-        (["past=1x2"], "positive integers"),
+        (["past=-1"], "integers from 0"),
+        (["past=1x2"], "integers from 0"),
         (["past=4", "past=5"], "given twice"),
     ],
 )
@@ -150,3 +151,71 @@ def test_a_fleet_config_binds_dims_and_the_flag_adds_to_them(tmp_path, cached_de
     (work,) = corpus.works.values()
     (plan,) = work.plans
     assert plan.shapes["past_key_values.1.key"] == (1, 2, 8, 4)
+
+
+@pytest.fixture
+def gqa_decoder(build_model) -> onnx.ModelProto:
+    """onnxruntime-genai's attention: a packed QKV input, a KV cache, ``seqlens_k`` and
+    ``total_sequence_length`` computed from the attention mask as its exports compute them."""
+    heads, kv_heads, head = 2, 1, 8
+    nodes = [
+        helper.make_node("ReduceSum", ["attention_mask", "one"], ["mask_sum"], keepdims=0),
+        helper.make_node("Sub", ["mask_sum", "one"], ["lengths"]),
+        helper.make_node("Cast", ["lengths"], ["seqlens_k"], to=TensorProto.INT32),
+        helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
+        helper.make_node("Gather", ["mask_shape", "one_scalar"], ["total"], axis=0),
+        helper.make_node("Cast", ["total"], ["total_sequence_length"], to=TensorProto.INT32),
+        helper.make_node(
+            "GroupQueryAttention",
+            ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total_sequence_length"],
+            ["attended", "present_key", "present_value"],
+            domain="com.microsoft",
+            num_heads=heads,
+            kv_num_heads=kv_heads,
+        ),
+    ]
+    cache = ["batch_size", kv_heads, "past_sequence_length", head]
+    inputs = [
+        ("qkv", F, ["batch_size", "sequence_length", (heads + 2 * kv_heads) * head]),
+        ("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
+        ("past_key", F, cache),
+        ("past_value", F, cache),
+    ]
+    outputs = [("attended", F, None), ("present_key", F, None), ("present_value", F, None)]
+    inits = {"one": np.array([1], np.int64), "one_scalar": np.array(1, np.int64)}
+    return build_model(nodes, inputs, outputs, initializers=inits, opset=18, extra_opsets={"com.microsoft": 1})
+
+
+@pytest.mark.parametrize(("past", "steps"), [(0, 4), (6, 1), (16, 1)])
+def test_attention_over_a_kv_cache_is_shaped_as_onnx_runtime_runs_it(gqa_decoder, process_proto, past, steps):
+    """The present cache is ``max(past, total)`` long, as ONNX Runtime's kernel makes it: a prompt over an
+    empty cache (``--dim past_sequence_length=0``) and a step after it, not the past's length (what ORT's
+    symbolic inference gives: a present of length 0 failed the first step's benchmark)."""
+    from benanza.model.process import process_model
+
+    total = past + steps
+    bound = {"sequence_length": steps, "past_sequence_length": past, "total_sequence_length": total}
+    graph = process_model("gqa.onnx", 1, proto=gqa_decoder, dims=bound).graph
+    (gqa,) = [layer for layer in graph.layers if layer.op_type == "GroupQueryAttention"]
+    assert [o.shape for o in gqa.outputs] == [(1, steps, 16), (1, 1, total, 8), (1, 1, total, 8)]
+    session = onnxruntime.InferenceSession(gqa_decoder.SerializeToString(), providers=["CPUExecutionProvider"])
+    feeds = {
+        "qkv": np.zeros((1, steps, 32), np.float32),
+        "attention_mask": np.ones((1, total), np.int64),
+        "past_key": np.zeros((1, 1, past, 8), np.float32),
+        "past_value": np.zeros((1, 1, past, 8), np.float32),
+    }
+    assert [o.shape for o in session.run(None, feeds)][1:] == [(1, 1, total, 8)] * 2
+
+
+def test_the_main_job_measures_a_prompt_over_an_empty_kv_cache(tmp_path, gqa_decoder):
+    path = tmp_path / "gqa.onnx"
+    onnx.save(gqa_decoder, path)
+    uri = f"sqlite:///{tmp_path / 'prompt.db'}"
+    env = {"BENANZA_DB": None, "BENANZA_SYSTEM": "dims-test", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
+    flags = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
+    dims = ["--dim", "sequence_length=4", "--dim", "past_sequence_length=0", "--dim", "total_sequence_length=4"]
+    result = CliRunner().invoke(app, ["run", str(path), "--db", uri, *flags, *dims, "--format", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["coverage"] == 1.0 and row["missing"] == [] and row["e2e_ms"] is not None

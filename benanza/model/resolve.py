@@ -334,6 +334,9 @@ class _Walk:
         except Exception as exc:  # symbolic inference raises on ops it does not know how to shape
             log.debug("symbolic shape inference of %s failed: %s", node.op_type, one_line(exc))
             return False
+        correct = SYMBOLIC_CORRECTIONS.get((node.domain, node.op_type))
+        if correct is not None:
+            shapes = correct(node, shapes, self.values)
         if any(shapes.get(o) is None for o in needed):
             return False
         for o in needed:
@@ -653,7 +656,36 @@ def _synthetic(shape: tuple[int, ...], elem: int, rng: np.random.Generator, *, v
     return np.full(shape, 2 if variant else 1, dtype)
 
 
-def _symbolic_shapes(model: onnx.ModelProto, needed: list[str]) -> dict[str, tuple[tuple[int, ...], int] | None]:
+Shaped = dict[str, tuple[tuple[int, ...], int] | None]  # tensor -> (shape, element type), None: not shaped
+
+
+def _present_cache(node: onnx.NodeProto, shapes: Shaped, values: Mapping[str, np.ndarray]) -> Shaped:
+    """``GroupQueryAttention``'s present key and value: ONNX Runtime's kernel makes them
+    ``max(past length, total_sequence_length)`` long, where its symbolic inference copies the
+    past's shape (right only where past and present share one buffer of the maximum length). A
+    first step over an empty cache (``--dim past_sequence_length=0``) got a present of length 0,
+    and its benchmark failed; a step after 128 tokens one of 128, not 129."""
+    total = values.get(node.input[6]) if len(node.input) > 6 and node.input[6] else None
+    if total is None or total.size != 1:
+        return shapes
+    length = int(total.ravel()[0])
+    fixed = dict(shapes)
+    for name in node.output[1:3]:
+        found = fixed.get(name) if name else None
+        if found is not None and len(found[0]) == 4:
+            shape, elem = found
+            fixed[name] = ((*shape[:2], max(shape[2], length), shape[3]), elem)
+    return fixed
+
+
+# Per op: a correction of what ONNX Runtime's symbolic shape inference gives (node, its shapes, the
+# walk's known values -> the shapes), where its kernel shapes the op otherwise.
+SYMBOLIC_CORRECTIONS: dict[tuple[str, str], Callable[[onnx.NodeProto, Shaped, Mapping[str, np.ndarray]], Shaped]] = {
+    ("com.microsoft", "GroupQueryAttention"): _present_cache,
+}
+
+
+def _symbolic_shapes(model: onnx.ModelProto, needed: list[str]) -> Shaped:
     """ONNX Runtime's symbolic shape inference of a one-node model: each output's concrete shape or None.
 
     Its public ``infer_shapes`` writes ``sym_shape_infer_temp.onnx`` into the working directory

@@ -76,16 +76,20 @@ _DIM_EXAMPLE = "e.g. past_sequence_length=128"
 
 
 def parse_dim_override(text: str) -> tuple[str, int]:
-    """Parse ``NAME=N``: a symbolic dimension's name (an input's ``dim_param``) and a positive size.
+    """Parse ``NAME=N``: a symbolic dimension's name (an input's ``dim_param``) and its size.
+
+    The size may be 0, unlike a ``--shape`` dimension: a symbolic dimension the exporter left free
+    can be empty where the model is run so (a decoder's first step, its prompt, over an empty KV
+    cache: ``--dim past_sequence_length=0``), which ONNX Runtime runs.
 
     Raises:
-        UsageError: the text is not ``NAME=N`` or N is not a positive integer.
+        UsageError: the text is not ``NAME=N`` or N is not a non-negative integer.
     """
     name, sep, size = text.strip().partition("=")
     if not sep or not name.strip():
         raise UsageError(f"bad --dim {text!r}: expected NAME=N, {_DIM_EXAMPLE}")
-    if not _DIM_RE.fullmatch(size.strip()) or int(size) < 1:
-        raise UsageError(f"bad --dim {text!r}: the size is {size!r}; sizes are positive integers, {_DIM_EXAMPLE}")
+    if not _DIM_RE.fullmatch(size.strip()):
+        raise UsageError(f"bad --dim {text!r}: the size is {size!r}; sizes are integers from 0, {_DIM_EXAMPLE}")
     return name.strip(), int(size)
 
 
