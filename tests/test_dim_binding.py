@@ -219,3 +219,26 @@ def test_the_main_job_measures_a_prompt_over_an_empty_kv_cache(tmp_path, gqa_dec
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)
     assert row["coverage"] == 1.0 and row["missing"] == [] and row["e2e_ms"] is not None
+
+
+def test_a_dimension_named_by_an_expression_of_bound_ones_is_computed(build_model):
+    """Optimum names a decoder's attention mask ``past_sequence_length + sequence_length``."""
+    from benanza.model.shapes import dim_size
+
+    model = build_model(
+        [helper.make_node("ReduceSum", ["attention_mask"], ["n"], keepdims=0)],
+        [("attention_mask", TensorProto.INT64, ["batch_size", "past_sequence_length + sequence_length"])],
+        [("n", TensorProto.INT64, None)],
+    )
+    binding = bind_shapes(model, "m.onnx", batch=1, dims={"past_sequence_length": 128, "sequence_length": 1})
+    assert binding.shapes == {"attention_mask": (1, 129)}
+    bound = {"p": 128, "s": 2}
+    assert [dim_size(e, bound) for e in ("p + s", "2 * (p - s)", "p // s", "p - 200", "q + 1", "p // 0")] == [
+        130,
+        252,
+        64,
+        None,  # negative: not a size
+        None,  # a name not bound
+        None,
+    ]
+    assert dim_size("__import__('os').getcwd()", bound) is None  # only arithmetic on names and integers

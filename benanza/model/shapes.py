@@ -17,10 +17,12 @@ as constants, as inference servers use them.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import logging
 import math
+import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -93,6 +95,38 @@ def parse_dim_override(text: str) -> tuple[str, int]:
     return name.strip(), int(size)
 
 
+_DIM_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def dim_size(param: str, dims: Mapping[str, int]) -> int | None:
+    """A symbolic dimension's size from the named ones: its own name's, else its value as an integer
+    expression of them (``+ - * //``, integers, parentheses) where it is one: Optimum's exports name an
+    attention mask's length ``past_sequence_length + sequence_length``. None: not bound by ``dims``."""
+    if param in dims:
+        return dims[param]
+    try:
+        tree = ast.parse(param, mode="eval")
+    except SyntaxError:
+        return None
+
+    def value(node: ast.AST) -> int | None:
+        if isinstance(node, ast.Expression):
+            return value(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            return dims.get(node.id)
+        if isinstance(node, ast.BinOp) and type(node.op) in _DIM_OPERATORS:
+            left, right = value(node.left), value(node.right)
+            if left is None or right is None or (isinstance(node.op, ast.FloorDiv) and right == 0):
+                return None
+            return _DIM_OPERATORS[type(node.op)](left, right)
+        return None
+
+    size = value(tree)
+    return size if size is not None and size >= 0 else None
+
+
 def parse_dim_overrides(texts: list[str] | None) -> dict[str, int]:
     """``--dim`` values by dimension name; a name given twice is an error (which one was meant?)."""
     dims: dict[str, int] = {}
@@ -130,9 +164,10 @@ def bind_shapes(
     """Decide every runtime input's concrete shape.
 
     ``shapes`` wins for the inputs it names; ``dims`` then binds each symbolic dimension it
-    names, in every input that has it (``--dim past_sequence_length=128``: a decoder's KV cache
-    inputs, one per layer and per key and value, bound at once, as ``onnxruntime_perf_test -f``
-    and ``SessionOptions.add_free_dimension_override_by_name`` do); ``batch`` then sets a
+    names (or whose name is an integer expression of those: ``dim_size``), in every input that
+    has it (``--dim past_sequence_length=128``: a decoder's KV cache inputs, one per layer and per
+    key and value, bound at once, as ``onnxruntime_perf_test -f`` and
+    ``SessionOptions.add_free_dimension_override_by_name`` do); ``batch`` then sets a
     symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
     dimension that differs (a "rebatch"). A name in ``dims`` that a model does not have binds
     nothing there (one run binds models of several kinds). Anything left symbolic is an
@@ -168,8 +203,9 @@ def bind_shapes(
         dims_out: list[int] = []
         for i, d in enumerate(tt.shape.dim):
             fixed = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-            if fixed is None and d.dim_param and d.dim_param in dims:
-                dims_out.append(dims[d.dim_param])
+            named = dim_size(d.dim_param, dims) if fixed is None and d.dim_param and dims else None
+            if named is not None:
+                dims_out.append(named)
             elif i == 0 and batch is not None:
                 if fixed is not None and fixed != batch:
                     rebatch[vi.name] = (fixed, batch)
