@@ -242,3 +242,43 @@ def test_a_dimension_named_by_an_expression_of_bound_ones_is_computed(build_mode
         None,
     ]
     assert dim_size("__import__('os').getcwd()", bound) is None  # only arithmetic on names and integers
+
+
+def test_one_model_at_two_bindings_is_two_rows_and_two_report_pages(tmp_path, build_model):
+    """A prompt and a step of one decoder (or BERT at two sequence lengths) at one batch size: the tables
+    and the report keyed them by model and batch size alone and showed one, the other's page lost."""
+    model = build_model(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        [("x", F, ["batch", "sequence", 16])],
+        [("z", F, None)],
+        initializers={"w": np.ones((16, 16), np.float32)},
+    )
+    path = tmp_path / "decoder.onnx"
+    onnx.save(model, path)
+    uri = f"sqlite:///{tmp_path / 'bindings.db'}"
+    env = {"BENANZA_DB": None, "BENANZA_SYSTEM": "dims-test", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
+    flags = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
+    runner = CliRunner()
+    for sequence, batches in (("1", "1,2"), ("128", "1")):
+        args = ["run", str(path), "--db", uri, *flags, "--dim", f"sequence={sequence}", "--batch", batches]
+        assert runner.invoke(app, args, env=env).exit_code == 0
+    result = runner.invoke(app, ["analyze", "lower-bound", "--db", uri, "--format", "json"], env=env)
+    assert result.exit_code == 0, result.output
+    rows = sorted((r["model"], r["batch_size"]) for r in json.loads(result.stdout))
+    # batch sizes of one binding stay one model; the bindings are told apart by what differs, the batch B
+    assert rows == [("decoder (x=Bx128x16)", 1), ("decoder (x=Bx1x16)", 1), ("decoder (x=Bx1x16)", 2)]
+    site = tmp_path / "site"
+    assert runner.invoke(app, ["report", "--db", uri, "--out", str(site)], env=env).exit_code == 0
+    assert sorted(p.name for p in (site / "models").glob("*.html")) == [
+        "decoder__x_Bx128x16_.html",
+        "decoder__x_Bx1x16_.html",
+    ]
+    # a model stored at one binding keeps its name
+    other = runner.invoke(
+        app, ["run", str(path), "--db", f"sqlite:///{tmp_path / 'one.db'}", *flags, "--dim", "sequence=4"], env=env
+    )
+    assert other.exit_code == 0
+    one = runner.invoke(
+        app, ["analyze", "lower-bound", "--db", f"sqlite:///{tmp_path / 'one.db'}", "--format", "json"], env=env
+    )
+    assert [r["model"] for r in json.loads(one.stdout)] == ["decoder"]

@@ -14,6 +14,7 @@ with different ``--granularity`` lists) are read as one.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -146,6 +147,58 @@ class PlanSelection:
         return True
 
 
+def binding_names(plans: Sequence[StoredPlan]) -> list[StoredPlan]:
+    """The plans, each model stored at several bindings beyond its batch size named by the one it has.
+
+    A decoder measured at its prompt and at one step after it (``--dim sequence_length=128`` and
+    ``=1``), BERT at sequences 128 and 384: one model, one batch size, two workloads, which every
+    table, report page and CSV keys by model and batch size would show as one. Where a model's plans
+    bind its inputs' other dimensions (all but the leading, the batch's) in more than one way, each
+    is named by the inputs that tell them apart, the batch written ``B``: ``model (input_ids=Bx1)``
+    and ``model (input_ids=Bx128)``. A model stored at one binding keeps its name.
+    """
+    signatures: dict[str, list[tuple]] = defaultdict(list)
+    for p in plans:
+        signature = _binding(p)
+        if signature not in signatures[p.model]:
+            signatures[p.model].append(signature)
+    labels: dict[tuple[str, tuple], str] = {}
+    for model, found in signatures.items():
+        if len(found) < 2:
+            continue
+        names = sorted({name for signature in found for name, _ in signature})
+        differing = sorted(
+            (n for n in names if len({dict(sig).get(n) for sig in found}) > 1),
+            key=lambda n: _telling(n, found),
+        )
+        for count in range(1, len(differing) + 1):  # the fewest inputs that tell every binding apart
+            shown = differing[:count]
+            texts = {sig: ", ".join(_bound_text(n, dict(sig).get(n)) for n in shown) for sig in found}
+            if len(set(texts.values())) == len(found):
+                break
+        labels.update({(model, sig): f"{model} ({text})" for sig, text in texts.items()})
+    return [replace(p, model=labels[key]) if (key := (p.model, _binding(p))) in labels else p for p in plans]
+
+
+def _telling(name: str, signatures: Sequence[tuple]) -> tuple[int, float]:
+    """How well an input tells bindings apart, best first: fewer dimensions (token ids before a KV
+    cache), then the widest spread of sizes (a prompt's ``input_ids`` of 128 against a step's 1
+    before its attention mask's 128 against 129)."""
+    shapes = [dict(sig).get(name) or () for sig in signatures]
+    sizes = [math.prod(shape) for shape in shapes]
+    spread = max(sizes) / min(sizes) if min(sizes) > 0 else math.inf
+    return max(len(shape) for shape in shapes), -spread
+
+
+def _binding(plan: StoredPlan) -> tuple:
+    """A plan's bound inputs without their leading (batch) dimension, in input order."""
+    return tuple((name, tuple(shape[1:])) for name, shape in plan.shapes.items())
+
+
+def _bound_text(name: str, dims: tuple[int, ...] | None) -> str:
+    return f"{name}=absent" if dims is None else f"{name}={'x'.join(['B', *map(str, dims)])}"
+
+
 def merged_plans(plans: Iterable[StoredPlan], granularities: Sequence[int] | None = None) -> list[StoredPlan]:
     """One plan per (system, stack, runtime, variant, model, batch size): same-unit plans' sequences joined.
 
@@ -214,14 +267,13 @@ def stored_analyses(
     names = resolve_systems(store, systems)
     stacks = select_stacks(store, names, stack)
     by_place: dict[tuple[str, str], list[StoredPlan]] = defaultdict(list)
-    if plans is not None:
-        for p in plans:
-            by_place[(p.system, p.stack_id)].append(p)
+    # every stored plan: a model's bindings are named alike on every system and stack (``binding_names``)
+    for p in binding_names([p for p in (store.plans() if plans is None else plans) if selection.admits(p)]):
+        by_place[(p.system, p.stack_id)].append(p)
     analyses = []
     for system in names:
         for sid in stacks.get(system, []):
-            found = by_place.get((system, sid), []) if plans is not None else store.plans(system=system, stack_id=sid)
-            chosen = merged_plans([p for p in found if selection.admits(p)], selection.granularities)
+            chosen = merged_plans(by_place.get((system, sid), []), selection.granularities)
             chosen.sort(key=lambda p: (p.model, p.batch_size, p.runtime, p.variant))
             if not chosen:
                 continue
