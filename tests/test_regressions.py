@@ -435,6 +435,26 @@ def test_model_units_come_from_the_stored_plans(two_stacks, squeezenet_plan) -> 
     assert sum(count for _, count in units[0].units) == len(squeezenet_plan.unit_keys)
 
 
+def test_a_model_at_two_bindings_is_two_models_in_the_report_named_as_the_tables_name_them(two_stacks) -> None:
+    """The same model stored at a second binding (another input shape at the same batch size): its change is
+    reported apart, under the name the lower-bound tables give it (``binding_names``), not as a second
+    'light_squeezenet'."""
+    from dataclasses import replace
+
+    uri, _ = two_stacks
+    with open_store(uri) as store:
+        for stack in (OLD, NEW):
+            (plan,) = store.plans(system=SYSTEM, stack_id=stack)
+            (name, shape), *rest = plan.shapes.items()
+            wide = replace(plan, model_key="squeezenet-112", shapes={name: (*shape[:2], 112, 112), **dict(rest)})
+            store.put_plans(SYSTEM, stack, [wide])
+            models = [r for r in store.records(system=SYSTEM, stack_id=stack, kind="model") if r.key == plan.model_key]
+            store.upsert([replace(r, key="squeezenet-112", spec_id=f"{r.spec_id}-112") for r in models])
+        [found] = regressions(store, [SYSTEM])
+    names = sorted(m.model for m in found.report.models)
+    assert names == ["light_squeezenet (data_0=Bx3x112x112)", "light_squeezenet (data_0=Bx3x224x224)"]
+
+
 # -- two real onnxruntime releases -------------------------------------------------------------
 
 OLD_ORT = "1.22.1"

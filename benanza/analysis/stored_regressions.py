@@ -23,7 +23,7 @@ from benanza.analysis.regressions import (
     compare_stacks,
     history_changes,
 )
-from benanza.analysis.stored import resolve_systems
+from benanza.analysis.stored import binding_names, resolve_systems
 from benanza.bench.plans import StoredPlan
 from benanza.bench.records import BenchmarkRecord
 from benanza.errors import UsageError
@@ -47,6 +47,10 @@ def model_units(plans: Iterable[StoredPlan], models: Iterable[str] = ()) -> list
             ModelUnits(plan.model, plan.model_key, plan.batch_size, tuple(counts.items())),
         )
     return list(units.values())
+
+
+def _placed(plans: Iterable[StoredPlan], system: str, stack_id: str) -> list[StoredPlan]:
+    return [p for p in plans if (p.system, p.stack_id) == (system, stack_id)]
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,9 @@ def regressions(
     """
     names = resolve_systems(store, systems)
     models = list(models)
+    wanted = set(models)
+    # a model's bindings named as the lower-bound tables name them (``binding_names``), over every stored plan
+    plans = binding_names([p for p in store.plans() if not wanted or p.model in wanted])
     out = []
     for system in names:
         stacks = store.stacks(system)
@@ -91,7 +98,7 @@ def regressions(
             continue
         if history:
             records = store.records(system=system, stack_id=head_id) + store.repeats(system, head_id)
-            units = model_units(store.plans(system=system, stack_id=head_id), models)
+            units = model_units(_placed(plans, system, head_id))
             report = history_changes(system, head_id, records, models=units, settings=settings)
         else:
             base_id = base or next((s for s in reversed(order[: order.index(head_id)]) if s != head_id), None)
@@ -112,7 +119,7 @@ def regressions(
             records = []
             for sid in (base_id, head_id):
                 records += store.records(system=system, stack_id=sid) + store.repeats(system, sid)
-            units = model_units(store.plans(system=system, stack_id=head_id), models)
+            units = model_units(_placed(plans, system, head_id))
             report = compare_stacks(
                 system, records, base=base_id, head=head_id, stacks=fingerprints, models=units, settings=settings
             )
