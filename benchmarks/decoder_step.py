@@ -10,8 +10,10 @@ per run was read before each call (``evicted_bytes`` of ``weights_read_per_run``
 embedding counted as the rows it reads), as benanza times it; alone after every weight the model
 holds was read (the embedding table whole: the rule before 2026-11-29); and the same nodes' kernel
 times inside the whole model (ONNX Runtime's profiler, ``extended``, the harness's threads).
-Then the main job (``benanza run``) over the decoders into a fresh database: the sequential bound,
-the composition at G = 1, the end to end and the end to end at ORT's defaults.
+Then the main job (``benanza run``) over the decoders, each run into a fresh database, with the
+eviction on and off (``BENANZA_EVICT_STREAMED_WEIGHTS``; off is what an int4 projection got before its
+FLOPs were counted), alternated over ``--main-job-rounds``: the sequential bound, the composition at
+G = 1, the end to end and the end to end at ORT's defaults.
 
 Printed and saved to ``benchmarks/results/decoder_step.json`` (``--tag`` adds a suffix). The decoders
 are not shipped (the builder needs ``transformers`` and writes the weights); made with
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -105,12 +108,13 @@ def projections(path: str, bound: dict[str, int]) -> tuple[list[dict[str, Any]],
     return list(units.values()), {"runtime": runtime, "feeds": feeds}
 
 
-def main_job(models: list[str], bound: dict[str, int]) -> list[dict[str, Any]]:
+def main_job(models: list[str], bound: dict[str, int], evict: bool) -> list[dict[str, Any]]:
     flags = [flag for name, size in bound.items() for flag in ("--dim", f"{name}={size}")]
+    env = {**os.environ, "BENANZA_EVICT_STREAMED_WEIGHTS": "true" if evict else "false"}
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "benanza", "run", *models, "--db", f"sqlite:///{tmp}/d.db", *flags]
         started = time.perf_counter()
-        done = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=False)
+        done = subprocess.run([*command, "--format", "json"], capture_output=True, text=True, check=False, env=env)
     if done.returncode != 0:
         raise SystemExit(f"benanza run failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
     rows = []
@@ -118,6 +122,7 @@ def main_job(models: list[str], bound: dict[str, int]) -> list[dict[str, Any]]:
         e2e, composed = row.get("e2e_ms"), (row.get("composed_ms") or {}).get("1")
         rows.append(
             {
+                "evict": evict,
                 "model": row["model"],
                 "sequential_ms": row["sequential_ms"],
                 "composed_g1_ms": composed,
@@ -127,7 +132,7 @@ def main_job(models: list[str], bound: dict[str, int]) -> list[dict[str, Any]]:
                 "notes": row.get("notes"),
             }
         )
-    print(f"benanza run: {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"benanza run, eviction {'on' if evict else 'off'}: {time.perf_counter() - started:.0f} s", flush=True)
     return rows
 
 
@@ -137,12 +142,14 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=128, help="tokens in the KV cache before the step")
     parser.add_argument("--head-size", type=int, default=64, help="the models' head size (kv_cache_dim)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--main-job-rounds", type=int, default=1, help="main job runs with the eviction on and off")
+    parser.add_argument("--skip-projections", action="store_true", help="only the main job")
     parser.add_argument("--tag", default="")
     args = parser.parse_args()
     bound = dims(args.context, args.head_size)
     flush = host_cache.flush_bytes()
     results = []
-    for path in args.models:
+    for path in [] if args.skip_projections else args.models:
         units, whole = projections(path, bound)
         samples: dict[str, dict[str, list[float]]] = {u["spec"].key: defaultdict(list) for u in units}
         prepared = {u["spec"].key: whole["runtime"].prepare(u["spec"]) for u in units}
@@ -170,12 +177,17 @@ def main() -> None:
                 f"inside the model {medians.get('inside', 0):.0f} us",
                 flush=True,
             )
-    rows = main_job(args.models, bound)
-    for row in rows:
-        print(
-            f"{row['model']}: bound {row['sequential_ms']:.3f}, composed G=1 {row['composed_g1_ms']:.3f}, "
-            f"e2e {row['e2e_ms']:.3f} ms (composed/e2e {row['composed_over_e2e']:.2f})"
-        )
+    rows = []
+    for r in range(args.main_job_rounds):
+        for evict in (True, False) if r % 2 == 0 else (False, True):  # alternated: drift hits both arms alike
+            found = main_job(args.models, bound, evict)
+            rows += [{**row, "round": r} for row in found]
+            for row in found:
+                print(
+                    f"  {row['model']}: bound {row['sequential_ms']:.3f}, composed G=1 {row['composed_g1_ms']:.3f}, "
+                    f"e2e {row['e2e_ms']:.3f} ms (composed/e2e {row['composed_over_e2e']:.2f})",
+                    flush=True,
+                )
     out = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": " ".join(sys.argv),
