@@ -27,7 +27,7 @@ from benanza.cli import app
 from benanza.model.extract import schema_of, slot_kinds
 from benanza.model.graph import InputKind
 from benanza.model.keys import Slot
-from benanza.model.network import network_of
+from benanza.model.network import Network, network_of
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for, session_options
 from benanza.store import open_store
 
@@ -348,3 +348,35 @@ def test_the_checker_takes_onnxruntime_ops_in_onnx_domain_inside_subgraphs_too(b
     onnx.save(model, path)
     loaded = load_model(path)
     assert [n.domain for n in loaded.graph.node[0].attribute[0].g.node] == ["", ""]  # the model itself unchanged
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_a_skipped_output_keeps_the_positions_of_those_after_it(build_model, process_proto, elem):
+    """onnxruntime-genai's decoders read ``SkipSimplifiedLayerNormalization``'s outputs 0 and 3 (the
+    normalised sum and the sum) and leave 1 and 2 (mean, inv_std_var, float32 whatever the input)
+    unnamed. Built alone without those gaps the sum went to slot 1: a float16 unit failed in ONNX
+    Runtime (its float32 mean into a float16 sink), a float32 one ran another output than the model's."""
+    dtype = np.float16 if elem == TensorProto.FLOAT16 else np.float32
+    node = helper.make_node(
+        "SkipSimplifiedLayerNormalization", ["x", "skip", "gamma"], ["norm", "", "", "sum"], domain=MS, epsilon=1e-6
+    )
+    consume = helper.make_node("Add", ["norm", "sum"], ["y"])
+    model = build_model(
+        [node, consume],
+        [("x", elem, [1, 4, 64]), ("skip", elem, [1, 4, 64])],
+        [("y", elem, None)],
+        initializers={"gamma": np.ones(64, dtype)},
+        extra_opsets={MS: 1},
+    )
+    processed = process_proto(model)
+    layer = layer_of(processed, "SkipSimplifiedLayerNormalization")
+    assert layer.output_slots == (0, 3) and [o.dtype for o in layer.outputs] == [np.dtype(dtype).name] * 2
+    built = run_alone(processed, layer)
+    (unit,) = [n for n in built.graph.node if n.op_type == "SkipSimplifiedLayerNormalization"]
+    assert [bool(name) for name in unit.output] == [True, False, False, True]
+    # and in the spec's document, as a fleet's workers and the stored records get the network
+    network = network_of(processed.graph, [layer.index])[1]
+    assert Network.from_doc(network.to_doc()) == network and network.nodes[0].output_slots == (0, 3)
+    # a node whose outputs have no gap keeps no slots: its key is what it was
+    add = layer_of(processed, "Add")
+    assert add.output_slots == () and network_of(processed.graph, [add.index])[1].nodes[0].output_slots == ()

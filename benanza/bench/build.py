@@ -198,10 +198,11 @@ def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] 
                 else:
                     initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i, copy, held))
                 names.append(name)
-        outs = []
-        for j, _ in enumerate(node.outputs):
+        slots = node.output_slots or tuple(range(len(node.outputs)))
+        outs = [""] * (max(slots, default=-1) + 1)  # a skipped output stays unnamed, as in the model
+        for j, slot in enumerate(slots):
             out_name[(pos, j)] = f"n{pos}_o{j}"
-            outs.append(out_name[(pos, j)])
+            outs[slot] = out_name[(pos, j)]
         allowed = _schema_attributes(node.op_type, node.opset, domain)
         subgraphs = dict(node.subgraphs)
         attrs = {k: _attr(v) for k, v in node.attributes if allowed is None or k in allowed}

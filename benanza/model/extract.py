@@ -337,7 +337,8 @@ def _make_layer(
             if (why := control_flow.loop_trip_reason(node, values, constants)) is not None:
                 raise _UnsupportedNode(why)
     outputs: list[TensorSpec] = []
-    for x in node.output:
+    slots: list[int] = []  # each output's position among the node's
+    for slot, x in enumerate(node.output):
         if not x:
             continue
         shape, dtype = types.get(x, (None, ""))
@@ -346,6 +347,10 @@ def _make_layer(
                 continue
             raise _UnsupportedNode(_unknown("output", x, shapes))
         outputs.append(TensorSpec(x, shape, dtype))
+        slots.append(slot)
+    # positions only where an output is skipped before another (SkipLayerNormalization's sum, output 3,
+    # without its mean and inv_std_var): a unit built without them would write its sum into slot 1
+    output_slots = tuple(slots) if slots != list(range(len(slots))) else ()
 
     attrs: dict[str, Any] = dict(_schema_defaults(op_type, opset, domain))
     carried = subgraph_attributes(node)
@@ -376,7 +381,7 @@ def _make_layer(
     attributes = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in attrs.items()))
     tensors = (*(i.tensor for i in inputs if i.kind is not InputKind.ABSENT), *outputs)
     bytes_moved = sum(t.numel * itemsize(t.dtype) for t in tensors)
-    fields = key_fields(op_type, domain, inputs, outputs, dict(attributes), value_slots)
+    fields = key_fields(op_type, domain, inputs, outputs, dict(attributes), value_slots, output_slots)
     return Layer(
         index=index,
         name=name,
@@ -390,6 +395,7 @@ def _make_layer(
         bytes_moved=bytes_moved,
         layer_key=stable_id(fields),
         captured=len(captures),
+        output_slots=output_slots,
         subgraphs=tuple(subgraphs),
         subgraph_opsets=tuple(
             sorted((d, opsets[d]) for d in control_flow.subgraph_domains(node) if d in opsets and d != domain)

@@ -96,6 +96,8 @@ class Layer:
     captured: int = 0  # trailing inputs that are outer tensors read by subgraphs, not node inputs
     subgraphs: tuple[tuple[str, str | tuple[str, ...]], ...] = ()  # attribute -> encoded subgraph(s)
     subgraph_opsets: tuple[tuple[str, int], ...] = ()  # other domains the subgraphs' nodes use -> opset
+    # each output's position among the node's where one is skipped before another; () = 0, 1, 2...
+    output_slots: tuple[int, ...] = ()
 
     @property
     def node_inputs(self) -> tuple[LayerInput, ...]:

@@ -135,12 +135,15 @@ def key_fields(
     outputs: Iterable[TensorSpec],
     attributes: Mapping[str, AttrValue],
     value_inputs: Mapping[int, str] | None = None,
+    output_slots: tuple[int, ...] = (),
 ) -> dict[str, Any]:
     """The explicit fields a layer key is made of.
 
     Args:
         value_inputs: inputs (by index) whose values join the attributes under the given
             name, so an attribute that became an input in a later opset keys the same.
+        output_slots: the outputs' positions among the node's where one is skipped before another
+            (``Layer.output_slots``); keyed only then, so no other layer's key changes.
     """
     value_inputs = value_inputs or {}
     attrs: dict[str, Any] = {k: _canonical(v) for k, v in attributes.items()}
@@ -176,6 +179,7 @@ def key_fields(
         "inputs": canon_inputs,
         "outputs": [{"shape": list(o.shape), "dtype": o.dtype} for o in outputs],
         "attributes": attrs,
+        **({"output_slots": list(output_slots)} if output_slots else {}),
     }
 
 

@@ -170,6 +170,7 @@ class NetworkNode:
     captured: int = 0  # control flow: the last ``captured`` inputs are read by the subgraphs
     subgraphs: tuple[tuple[str, EncodedSubgraphs], ...] = ()  # attribute -> encoded subgraph(s)
     subgraph_opsets: tuple[tuple[str, int], ...] = ()  # other domains the subgraphs use -> opset
+    output_slots: tuple[int, ...] = ()  # ``Layer.output_slots``: where an output is skipped before another
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -187,6 +188,7 @@ class NetworkNode:
             **({"captured": self.captured} if self.captured else {}),
             **({"subgraphs": {k: _listed(v) for k, v in self.subgraphs}} if self.subgraphs else {}),
             **({"subgraph_opsets": dict(self.subgraph_opsets)} if self.subgraph_opsets else {}),
+            **({"output_slots": list(self.output_slots)} if self.output_slots else {}),
         }
 
     @classmethod
@@ -202,6 +204,7 @@ class NetworkNode:
             captured=int(doc.get("captured", 0)),
             subgraphs=tuple((k, _frozen(v)) for k, v in doc.get("subgraphs", {}).items()),
             subgraph_opsets=tuple((d, int(v)) for d, v in doc.get("subgraph_opsets", {}).items()),
+            output_slots=tuple(int(s) for s in doc.get("output_slots", ())),
         )
 
 
@@ -310,6 +313,7 @@ def network_of(graph: ModelGraph, layer_indices: Sequence[int]) -> tuple[str, Ne
                 captured=layer.captured,
                 subgraphs=tuple((k, _frozen(v)) for k, v in layer.subgraphs),
                 subgraph_opsets=tuple(layer.subgraph_opsets),
+                output_slots=layer.output_slots,
             )
         )
     consumed_outside = _consumed_outside(graph, set(members))
