@@ -108,7 +108,9 @@ def test_the_reports_answer_names_the_variant_of_a_system_measured_at_two_levels
     uri = f"sqlite:///{tmp_path / 'levels.db'}"
     (extended,) = _run(nchwc_model, uri)
     (at_all,) = _run(nchwc_model, uri, "--opt-level", "all")
-    fastest = min((extended, at_all), key=lambda r: r["sequential_ms"])
+    # the comparison's basis: the lowest end to end where every row has one (``analysis.compare``); by the
+    # bound, as this test chose before, it failed whenever the two levels' bounds and end to ends ranked apart
+    fastest = min((extended, at_all), key=lambda r: r["e2e_ms"])
     out = tmp_path / "site"
     result = CliRunner().invoke(app, ["report", "--db", uri, "--out", str(out)], env=FAST_ENV)
     assert result.exit_code == 0, result.output
