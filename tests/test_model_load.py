@@ -288,3 +288,28 @@ def test_bad_shape_syntax(text):
 def test_parse_shape_overrides():
     assert parse_shape_overrides(None) == {}
     assert parse_shape_overrides(["a=1x2", "b=3"]) == {"a": (1, 2), "b": (3,)}
+
+
+def test_folding_a_constant_that_is_infinite_is_quiet(build_model):
+    """T5's relative position buckets take the log of a 0: the folded constant is ``-inf``, as the model
+    computes it, and numpy's 'divide by zero' warnings printed on every command's stderr."""
+    import warnings
+
+    from benanza.model.process import process_model
+
+    model = build_model(
+        [
+            helper.make_node("Log", ["zero"], ["minus_inf"]),
+            helper.make_node("Cast", ["minus_inf"], ["as_int"], to=TensorProto.INT64),
+            helper.make_node("Cast", ["as_int"], ["back"], to=F),
+            helper.make_node("Max", ["x", "back"], ["y"]),
+        ],
+        [("x", F, [2, 3])],
+        [("y", F, None)],
+        initializers={"zero": np.zeros((3,), np.float32)},
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graph = process_model("t5.onnx", proto=model).graph
+    assert [w.message for w in caught if issubclass(w.category, RuntimeWarning)] == []
+    assert [layer.op_type for layer in graph.layers] == ["Max"]  # the constant folded away

@@ -300,7 +300,9 @@ def fold_constants(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         from onnxscript.optimizer import fold_constants as fold
 
         ir_model = ir.from_proto(m)
-        with _quiet(_FOLDER_LOG):
+        # a folded constant is what the model computes, infinities included (T5's relative position
+        # buckets take the log of a 0): numpy's warnings about them were noise on every command's stderr
+        with _quiet(_FOLDER_LOG), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             fold(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
         m = without_orphans(ir.to_proto(ir_model), read_tensors(m))
     except Exception as exc:  # the optimizer is best effort; inference below still runs
