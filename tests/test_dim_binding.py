@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from decoders import HEAD, HIDDEN, KV_HEADS, decoder
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
@@ -26,6 +27,20 @@ from benanza.store import open_store
 
 F = TensorProto.FLOAT
 LAYERS = 3
+ENV = {"BENANZA_DB": None, "BENANZA_SYSTEM": "dims-test", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
+FAST = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
+
+
+def invoke(*args: object) -> list | dict:
+    """A command through typer's runner, its exit checked, its JSON output read (``--format json``)."""
+    result = CliRunner().invoke(app, [str(a) for a in args] + ["--format", "json"], env=ENV)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def main_job(path, uri: str, *flags: str) -> list[dict]:
+    """``benanza run`` of one model into ``uri`` with the harness's shortest settings: its rows."""
+    return invoke("run", path, "--db", uri, *FAST, *flags)
 
 
 @pytest.fixture
@@ -114,12 +129,7 @@ def test_the_main_job_binds_a_kv_cache_by_dims_and_runs_the_model_end_to_end(tmp
     path = tmp_path / "decoder.onnx"
     onnx.save(cached_decoder, path)
     uri = f"sqlite:///{tmp_path / 'dims.db'}"
-    env = {"BENANZA_DB": None, "BENANZA_SYSTEM": "dims-test", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
-    flags = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
-    dims = ["--dim", "sequence_length=1", "--dim", "past_sequence_length=16"]
-    result = CliRunner().invoke(app, ["run", str(path), "--db", uri, *flags, *dims, "--format", "json"], env=env)
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.stdout)
+    (row,) = main_job(path, uri, "--dim", "sequence_length=1", "--dim", "past_sequence_length=16")
     assert row["coverage"] == 1.0 and row["e2e_ms"] is not None  # the runtime loaded the model with the dims
     with open_store(uri, read_only=True) as store:
         (plan,) = store.plans()
@@ -155,35 +165,7 @@ def test_a_fleet_config_binds_dims_and_the_flag_adds_to_them(tmp_path, cached_de
 
 @pytest.fixture
 def gqa_decoder(build_model) -> onnx.ModelProto:
-    """onnxruntime-genai's attention: a packed QKV input, a KV cache, ``seqlens_k`` and
-    ``total_sequence_length`` computed from the attention mask as its exports compute them."""
-    heads, kv_heads, head = 2, 1, 8
-    nodes = [
-        helper.make_node("ReduceSum", ["attention_mask", "one"], ["mask_sum"], keepdims=0),
-        helper.make_node("Sub", ["mask_sum", "one"], ["lengths"]),
-        helper.make_node("Cast", ["lengths"], ["seqlens_k"], to=TensorProto.INT32),
-        helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),
-        helper.make_node("Gather", ["mask_shape", "one_scalar"], ["total"], axis=0),
-        helper.make_node("Cast", ["total"], ["total_sequence_length"], to=TensorProto.INT32),
-        helper.make_node(
-            "GroupQueryAttention",
-            ["qkv", "", "", "past_key", "past_value", "seqlens_k", "total_sequence_length"],
-            ["attended", "present_key", "present_value"],
-            domain="com.microsoft",
-            num_heads=heads,
-            kv_num_heads=kv_heads,
-        ),
-    ]
-    cache = ["batch_size", kv_heads, "past_sequence_length", head]
-    inputs = [
-        ("qkv", F, ["batch_size", "sequence_length", (heads + 2 * kv_heads) * head]),
-        ("attention_mask", TensorProto.INT64, ["batch_size", "total_sequence_length"]),
-        ("past_key", F, cache),
-        ("past_value", F, cache),
-    ]
-    outputs = [("attended", F, None), ("present_key", F, None), ("present_value", F, None)]
-    inits = {"one": np.array([1], np.int64), "one_scalar": np.array(1, np.int64)}
-    return build_model(nodes, inputs, outputs, initializers=inits, opset=18, extra_opsets={"com.microsoft": 1})
+    return decoder(build_model)
 
 
 @pytest.mark.parametrize(("past", "steps"), [(0, 4), (6, 1), (16, 1)])
@@ -194,30 +176,25 @@ def test_attention_over_a_kv_cache_is_shaped_as_onnx_runtime_runs_it(gqa_decoder
     from benanza.model.process import process_model
 
     total = past + steps
-    bound = {"sequence_length": steps, "past_sequence_length": past, "total_sequence_length": total}
-    graph = process_model("gqa.onnx", 1, proto=gqa_decoder, dims=bound).graph
+    graph = process_model("gqa.onnx", 1, proto=gqa_decoder, dims={"seq": steps, "past": past, "total": total}).graph
     (gqa,) = [layer for layer in graph.layers if layer.op_type == "GroupQueryAttention"]
-    assert [o.shape for o in gqa.outputs] == [(1, steps, 16), (1, 1, total, 8), (1, 1, total, 8)]
+    present = (1, KV_HEADS, total, HEAD)
+    assert [o.shape for o in gqa.outputs] == [(1, steps, HIDDEN), present, present]
     session = onnxruntime.InferenceSession(gqa_decoder.SerializeToString(), providers=["CPUExecutionProvider"])
     feeds = {
-        "qkv": np.zeros((1, steps, 32), np.float32),
+        "input_ids": np.zeros((1, steps), np.int64),
         "attention_mask": np.ones((1, total), np.int64),
-        "past_key": np.zeros((1, 1, past, 8), np.float32),
-        "past_value": np.zeros((1, 1, past, 8), np.float32),
+        "past_key": np.zeros((1, KV_HEADS, past, HEAD), np.float32),
+        "past_value": np.zeros((1, KV_HEADS, past, HEAD), np.float32),
     }
-    assert [o.shape for o in session.run(None, feeds)][1:] == [(1, 1, total, 8)] * 2
+    assert [o.shape for o in session.run(None, feeds)][1:] == [present] * 2
 
 
 def test_the_main_job_measures_a_prompt_over_an_empty_kv_cache(tmp_path, gqa_decoder):
     path = tmp_path / "gqa.onnx"
     onnx.save(gqa_decoder, path)
     uri = f"sqlite:///{tmp_path / 'prompt.db'}"
-    env = {"BENANZA_DB": None, "BENANZA_SYSTEM": "dims-test", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
-    flags = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
-    dims = ["--dim", "sequence_length=4", "--dim", "past_sequence_length=0", "--dim", "total_sequence_length=4"]
-    result = CliRunner().invoke(app, ["run", str(path), "--db", uri, *flags, *dims, "--format", "json"], env=env)
-    assert result.exit_code == 0, result.output
-    (row,) = json.loads(result.stdout)
+    (row,) = main_job(path, uri, "--dim", "seq=4", "--dim", "past=0", "--dim", "total=4")
     assert row["coverage"] == 1.0 and row["missing"] == [] and row["e2e_ms"] is not None
 
 
@@ -256,29 +233,18 @@ def test_one_model_at_two_bindings_is_two_rows_and_two_report_pages(tmp_path, bu
     path = tmp_path / "decoder.onnx"
     onnx.save(model, path)
     uri = f"sqlite:///{tmp_path / 'bindings.db'}"
-    env = {"BENANZA_DB": None, "BENANZA_SYSTEM": "dims-test", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
-    flags = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
-    runner = CliRunner()
     for sequence, batches in (("1", "1,2"), ("128", "1")):
-        args = ["run", str(path), "--db", uri, *flags, "--dim", f"sequence={sequence}", "--batch", batches]
-        assert runner.invoke(app, args, env=env).exit_code == 0
-    result = runner.invoke(app, ["analyze", "lower-bound", "--db", uri, "--format", "json"], env=env)
-    assert result.exit_code == 0, result.output
-    rows = sorted((r["model"], r["batch_size"]) for r in json.loads(result.stdout))
+        main_job(path, uri, "--dim", f"sequence={sequence}", "--batch", batches)
+    rows = sorted((r["model"], r["batch_size"]) for r in invoke("analyze", "lower-bound", "--db", uri))
     # batch sizes of one binding stay one model; the bindings are told apart by what differs, the batch B
     assert rows == [("decoder (x=Bx128x16)", 1), ("decoder (x=Bx1x16)", 1), ("decoder (x=Bx1x16)", 2)]
     site = tmp_path / "site"
-    assert runner.invoke(app, ["report", "--db", uri, "--out", str(site)], env=env).exit_code == 0
+    invoke("report", "--db", uri, "--out", site)
     assert sorted(p.name for p in (site / "models").glob("*.html")) == [
         "decoder__x_Bx128x16_.html",
         "decoder__x_Bx1x16_.html",
     ]
     # a model stored at one binding keeps its name
-    other = runner.invoke(
-        app, ["run", str(path), "--db", f"sqlite:///{tmp_path / 'one.db'}", *flags, "--dim", "sequence=4"], env=env
-    )
-    assert other.exit_code == 0
-    one = runner.invoke(
-        app, ["analyze", "lower-bound", "--db", f"sqlite:///{tmp_path / 'one.db'}", "--format", "json"], env=env
-    )
-    assert [r["model"] for r in json.loads(one.stdout)] == ["decoder"]
+    one = f"sqlite:///{tmp_path / 'one.db'}"
+    main_job(path, one, "--dim", "sequence=4")
+    assert [r["model"] for r in invoke("analyze", "lower-bound", "--db", one)] == ["decoder"]

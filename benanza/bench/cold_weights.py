@@ -129,7 +129,7 @@ def weights_read_per_run(graph: ModelGraph) -> int:
     """
     total = 0
     for layer in graph.layers:
-        tables = GATHERED_TABLES.get((layer.domain if layer.domain != "ai.onnx" else "", layer.op_type), frozenset())
+        tables = GATHERED_TABLES.get((layer.domain, layer.op_type), frozenset())  # a layer's default domain is ""
         written = sum(tensor_bytes(t.shape, t.dtype) for t in layer.outputs)
         for position, inp in enumerate(layer.inputs):
             if inp.kind.is_constant:
