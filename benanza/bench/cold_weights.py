@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import math
 
+from benanza.bench.memory import weight_bytes
 from benanza.bench.spec import BenchmarkSpec
 from benanza.model import ops
 from benanza.model.dtypes import tensor_bytes
@@ -124,18 +125,18 @@ def weights_read_per_run(graph: ModelGraph) -> int:
     """The bytes of weights a whole model reads in one run: every constant layer input's, a gathered
     table's counted as the rows read (its layer's output bytes, at most the table's).
 
-    What the rest of a model reads between two runs of one of its layers (``evicted_bytes``);
-    ``memory.weight_bytes`` counts every byte held instead, for the memory guard.
+    What the rest of a model reads between two runs of one of its layers (``evicted_bytes``): what
+    ``memory.weight_bytes`` counts for the memory guard, every byte held, less the rows a gather leaves.
     """
-    total = 0
+    unread = 0
     for layer in graph.layers:
         tables = GATHERED_TABLES.get((layer.domain, layer.op_type), frozenset())  # a layer's default domain is ""
         written = sum(tensor_bytes(t.shape, t.dtype) for t in layer.outputs)
-        for position, inp in enumerate(layer.inputs):
-            if inp.kind.is_constant:
-                held = tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
-                total += min(held, written) if position in tables else held
-    return total
+        for position in tables:
+            inp = layer.inputs[position] if position < len(layer.inputs) else None
+            if inp is not None and inp.kind.is_constant:
+                unread += max(0, tensor_bytes(inp.tensor.shape, inp.tensor.dtype) - written)
+    return weight_bytes(graph) - unread
 
 
 def streamed_weight_bytes(network: Network) -> int:
