@@ -190,9 +190,10 @@ def test_before_runs_untimed_before_every_timed_call() -> None:
 
 @pytest.fixture(scope="module")
 def gemv(build_model, process_proto):
-    """A fully connected layer at batch 1 whose weights fill half the last-level cache (at least 1 MiB)."""
+    """A fully connected layer at batch 1 whose weights fill a quarter of the last-level cache (at least 1 MiB):
+    small enough to stay there between two calls on a host whose cache other tenants share."""
     inputs = 1024
-    outputs = max(STREAMED_MIN_BYTES, host_cache.last_level_cache_bytes() // 2) // (4 * inputs)
+    outputs = max(STREAMED_MIN_BYTES, host_cache.last_level_cache_bytes() // 4) // (4 * inputs)
     model = build_model(
         [helper.make_node("Gemm", ["x", "w"], ["y"], transB=1)],
         [("x", F, [1, inputs])],
@@ -206,7 +207,7 @@ def gemv(build_model, process_proto):
 
 @pytest.fixture(scope="module")
 def gemv_model(gemv, build_model, tmp_path_factory):
-    """The whole model of ``gemv`` as a MODEL spec (its weights: half the last-level cache)."""
+    """The whole model of ``gemv`` as a MODEL spec (its weights: a quarter of the last-level cache)."""
     runtime, layer = gemv
     path = tmp_path_factory.mktemp("gemv") / "gemv.onnx"
     inputs, outputs = layer.network.nodes[0].inputs, layer.network.nodes[0].outputs
@@ -224,24 +225,30 @@ def gemv_model(gemv, build_model, tmp_path_factory):
 
 def test_evicted_weights_are_read_from_memory_slower_than_from_the_cache(gemv) -> None:
     """Emptied caches (``flush_bytes``) make the GEMV read its weights from memory; 1 MiB of other data
-    leaves most of them cached, nearly as warm."""
+    leaves most of them cached, nearly as warm.
+
+    A timing on a shared host: other tenants empty the cache too, now and then, for a whole round. So the
+    difference must show in one of three rounds; an eviction that reads nothing shows it in none."""
     runtime, spec = gemv
     prepared = runtime.prepare(spec)
     flush = host_cache.flush_bytes()
+    s = HarnessSettings(min_samples=30, max_samples=30, min_time_s=0, target_rel_stderr=0.0, disturbance_retries=0)
+    evicted = [partial(prepared.evict_weights, flush), partial(prepared.evict_weights, 1 << 20), None]
+    ratios = []
     try:
         assert prepared.evicts
-        s = HarnessSettings(min_samples=30, max_samples=30, min_time_s=0, target_rel_stderr=0.0, disturbance_retries=0)
-        evicted = [partial(prepared.evict_weights, flush), partial(prepared.evict_weights, 1 << 20), None]
-        rounds = measure_interleaved([prepared.call] * 3, s, before=evicted)
-        cold, little, warm = (statistics.median(t.samples) for t in rounds.timings)
-        kernel_cold = statistics.median(prepared.kernel_times(9, evict_bytes=flush))
-        kernel_warm = statistics.median(prepared.kernel_times(9))
+        for _ in range(3):
+            rounds = measure_interleaved([prepared.call] * 3, s, before=evicted)
+            cold, little, warm = (statistics.median(t.samples) for t in rounds.timings)
+            kernel_cold = statistics.median(prepared.kernel_times(9, evict_bytes=flush))
+            kernel_warm = statistics.median(prepared.kernel_times(9))
+            ratios.append((cold / warm, cold / little, kernel_cold / kernel_warm))
+            if min(ratios[-1]) > 1.2:
+                break
     finally:
         prepared.close()
-    # 2-core VM, 32 MiB cache, 16 MiB of weights: 0.14 ms from the cache, 0.5-0.6 ms from memory
-    assert cold > 1.2 * warm, (cold, warm)
-    assert cold > 1.2 * little, (cold, little)
-    assert kernel_cold > 1.2 * kernel_warm, (kernel_cold, kernel_warm)
+    # 2-core VM, 32 MiB cache, 8 MiB of weights: cold/warm 1.6-2.1, cold/little 1.6-1.9, kernels 1.8-2.5
+    assert max(min(r) for r in ratios) > 1.2, ratios
 
 
 def test_a_streaming_layer_is_evicted_by_what_the_rest_of_its_model_reads(layers) -> None:
