@@ -187,6 +187,25 @@ def test_kernel_times_assign_node_events_to_their_run():
     assert times == pytest.approx([120e-6, 12e-6, 0.0], abs=1e-12)
 
 
+def test_a_subgraphs_nodes_are_kernel_time_and_the_control_flow_node_holding_them_is_not():
+    """ONNX Runtime profiles an If's (or a Loop's) nodes within its own event; what the If costs beyond them
+    is the runtime's subgraph execution, not a kernel (an Optimum merged decoder's whole model is one If)."""
+    events = [
+        _event("Session", "model_run", 100, 200),
+        _event("Node", "before_kernel_time", 101, 10),
+        _event("Node", "optimum::if_kernel_time", 112, 150, "If"),
+        _event("Node", "matmul_kernel_time", 120, 40, "MatMul"),
+        _event("Node", "inner_loop_kernel_time", 165, 60, "Loop"),  # nested: a Loop in the branch
+        _event("Node", "body_add_kernel_time", 170, 20, "Add"),
+        _event("Node", "body_add_kernel_time", 195, 20, "Add"),
+        _event("Node", "relu_kernel_time", 240, 15, "Relu"),
+        _event("Node", "after_kernel_time", 270, 5),
+    ]
+    runs = profile_kernel_times(events)
+    assert runs.kernel == pytest.approx([(10 + 40 + 20 + 20 + 15 + 5) * 1e-6], abs=1e-12)
+    assert runs.nodes == [6]  # the If and the Loop are not counted nodes (no floor taken for them)
+
+
 def test_inserted_precision_casts_are_summed_apart_from_kernel_time():
     events = [
         _event("Session", "model_run", 100, 100),
