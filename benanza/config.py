@@ -407,6 +407,9 @@ class FleetConfig(BaseModel):
     dims: dict[str, Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict, description="symbolic dimensions bound by name in every input (--dim NAME=N)"
     )
+    values: dict[str, int] = Field(
+        default_factory=dict, description="inputs that choose an If's branch, bound to a value (--value NAME=V)"
+    )
     granularities: list[PositiveInt] = Field(default_factory=list, description="DLBricks sequence sizes G")
     dtypes: list[DtypeName] = Field(default_factory=lambda: ["float32"], min_length=1)
     e2e: bool = True
@@ -489,6 +492,7 @@ class FleetConfig(BaseModel):
         batch_sizes: list[int] | None = None,
         shapes: list[str] | None = None,
         dims: Mapping[str, int] | None = None,
+        values: Mapping[str, int] | None = None,
     ) -> FleetConfig:
         """This config with command-line values applied (None keeps the file's value).
 
@@ -513,6 +517,8 @@ class FleetConfig(BaseModel):
             data["shapes"] = shapes
         if dims:
             data["dims"] = {**data["dims"], **dims}
+        if values:
+            data["values"] = {**data["values"], **values}
         try:
             changed = FleetConfig.model_validate(data, context={"environ": {}})
         except ValidationError as exc:

@@ -93,15 +93,17 @@ def plan_models(
     granularities: Iterable[int] = (),
     *,
     dims: Mapping[str, int] | None = None,
+    values: Mapping[str, int] | None = None,
     known: Iterable[NamedModel] = (),
 ) -> list[ModelPlan]:
     """One plan per model and batch size, the models named apart from each other and from ``known``
     (the store's: ``Store.model_names``; see ``benanza.model.names``). ``dims`` binds symbolic
-    dimensions by name (``--dim``; ``benanza.model.shapes.bind_shapes``)."""
+    dimensions by name (``--dim``; ``benanza.model.shapes.bind_shapes``); ``values`` the inputs that
+    choose an ``If``'s branch (``--value``; ``benanza.model.steering``)."""
     plans = [
         plan
         for path in paths
-        for plan in plan_model_file(path, [runtime], batches, overrides, granularities, dims=dims)[0]
+        for plan in plan_model_file(path, [runtime], batches, overrides, granularities, dims=dims, values=values)[0]
     ]
     return with_distinct_names(plans, known)
 

@@ -122,7 +122,12 @@ def test_a_spec_carries_dims_only_when_given_so_other_specs_keep_their_ids():
     assert requested_binding(1, {"x": (1, 3)}, None) == {"batch": 1, "shapes": {"x": [1, 3]}}
     given = requested_binding(1, None, {"s": 1, "p": 16})
     assert given == {"batch": 1, "shapes": {}, "dims": {"p": 16, "s": 1}}
-    assert model_binding({"path": "m.onnx", **given}) == {"batch": 1, "shapes": {}, "dims": {"p": 16, "s": 1}}
+    assert model_binding({"path": "m.onnx", **given}) == {
+        "batch": 1,
+        "shapes": {},
+        "dims": {"p": 16, "s": 1},
+        "values": {},
+    }
 
 
 def test_the_main_job_binds_a_kv_cache_by_dims_and_runs_the_model_end_to_end(tmp_path, cached_decoder):

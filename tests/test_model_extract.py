@@ -761,28 +761,43 @@ def if_model(build_model):
     )
     return build_model(
         [
+            *_condition_from_data("x"),
             helper.make_node("Tanh", ["x"], ["a"], name="before"),
             helper.make_node("If", ["cond"], ["b"], then_branch=then_branch, else_branch=else_branch, name="branch"),
             helper.make_node("Sigmoid", ["b"], ["y"], name="after"),
             helper.make_node("Exp", ["x"], ["z"], name="beside"),
         ],
-        [("x", F, [2, 4]), ("cond", TensorProto.BOOL, [])],
+        [("x", F, [2, 4])],
         [("y", F, [2, 4]), ("z", F, [2, 4])],
     )
+
+
+def _condition_from_data(x: str) -> list[onnx.NodeProto]:
+    """``cond = ReduceMax(x) > ReduceMin(x)``: a condition the data decides, so the If stays one layer (one
+    that an input decides is folded to the branch it is fed: ``benanza.model.steering``)."""
+    return [
+        helper.make_node("ReduceMax", [x], ["peak"], keepdims=0, name="peak"),
+        helper.make_node("ReduceMin", [x], ["floor"], keepdims=0, name="floor"),
+        helper.make_node("Greater", ["peak", "floor"], ["cond"], name="positive"),
+    ]
 
 
 def test_if_is_one_layer_that_reads_what_its_branches_capture(build_model, process_proto):
     graph = process_proto(if_model(build_model)).graph
     assert graph.unsupported == ()
     index = {lay.name: lay.index for lay in graph.layers}
-    assert set(index) == {"before", "branch", "after", "beside"}
+    assert set(index) == {"peak", "floor", "positive", "before", "branch", "after", "beside"}
     branch = graph.layers[index["branch"]]
     # the runtime condition, then 'before's output, which both branches read from the outer scope
     assert [(i.tensor.name, i.kind) for i in branch.inputs] == [("cond", "activation"), ("a", "activation")]
     assert branch.captured == 1 and [i.tensor.name for i in branch.node_inputs] == ["cond"]
     assert branch.output_shapes == [[2, 4]]  # both branches agree on the shape
     assert {name for name, _ in branch.subgraphs} == {"then_branch", "else_branch"}
-    assert graph.edges == ((index["before"], index["branch"]), (index["branch"], index["after"]))
+    assert {(a, b) for a, b in graph.edges if index["branch"] in (a, b)} == {
+        (index["positive"], index["branch"]),
+        (index["before"], index["branch"]),
+        (index["branch"], index["after"]),
+    }
 
 
 def loop_model(build_model):
@@ -991,13 +1006,17 @@ def test_unsorted_if_capturing_a_later_tensor(build_model, process_proto):
             helper.make_node("If", ["cond"], ["b"], then_branch=branch, else_branch=branch, name="branch"),
             helper.make_node("Sigmoid", ["b"], ["y"], name="after"),
             helper.make_node("Tanh", ["x"], ["a"], name="before"),
+            *_condition_from_data("x"),
         ],
-        [("x", F, [2, 4]), ("cond", TensorProto.BOOL, [])],
+        [("x", F, [2, 4])],
         [("y", F, [2, 4])],
         check=False,
     )
     graph = process_proto(model).graph
     assert graph.unsupported == ()
-    assert [lay.name for lay in graph.layers] == ["before", "branch", "after"]
-    assert graph.layers[2].input_shapes == [[2, 4]]
-    assert graph.edges == ((0, 1), (1, 2))
+    names = [lay.name for lay in graph.layers]
+    assert names.index("before") < names.index("branch") < names.index("after")
+    after = graph.layers[names.index("after")]
+    assert after.input_shapes == [[2, 4]]
+    assert (names.index("before"), names.index("branch")) in graph.edges
+    assert (names.index("branch"), names.index("after")) in graph.edges

@@ -183,20 +183,30 @@ def binding_names(plans: Sequence[StoredPlan]) -> list[StoredPlan]:
 def _telling(name: str, signatures: Sequence[tuple]) -> tuple[int, float]:
     """How well an input tells bindings apart, best first: fewer dimensions (token ids before a KV
     cache), then the widest spread of sizes (a prompt's ``input_ids`` of 128 against a step's 1
-    before its attention mask's 128 against 129)."""
-    shapes = [dict(sig).get(name) or () for sig in signatures]
+    before its attention mask's 128 against 129). An input bound to a value (a merged decoder's
+    ``use_cache_branch``) tells them apart best of all."""
+    bound = [dict(sig).get(name) for sig in signatures]
+    if any(isinstance(b, int) for b in bound):
+        return -1, 0.0
+    shapes = [b or () for b in bound]
     sizes = [math.prod(shape) for shape in shapes]
     spread = max(sizes) / min(sizes) if min(sizes) > 0 else math.inf
     return max(len(shape) for shape in shapes), -spread
 
 
 def _binding(plan: StoredPlan) -> tuple:
-    """A plan's bound inputs without their leading (batch) dimension, in input order."""
-    return tuple((name, tuple(shape[1:])) for name, shape in plan.shapes.items())
+    """A plan's bound inputs without their leading (batch) dimension, in input order, then the inputs bound
+    to a value (``model.steering``) by their value."""
+    shapes = tuple((name, tuple(shape[1:])) for name, shape in plan.shapes.items())
+    return shapes + tuple((name, int(value)) for name, value in sorted(plan.values.items()))
 
 
-def _bound_text(name: str, dims: tuple[int, ...] | None) -> str:
-    return f"{name}=absent" if dims is None else f"{name}={'x'.join(['B', *map(str, dims)])}"
+def _bound_text(name: str, bound: tuple[int, ...] | int | None) -> str:
+    if bound is None:
+        return f"{name}=absent"
+    if isinstance(bound, int):
+        return f"{name}={bound}"
+    return f"{name}={'x'.join(['B', *map(str, bound)])}"
 
 
 def merged_plans(plans: Iterable[StoredPlan], granularities: Sequence[int] | None = None) -> list[StoredPlan]:

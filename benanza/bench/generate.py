@@ -53,6 +53,7 @@ class ModelPlan:
     requested: Mapping[str, Any] = field(default_factory=dict)  # the batch/shape arguments, to reload the model
     notes: tuple[str, ...] = ()  # how the plan departs from the runtime's execution (one line each)
     call_overhead_key: str = ""  # the network that measures one call's fixed cost (``call_overhead_network``)
+    values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
 
     @property
     def model(self) -> str:
@@ -193,21 +194,24 @@ def plan_model_file(
     granularities: Iterable[int] = (),
     *,
     dims: Mapping[str, int] | None = None,
+    values: Mapping[str, int] | None = None,
     fits_here: bool = True,
 ) -> list[list[ModelPlan]]:
     """A model file's plans, per runtime (in order) and per batch size; each binding is processed once for all.
 
     What ``benanza run`` plans on this machine and what the fleet driver plans for every
-    runtime its systems use. ``dims`` and ``fits_here`` as for ``process_model``.
+    runtime its systems use. ``dims``, ``values`` and ``fits_here`` as for ``process_model``.
 
     Raises:
         BenanzaError: the model cannot be loaded or bound (the fleet reports it and goes on).
     """
     grans = tuple(granularities)
-    processed = [process_model(path, batch, overrides, dims=dims, fits_here=fits_here) for batch in batches]
+    processed = [
+        process_model(path, batch, overrides, dims=dims, values=values, fits_here=fits_here) for batch in batches
+    ]
     return [
         [
-            plan_model(model, runtime, grans, batch=batch, overrides=overrides, dims=dims)
+            plan_model(model, runtime, grans, batch=batch, overrides=overrides, dims=dims, values=values)
             for batch, model in zip(batches, processed, strict=True)
         ]
         for runtime in runtimes
@@ -232,11 +236,12 @@ def plan_model(
     batch: int | None = None,
     overrides: Mapping[str, tuple[int, ...]] | None = None,
     dims: Mapping[str, int] | None = None,
+    values: Mapping[str, int] | None = None,
 ) -> ModelPlan:
     """The plan of one processed model on ``runtime`` (grouping from the runtime if it can).
 
-    ``batch``, ``overrides`` and ``dims`` are the arguments it was bound with: a runtime loads
-    the model again with them for its end to end (``ModelPlan.requested``).
+    ``batch``, ``overrides``, ``dims`` and ``values`` are the arguments it was bound with: a runtime
+    loads the model again with them for its end to end (``ModelPlan.requested``).
     """
     graph = processed.graph
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
@@ -246,6 +251,10 @@ def plan_model(
             groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
+    for name, value in processed.binding.values.items():  # said: a branch, not the whole If
+        how = "as given" if name in (values or {}) else f"as fed; --value {name}=V for the other branch"
+        taken = "layers from the branch taken, end to end with the If"
+        notes.append(f"{name}={value} ({how}) chooses an If's branch: {taken}")
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:
@@ -295,7 +304,8 @@ def plan_model(
         sequences=sequences,
         sequence_keys=sequence_keys,
         networks=networks,
-        requested=requested_binding(batch, overrides, dims),
+        requested=requested_binding(batch, overrides, dims, values),
+        values=dict(processed.binding.values),
         notes=tuple(notes),
         call_overhead_key=overhead_key,
     )

@@ -134,6 +134,7 @@ class StoredPlan:
     sequence_keys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     call_overhead_key: str = ""  # ``bench.generate.call_overhead_network``; "" in plans stored before it
+    values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
     system: str = ""  # set by the store: where it was measured
     stack_id: str = ""
     schema_version: int = PLAN_SCHEMA_VERSION
@@ -160,6 +161,7 @@ class StoredPlan:
             sequence_keys={int(g): tuple(keys) for g, keys in plan.sequence_keys.items()},
             notes=tuple(plan.notes),
             call_overhead_key=plan.call_overhead_key,
+            values=dict(plan.values),
             system=system,
             stack_id=stack_id,
         )
@@ -259,6 +261,7 @@ class StoredPlan:
             "sequence_keys": {str(g): list(keys) for g, keys in sorted(self.sequence_keys.items())},
             "notes": list(self.notes),
             **({"call_overhead_key": self.call_overhead_key} if self.call_overhead_key else {}),
+            **({"values": dict(self.values)} if self.values else {}),
         }
 
     @classmethod
@@ -296,6 +299,7 @@ class StoredPlan:
                 sequence_keys={int(g): tuple(keys) for g, keys in doc.get("sequence_keys", {}).items()},
                 notes=tuple(doc.get("notes", ())),
                 call_overhead_key=doc.get("call_overhead_key", ""),
+                values={name: int(v) for name, v in doc.get("values", {}).items()},
             )
         except KeyError as exc:
             raise StoreError(f"stored plan lacks field {exc.args[0]!r}") from None

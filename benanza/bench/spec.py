@@ -143,13 +143,18 @@ def _network(doc: Mapping[str, Any] | None) -> Network | None:
 
 
 def requested_binding(
-    batch: int | None, overrides: Mapping[str, tuple[int, ...]] | None, dims: Mapping[str, int] | None
+    batch: int | None,
+    overrides: Mapping[str, tuple[int, ...]] | None,
+    dims: Mapping[str, int] | None,
+    values: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
-    """The binding arguments a model spec carries (and its id hashes): ``dims`` only when given, so
-    that the specs of models bound without it keep the ids their stored results have."""
+    """The binding arguments a model spec carries (and its id hashes): ``dims`` and ``values`` only when
+    given, so that the specs of models bound without them keep the ids their stored results have."""
     requested: dict[str, Any] = {"batch": batch, "shapes": {k: list(v) for k, v in (overrides or {}).items()}}
     if dims:
         requested["dims"] = dict(sorted(dims.items()))
+    if values:
+        requested["values"] = dict(sorted(values.items()))
     return requested
 
 
@@ -159,4 +164,5 @@ def model_binding(model: Mapping[str, Any]) -> dict[str, Any]:
         "batch": model.get("batch"),
         "shapes": {k: tuple(v) for k, v in (model.get("shapes") or {}).items()},
         "dims": dict(model.get("dims") or {}),
+        "values": dict(model.get("values") or {}),
     }

@@ -32,6 +32,7 @@ from benanza.cli.common import (
     SystemOpt,
     TensorCoresOpt,
     ThreadsOpt,
+    ValueOpt,
 )
 from benanza.cli.pipeline import (
     bench_with_progress,
@@ -63,6 +64,7 @@ def bench_run(
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     dim: DimOpt = None,
+    value: ValueOpt = None,
     granularity: GranOpt = "",
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -82,7 +84,7 @@ def bench_run(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Benchmark what the database lacks for this system and software stack."""
-    wanted = requested(batch, shape, granularity, dim)
+    wanted = requested(batch, shape, granularity, dim, value)
     ctx = open_context(
         store_uri(db, db_file),
         runtime,
@@ -124,6 +126,7 @@ def run_command(
     batch: MainBatchesOpt = "1",
     shape: ShapeOpt = None,
     dim: DimOpt = None,
+    value: ValueOpt = None,
     granularity: GranOpt = MAIN_JOB_GRANULARITY,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -142,7 +145,7 @@ def run_command(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """The main job: benchmark the models (layers, groups, sequences, end to end), then analyze."""
-    wanted = requested(batch, shape, granularity, dim)
+    wanted = requested(batch, shape, granularity, dim, value)
     ctx = open_context(
         store_uri(db, db_file),
         runtime,

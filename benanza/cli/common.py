@@ -96,6 +96,14 @@ DimOpt = Annotated[
         "--dim past_sequence_length=128 binds a decoder's whole KV cache",
     ),
 ]
+ValueOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--value",
+        help="bind an input that chooses an If's branch to a value, NAME=V (repeatable): "
+        "--value use_cache_branch=0 measures a merged decoder's first step (default: the value it is fed)",
+    ),
+]
 ModelsArg = Annotated[
     list[Path] | None,
     typer.Argument(help="ONNX files or folders of them (default: the zoo in the onnx wheel)", show_default=False),

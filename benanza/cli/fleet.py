@@ -18,6 +18,7 @@ from benanza.cli.common import (
     ModelsOpt,
     RetryFailedOpt,
     ShapeOpt,
+    ValueOpt,
     cli_settings,
     parse_int_list,
 )
@@ -28,6 +29,7 @@ from benanza.fleet.bounds import run_lower_bounds
 from benanza.fleet.driver import plan_corpus, run_fleet
 from benanza.fleet.status import fleet_status
 from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
+from benanza.model.steering import parse_value_overrides
 from benanza.report.bench import plan_warnings
 from benanza.report.fleet import FleetProgress, status_table, summary_table
 from benanza.report.output import OutputFormat, console, emit
@@ -45,7 +47,9 @@ ConfigArg = Annotated[
 ]
 
 
-def _config(config: Path | None, db, address: str | None = None, models=None, batch=None, shape=None, dim=None):
+def _config(
+    config: Path | None, db, address: str | None = None, models=None, batch=None, shape=None, dim=None, value=None
+):
     """The fleet config with the flags applied; its ``db`` resolved here, once, for the driver and its workers.
 
     ``db`` is the store URI of ``--db``/``--db-file`` (None: the config's, else the
@@ -55,12 +59,18 @@ def _config(config: Path | None, db, address: str | None = None, models=None, ba
 
     batches = parse_int_list(batch, "--batch") if batch else None
     parse_shape_overrides(shape)  # a bad --shape is one line naming the flag, before the config is read
-    dims = parse_dim_overrides(dim)
+    dims, values = parse_dim_overrides(dim), parse_value_overrides(value)
     settings = cli_settings()
     cfg = load_fleet_config(config) if config is not None else default_fleet_config(settings)
     db = db or cfg.db or default_uri(settings)
     return cfg.with_overrides(
-        db=db, address=address, models=models or None, batch_sizes=batches, shapes=shape or None, dims=dims
+        db=db,
+        address=address,
+        models=models or None,
+        batch_sizes=batches,
+        shapes=shape or None,
+        dims=dims,
+        values=values,
     )
 
 
@@ -71,6 +81,7 @@ def run(
     batch: FleetBatchesOpt = None,
     shape: ShapeOpt = None,
     dim: DimOpt = None,
+    value: ValueOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     address: Annotated[
@@ -93,7 +104,7 @@ def run(
     Both lists are the summary's ``problems``.
     """
 
-    cfg = _config(config, store_uri(db, db_file), address, models, batch, shape, dim)
+    cfg = _config(config, store_uri(db, db_file), address, models, batch, shape, dim, value)
     if quiet:
         summary = run_fleet(cfg, settings=cli_settings(), retry_failed=retry_failed)
     else:
@@ -152,13 +163,14 @@ def status(
     batch: FleetBatchesOpt = None,
     shape: ShapeOpt = None,
     dim: DimOpt = None,
+    value: ValueOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Systems, their stacks, and what each still lacks (no Ray needed)."""
 
-    cfg = _config(config, store_uri(db, db_file), None, models, batch, shape, dim)
+    cfg = _config(config, store_uri(db, db_file), None, models, batch, shape, dim, value)
     with open_store(cfg.db, read_only=True, settings=cli_settings()) as store:
         corpus = plan_corpus(cfg, known=store.model_names)
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]

@@ -14,6 +14,7 @@ from benanza.cli.common import (
     FormatOpt,
     ModelsArg,
     ShapeOpt,
+    ValueOpt,
     model_paths,
     one_batch,
     parse_count,
@@ -22,6 +23,7 @@ from benanza.model.corpus import summarize
 from benanza.model.names import files_named_apart
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
+from benanza.model.steering import parse_value_overrides
 from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
 from benanza.report.models import corpus_tables, inspect_tables
 from benanza.report.output import OutputFormat, console, emit, table
@@ -40,12 +42,14 @@ def inspect(
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     dim: DimOpt = None,
+    value: ValueOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Every layer of one model with its key, shapes, attributes and FLOPs."""
 
     batch_size, overrides = one_batch(batch, "models inspect"), parse_shape_overrides(shape)
-    graph = process_model(model, batch_size, overrides, dims=parse_dim_overrides(dim)).graph
+    dims, values = parse_dim_overrides(dim), parse_value_overrides(value)
+    graph = process_model(model, batch_size, overrides, dims=dims, values=values).graph
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
     # CSV: the layers, then the nodes that are not layers (their own columns: node, reason)
@@ -66,15 +70,16 @@ def dedup(
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     dim: DimOpt = None,
+    value: ValueOpt = None,
     plot: Annotated[Path | None, typer.Option(help="save the Jaccard similarity heatmap as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Layer counts and unique layers per model and for the corpus, repeats, Jaccard similarity."""
 
     batch_size, overrides = one_batch(batch, "models dedup"), parse_shape_overrides(shape)
-    paths, dims = model_paths(models), parse_dim_overrides(dim)
+    paths, dims, values = model_paths(models), parse_dim_overrides(dim), parse_value_overrides(value)
     graphs = [
-        process_model(p, batch_size, overrides, dims=dims).named(name).graph
+        process_model(p, batch_size, overrides, dims=dims, values=values).named(name).graph
         for p, name in zip(paths, files_named_apart(paths), strict=True)
     ]
     summary = summarize(graphs)
@@ -103,12 +108,13 @@ def split(
     batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     dim: DimOpt = None,
+    value: ValueOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
 
     grain, batch_size = parse_count(granularity, "--granularity"), one_batch(batch, "models split")
-    overrides, dims = parse_shape_overrides(shape), parse_dim_overrides(dim)
+    overrides, dims, values = parse_shape_overrides(shape), parse_dim_overrides(dim), parse_value_overrides(value)
     paths = model_paths(models)
     names = files_named_apart(paths)
     for name in names:  # every model's folder checked before anything is written
@@ -116,7 +122,7 @@ def split(
     make_out_folder(out)
     written = []
     for path, name in zip(paths, names, strict=True):
-        processed = process_model(path, batch_size, overrides, dims=dims).named(name)
+        processed = process_model(path, batch_size, overrides, dims=dims, values=values).named(name)
         written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, grain), out))
     unique = len({w.sequence_key for w in written})
     sequences = [w.to_dict() for w in written]

@@ -19,6 +19,7 @@ from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_i
 from benanza.errors import UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
 from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
+from benanza.model.steering import parse_value_overrides
 from benanza.report.bench import plan_warnings
 from benanza.report.output import console
 from benanza.report.progress import PaceColumn
@@ -68,15 +69,23 @@ class Requested:
     overrides: dict[str, tuple[int, ...]]
     granularities: list[int]
     dims: dict[str, int] = field(default_factory=dict)  # --dim: symbolic dimensions bound by name
+    values: dict[str, int] = field(default_factory=dict)  # --value: inputs that choose a branch, bound
 
 
-def requested(batch: str | None, shape: list[str] | None, granularity: str, dim: list[str] | None = None) -> Requested:
+def requested(
+    batch: str | None,
+    shape: list[str] | None,
+    granularity: str,
+    dim: list[str] | None = None,
+    value: list[str] | None = None,
+) -> Requested:
     """Parse the flags that bind the models, before anything is opened: a bad one is one line."""
     return Requested(
         parse_batches(batch),
         parse_shape_overrides(shape),
         parse_int_list(granularity, "--granularity") if granularity else [],
         parse_dim_overrides(dim),
+        parse_value_overrides(value),
     )
 
 
@@ -89,6 +98,7 @@ def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -
         wanted.overrides,
         wanted.granularities,
         dims=wanted.dims,
+        values=wanted.values,
         known=ctx.store.model_names(),
     )
     warn_plans(plans)

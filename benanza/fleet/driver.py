@@ -225,6 +225,7 @@ def plan_corpus(config: FleetConfig, known: Callable[[], Iterable[NamedModel]] =
                     overrides,
                     config.granularities,
                     dims=config.dims,
+                    values=config.values,
                     fits_here=False,
                 )
             )

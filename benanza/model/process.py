@@ -42,6 +42,8 @@ def process_model(
     proto: onnx.ModelProto | None = None,
     *,
     dims: Mapping[str, int] | None = None,
+    values: Mapping[str, int] | None = None,
+    keep_branches: bool = False,
     fits_here: bool = True,
 ) -> ProcessedModel:
     """Load (unless ``proto`` is given), bind shapes, fold, infer and extract layers.
@@ -49,13 +51,17 @@ def process_model(
     The graph is named by the file's stem; a run names its models apart from the others it
     plans and the store holds (``bench.generate.with_distinct_names``).
 
-    ``dims``: symbolic dimensions bound by name. ``fits_here``: the model is benchmarked on
+    ``dims``: symbolic dimensions bound by name. ``values``: inputs that choose an ``If``'s branch
+    bound to a value (``--value``; ``benanza.model.steering``), their ``If`` folded to that branch
+    unless ``keep_branches`` (an end to end: ``shapes.prepare_model``). ``fits_here``: the model is benchmarked on
     this machine, so an input larger than its memory is refused; False where other systems
     run it (both: ``shapes.bind_shapes``).
     """
     with collection_paused():  # its objects live until the model is done (benanza.collector)
         model = proto if proto is not None else load_model(path)
-        prepared = prepare_model(model, path, batch, shapes, dims=dims, fits_here=fits_here)
+        prepared = prepare_model(
+            model, path, batch, shapes, dims=dims, values=values, keep_branches=keep_branches, fits_here=fits_here
+        )
         proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
         graph = extract(proto, model_name(path), str(path), prepared.shapes)
     return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)

@@ -25,7 +25,7 @@ import math
 import operator
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
@@ -38,6 +38,7 @@ from benanza.model.extract import tensor_type_of
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data
+from benanza.model.steering import constant_inputs, default_inputs, steered_values
 from benanza.model.walks import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
@@ -140,10 +141,12 @@ def parse_dim_overrides(texts: list[str] | None) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class Binding:
-    """Concrete shapes for every runtime input, and whether the batch was rewritten."""
+    """Concrete shapes for every runtime input, whether the batch was rewritten, and the inputs bound to a
+    value (those that choose an ``If``'s branch: ``benanza.model.steering``)."""
 
     shapes: dict[str, tuple[int, ...]]
     rebatch: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (old, new)
+    values: dict[str, int] = field(default_factory=dict)  # input -> the value all its elements are
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -250,8 +253,9 @@ def _refuse_inputs_larger_than_memory(
             )
 
 
-def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
-    """A copy of ``model`` with initializers as constants and inputs set to ``binding``.
+def apply_binding(model: onnx.ModelProto, binding: Binding, *, keep_branches: bool = False) -> onnx.ModelProto:
+    """A copy of ``model`` with initializers as constants and inputs set to ``binding``; those it binds to
+    a value made constants too (``steering.constant_inputs``), unless ``keep_branches``.
 
     Stale intermediate and output shapes are cleared so inference recomputes them, and
     nodes are sorted topologically: inference reads them in file order, and not every
@@ -280,6 +284,8 @@ def apply_binding(model: onnx.ModelProto, binding: Binding) -> onnx.ModelProto:
         if vi.type.HasField("tensor_type"):
             vi.type.tensor_type.ClearField("shape")
     del m.graph.value_info[:]
+    if not keep_branches:
+        constant_inputs(m, binding.shapes, binding.values)
     return m
 
 
@@ -438,6 +444,8 @@ def prepare_model(
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     *,
     dims: Mapping[str, int] | None = None,
+    values: Mapping[str, int] | None = None,
+    keep_branches: bool = False,
     fits_here: bool = True,
 ) -> PreparedModel:
     """Bind, fold, infer and resolve what inference left; a rebatched model also gets its batch-bound Reshapes fixed.
@@ -447,19 +455,29 @@ def prepare_model(
     first entry is B, applied to a tensor whose leading dimension is B at the original
     batch, is rewritten to the new batch. Shapes computed from ``Shape`` chains adapt
     without help.
+
+    An input that chooses an ``If``'s branch is bound to ``values``' value for it (``--value``) or
+    the one it is fed, and the ``If`` folds to that branch (``benanza.model.steering``); with
+    ``keep_branches`` the ``If`` stays and the input keeps that value as its default (an
+    initializer it may be fed over, which ONNX Runtime does not fold): the model as it is shipped,
+    for its end to end.
     """
     binding = bind_shapes(model, path, batch, shapes, dims=dims, fits_here=fits_here)
+    binding = replace(binding, values=steered_values(model, path, binding.shapes, values))
     if binding.rebatch:
         original = Binding(
-            {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()}
+            {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()},
+            values=binding.values,
         )
-        at_original = fold_and_infer(apply_binding(model, original), path)
+        at_original = fold_and_infer(apply_binding(model, original, keep_branches=keep_branches), path)
         olds = {old for old, _ in binding.rebatch.values()}
         model = _rebatch_reshapes(model, at_original, olds, batch)
-    inferred = fold_and_infer(apply_binding(model, binding), path)
+    inferred = fold_and_infer(apply_binding(model, binding, keep_branches=keep_branches), path)
     from benanza.model.resolve import resolve_if_needed
 
     resolved, report = resolve_if_needed(inferred, path)
+    if keep_branches:
+        default_inputs(resolved, binding.shapes, binding.values)
     return PreparedModel(resolved, binding, report)
 
 

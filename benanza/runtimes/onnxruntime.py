@@ -803,7 +803,7 @@ class OnnxRuntimeCPU(Runtime):
             from benanza.model.process import process_model
 
             info = dict(spec.model or {})
-            proto = process_model(info["path"], **model_binding(info)).proto
+            proto = process_model(info["path"], **model_binding(info), keep_branches=True).proto  # as shipped
             held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
             if spec.at_runtime_defaults and apart:

@@ -1,0 +1,190 @@
+"""Inputs that choose a branch: an ``If`` whose condition the model's inputs decide.
+
+Optimum's merged decoders (``decoder_model_merged.onnx`` of T5, Whisper, BART, Marian, and the
+decoders transformers.js ships) hold two whole decoders, without and with a KV cache, as the two
+branches of one ``If`` on a boolean input (``use_cache_branch``). Kept as one opaque layer, the
+``If`` is the whole model and nothing in it is benchmarked alone. Which branch runs is the input's
+value, not a shape; so an input that *steers* (``steering_inputs``: an ``If``'s condition is
+computed from it and constants alone, through any ops) is bound to a value, ``--value NAME=V`` or
+else the value every run of the model is fed (``run_values.input_fills``: an ``If``'s boolean
+condition is fed True, Optimum's cache branch), and made a constant of the prepared model. The
+constant folding (``shapes.fold_constants``, onnxscript's) then replaces the ``If`` by the branch
+it takes: that branch's nodes are the model's layers. The model's end to end runs it as shipped,
+the ``If`` included, its input given that value (``default_inputs``): what the ``If`` costs a
+run (ONNX Runtime runs a branch as a subgraph, with nothing fused across its edge) is part of
+the gap between the bound and the end to end. ``ModelPlan.values`` records the bound values, and
+a model stored at two of them is named by them (``analysis.stored.binding_names``).
+
+A condition computed from float data (``ReduceMax(logits) > 0``) is the model's work: its ``If``
+stays one layer, as before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import onnx
+
+from benanza.errors import ModelError, UsageError
+from benanza.model.keys import VALUE_MAX_ELEMENTS
+from benanza.model.walks import all_graphs
+
+# integer and boolean element types: the inputs a condition may be computed from
+_STEERING_TYPES = frozenset(
+    {
+        onnx.TensorProto.BOOL,
+        onnx.TensorProto.INT8,
+        onnx.TensorProto.INT16,
+        onnx.TensorProto.INT32,
+        onnx.TensorProto.INT64,
+        onnx.TensorProto.UINT8,
+        onnx.TensorProto.UINT16,
+        onnx.TensorProto.UINT32,
+        onnx.TensorProto.UINT64,
+    }
+)
+_SHAPE_OPS = frozenset({"Shape", "Size"})  # their outputs are constants once the inputs are bound
+_VALUE_EXAMPLE = "e.g. --value use_cache_branch=0"
+
+
+def parse_value_override(text: str) -> tuple[str, int]:
+    """Parse ``NAME=V``: an input's name and the value every element of it is fed (an integer, or
+    ``true``/``false``).
+
+    Raises:
+        UsageError: the text is not ``NAME=V`` or V is not an integer or a boolean.
+    """
+    name, sep, value = text.strip().partition("=")
+    word = value.strip().lower()
+    if not sep or not name.strip():
+        raise UsageError(f"bad --value {text!r}: expected NAME=V, {_VALUE_EXAMPLE}")
+    if word in ("true", "false"):
+        return name.strip(), int(word == "true")
+    try:
+        return name.strip(), int(word)
+    except ValueError:
+        raise UsageError(
+            f"bad --value {text!r}: the value is {value!r}; values are integers or true/false, {_VALUE_EXAMPLE}"
+        ) from None
+
+
+def parse_value_overrides(texts: list[str] | None) -> dict[str, int]:
+    """``--value`` values by input name; a name given twice is an error (which one was meant?)."""
+    values: dict[str, int] = {}
+    for text in texts or []:
+        name, value = parse_value_override(text)
+        if name in values and values[name] != value:
+            raise UsageError(f"--value {name} is given twice: {values[name]} and {value}")
+        values[name] = value
+    return values
+
+
+def steering_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[str]:
+    """The runtime inputs of ``model`` (bound to ``shapes``) that decide an ``If``'s condition, in input order.
+
+    An ``If`` (in the graph or any subgraph) steers when its condition is a tensor of the main graph
+    computed from constants, shapes (``Shape``, ``Size``) and small integer or boolean inputs only (at most
+    ``VALUE_MAX_ELEMENTS`` elements each); those inputs are returned. A condition that reads any other
+    input (float data, a large integer tensor) leaves its inputs out.
+    """
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    producers = {o: node for node in model.graph.node for o in node.output if o}
+    conditions = {
+        node.input[0]
+        for graph in all_graphs(model.graph)
+        for node in graph.node
+        if node.op_type == "If" and node.domain in ("", "ai.onnx") and node.input and node.input[0]
+    }
+    steering: set[str] = set()
+    for condition in conditions:
+        found = _inputs_deciding(condition, producers, inputs, inits)
+        if found is not None and all(_small_integer(inputs[name], shapes.get(name)) for name in found):
+            steering |= found
+    return [name for name in inputs if name in steering]
+
+
+def _inputs_deciding(
+    tensor: str, producers: Mapping[str, onnx.NodeProto], inputs: Mapping[str, Any], inits: set[str]
+) -> set[str] | None:
+    """The runtime inputs ``tensor`` is computed from (shapes of tensors excepted), or None where it is not
+    a tensor of the main graph (a subgraph's own)."""
+    found: set[str] = set()
+    seen: set[str] = set()
+    todo = [tensor]
+    while todo:
+        name = todo.pop()
+        if name in seen or not name:
+            continue
+        seen.add(name)
+        if name in inputs:
+            found.add(name)
+        elif name in producers:
+            node = producers[name]
+            if node.op_type not in _SHAPE_OPS or node.domain not in ("", "ai.onnx"):
+                todo.extend(node.input)
+        elif name not in inits:
+            return None
+    return found
+
+
+def _small_integer(vi: onnx.ValueInfoProto, shape: tuple[int, ...] | None) -> bool:
+    tensor = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
+    if tensor is None or tensor.elem_type not in _STEERING_TYPES or shape is None:
+        return False
+    return math.prod(shape) <= VALUE_MAX_ELEMENTS
+
+
+def steered_values(
+    model: onnx.ModelProto,
+    path: object,
+    shapes: Mapping[str, tuple[int, ...]],
+    values: Mapping[str, int] | None = None,
+) -> dict[str, int]:
+    """The value each steering input of ``model`` is bound to: ``values``' (``--value``), else the one it is
+    fed (``run_values.input_fills``). A name in ``values`` that the model has no input of binds nothing
+    there, as ``--dim`` (one run binds models of several kinds: a merged decoder beside its encoder); the
+    plan's note says which value each steering input got.
+
+    Raises:
+        ModelError: ``values`` names an input of the model that steers no ``If`` (its value is data:
+            every benchmark is fed as ``run_values`` says).
+    """
+    from benanza.model.run_values import input_fills
+
+    steering = steering_inputs(model, shapes)
+    inits = {t.name for t in model.graph.initializer}
+    names = {vi.name for vi in model.graph.input if vi.name not in inits}
+    values = {name: value for name, value in (values or {}).items() if name in names}
+    data = sorted(set(values) - set(steering))
+    if data:
+        raise ModelError(
+            path,
+            f"--value binds an input that chooses an If's branch; {', '.join(data)} "
+            f"{'does' if len(data) == 1 else 'do'} not"
+            + (f" (here: {', '.join(steering)})" if steering else " (this model has none)"),
+        )
+    fills = input_fills(model)
+    return {name: values.get(name, fills.get(name, 1)) for name in steering}
+
+
+def constant_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], values: Mapping[str, int]) -> None:
+    """Make each input of ``values`` a constant of ``model`` (in place): an initializer of its bound shape
+    filled with its value, no longer a graph input."""
+    default_inputs(model, shapes, values)
+    kept = [vi for vi in model.graph.input if vi.name not in values]
+    del model.graph.input[:]
+    model.graph.input.extend(kept)
+
+
+def default_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], values: Mapping[str, int]) -> None:
+    """Give each input of ``values`` an initializer of its bound shape filled with its value (in place), the
+    input kept: a default it may be fed over, which ONNX Runtime does not fold, and which synthetic feeds
+    leave to it (``runtimes.onnxruntime.feeds_for``)."""
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    for name, value in values.items():
+        array = np.full(shapes[name], value, onnx.helper.tensor_dtype_to_np_dtype(types[name]))
+        model.graph.initializer.append(onnx.numpy_helper.from_array(array, name))
