@@ -31,6 +31,7 @@ from benanza.analysis.stored import (
     ALL,
     PlanSelection,
     StoredAnalysis,
+    binding_names,
     corpus_plans,
     prices,
     stored_analyses,
@@ -153,10 +154,11 @@ def survey(
     order = {name: tuple(s["stack_id"] for s in docs) for name, docs in stacks.items()}
     latest = {name: (latest_stack(docs) or {}).get("stack_id") for name, docs in stacks.items()}
     plans = store.plans() if systems else []
+    shown = binding_names(plans)  # a binding is selected by the name its page has too
     if selection.models is not None:
-        unknown = sorted(selection.models - {p.model for p in plans})
+        unknown = sorted(selection.models - {p.model for p in plans} - {p.model for p in shown})
         if unknown:
-            stored = ", ".join(sorted({p.model for p in plans})) or "none"
+            stored = ", ".join(sorted({p.model for p in shown})) or "none"
             raise UsageError(f"{store.shown_uri}: no stored plan of model {', '.join(unknown)}; stored: {stored}")
     analyses = stored_analyses(store, [ALL], stack=ALL, selection=selection, plans=plans) if systems else []
     grouped: dict[tuple[str, int], list[StoredAnalysis]] = defaultdict(list)
@@ -188,7 +190,7 @@ def survey(
                 history=unit_history([a.row for a in group], order),
             )
         )
-    selected = [p for p in plans if selection.admits(p)]
+    selected = [p for p, s in zip(plans, shown, strict=True) if selection.admits(p, s.model)]
     first = batches[0] if batches else None
     corpus = corpus_plans(selected, first)
     coverage_batch = first if first is not None else (min(p.batch_size for p in corpus) if corpus else 1)

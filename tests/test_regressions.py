@@ -453,6 +453,12 @@ def test_a_model_at_two_bindings_is_two_models_in_the_report_named_as_the_tables
         [found] = regressions(store, [SYSTEM])
     names = sorted(m.model for m in found.report.models)
     assert names == ["light_squeezenet (data_0=Bx3x112x112)", "light_squeezenet (data_0=Bx3x224x224)"]
+    # a binding is selected by the name it is shown by, as by its stored name
+    with open_store(uri, read_only=True) as store:
+        [one] = regressions(store, [SYSTEM], models=["light_squeezenet (data_0=Bx3x112x112)"])
+        [both] = regressions(store, [SYSTEM], models=["light_squeezenet"])
+    assert [m.model for m in one.report.models] == ["light_squeezenet (data_0=Bx3x112x112)"]
+    assert len(both.report.models) == 2
 
 
 # -- two real onnxruntime releases -------------------------------------------------------------

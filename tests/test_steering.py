@@ -9,6 +9,7 @@ the whole decoder without and with its KV cache. Kept as one layer, nothing in t
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import onnx
@@ -207,6 +208,17 @@ def test_the_main_job_measures_both_branches_of_a_merged_decoder_as_two_models(t
     assert first["coverage"] == 1.0 and first["e2e_ms"] is not None
     rows = sorted(r["model"] for r in invoke("analyze", "lower-bound", "--db", uri))
     assert rows == ["decoder_model_merged (use_cache_branch=0)", "decoder_model_merged (use_cache_branch=1)"]
+    # a binding is selected by the name the table shows too, in analyze and in the report
+    (row,) = invoke("analyze", "lower-bound", "decoder_model_merged (use_cache_branch=0)", "--db", uri)
+    assert row["model"] == "decoder_model_merged (use_cache_branch=0)" and row["coverage"] == 1.0
+    site = tmp_path / "site"
+    chosen = "decoder_model_merged (use_cache_branch=1)"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = CliRunner().invoke(app, ["report", "--db", uri, "--out", str(site), "--models", chosen], env=ENV)
+    assert result.exit_code == 0, result.output
+    assert not [str(w.message) for w in caught if "layout" in str(w.message)]  # the long name's label fits, quietly
+    assert [p.name for p in (site / "models").glob("*.html")] == ["decoder_model_merged__use_cache_branch_1_.html"]
     with open_store(uri, read_only=True) as store:
         plans = {p.values["use_cache_branch"]: p for p in store.plans()}
         assert [layer.op_type for layer in plans[0].layers] == ["MatMul", "Tanh", "Sigmoid", "Identity"]

@@ -94,7 +94,8 @@ def results_by_key(
 class PlanSelection:
     """Which stored plans to analyse; None (or empty) selects all.
 
-    ``models``: model names (a file's stem: ``resnet50`` of ``resnet50.onnx``);
+    ``models``: model names (a file's stem: ``resnet50`` of ``resnet50.onnx``), as stored or as a
+    binding is shown (``model (input_ids=Bx1)``: ``binding_names``);
     ``variant``: settings a plan's variant must have (``{"threads": "1"}``);
     ``granularities``: the composition's G values to report (those a plan has);
     ``shapes``: bound input shapes a plan must have.
@@ -131,8 +132,9 @@ class PlanSelection:
             shapes={name: tuple(int(d) for d in dims) for name, dims in shapes.items()} if shapes else None,
         )
 
-    def admits(self, plan: StoredPlan) -> bool:
-        if self.models is not None and plan.model not in self.models:
+    def admits(self, plan: StoredPlan, shown: str | None = None) -> bool:
+        """Whether ``plan`` is selected; ``shown``: the name its binding is shown by, which selects it too."""
+        if self.models is not None and plan.model not in self.models and shown not in self.models:
             return False
         if self.batches is not None and plan.batch_size not in self.batches:
             return False
@@ -277,9 +279,12 @@ def stored_analyses(
     names = resolve_systems(store, systems)
     stacks = select_stacks(store, names, stack)
     by_place: dict[tuple[str, str], list[StoredPlan]] = defaultdict(list)
-    # every stored plan: a model's bindings are named alike on every system and stack (``binding_names``)
-    for p in binding_names([p for p in (store.plans() if plans is None else plans) if selection.admits(p)]):
-        by_place[(p.system, p.stack_id)].append(p)
+    # named over every stored plan: a model's bindings are named alike on every system and stack, whatever
+    # is selected (``binding_names``), and a binding is selected by the name it is shown by too
+    every = list(store.plans() if plans is None else plans)
+    for stored, shown in zip(every, binding_names(every), strict=True):
+        if selection.admits(stored, shown.model):
+            by_place[(shown.system, shown.stack_id)].append(shown)
     analyses = []
     for system in names:
         for sid in stacks.get(system, []):

@@ -80,8 +80,14 @@ def regressions(
     names = resolve_systems(store, systems)
     models = list(models)
     wanted = set(models)
-    # a model's bindings named as the lower-bound tables name them (``binding_names``), over every stored plan
-    plans = binding_names([p for p in store.plans() if not wanted or p.model in wanted])
+    # a model's bindings named as the lower-bound tables name them (``binding_names``), over every stored plan;
+    # a model is selected by its stored name or by the name a binding of it is shown by
+    every = store.plans()
+    plans = [
+        shown
+        for stored, shown in zip(every, binding_names(every), strict=True)
+        if not wanted or stored.model in wanted or shown.model in wanted
+    ]
     out = []
     for system in names:
         stacks = store.stacks(system)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 from benanza.model.corpus import CorpusSummary
@@ -16,11 +17,20 @@ def _pyplot():
     return plt
 
 
+def fit(fig) -> None:
+    """Lay ``fig`` out tightly, quietly: where a label is too long for the figure (a model named by its
+    binding, ``decoder_model_merged (use_cache_branch=0)``), matplotlib warns on the terminal and leaves
+    the layout as it was; saved with ``bbox_inches="tight"``, the figure grows to hold the label."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        fig.tight_layout()
+
+
 def _save(plt, fig, path: str | Path) -> Path:
-    fig.tight_layout()
+    fit(fig)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return out
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from benanza.analysis.breakdown import UnitShare
 from benanza.analysis.optimize import Optimizations
 from benanza.bench.stats import CONFIDENCE, Interval
+from benanza.report.plots import fit
 
 SPEEDUPS = ("fusion", "parallel", "framework_gap", "algorithm_selection", "tensor_cores", "combined")
 
@@ -37,9 +38,9 @@ def _pyplot():
 
 
 def _save(plt, fig, path: Path) -> Path:
-    fig.tight_layout()
+    fit(fig)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="svg", metadata={"Date": None})
+    fig.savefig(path, format="svg", metadata={"Date": None}, bbox_inches="tight")
     plt.close(fig)
     return path
 
