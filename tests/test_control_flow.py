@@ -204,7 +204,8 @@ def test_keys_ignore_names_and_weight_values_but_follow_bodies_and_settings(proc
 
 
 def test_the_model_identity_says_which_outer_tensor_a_subgraph_reads(build_model, process_proto):
-    """Same layers, same keys: only the tensor the branches capture differs, and so does the model."""
+    """Same layers, same keys: only the tensor the branches capture differs, and so does the model. (The
+    condition is the data's: one an input decides is folded to the branch it is fed, ``model.steering``.)"""
 
     def model(captured: str) -> onnx.ModelProto:
         branch = helper.make_graph([helper.make_node("Neg", [captured], ["o"])], "b", [], [_vi("o", F, [1, 4])])
@@ -212,14 +213,18 @@ def test_the_model_identity_says_which_outer_tensor_a_subgraph_reads(build_model
             [
                 helper.make_node("Relu", ["x"], ["h"], name="relu"),
                 helper.make_node("Sigmoid", ["x"], ["g"], name="sigmoid"),
+                helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0, name="peak"),
+                helper.make_node("ReduceMin", ["x"], ["floor"], keepdims=0, name="floor"),
+                helper.make_node("Greater", ["peak", "floor"], ["c"], name="spread"),
                 helper.make_node("If", ["c"], ["y"], then_branch=branch, else_branch=branch, name="if"),
                 helper.make_node("Add", ["h", "g"], ["z"], name="add"),
             ],
-            [("x", F, [1, 4]), ("c", BOOL, [])],
+            [("x", F, [1, 4])],
             [("y", F, [1, 4]), ("z", F, [1, 4])],
         )
 
     reads_h, reads_g = process_proto(model("h")).graph, process_proto(model("g")).graph
+    assert "If" in {layer.op_type for layer in reads_h.layers}
     assert reads_h.layer_keys == reads_g.layer_keys
     assert model_key(reads_h) != model_key(reads_g)
 
@@ -399,7 +404,8 @@ def test_bench_run_measures_control_flow_and_the_bound_covers_the_model(tmp_path
 
 @pytest.mark.slow
 def test_a_control_flow_layer_the_runtime_cannot_run_is_stored_failed_and_missing(tmp_path, build_model):
-    """A branch holding an op ONNX Runtime does not know: the If is a layer, its benchmark fails."""
+    """A branch holding an op ONNX Runtime does not know: the If is a layer, its benchmark fails. (Its condition
+    is computed from the data: one an input decides is folded to the branch it is fed, ``model.steering``.)"""
     then = helper.make_graph(
         [helper.make_node("Frob", ["h"], ["t"], domain="com.example")], "then", [], [_vi("t", F, [1, 8])]
     )
@@ -407,9 +413,12 @@ def test_a_control_flow_layer_the_runtime_cannot_run_is_stored_failed_and_missin
     model = build_model(
         [
             helper.make_node("Relu", ["x"], ["h"], name="relu"),
+            helper.make_node("ReduceMax", ["x"], ["peak"], keepdims=0, name="peak"),
+            helper.make_node("ReduceMin", ["x"], ["floor"], keepdims=0, name="floor"),
+            helper.make_node("Greater", ["peak", "floor"], ["c"], name="spread"),
             helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other, name="branchy"),
         ],
-        [("x", F, [1, 8]), ("c", BOOL, [])],
+        [("x", F, [1, 8])],
         [("y", F, [1, 8])],
         extra_opsets={"com.example": 1},
         check=False,
@@ -426,7 +435,7 @@ def test_a_control_flow_layer_the_runtime_cannot_run_is_stored_failed_and_missin
         "analyze", "lower-bound", path, "--db", uri, "--granularity", "1", "--format", "json", *ANALYZE_FLAGS
     )
     (row,) = json.loads(bound.stdout)
-    assert row["coverage"] == 0.5 and row["sequential_ms"] is None
+    assert row["coverage"] == 4 / 5 and row["sequential_ms"] is None  # relu, peak, floor, spread measured
     (missing,) = row["missing"]
     assert missing["name"] == "branchy" and missing["reason"].startswith("failed:")
     assert "com.example:Frob" in missing["reason"]

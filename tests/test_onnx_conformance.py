@@ -211,16 +211,25 @@ def test_control_flow_cases_run_as_one_layer_or_say_why():
     from benanza.bench.build import build_onnx
     from benanza.model.graph import InputKind
     from benanza.model.network import network_of
+    from benanza.model.steering import steering_inputs
     from benanza.model.subgraphs import synthetic_inputs
 
-    ran, reproduced, reported, refused_by_ort = set(), set(), {}, {}
+    ran, reproduced, reported, refused_by_ort, steered = set(), set(), {}, {}, set()
     for case in _subgraph_cases():
         ins, outs = case.data_sets[0]
         inits = {i.name for i in case.model.graph.initializer}
         names = [i.name for i in case.model.graph.input if i.name not in inits]
         data = dict(zip(names, ins, strict=False))
         shapes = {n: _shape(v) for n, v in data.items()}
-        processed = process_model(f"{case.name}.onnx", shapes=shapes, proto=case.model, fits_here=False)
+        # an If on an input is folded to the branch of the case's value of it (``model.steering``)
+        values = {n: int(np.asarray(data[n]).ravel()[0]) for n in steering_inputs(case.model, shapes)}
+        processed = process_model(f"{case.name}.onnx", shapes=shapes, proto=case.model, values=values, fits_here=False)
+        if values and not any(n.op_type == "If" for n in processed.proto.graph.node):
+            session = ort.InferenceSession(processed.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+            fed = {i.name: np.asarray(data[i.name]) for i in session.get_inputs()}
+            for value, expected in zip(session.run(None, fed), outs, strict=True):
+                np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=case.name)
+            steered.add(case.name)
         for node in processed.graph.unsupported:
             if node.op_type in ("If", "Loop", "Scan"):
                 reported[case.name] = node.reason
@@ -243,8 +252,9 @@ def test_control_flow_cases_run_as_one_layer_or_say_why():
                 for value, expected in zip(got, outs, strict=True):
                     np.testing.assert_allclose(value, expected, rtol=1e-5, atol=1e-6, err_msg=case.name)
                 reproduced.add(case.name)
-    print(f"\ncontrol flow: {len(ran)} ran ({len(reproduced)} reproduced), {len(reported)} reported")
-    assert {"test_if", "test_scan_sum", "test_scan9_sum", "test_scan9_multi_state", "test_scan9_scalar"} <= reproduced
+    print(f"\ncontrol flow: {len(ran)} ran ({len(reproduced)} reproduced), {len(reported)} reported, {steered=}")
+    assert {"test_scan_sum", "test_scan9_sum", "test_scan9_multi_state", "test_scan9_scalar"} <= reproduced
+    assert "test_if" in steered  # its branch, chosen by the case's cond, computes the case's outputs
     assert sum(name.startswith("test_linear_attention") for name in ran) >= 10  # their Scan, expanded
     # a Loop run for a runtime trip count: its iterations, and cost, are unknown until run
     assert "trip count M 'trip_count' is a runtime value" in reported["test_loop11"]

@@ -228,6 +228,17 @@ def test_the_main_job_measures_both_branches_of_a_merged_decoder_as_two_models(t
         assert sorted(r.spec["model"].get("values", {}).get("use_cache_branch", 1) for r in models) == [0, 1]
 
 
+def test_models_inspect_lists_the_branch_taken_and_says_so(tmp_path, build_model):
+    path = tmp_path / "decoder_model_merged.onnx"
+    onnx.save(merged(build_model), path)
+    result = CliRunner().invoke(app, ["models", "inspect", str(path), "--batch", "1", "--value", "use_cache_branch=0"])
+    assert result.exit_code == 0, result.output
+    assert "use_cache_branch=0 (as given) chooses an If's branch" in result.stderr
+    document = invoke("models", "inspect", path, "--batch", "1")
+    assert document["values"] == {"use_cache_branch": 1}
+    assert [layer["op_type"] for layer in document["layers"]] == ["MatMul", "Relu", "Identity"]
+
+
 def test_a_fleet_config_binds_values(tmp_path, build_model):
     from benanza.fleet.driver import plan_corpus
 

@@ -33,6 +33,7 @@ from benanza.model.keys import stable_id
 from benanza.model.names import NamedModel, distinct_names
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, network_of
 from benanza.model.process import ProcessedModel, process_model
+from benanza.model.steering import branch_notes
 from benanza.model.subgraphs import find_model_subgraphs
 
 
@@ -251,10 +252,7 @@ def plan_model(
             groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
-    for name, value in processed.binding.values.items():  # said: a branch, not the whole If
-        how = "as given" if name in (values or {}) else f"as fed; --value {name}=V for the other branch"
-        taken = "layers from the branch taken, end to end with the If"
-        notes.append(f"{name}={value} ({how}) chooses an If's branch: {taken}")
+    notes.extend(branch_notes(processed.binding.values, values))  # said: a branch, not the whole If
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:

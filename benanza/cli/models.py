@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +24,7 @@ from benanza.model.corpus import summarize
 from benanza.model.names import files_named_apart
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
-from benanza.model.steering import parse_value_overrides
+from benanza.model.steering import branch_notes, parse_value_overrides
 from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
 from benanza.report.models import corpus_tables, inspect_tables
 from benanza.report.output import OutputFormat, console, emit, table
@@ -49,12 +50,16 @@ def inspect(
 
     batch_size, overrides = one_batch(batch, "models inspect"), parse_shape_overrides(shape)
     dims, values = parse_dim_overrides(dim), parse_value_overrides(value)
-    graph = process_model(model, batch_size, overrides, dims=dims, values=values).graph
+    processed = process_model(model, batch_size, overrides, dims=dims, values=values)
+    graph = processed.graph
+    for note in branch_notes(processed.binding.values, values):
+        print(f"note: {model}: {note}", file=sys.stderr)
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
     # CSV: the layers, then the nodes that are not layers (their own columns: node, reason)
     document = {
         **graph.summary(),
+        "values": dict(processed.binding.values),
         "layers": layers,
         "unsupported": unsupported,
         "edges": [list(e) for e in graph.edges],

@@ -29,22 +29,12 @@ import numpy as np
 import onnx
 
 from benanza.errors import ModelError, UsageError
-from benanza.model.keys import VALUE_MAX_ELEMENTS
+from benanza.model.keys import INTEGER_DTYPES, VALUE_MAX_ELEMENTS
 from benanza.model.walks import all_graphs
 
-# integer and boolean element types: the inputs a condition may be computed from
+# integer and boolean element types (int4 is a quantized model's data): what a condition may be computed from
 _STEERING_TYPES = frozenset(
-    {
-        onnx.TensorProto.BOOL,
-        onnx.TensorProto.INT8,
-        onnx.TensorProto.INT16,
-        onnx.TensorProto.INT32,
-        onnx.TensorProto.INT64,
-        onnx.TensorProto.UINT8,
-        onnx.TensorProto.UINT16,
-        onnx.TensorProto.UINT32,
-        onnx.TensorProto.UINT64,
-    }
+    onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in INTEGER_DTYPES - {"int4", "uint4"}
 )
 _SHAPE_OPS = frozenset({"Shape", "Size"})  # their outputs are constants once the inputs are bound
 _VALUE_EXAMPLE = "e.g. --value use_cache_branch=0"
@@ -169,6 +159,17 @@ def steered_values(
         )
     fills = input_fills(model)
     return {name: values.get(name, fills.get(name, 1)) for name in steering}
+
+
+def branch_notes(bound: Mapping[str, int], given: Mapping[str, int] | None = None) -> list[str]:
+    """One line per input bound to a value (``bound``: ``Binding.values``), saying where the value came from
+    (``given``: ``--value``'s) and what it means for the model's layers and its end to end."""
+    taken = "layers from the branch taken, end to end with the If"
+    return [
+        f"{name}={value} ({'as given' if name in (given or {}) else f'as fed; --value {name}=V for the other branch'})"
+        f" chooses an If's branch: {taken}"
+        for name, value in bound.items()
+    ]
 
 
 def constant_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], values: Mapping[str, int]) -> None:
