@@ -1,0 +1,121 @@
+"""A model as exported (its symbolic dimensions free) against the model as benanza runs it end to end (bound).
+
+benanza binds every symbolic dimension (``--batch``, ``--shape``, ``--dim``) and folds what the
+bound shapes make constant before it measures a model end to end (``e2e_ms``), as ONNX Runtime
+does for a session given free-dimension overrides. A user who opens the exported file as it is
+feeds the same shapes into a session that cannot fold them: the export's shape computations
+(``Shape -> Gather -> Concat -> Reshape``) run on every call. This script measures, per model,
+side by side in interleaved rounds on one ONNX Runtime configuration (level ``extended``,
+``--threads``), the median call latency of
+
+- ``exported_ms``: the file as it is, fed the bound shapes (an input that chooses an ``If``'s
+  branch fed the value benanza binds it to);
+- ``bound_ms``: what benanza's end to end runs (``process_model(..., keep_branches=True)``).
+
+Printed and saved to ``benchmarks/results/free_dims.json`` (``--tag`` adds a suffix). The models
+are not in the repository (exports of today, random weights: the cost is the shapes'):
+
+    python benchmarks/free_dims.py t5_onnx/decoder_with_past_model.onnx \\
+        --dim encoder_sequence_length=64 --dim decoder_sequence_length=1 --dim past_decoder_sequence_length=16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from benanza.model.load import load_model
+from benanza.model.process import process_model
+from benanza.model.shapes import parse_dim_overrides
+from benanza.runtimes.onnxruntime import feeds_for
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).parent / "results"
+
+
+def session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.log_severity_level = 3
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def call_ms(s: ort.InferenceSession, feeds: dict, runs: int) -> float:
+    """Median of ``runs`` timed calls, after 10 untimed ones."""
+    for _ in range(10):
+        s.run(None, feeds)
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        s.run(None, feeds)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times) * 1e3
+
+
+def measure(path: Path, dims: dict[str, int], threads: int, rounds: int, runs: int) -> dict[str, Any]:
+    processed = process_model(path, 1, dims=dims, keep_branches=True)
+    bound = processed.proto
+    feeds = feeds_for(bound)
+    defaults = {t.name: numpy_helper.to_array(t) for t in bound.graph.initializer if t.name in processed.binding.values}
+    exported = session(load_model(path).SerializeToString(), threads)
+    sessions = {"exported": exported, "bound": session(bound.SerializeToString(), threads)}
+    fed = {"exported": {i.name: {**feeds, **defaults}[i.name] for i in exported.get_inputs()}, "bound": feeds}
+    medians: dict[str, list[float]] = {"exported": [], "bound": []}
+    for _ in range(rounds):
+        for arm, s in sessions.items():
+            medians[arm].append(call_ms(s, fed[arm], runs))
+    exported_ms, bound_ms = statistics.median(medians["exported"]), statistics.median(medians["bound"])
+    return {
+        "model": str(path),
+        "dims": dims,
+        "values": dict(processed.binding.values),
+        "exported_ms": exported_ms,
+        "bound_ms": bound_ms,
+        "exported_over_bound": exported_ms / bound_ms,
+        "rounds": medians,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--dim", action="append", default=[], help="NAME=N, as benanza run's --dim")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--runs", type=int, default=150, help="timed calls per arm and round")
+    parser.add_argument("--tag", default="", help="suffix of the results file")
+    args = parser.parse_args()
+    dims = parse_dim_overrides(args.dim)
+    rows = []
+    print(f"{'model':50s} {'exported':>9s} {'bound':>9s} {'ratio':>6s}")
+    for path in args.models:
+        row = measure(path, dims, args.threads, args.rounds, args.runs)
+        rows.append(row)
+        figures = f"{row['exported_ms']:9.3f} {row['bound_ms']:9.3f} {row['exported_over_bound']:6.2f}"
+        print(f"{str(path)[-50:]:50s} {figures}")
+    doc = {
+        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "command": "python benchmarks/free_dims.py " + " ".join(sys.argv[1:]),
+        "onnxruntime": ort.__version__,
+        "threads": args.threads,
+        "models": rows,
+    }
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"free_dims{'_' + args.tag if args.tag else ''}.json"
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    print(f"saved {path.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
