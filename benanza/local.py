@@ -23,7 +23,7 @@ from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
-from benanza.bench.spec import BenchmarkSpec, runtime_defaults_key, variant_id
+from benanza.bench.spec import BenchmarkSpec, variant_id, whole_model_keys
 from benanza.fingerprint import StackFingerprint
 from benanza.model.names import NamedModel
 from benanza.runtimes.base import Runtime
@@ -110,8 +110,12 @@ def plan_models(
 
 def spec_groups(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[list[BenchmarkSpec]]:
     """Per plan, every spec it needs (``specs_for_plan``'s order): the interleaved schedule's groups."""
-    defaults = ctx.runtime.runtime_defaults() is not None
-    return [specs_for_plan(plan, ctx.runtime.name, ctx.runtime.variant(), e2e=e2e, defaults=defaults) for plan in plans]
+    runtime = ctx.runtime
+    defaults, exported = runtime.runtime_defaults() is not None, runtime.runs_exported()
+    return [
+        specs_for_plan(plan, runtime.name, runtime.variant(), e2e=e2e, defaults=defaults, exported=exported)
+        for plan in plans
+    ]
 
 
 def specs_for(ctx: LocalContext, plans: Sequence[ModelPlan], e2e: bool) -> list[BenchmarkSpec]:
@@ -130,7 +134,8 @@ def bench(
 
     With ``repeat`` everything is measured again: the store keeps the replaced results as repeats.
     """
-    ctx.store.put_plans(ctx.system, ctx.stack_id, stored_plans(plans, ctx.runtime.name, ctx.variant))
+    exported = ctx.runtime.runs_exported()
+    ctx.store.put_plans(ctx.system, ctx.stack_id, stored_plans(plans, ctx.runtime.name, ctx.variant, exported=exported))
     groups = spec_groups(ctx, plans, e2e)
     return run_specs(
         unique_specs(s for group in groups for s in group),
@@ -187,7 +192,7 @@ def optimize(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[Optimization
 
 def _plan_records(ctx: LocalContext, plan: ModelPlan) -> list[BenchmarkRecord]:
     """Every record of this system, stack and runtime that ``plan`` can use (any variant)."""
-    keys = set(plan.networks) | {plan.model_key, runtime_defaults_key(plan.model_key)}
+    keys = set(plan.networks) | whole_model_keys(plan.model_key)
     return ctx.store.records(system=ctx.system, stack_id=ctx.stack_id, runtime=ctx.runtime.name, keys=keys)
 
 

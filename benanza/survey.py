@@ -38,7 +38,7 @@ from benanza.analysis.stored import (
     stored_optimizations,
     system_reports,
 )
-from benanza.bench.spec import RUNTIME_DEFAULTS, SpecKind, runtime_defaults_key
+from benanza.bench.spec import RUNTIME_DEFAULTS, SpecKind, whole_model_keys
 from benanza.errors import UsageError
 from benanza.model.corpus import CorpusSummary, summarize
 from benanza.store.base import Store
@@ -199,7 +199,7 @@ def survey(
     )
     latest_rows = [f.row for m in models_figures for f in m.latest]
     comparisons = compare_systems(latest_rows, prices(store)) if latest_rows else []
-    known = {key for p in plans for key in (p.model_key, runtime_defaults_key(p.model_key))}
+    known = {key for p in plans for key in whole_model_keys(p.model_key)}
     return Survey(
         db=store.shown_uri,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),

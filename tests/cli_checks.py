@@ -3,7 +3,9 @@ a failure planted in a SQLite database as an earlier version would have stored i
 
 from __future__ import annotations
 
+import json
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -18,6 +20,17 @@ def one_line_error(result, *needles: str) -> str:
     for needle in needles:
         assert needle in lines[0], lines[0]
     return lines[0]
+
+
+def json_command(env: Mapping[str, str | None], *args: object) -> list | dict:
+    """A command through typer's runner with ``env``, its exit checked, its JSON output read (``--format json``)."""
+    from typer.testing import CliRunner
+
+    from benanza.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args] + ["--format", "json"], env=dict(env))
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
 
 
 # The harness's shortest settings, for CLI runs whose point is that benchmarks run, not their precision.

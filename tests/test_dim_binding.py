@@ -8,18 +8,15 @@ past_sequence_length, head_size]``: 64 ``--shape`` flags for a 32-layer model, o
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import onnx
 import onnxruntime
 import pytest
+from cli_checks import json_command
 from decoders import HEAD, HIDDEN, KV_HEADS, decoder
 from onnx import TensorProto, helper
-from typer.testing import CliRunner
 
 from benanza.bench.spec import model_binding, requested_binding
-from benanza.cli import app
 from benanza.config import FleetConfig, SystemConfig
 from benanza.errors import UnboundDimensionError, UsageError
 from benanza.model.shapes import bind_shapes, parse_dim_overrides
@@ -32,10 +29,8 @@ FAST = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granul
 
 
 def invoke(*args: object) -> list | dict:
-    """A command through typer's runner, its exit checked, its JSON output read (``--format json``)."""
-    result = CliRunner().invoke(app, [str(a) for a in args] + ["--format", "json"], env=ENV)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    """A command with this file's environment, its JSON output read (``cli_checks.json_command``)."""
+    return json_command(ENV, *args)
 
 
 def main_job(path, uri: str, *flags: str) -> list[dict]:

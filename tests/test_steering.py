@@ -8,12 +8,12 @@ the whole decoder without and with its KV cache. Kept as one layer, nothing in t
 
 from __future__ import annotations
 
-import json
 import warnings
 
 import numpy as np
 import onnx
 import pytest
+from cli_checks import json_command
 from onnx import TensorProto, helper
 from typer.testing import CliRunner
 
@@ -33,10 +33,8 @@ FAST = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granul
 
 
 def invoke(*args: object) -> list | dict:
-    """A command through typer's runner, its exit checked, its JSON output read (``--format json``)."""
-    result = CliRunner().invoke(app, [str(a) for a in args] + ["--format", "json"], env=ENV)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    """A command with this file's environment, its JSON output read (``cli_checks.json_command``)."""
+    return json_command(ENV, *args)
 
 
 def _branch(name: str, ops: list[str]) -> onnx.GraphProto:

@@ -18,6 +18,11 @@ Figures and the statistic behind each (also in every JSON row under ``method``):
   the layers are measured at ``extended``); ``defaults_what`` says what the defaults do. Where it lies
   below the sequential bound beyond the noise of both, ``defaults_notes`` says so: what the defaults
   gain is in no bound here.
+- ``exported_e2e_ms``: the same of the model as its file is, where the file leaves input dimensions
+  free (``BenchmarkSpec.as_exported``): ``e2e_ms`` runs the model bound, what its shapes make
+  constant folded; the export as it is runs those shape computations on every call. Where it lies
+  above ``e2e_ms`` beyond the noise of both, ``exported_notes`` says by how much: what fixing the
+  dimensions (ONNX Runtime's free-dimension overrides, or a static export) saves.
 
 A figure with any input missing is ``None`` (never a sum that counts missing as zero); the
 sum over what is present is given separately as ``partial_sequential_ms`` with
@@ -64,7 +69,7 @@ if TYPE_CHECKING:  # a ModelPlan or a stored plan (bench/plans.py): analysis loa
     from benanza.bench.plans import StoredPlan
     from benanza.bench.records import BenchmarkRecord
 
-from benanza.bench.spec import runtime_defaults_key
+from benanza.bench.spec import exported_key, runtime_defaults_key
 from benanza.bench.stats import CONFIDENCE, Interval, interval_of, sum_intervals
 
 # A lower bound takes a low quantile of each unit's kernel samples: interference, cache
@@ -86,6 +91,7 @@ METHOD = {
     "call_overhead_ms": f"call latency ({CALL_STATISTIC} 20%) of one Relu of one float: a call's fixed cost",
     "e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%)",
     "defaults_e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%) at the runtime's defaults",
+    "exported_e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%) of the file as exported, dimensions free",
 }
 
 
@@ -129,6 +135,8 @@ class LowerBound:
     defaults_e2e_ms: float | None = None  # end to end at the runtime's defaults (None: not measured)
     defaults_what: str = ""  # what the runtime's defaults do that the variant does not
     defaults_notes: tuple[str, ...] = ()  # the defaults end to end below the bounds (``defaults_below_bound``)
+    exported_e2e_ms: float | None = None  # end to end as the file is, its dimensions free (None: not measured)
+    exported_notes: tuple[str, ...] = ()  # what the export's free dimensions cost (``free_dims_cost``)
     # conversions the runtime inserts at each unit's edges run alone, left out of its kernel time (None: none)
     units_left_out_ms: float | None = None
 
@@ -167,6 +175,8 @@ class LowerBound:
             "defaults_e2e_ms": self.defaults_e2e_ms,
             "defaults_what": self.defaults_what,
             "defaults_notes": list(self.defaults_notes),
+            "exported_e2e_ms": self.exported_e2e_ms,
+            "exported_notes": list(self.exported_notes),
             "units_left_out_ms": self.units_left_out_ms,
             "intervals": {
                 **{name: {"low": i.low, "high": i.high} for name, i in self.intervals.items()},
@@ -310,6 +320,11 @@ def lower_bound(
         intervals["defaults_e2e_ms"] = defaults_figure
     if _disturbed(at_defaults):
         disturbed.append("defaults_e2e_ms")
+    as_exported = results.get(exported_key(plan.model_key))
+    if (exported_figure := _figure(as_exported, "call")) is not None:
+        intervals["exported_e2e_ms"] = exported_figure
+    if _disturbed(as_exported):
+        disturbed.append("exported_e2e_ms")
     return LowerBound(
         model=plan.model,
         system=system,
@@ -347,6 +362,8 @@ def lower_bound(
         defaults_e2e_ms=None if defaults_figure is None else defaults_figure.value,
         defaults_what=str((at_defaults.settings or {}).get("defaults", "")) if at_defaults is not None else "",
         defaults_notes=defaults_below_bound(intervals.get("defaults_e2e_ms"), intervals.get("sequential_ms")),
+        exported_e2e_ms=None if exported_figure is None else exported_figure.value,
+        exported_notes=free_dims_cost(intervals.get("exported_e2e_ms"), intervals.get("e2e_ms")),
     )
 
 
@@ -375,6 +392,33 @@ def defaults_below_bound(defaults: Interval | None, sequential: Interval | None)
         f"{defaults.value / sequential.value:.2f}x its sequential bound {sequential.value:.3f} ms "
         f"({sequential.low:.3f}-{sequential.high:.3f}): the bounds are of the layers at this variant's settings, "
         "and what the defaults gain spans layers, so no bound here holds it",
+    )
+
+
+def free_dims_cost(exported: Interval | None, bound: Interval | None) -> tuple[str, ...]:
+    """A message where the model as its file is (its dimensions free) runs slower than bound, beyond the noise
+    of both: the export's shape computations, which a session with the dimensions fixed folds, run on
+    every call (Optimum's T5 decoder with its cache: 1.21x; ``benchmarks/free_dims.py``). And one where it
+    runs faster: then binding and folding changed how ONNX Runtime runs the model (a fusion whose
+    pattern holds the shape computations), and the figures of the model bound are not the file's."""
+    if exported is None or bound is None or not bound.value:
+        return ()
+    if bound.above(exported):
+        return (
+            f"as exported, its input dimensions free, it runs in {exported.value:.3f} ms "
+            f"({exported.low:.3f}-{exported.high:.3f}), {exported.value / bound.value:.2f}x its end to end at "
+            f"the bound shapes {bound.value:.3f} ms ({bound.low:.3f}-{bound.high:.3f}): binding its dimensions "
+            "and folding what they make constant changed how ONNX Runtime runs it (a fusion whose pattern holds "
+            "the shape computations?), and its bounds are of the model bound",
+        )
+    if not exported.above(bound):
+        return ()
+    return (
+        f"as exported, its input dimensions free, it runs in {exported.value:.3f} ms "
+        f"({exported.low:.3f}-{exported.high:.3f}), {exported.value / bound.value:.2f}x its end to end at the "
+        f"bound shapes {bound.value:.3f} ms ({bound.low:.3f}-{bound.high:.3f}): its shape computations run on "
+        f"every call; fixing the dimensions (ONNX Runtime's free-dimension overrides, or a static export) saves "
+        f"{exported.value - bound.value:.3f} ms",
     )
 
 

@@ -142,6 +142,12 @@ class Runtime:
         defaults (``spec.runtime_defaults_key``), beside its figures at this variant."""
         return None
 
+    def runs_exported(self) -> bool:
+        """Whether it measures a model end to end as its file is too (``BenchmarkSpec.as_exported``), where
+        the file leaves input dimensions free: beside the model bound (``e2e_ms``), what a user who opens the
+        file as it is pays for its shape computations on every call."""
+        return False
+
     def variant(self) -> dict[str, Any]:
         """The settings that distinguish this runtime's measurements (threads, opt level)."""
         return {}

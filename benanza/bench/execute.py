@@ -325,10 +325,10 @@ def model_weight_bytes(spec: BenchmarkSpec) -> int | None:
 def takes_kernel_times(spec: BenchmarkSpec, settings: HarnessSettings) -> bool:
     """Whether ``spec`` takes kernel times: profiled runs asked for, and its kind's read (``SpecKind.kernel_timed``).
 
-    Not a model at its runtime's defaults: only its call latency is read, and its profiled runs and
-    profiling session cost as much as its timing (a whole VGG-19 ten times more).
+    Not a model at its runtime's defaults or as exported: only its call latency is read, and its profiled
+    runs and profiling session cost as much as its timing (a whole VGG-19 ten times more).
     """
-    return settings.kernel_runs > 0 and spec.kind.kernel_timed and not spec.at_runtime_defaults
+    return settings.kernel_runs > 0 and spec.kind.kernel_timed and not (spec.at_runtime_defaults or spec.as_exported)
 
 
 def _kernel_figures(

@@ -19,10 +19,12 @@ from benanza.bench.cold_weights import weights_read_per_run
 from benanza.bench.contract import Runtime
 from benanza.bench.memory import graph_memory
 from benanza.bench.spec import (
+    EXPORTED,
     RUNTIME_DEFAULTS,
     BenchmarkSpec,
     SpecKind,
     canonical_variant,
+    exported_key,
     requested_binding,
     runtime_defaults_key,
 )
@@ -55,6 +57,8 @@ class ModelPlan:
     notes: tuple[str, ...] = ()  # how the plan departs from the runtime's execution (one line each)
     call_overhead_key: str = ""  # the network that measures one call's fixed cost (``call_overhead_network``)
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
+    # its file leaves input dimensions free and runs at this binding as it is: also measured as exported
+    exported: bool = False
 
     @property
     def model(self) -> str:
@@ -304,6 +308,7 @@ def plan_model(
         networks=networks,
         requested=requested_binding(batch, overrides, dims, values),
         values=dict(processed.binding.values),
+        exported=processed.binding.free and not processed.binding.rebatch,
         notes=tuple(notes),
         call_overhead_key=overhead_key,
     )
@@ -323,11 +328,18 @@ def _label(network: Network) -> str:
 
 
 def specs_for_plan(
-    plan: ModelPlan, runtime_name: str, variant: Mapping[str, Any], e2e: bool = False, defaults: bool = False
+    plan: ModelPlan,
+    runtime_name: str,
+    variant: Mapping[str, Any],
+    e2e: bool = False,
+    defaults: bool = False,
+    exported: bool = False,
 ) -> list[BenchmarkSpec]:
     """Every spec one plan needs, in the order its interleaved group takes them: the model end to
-    end (and, with ``defaults`` too, at its runtime's defaults: ``Runtime.runtime_defaults``), the
-    call overhead, the execution groups, the sequences, then the layers alone.
+    end (and, with ``defaults`` too, at its runtime's defaults: ``Runtime.runtime_defaults``; with
+    ``exported``, as its file is where it leaves dimensions free: ``Runtime.runs_exported``,
+    ``BenchmarkSpec.as_exported``), the call overhead, the execution groups, the sequences, then
+    the layers alone.
 
     A group too large for one chunk (``interleave_max_specs``: DenseNet-121 has 575 specs) is
     cut in that order, so the figures each composition compares (the model, the overhead, the
@@ -364,6 +376,9 @@ def specs_for_plan(
         if defaults:
             at_defaults = {**model, "session": RUNTIME_DEFAULTS}
             whole.append((runtime_defaults_key(plan.model_key), f"{plan.model} ({RUNTIME_DEFAULTS})", at_defaults))
+        if exported and plan.exported:
+            as_exported = {**model, "session": EXPORTED}
+            whole.append((exported_key(plan.model_key), f"{plan.model} ({EXPORTED})", as_exported))
         specs[:0] = [
             BenchmarkSpec(
                 kind=SpecKind.MODEL,

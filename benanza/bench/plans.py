@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from benanza.bench.spec import runtime_defaults_key
+from benanza.bench.spec import exported_key, whole_model_keys
 from benanza.errors import StoreError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, TensorSpec, Unsupported
 from benanza.model.keys import stable_id
@@ -135,13 +135,24 @@ class StoredPlan:
     notes: tuple[str, ...] = ()
     call_overhead_key: str = ""  # ``bench.generate.call_overhead_network``; "" in plans stored before it
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
+    exported: bool = False  # also measured end to end as its file is (``ModelPlan.exported``)
     system: str = ""  # set by the store: where it was measured
     stack_id: str = ""
     schema_version: int = PLAN_SCHEMA_VERSION
 
     @classmethod
-    def of(cls, plan: ModelPlan, runtime: str, variant: str, *, system: str = "", stack_id: str = "") -> StoredPlan:
-        """The stored form of a plan that ``runtime`` measures with ``variant`` (a canonical variant string)."""
+    def of(
+        cls,
+        plan: ModelPlan,
+        runtime: str,
+        variant: str,
+        *,
+        system: str = "",
+        stack_id: str = "",
+        exported: bool = False,
+    ) -> StoredPlan:
+        """The stored form of a plan that ``runtime`` measures with ``variant`` (a canonical variant string);
+        ``exported``: the runtime measures a model as exported too (``Runtime.runs_exported``)."""
         graph = plan.graph
         return cls(
             model=graph.model,
@@ -162,6 +173,7 @@ class StoredPlan:
             notes=tuple(plan.notes),
             call_overhead_key=plan.call_overhead_key,
             values=dict(plan.values),
+            exported=plan.exported and exported,
             system=system,
             stack_id=stack_id,
         )
@@ -206,7 +218,7 @@ class StoredPlan:
     def keys(self) -> set[str]:
         """Every benchmark key the plan's figures read: layers, units, sequences and the model."""
         keys = {layer.layer_key for layer in self.layers} | set(self.unit_keys)
-        keys |= {self.model_key, runtime_defaults_key(self.model_key)}
+        keys |= whole_model_keys(self.model_key) - (set() if self.exported else {exported_key(self.model_key)})
         for seq in self.sequence_keys.values():
             keys.update(seq)
         if self.call_overhead_key:
@@ -262,6 +274,7 @@ class StoredPlan:
             "notes": list(self.notes),
             **({"call_overhead_key": self.call_overhead_key} if self.call_overhead_key else {}),
             **({"values": dict(self.values)} if self.values else {}),
+            **({"exported": True} if self.exported else {}),
         }
 
     @classmethod
@@ -300,6 +313,7 @@ class StoredPlan:
                 notes=tuple(doc.get("notes", ())),
                 call_overhead_key=doc.get("call_overhead_key", ""),
                 values={name: int(v) for name, v in doc.get("values", {}).items()},
+                exported=bool(doc.get("exported", False)),
             )
         except KeyError as exc:
             raise StoreError(f"stored plan lacks field {exc.args[0]!r}") from None
@@ -308,7 +322,13 @@ class StoredPlan:
 
 
 def stored_plans(
-    plans: Iterable[ModelPlan], runtime: str, variant: str, *, system: str = "", stack_id: str = ""
+    plans: Iterable[ModelPlan],
+    runtime: str,
+    variant: str,
+    *,
+    system: str = "",
+    stack_id: str = "",
+    exported: bool = False,
 ) -> list[StoredPlan]:
     """``StoredPlan.of`` of each plan."""
-    return [StoredPlan.of(p, runtime, variant, system=system, stack_id=stack_id) for p in plans]
+    return [StoredPlan.of(p, runtime, variant, system=system, stack_id=stack_id, exported=exported) for p in plans]

@@ -25,9 +25,24 @@ SPEC_VERSION = 1
 RUNTIME_DEFAULTS = "runtime defaults"
 
 
+# ``BenchmarkSpec.model["session"]`` of a model measured as its file is: its free dimensions left free
+EXPORTED = "as exported"
+
+
 def runtime_defaults_key(model_key: str) -> str:
     """The benchmark key of the model of ``model_key`` end to end at its runtime's defaults."""
     return stable_id({"model": model_key, "session": RUNTIME_DEFAULTS})
+
+
+def exported_key(model_key: str) -> str:
+    """The benchmark key of the model of ``model_key`` end to end as exported (``BenchmarkSpec.as_exported``)."""
+    return stable_id({"model": model_key, "session": EXPORTED})
+
+
+def whole_model_keys(model_key: str) -> set[str]:
+    """The benchmark keys of the model of ``model_key`` end to end: at the variant's settings, at its runtime's
+    defaults, as exported."""
+    return {model_key, runtime_defaults_key(model_key), exported_key(model_key)}
 
 
 def spec_id_of(key: str, batch_size: int, dtype: str, runtime: str, variant: str) -> str:
@@ -92,6 +107,13 @@ class BenchmarkSpec:
     def at_runtime_defaults(self) -> bool:
         """Whether it is a model end to end at its runtime's defaults (``Runtime.runtime_defaults``)."""
         return self.kind is SpecKind.MODEL and (self.model or {}).get("session") == RUNTIME_DEFAULTS
+
+    @property
+    def as_exported(self) -> bool:
+        """Whether it is a model end to end as its file is: the dimensions the file leaves free left free,
+        fed the bound shapes, so that the export's shape computations run on every call (``e2e_ms`` is of
+        the model bound, those computations folded)."""
+        return self.kind is SpecKind.MODEL and (self.model or {}).get("session") == EXPORTED
 
     @property
     def spec_id(self) -> str:

@@ -238,13 +238,16 @@ def plan_corpus(config: FleetConfig, known: Callable[[], Iterable[NamedModel]] =
     plans: list[ModelPlan] = []
     for per_runtime in planned:
         for key, model_plans in zip(runtimes, per_runtime, strict=True):
-            name, defaults = runtimes[key].name, runtimes[key].runtime_defaults() is not None
+            runtime = runtimes[key]
+            name, defaults, exported = runtime.name, runtime.runtime_defaults() is not None, runtime.runs_exported()
             found = [
-                s for plan in model_plans for s in specs_for_plan(plan, name, {}, e2e=config.e2e, defaults=defaults)
+                s
+                for plan in model_plans
+                for s in specs_for_plan(plan, name, {}, e2e=config.e2e, defaults=defaults, exported=exported)
             ]
             specs[key].extend(found)
             owners[key].extend([len(plans) + 1] * len(found))
-            stored[key].extend(StoredPlan.of(plan, name, "") for plan in model_plans)
+            stored[key].extend(StoredPlan.of(plan, name, "", exported=exported) for plan in model_plans)
         plans.extend(plan for model_plans in per_runtime for plan in model_plans)
     works = {key: _work(runtimes[key].name, found, owners[key], stored[key]) for key, found in specs.items()}
     return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans))

@@ -147,6 +147,7 @@ class Binding:
     shapes: dict[str, tuple[int, ...]]
     rebatch: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (old, new)
     values: dict[str, int] = field(default_factory=dict)  # input -> the value all its elements are
+    free: bool = False  # the file leaves an input's dimension free (symbolic or unknown): the binding fixed it
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -225,7 +226,15 @@ def bind_shapes(
         bound[vi.name] = tuple(dims_out)
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
-    return Binding(bound, rebatch)
+    return Binding(bound, rebatch, free=any(_has_free_dims(vi) for vi in inputs))
+
+
+def _has_free_dims(vi: onnx.ValueInfoProto) -> bool:
+    """Whether the file leaves a dimension of input ``vi`` free: no shape, or a dimension without a size."""
+    tt = tensor_type_of(vi.type)
+    if tt is None or not tt.HasField("shape"):
+        return True
+    return any(not (d.HasField("dim_value") and d.dim_value > 0) for d in tt.shape.dim)
 
 
 def _refuse_inputs_larger_than_memory(

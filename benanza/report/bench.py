@@ -13,15 +13,23 @@ from benanza.report.output import figure_cell, table, variant_column
 
 # the column of the model end to end at its runtime's defaults (``LowerBound.defaults_e2e_ms``)
 DEFAULTS_COLUMN = "defaults"
+# the column of the model end to end as exported, its dimensions free (``LowerBound.exported_e2e_ms``)
+EXPORTED_COLUMN = "exported"
 
 
 def defaults_legend(rows: Sequence[LowerBound]) -> list[str]:
     """What the defaults column holds, once per distinct description of the defaults and variant in ``rows``."""
     said = dict.fromkeys((r.defaults_what, r.variant) for r in rows if r.defaults_e2e_ms is not None)
-    return [
+    legend = [
         f"{DEFAULTS_COLUMN}: the model end to end at {what or 'its runtime defaults'}; every other figure at {variant}"
         for what, variant in said
     ]
+    if any(r.exported_e2e_ms is not None for r in rows):
+        legend.append(
+            f"{EXPORTED_COLUMN}: the model end to end as its file is, the input dimensions it leaves free left free "
+            "(e2e binds them, and folds what they make constant)"
+        )
+    return legend
 
 
 def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Table:
@@ -32,6 +40,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
     """
     grans = sorted({g for r in rows for g in r.composed_ms})
     defaults = any(r.defaults_e2e_ms is not None for r in rows)  # measured where the variant is not the defaults
+    exported = any(r.exported_e2e_ms is not None for r in rows)  # measured where a file leaves dimensions free
     where = ["system", "stack", "variant"] if by_system else []
     # rows of one model and batch in several variants (tensor cores on and off) say which is which
     header, variants = variant_column(() if by_system else (r.variant for r in rows))
@@ -49,6 +58,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
             *[(f"composed G={g}", "right") for g in grans],
             ("e2e", "right"),
             *([(DEFAULTS_COLUMN, "right")] if defaults else []),
+            *([(EXPORTED_COLUMN, "right")] if exported else []),
             ("coverage", "right"),
         ],
         (
@@ -63,6 +73,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
                 *[figure_cell(r, f"composed_ms[{g}]", r.composed_ms.get(g)) for g in grans],
                 figure_cell(r, "e2e_ms", r.e2e_ms),
                 *([figure_cell(r, "defaults_e2e_ms", r.defaults_e2e_ms)] if defaults else []),
+                *([figure_cell(r, "exported_e2e_ms", r.exported_e2e_ms)] if exported else []),
                 f"{r.coverage:.0%}",
             )
             for r in rows

@@ -240,6 +240,8 @@ class _Site:
         if row.defaults_e2e_ms is not None:  # measured where the layers' settings are not the runtime's defaults
             below = ", below its lower bound: what the defaults gain spans layers" if row.defaults_notes else ""
             parts.append(f"({_ms_of(row, 'defaults_e2e_ms', row.defaults_e2e_ms)} at its runtime's defaults{below})")
+        if row.exported_e2e_ms is not None:  # measured where its file leaves input dimensions free
+            parts.append(f"({_ms_of(row, 'exported_e2e_ms', row.exported_e2e_ms)} as exported, dimensions free)")
         sentence = " ".join(parts[:1]) + " " + " ".join(parts[1:]) + "."
         top = next((u for u in fig.breakdown if u.share is not None), None)
         if top is not None:
@@ -586,7 +588,7 @@ class _Site:
         checks = [
             f"{f.row.system} batch {m.batch_size}: {c}"
             for m, f in latest
-            for c in (*f.row.checks, *f.row.departures, *f.row.defaults_notes)
+            for c in (*f.row.checks, *f.row.departures, *f.row.defaults_notes, *f.row.exported_notes)
         ]
         self.page(
             rel,

@@ -54,7 +54,7 @@ from benanza.bench.build import (
     sink_feeds,
 )
 from benanza.bench.memory import spec_memory
-from benanza.bench.spec import RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
+from benanza.bench.spec import EXPORTED, RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
@@ -803,7 +803,10 @@ class OnnxRuntimeCPU(Runtime):
             from benanza.model.process import process_model
 
             info = dict(spec.model or {})
-            proto = process_model(info["path"], **model_binding(info), keep_branches=True).proto  # as shipped
+            processed = process_model(info["path"], **model_binding(info), keep_branches=True)  # as shipped
+            if spec.as_exported and apart:
+                return self._exported(info["path"], processed)
+            proto = processed.proto
             held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
             if spec.at_runtime_defaults and apart:
@@ -823,6 +826,27 @@ class OnnxRuntimeCPU(Runtime):
         return _OrtPrepared(
             model.SerializeToString(), feeds_for(model), self.opt_level, self.threads, disabled, held.weights
         )
+
+    def runs_exported(self) -> bool:
+        """On the CPU provider (its sessions take a model with free dimensions as it is)."""
+        return self.ep == "cpu"
+
+    def _exported(self, path: str, processed: Any) -> _OrtPrepared:
+        """The model as its file is (``BenchmarkSpec.as_exported``): the dimensions it leaves free left free and
+        fed the bound shapes, an input that chooses a branch defaulted to its bound value (as the model bound
+        is), at the variant's settings."""
+        from benanza.model.load import load_model
+        from benanza.model.steering import default_inputs
+
+        model = load_model(path)
+        default_inputs(model, processed.binding.shapes, processed.binding.values)
+        held = held_apart(model)
+        bound = feeds_for(processed.proto)  # the same names: the runtime inputs are the file's
+        inits = {t.name for t in model.graph.initializer}
+        feeds = {vi.name: bound[vi.name] for vi in model.graph.input if vi.name not in inits}
+        model_bytes = held.proto.SerializeToString()
+        exported = {"session": EXPORTED}
+        return _OrtPrepared(model_bytes, feeds, self.opt_level, self.threads, (), held.weights, provenance=exported)
 
     def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]]:
         """The model's layers grouped as ORT executes them at this optimisation level.
