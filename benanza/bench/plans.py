@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from benanza.bench.spec import exported_key, whole_model_keys
+from benanza.bench.spec import exported_key, runtime_defaults_key
 from benanza.errors import StoreError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, TensorSpec, Unsupported
 from benanza.model.keys import stable_id
@@ -218,7 +218,9 @@ class StoredPlan:
     def keys(self) -> set[str]:
         """Every benchmark key the plan's figures read: layers, units, sequences and the model."""
         keys = {layer.layer_key for layer in self.layers} | set(self.unit_keys)
-        keys |= whole_model_keys(self.model_key) - (set() if self.exported else {exported_key(self.model_key)})
+        keys |= {self.model_key, runtime_defaults_key(self.model_key)}
+        if self.exported:  # measured where its runtime runs models as exported
+            keys.add(exported_key(self.model_key))
         for seq in self.sequence_keys.values():
             keys.update(seq)
         if self.call_overhead_key:

@@ -157,6 +157,8 @@ def steered_values(
             f"{'does' if len(data) == 1 else 'do'} not"
             + (f" (here: {', '.join(steering)})" if steering else " (this model has none)"),
         )
+    if not steering:
+        return {}
     fills = input_fills(model)
     return {name: values.get(name, fills.get(name, 1)) for name in steering}
 

@@ -38,7 +38,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -64,6 +64,9 @@ from benanza.model.run_values import integer_feeds
 from benanza.model.synthetic import SYNTHETIC_WEIGHTS, synthetic_array
 from benanza.model.walks import node_reads, stable_topological_order
 from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
+
+if TYPE_CHECKING:
+    from benanza.model.process import ProcessedModel
 
 OPT_LEVELS = ("disabled", "basic", "extended", "all")
 EXECUTION_PROVIDERS = ("cpu", "cuda")
@@ -831,7 +834,7 @@ class OnnxRuntimeCPU(Runtime):
         """On the CPU provider (its sessions take a model with free dimensions as it is)."""
         return self.ep == "cpu"
 
-    def _exported(self, path: str, processed: Any) -> _OrtPrepared:
+    def _exported(self, path: str, processed: ProcessedModel) -> _OrtPrepared:
         """The model as its file is (``BenchmarkSpec.as_exported``): the dimensions it leaves free left free and
         fed the bound shapes, an input that chooses a branch defaulted to its bound value (as the model bound
         is), at the variant's settings."""
