@@ -9,7 +9,7 @@ from rich.table import Table
 from benanza.analysis.optimize import Optimizations
 from benanza.report.output import table, variant_column
 
-SPEEDUPS = ("algorithm_selection", "tensor_cores", "fusion", "parallel", "framework_gap", "combined")
+SPEEDUPS = ("algorithm_selection", "tensor_cores", "fusion", "parallel", "framework_gap", "combined", "static_shapes")
 
 
 def optimizations_table(rows: Sequence[Optimizations]) -> Table:

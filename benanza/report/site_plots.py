@@ -16,7 +16,7 @@ from benanza.analysis.optimize import Optimizations
 from benanza.bench.stats import CONFIDENCE, Interval
 from benanza.report.plots import fit
 
-SPEEDUPS = ("fusion", "parallel", "framework_gap", "algorithm_selection", "tensor_cores", "combined")
+SPEEDUPS = ("fusion", "parallel", "framework_gap", "algorithm_selection", "tensor_cores", "combined", "static_shapes")
 
 
 def _pyplot():
