@@ -26,51 +26,22 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import tempfile
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
+from side_by_side import median_call_ms, ort_session, save_results
 
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_dim_overrides
 from benanza.runtimes.onnxruntime import feeds_for
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).parent / "results"
-
-
-def session(proto, threads: int, profile_dir: str | None = None) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    options.log_severity_level = 3
-    if profile_dir:
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(profile_dir) / "branch")
-    return ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
-
-
-def call_ms(run, runs: int) -> float:
-    """Median of ``runs`` timed calls, after 10 untimed ones."""
-    for _ in range(10):
-        run()
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e3
-
 
 def profiled_spans(proto, threads: int, runs: int) -> tuple[float, float]:
     """Median per run of the ``If`` nodes' spans and of the spans of the nodes within them (microseconds)."""
     with tempfile.TemporaryDirectory(prefix="benanza-branch-") as tmp:
-        s = session(proto, threads, tmp)
+        s = ort_session(proto.SerializeToString(), threads, str(Path(tmp) / "branch"))
         feeds = feeds_for(proto)
         for _ in range(runs):
             s.run(None, feeds)
@@ -101,12 +72,14 @@ def measure(path: Path, dims: dict[str, int], value: int, threads: int, rounds: 
     values = {name: value}
     shipped = process_model(path, 1, dims=dims, values=values, keep_branches=True).proto
     branch = process_model(path, 1, dims=dims, values=values).proto
-    sessions = {"shipped": session(shipped, threads), "branch": session(branch, threads)}
+    sessions = {
+        arm: ort_session(m.SerializeToString(), threads) for arm, m in (("shipped", shipped), ("branch", branch))
+    }
     feeds = {"shipped": feeds_for(shipped), "branch": feeds_for(branch)}
     medians: dict[str, list[float]] = {"shipped": [], "branch": []}
     for _ in range(rounds):
         for arm, s in sessions.items():
-            medians[arm].append(call_ms(lambda s=s, f=feeds[arm]: s.run(None, f), runs))
+            medians[arm].append(median_call_ms(lambda s=s, f=feeds[arm]: s.run(None, f), runs))
     if_us, inner_us = profiled_spans(shipped, threads, runs)
     shipped_ms, branch_ms = statistics.median(medians["shipped"]), statistics.median(medians["branch"])
     return {
@@ -146,17 +119,8 @@ def main() -> None:
                 f"{row['if_cost_ms']:6.3f} {row['shipped_over_branch']:6.2f} | "
                 f"{row['profiled_if_us']:.0f}/{row['profiled_branch_nodes_us']:.0f}"
             )
-    doc = {
-        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python benchmarks/branch_cost.py " + " ".join(sys.argv[1:]),
-        "onnxruntime": ort.__version__,
-        "threads": args.threads,
-        "models": rows,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"branch_cost{'_' + args.tag if args.tag else ''}.json"
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"saved {path.relative_to(ROOT)}")
+    doc = {"onnxruntime": ort.__version__, "threads": args.threads, "models": rows}
+    print(f"saved {save_results('branch_cost', args.tag, doc)}")
 
 
 if __name__ == "__main__":

@@ -22,45 +22,18 @@ are not in the repository (exports of today, random weights: the cost is the sha
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
-import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import onnxruntime as ort
 from onnx import numpy_helper
+from side_by_side import median_call_ms, ort_session, save_results
 
 from benanza.model.load import load_model
 from benanza.model.process import process_model
 from benanza.model.shapes import parse_dim_overrides
 from benanza.runtimes.onnxruntime import feeds_for
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).parent / "results"
-
-
-def session(model_bytes: bytes, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    options.log_severity_level = 3
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
-
-
-def call_ms(s: ort.InferenceSession, feeds: dict, runs: int) -> float:
-    """Median of ``runs`` timed calls, after 10 untimed ones."""
-    for _ in range(10):
-        s.run(None, feeds)
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        s.run(None, feeds)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e3
 
 
 def measure(path: Path, dims: dict[str, int], threads: int, rounds: int, runs: int) -> dict[str, Any]:
@@ -68,13 +41,13 @@ def measure(path: Path, dims: dict[str, int], threads: int, rounds: int, runs: i
     bound = processed.proto
     feeds = feeds_for(bound)
     defaults = {t.name: numpy_helper.to_array(t) for t in bound.graph.initializer if t.name in processed.binding.values}
-    exported = session(load_model(path).SerializeToString(), threads)
-    sessions = {"exported": exported, "bound": session(bound.SerializeToString(), threads)}
+    exported = ort_session(load_model(path).SerializeToString(), threads)
+    sessions = {"exported": exported, "bound": ort_session(bound.SerializeToString(), threads)}
     fed = {"exported": {i.name: {**feeds, **defaults}[i.name] for i in exported.get_inputs()}, "bound": feeds}
     medians: dict[str, list[float]] = {"exported": [], "bound": []}
     for _ in range(rounds):
         for arm, s in sessions.items():
-            medians[arm].append(call_ms(s, fed[arm], runs))
+            medians[arm].append(median_call_ms(lambda s=s, f=fed[arm]: s.run(None, f), runs))
     exported_ms, bound_ms = statistics.median(medians["exported"]), statistics.median(medians["bound"])
     return {
         "model": str(path),
@@ -104,17 +77,8 @@ def main() -> None:
         rows.append(row)
         figures = f"{row['exported_ms']:9.3f} {row['bound_ms']:9.3f} {row['exported_over_bound']:6.2f}"
         print(f"{str(path)[-50:]:50s} {figures}")
-    doc = {
-        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python benchmarks/free_dims.py " + " ".join(sys.argv[1:]),
-        "onnxruntime": ort.__version__,
-        "threads": args.threads,
-        "models": rows,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"free_dims{'_' + args.tag if args.tag else ''}.json"
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"saved {path.relative_to(ROOT)}")
+    doc = {"onnxruntime": ort.__version__, "threads": args.threads, "models": rows}
+    print(f"saved {save_results('free_dims', args.tag, doc)}")
 
 
 if __name__ == "__main__":

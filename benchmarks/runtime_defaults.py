@@ -26,14 +26,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from side_by_side import save_results
 
 from benanza.model.zoo import zoo_paths
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = Path(__file__).parent / "results"
 CORPUS = ROOT / "corpus" / "models"
 # the corpus's convolution networks in each precision, and a float16 transformer: what the defaults change
 CORPUS_VISION = [
@@ -122,16 +122,8 @@ def main() -> None:
             f"{f(entry['defaults_over_e2e'], '8.2f')} {f(entry['defaults_over_bound'], '8.2f')} | "
             f"{f(entry['all_bound_over_e2e'], '10.2f')} {f(entry['all_composed_over_e2e'], '8.2f')}"
         )
-    doc = {
-        "generated_at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "command": "python benchmarks/runtime_defaults.py " + " ".join(sys.argv[1:]),
-        "wall_s": walls,
-        "models": out,
-    }
-    RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"runtime_defaults{'_' + args.tag if args.tag else ''}.json"
-    path.write_text(json.dumps(doc, indent=2) + "\n")
-    print(f"wall: extended {walls['extended']:.0f} s, all {walls['all']:.0f} s; saved {path.relative_to(ROOT)}")
+    path = save_results("runtime_defaults", args.tag, {"wall_s": walls, "models": out})
+    print(f"wall: extended {walls['extended']:.0f} s, all {walls['all']:.0f} s; saved {path}")
 
 
 if __name__ == "__main__":

@@ -46,9 +46,10 @@ log = logging.getLogger(__name__)
 
 Types = Mapping[str, tuple[tuple[int, ...] | None, str]]  # tensor -> static shape (None: unknown), numpy dtype name
 
-# integer and boolean element types (numpy names) whose values run_values computes and input_fills decides
+# integer and boolean element types (numpy names; ONNX enums: INTEGER_TYPES) whose values run_values computes
+# and input_fills decides, and that may decide an If (``model.steering``)
 _INTEGERS = INTEGER_DTYPES - {"int4", "uint4"}
-_INTEGER_TYPES = frozenset(helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in _INTEGERS)
+INTEGER_TYPES = frozenset(helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in _INTEGERS)
 # ops that hand an integer tensor's values on unchanged in meaning (a token id stays a token id)
 _PASS_THROUGH = frozenset(
     {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Concat", "Slice", "Transpose", "Tile"}
@@ -90,7 +91,7 @@ def input_fills(model: onnx.ModelProto) -> dict[str, int]:
     inits = {t.name for t in model.graph.initializer}
     fills = {}
     for vi in model.graph.input:
-        if vi.name in inits or vi.type.tensor_type.elem_type not in _INTEGER_TYPES:
+        if vi.name in inits or vi.type.tensor_type.elem_type not in INTEGER_TYPES:
             continue
         fills[vi.name] = 0 if _reaches_zeros(vi.name, readers, opsets) else 1
     return fills

@@ -35,6 +35,7 @@ from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_li
 from benanza.host_memory import memory_bytes
 from benanza.model.constants import constant_value
 from benanza.model.extract import tensor_type_of
+from benanza.model.flags import named_flags
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data
@@ -130,13 +131,7 @@ def dim_size(param: str, dims: Mapping[str, int]) -> int | None:
 
 def parse_dim_overrides(texts: list[str] | None) -> dict[str, int]:
     """``--dim`` values by dimension name; a name given twice is an error (which one was meant?)."""
-    dims: dict[str, int] = {}
-    for text in texts or []:
-        name, size = parse_dim_override(text)
-        if name in dims and dims[name] != size:
-            raise UsageError(f"--dim {name} is given twice: {dims[name]} and {size}")
-        dims[name] = size
-    return dims
+    return named_flags(texts, parse_dim_override, "--dim")
 
 
 @dataclass(frozen=True)

@@ -29,13 +29,11 @@ import numpy as np
 import onnx
 
 from benanza.errors import ModelError, UsageError
-from benanza.model.keys import INTEGER_DTYPES, VALUE_MAX_ELEMENTS
+from benanza.model.flags import named_flags
+from benanza.model.keys import VALUE_MAX_ELEMENTS
+from benanza.model.run_values import INTEGER_TYPES, input_fills
 from benanza.model.walks import all_graphs
 
-# integer and boolean element types (int4 is a quantized model's data): what a condition may be computed from
-_STEERING_TYPES = frozenset(
-    onnx.helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in INTEGER_DTYPES - {"int4", "uint4"}
-)
 _SHAPE_OPS = frozenset({"Shape", "Size"})  # their outputs are constants once the inputs are bound
 _VALUE_EXAMPLE = "e.g. --value use_cache_branch=0"
 
@@ -63,13 +61,7 @@ def parse_value_override(text: str) -> tuple[str, int]:
 
 def parse_value_overrides(texts: list[str] | None) -> dict[str, int]:
     """``--value`` values by input name; a name given twice is an error (which one was meant?)."""
-    values: dict[str, int] = {}
-    for text in texts or []:
-        name, value = parse_value_override(text)
-        if name in values and values[name] != value:
-            raise UsageError(f"--value {name} is given twice: {values[name]} and {value}")
-        values[name] = value
-    return values
+    return named_flags(texts, parse_value_override, "--value")
 
 
 def steering_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[str]:
@@ -123,7 +115,7 @@ def _inputs_deciding(
 
 def _small_integer(vi: onnx.ValueInfoProto, shape: tuple[int, ...] | None) -> bool:
     tensor = vi.type.tensor_type if vi.type.HasField("tensor_type") else None
-    if tensor is None or tensor.elem_type not in _STEERING_TYPES or shape is None:
+    if tensor is None or tensor.elem_type not in INTEGER_TYPES or shape is None:
         return False
     return math.prod(shape) <= VALUE_MAX_ELEMENTS
 
@@ -143,8 +135,6 @@ def steered_values(
         ModelError: ``values`` names an input of the model that steers no ``If`` (its value is data:
             every benchmark is fed as ``run_values`` says).
     """
-    from benanza.model.run_values import input_fills
-
     steering = steering_inputs(model, shapes)
     inits = {t.name for t in model.graph.initializer}
     names = {vi.name for vi in model.graph.input if vi.name not in inits}
