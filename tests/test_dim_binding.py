@@ -98,6 +98,50 @@ def test_a_dim_no_input_has_binds_nothing_and_an_unbound_one_names_the_flag(cach
     assert "--dim past_sequence_length=N" in message
 
 
+def test_every_unbound_dimension_is_named_in_one_error(build_model):
+    """An Optimum decoder leaves four names free; one error at a time made a user run four times."""
+    model = build_model(
+        [helper.make_node("Concat", ["past", "step"], ["all"], axis=1), helper.make_node("Identity", ["mask"], ["m"])],
+        [
+            ("past", F, ["batch_size", "past_sequence_length", "width"]),
+            ("step", F, ["batch_size", "sequence_length", "width"]),
+            ("mask", TensorProto.INT64, ["batch_size", "past_sequence_length + sequence_length"]),
+            ("bare", F, [2, None]),
+        ],
+        [("all", F, None), ("m", TensorProto.INT64, None)],
+    )
+    with pytest.raises(UnboundDimensionError) as info:
+        bind_shapes(model, "d.onnx", dims={"width": 8})
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("d.onnx: input 'past' dimension 0 ('batch_size') is not bound, nor are ")
+    for listed in (
+        "'past_sequence_length' (input 'past' dimension 1)",
+        "'sequence_length' (input 'step' dimension 1)",
+        "input 'bare' dimension 1",
+    ):
+        assert listed in message
+    assert "'past_sequence_length + sequence_length'" not in message  # bound by the names listed
+    # each name once, however many inputs have it; an expression's names, not the expression
+    flags = message.split("; pass ", 1)[1]
+    assert flags == (
+        "--batch N --dim past_sequence_length=N --dim sequence_length=N --shape bare=DIMS"
+        " (or --shape INPUT=DIMS for each input)"
+    )
+    binding = bind_shapes(
+        model,
+        "d.onnx",
+        batch=1,
+        dims={"width": 8, "past_sequence_length": 3, "sequence_length": 1},
+        shapes={"bare": (2, 5)},
+    )
+    assert binding.shapes["mask"] == (1, 4)
+    with pytest.raises(
+        UnboundDimensionError, match=r"'sequence_length'\) is not bound; pass --dim sequence_length=N or"
+    ):
+        bind_shapes(model, "d.onnx", batch=1, dims={"width": 8, "past_sequence_length": 3}, shapes={"bare": (2, 5)})
+
+
 @pytest.mark.parametrize(
     "texts, message",
     [

@@ -170,7 +170,7 @@ def bind_shapes(
     symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
     dimension that differs (a "rebatch"). A name in ``dims`` that a model does not have binds
     nothing there (one run binds models of several kinds). Anything left symbolic is an
-    ``UnboundDimensionError`` naming the input and the dimension. With ``fits_here`` (the
+    ``UnboundDimensionError`` naming every such dimension and the flags that bind them, at once. With ``fits_here`` (the
     models are benchmarked on this machine), an input larger than this machine's physical
     memory is refused here, before anything allocates it; a fleet driver or an analysis of
     another system's results passes False, and each system's workers apply the memory guard.
@@ -185,6 +185,7 @@ def bind_shapes(
         raise ModelError(path, f"--shape names unknown input(s) {', '.join(unknown)}; inputs are {', '.join(names)}")
     bound: dict[str, tuple[int, ...]] = {}
     rebatch: dict[str, tuple[int, int]] = {}
+    unbound: list[_Unbound] = []
     for vi in inputs:
         tt = tensor_type_of(vi.type)  # an optional tensor is bound as the tensor it holds
         if tt is None:
@@ -198,7 +199,8 @@ def bind_shapes(
             bound[vi.name] = tuple(given)
             continue
         if not tt.HasField("shape"):
-            raise UnboundDimensionError(path, f"input '{vi.name}' has no shape; pass --shape {vi.name}=DIMS")
+            unbound.append(_Unbound(vi.name))
+            continue
         dims_out: list[int] = []
         for i, d in enumerate(tt.shape.dim):
             fixed = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
@@ -212,16 +214,89 @@ def bind_shapes(
             elif fixed is not None:
                 dims_out.append(fixed)
             else:
-                label = f" ('{d.dim_param}')" if d.dim_param else ""
-                hint = "--batch N or " if i == 0 else ""
-                hint += f"--dim {d.dim_param}=N or " if d.dim_param else ""
-                raise UnboundDimensionError(
-                    path, f"input '{vi.name}' dimension {i}{label} is not bound; pass {hint}--shape {vi.name}=DIMS"
-                )
+                needs = tuple(name for name in _names_in(d.dim_param) if name not in dims)
+                unbound.append(_Unbound(vi.name, i, d.dim_param, needs))
+                dims_out.append(0)
         bound[vi.name] = tuple(dims_out)
+    if unbound:
+        raise UnboundDimensionError(path, _unbound_message(unbound))
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
     return Binding(bound, rebatch, free=any(_has_free_dims(vi) for vi in inputs))
+
+
+@dataclass(frozen=True)
+class _Unbound:
+    """An input dimension nothing bound (``index`` None: the input has no shape at all)."""
+
+    input: str
+    index: int | None = None
+    name: str = ""  # the dimension's symbolic name, if it has one
+    needs: tuple[str, ...] = ()  # the names not bound that would bind it: itself, or those its expression reads
+
+    def told(self) -> str:
+        """As the sentence that states it."""
+        if self.index is None:
+            return f"input '{self.input}' has no shape"
+        label = f" ('{self.name}')" if self.name else ""
+        return f"input '{self.input}' dimension {self.index}{label} is not bound"
+
+    def listed(self) -> str:
+        """As one of the others a message lists after the first."""
+        if self.index is None:
+            return f"the shape of input '{self.input}'"
+        where = f"input '{self.input}' dimension {self.index}"
+        return f"'{self.name}' ({where})" if self.name else where
+
+    def flags(self) -> list[str]:
+        """The ways to bind it (flags that do it together), the most specific last."""
+        if self.index is None:
+            return [f"--shape {self.input}=DIMS"]
+        ways = ["--batch N"] if self.index == 0 else []
+        ways += [" ".join(f"--dim {name}=N" for name in self.needs)] if self.needs else []
+        return [*ways, f"--shape {self.input}=DIMS"]
+
+    def flag(self) -> list[str]:
+        """The one flag (or several, for a dimension named by an expression) to suggest among others."""
+        if self.index == 0:
+            return ["--batch N"]
+        return [f"--dim {name}=N" for name in self.needs] or [f"--shape {self.input}=DIMS"]
+
+
+def _names_in(param: str) -> list[str]:
+    """The dimension names a symbolic dimension is made of: itself, or those its expression reads
+    (``past_sequence_length + sequence_length``: ``dim_size``)."""
+    if not param:
+        return []
+    try:
+        tree = ast.parse(param, mode="eval")
+    except SyntaxError:
+        return [param]
+    if isinstance(tree.body, ast.Name):
+        return [param]
+    names = [node.id for node in ast.walk(tree) if isinstance(node, ast.Name)]
+    return list(dict.fromkeys(names)) or [param]
+
+
+def _unbound_message(unbound: list[_Unbound]) -> str:
+    """One line naming every dimension left unbound and the flags that bind them, so that one
+    retry binds them all (an Optimum decoder leaves four names free, which one error at a time
+    made four runs). A name free in several inputs (a KV cache's, one per layer) is named once, and a
+    dimension named by an expression of names already named (an attention mask's) not at all."""
+    distinct: list[_Unbound] = []
+    seen: set[str] = set()
+    for u in unbound:
+        keys = set(u.needs) or {f"{u.input}:{u.index}"}
+        if not keys <= seen:
+            seen |= keys
+            distinct.append(u)
+    first, others = distinct[0], distinct[1:]
+    if not others:
+        return f"{first.told()}; pass {' or '.join(first.flags())}"
+    flags = list(dict.fromkeys(f for u in distinct for f in u.flag()))
+    nor = ", ".join(u.listed() for u in others[:-1]) + (" and " if len(others) > 1 else "") + others[-1].listed()
+    shapes = " (or --shape INPUT=DIMS for each input)" if any(not f.startswith("--shape") for f in flags) else ""
+    return f"{first.told()}, nor {'are' if len(others) > 1 else 'is'} {nor}; pass {' '.join(flags)}{shapes}"
 
 
 def _has_free_dims(vi: onnx.ValueInfoProto) -> bool:
