@@ -7,7 +7,7 @@ The public Python API is the names in ``__all__``; each is imported on first use
 
     model = benanza.process_model("resnet50.onnx", batch=1)        # layers, shapes, keys
     ctx = benanza.open_local("sqlite:///benanza.db")                # this machine, ONNX Runtime
-    plans = benanza.plan_models(["resnet50.onnx"], ctx.runtime, [1], None, [1, 3])
+    plans = benanza.plan_models(["resnet50.onnx"], ctx.runtime, [1], granularities=[1, 3])
     benanza.benchmark(ctx, plans, e2e=True)                         # what the database lacks
     for row in benanza.analyze(ctx, plans):                         # LowerBound values
         print(row.model, row.sequential_ms, row.e2e_ms)

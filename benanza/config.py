@@ -64,6 +64,7 @@ from pydantic import (
 
 from benanza.bench.host_cpu import AUTO, is_threads_setting
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
+from benanza.model.request import BindingRequest, parse_shape_override, parse_shape_overrides
 from benanza.settings import HarnessSettings, Settings, load_settings
 from benanza.store.uri import StoreURI, mask_uri
 
@@ -150,8 +151,6 @@ def _resolve_model_path(value: Any, info: ValidationInfo) -> Any:
 
 
 def _check_shape(text: str) -> str:
-    from benanza.model.shapes import parse_shape_override
-
     try:
         parse_shape_override(text)
     except UsageError:
@@ -470,10 +469,9 @@ class FleetConfig(BaseModel):
 
         return expand_model_paths(list(self.models)) if self.models else zoo_paths()
 
-    def shape_overrides(self) -> dict[str, tuple[int, ...]]:
-        from benanza.model.shapes import parse_shape_overrides
-
-        return parse_shape_overrides(self.shapes)
+    def binding_request(self) -> BindingRequest:
+        """``shapes``, ``dims`` and ``values`` as one request (what ``--shape``, ``--dim`` and ``--value`` make)."""
+        return BindingRequest(parse_shape_overrides(self.shapes), dict(self.dims), dict(self.values))
 
     def harness_settings(self, settings: Settings, **overrides: Any) -> HarnessSettings:
         """``HarnessSettings``: defaults < this file < ``BENANZA_HARNESS_*`` (in ``settings``) < ``overrides`` (flags).

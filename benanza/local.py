@@ -26,6 +26,7 @@ from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, variant_id, whole_model_keys
 from benanza.fingerprint import StackFingerprint
 from benanza.model.names import NamedModel
+from benanza.model.request import NO_REQUEST, BindingRequest
 from benanza.runtimes.base import Runtime
 from benanza.settings import Settings, load_settings
 from benanza.store.base import Store, open_store
@@ -89,22 +90,15 @@ def plan_models(
     paths: Iterable[Path],
     runtime: Runtime,
     batches: Sequence[int | None] = (None,),
-    overrides: Mapping[str, tuple[int, ...]] | None = None,
+    request: BindingRequest = NO_REQUEST,
     granularities: Iterable[int] = (),
     *,
-    dims: Mapping[str, int] | None = None,
-    values: Mapping[str, int] | None = None,
     known: Iterable[NamedModel] = (),
 ) -> list[ModelPlan]:
     """One plan per model and batch size, the models named apart from each other and from ``known``
-    (the store's: ``Store.model_names``; see ``benanza.model.names``). ``dims`` binds symbolic
-    dimensions by name (``--dim``; ``benanza.model.shapes.bind_shapes``); ``values`` the inputs that
-    choose an ``If``'s branch (``--value``; ``benanza.model.steering``)."""
-    plans = [
-        plan
-        for path in paths
-        for plan in plan_model_file(path, [runtime], batches, overrides, granularities, dims=dims, values=values)[0]
-    ]
+    (the store's: ``Store.model_names``; see ``benanza.model.names``). ``request``: the ``--shape``,
+    ``--dim`` and ``--value`` flags (``benanza.model.request``)."""
+    plans = [plan for path in paths for plan in plan_model_file(path, [runtime], batches, request, granularities)[0]]
     return with_distinct_names(plans, known)
 
 

@@ -52,7 +52,7 @@ from benanza.bench.generate import ModelPlan, plan_model, specs_for_plan
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.local import open_local
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.request import BindingRequest
 from benanza.model.zoo import zoo_paths
 from benanza.settings import load_settings
 
@@ -79,7 +79,7 @@ FAMILY_ADDITIONS = (
 class Entry:
     name: str
     path: Path
-    overrides: dict[str, tuple[int, ...]] | None
+    request: BindingRequest
     fully_benchmarked: bool = True
     variant: str = "fp32"  # the corpus's variant (fp32, int8_qdq, int8_qop, int8_dynamic, fp16)
 
@@ -87,18 +87,18 @@ class Entry:
 def corpus_entries() -> list[Entry]:
     manifest = json.loads((CORPUS / "corpus.json").read_text())
     return [
-        Entry(e["name"], CORPUS / e["file"], parse_shape_overrides(e["shape_args"]) or None, variant=e["variant"])
+        Entry(e["name"], CORPUS / e["file"], BindingRequest.parse(e["shape_args"]), variant=e["variant"])
         for e in manifest
     ]
 
 
 def zoo_entries() -> list[Entry]:
-    return [Entry(p.stem, p, None) for p in zoo_paths()]
+    return [Entry(p.stem, p, BindingRequest()) for p in zoo_paths()]
 
 
 def plan_of(entry: Entry, runtime: Any) -> ModelPlan:
-    processed = process_model(entry.path, 1, entry.overrides)
-    return plan_model(processed, runtime, batch=1, overrides=entry.overrides)
+    processed = process_model(entry.path, 1, entry.request)
+    return plan_model(processed, runtime, batch=1, request=entry.request)
 
 
 def trimmed_s(record: Any) -> float | None:

@@ -34,7 +34,7 @@ import onnxruntime as ort
 from side_by_side import median_call_ms, ort_session, save_results
 
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_dim_overrides
+from benanza.model.request import BindingRequest, parse_dim_overrides
 from benanza.runtimes.onnxruntime import feeds_for
 
 
@@ -65,13 +65,13 @@ def profiled_spans(proto, threads: int, runs: int) -> tuple[float, float]:
 
 def measure(path: Path, dims: dict[str, int], value: int, threads: int, rounds: int, runs: int) -> dict[str, Any]:
     """One model at one value of its steering input: shipped and branch latency, interleaved, and the If's span."""
-    fed = process_model(path, 1, dims=dims).binding.values
+    fed = process_model(path, 1, BindingRequest(dims=dims)).binding.values
     if len(fed) != 1:
         raise SystemExit(f"{path}: expected one input that chooses an If's branch, found {sorted(fed) or 'none'}")
     (name,) = fed
-    values = {name: value}
-    shipped = process_model(path, 1, dims=dims, values=values, keep_branches=True).proto
-    branch = process_model(path, 1, dims=dims, values=values).proto
+    request = BindingRequest(dims=dims, values={name: value})
+    shipped = process_model(path, 1, request, keep_branches=True).proto
+    branch = process_model(path, 1, request).proto
     sessions = {
         arm: ort_session(m.SerializeToString(), threads) for arm, m in (("shipped", shipped), ("branch", branch))
     }

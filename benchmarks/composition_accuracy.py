@@ -49,7 +49,7 @@ def main() -> None:
     settings = HarnessSettings(min_time_s=args.min_time, max_time_s=args.max_time, schedule=args.schedule)
     ctx = open_local(args.db, "onnxruntime", {"threads": args.threads}, settings=settings)
     try:
-        plans = plan_models(args.models or zoo_paths(), ctx.runtime, (1,), None, grans)
+        plans = plan_models(args.models or zoo_paths(), ctx.runtime, (1,), granularities=grans)
         started = time.perf_counter()
         summary = bench(ctx, plans, e2e=True)
         bench_s = time.perf_counter() - started

@@ -42,6 +42,7 @@ from benanza.bench.harness import measure_interleaved
 from benanza.config import default_fleet_config
 from benanza.model.network import network_of
 from benanza.model.process import process_model
+from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import bound_call, feeds_for, ort_message, session_options
 from benanza.settings import load_settings
 
@@ -177,7 +178,7 @@ def run(pasts: list[int], threads: int) -> dict:
     onnx.save(decoder(max(pasts) + 1), path)
     calls, names, keep, rows = [], [], [], []
     for past in pasts:
-        processed = process_model(path, None, step_shapes(past))
+        processed = process_model(path, None, BindingRequest(step_shapes(past)))
         (index, *_) = [layer.index for layer in processed.graph.layers if layer.op_type == "GroupQueryAttention"]
         _, network = network_of(processed.graph, [index])
         zeros = dataclasses.replace(network, inputs=tuple(dataclasses.replace(t, value=None) for t in network.inputs))

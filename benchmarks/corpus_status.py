@@ -28,7 +28,7 @@ from typing import Any
 from benanza.errors import BenanzaError
 from benanza.model.corpus import summarize
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.request import BindingRequest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "corpus"
@@ -52,7 +52,7 @@ def status_of(entry: dict[str, Any], plan: bool) -> tuple[dict[str, Any], Any]:
     }
     started = time.perf_counter()
     try:
-        processed = process_model(path, batch=1, shapes=parse_shape_overrides(entry["shape_args"]))
+        processed = process_model(path, 1, BindingRequest.parse(entry["shape_args"]))
     except BenanzaError as exc:
         return {**record, "error": str(exc)}, None
     graph = processed.graph

@@ -52,6 +52,7 @@ from benanza.bench.generate import plan_model_file, specs_for_plan
 from benanza.bench.memory import weight_bytes
 from benanza.bench.spec import SpecKind
 from benanza.model.process import process_model
+from benanza.model.request import BindingRequest
 from benanza.runtimes.base import get_runtime
 from benanza.runtimes.onnxruntime import feeds_for
 
@@ -92,7 +93,7 @@ def inside_model(path: str, feeds: dict[str, Any]) -> dict[str, list[float]]:
 def projections(path: str, bound: dict[str, int]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The model's unique MatMulNBits units (spec, node names) and feeds for the whole model."""
     runtime = get_runtime("onnxruntime", threads=THREADS)
-    ((plan,),) = plan_model_file(path, [runtime], [1], None, (), dims=bound)
+    ((plan,),) = plan_model_file(path, [runtime], [1], BindingRequest(dims=bound))
     specs = {s.key: s for s in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=False)}
     units: dict[str, dict[str, Any]] = {}
     read, held, flush = weights_read_per_run(plan.graph), weight_bytes(plan.graph), host_cache.flush_bytes()
@@ -104,7 +105,7 @@ def projections(path: str, bound: dict[str, int]) -> tuple[list[dict[str, Any]],
             entry = units.setdefault(key, {"spec": specs[key], "nodes": [], "evict": evict})
             entry["nodes"].append(layers[0].name)
             entry["label"] = specs[key].label
-    feeds = feeds_for(process_model(path, 1, dims=bound).proto)
+    feeds = feeds_for(process_model(path, 1, BindingRequest(dims=bound)).proto)
     return list(units.values()), {"runtime": runtime, "feeds": feeds}
 
 

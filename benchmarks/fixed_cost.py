@@ -26,7 +26,7 @@ from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.spec import SpecKind
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,8 +49,8 @@ def main() -> None:
     specs = {}
     for name in args.models:
         entry = manifest[name]
-        shapes = parse_shape_overrides(entry["shape_args"]) or None
-        plan = plan_model(process_model(CORPUS / entry["file"], 1, shapes), runtime, batch=1, overrides=shapes)
+        request = BindingRequest.parse(entry["shape_args"])
+        plan = plan_model(process_model(CORPUS / entry["file"], 1, request), runtime, batch=1, request=request)
         for spec in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=False):
             if spec.kind is SpecKind.LAYER:
                 specs.setdefault(spec.spec_id, spec)

@@ -32,12 +32,12 @@ from side_by_side import median_call_ms, ort_session, save_results
 
 from benanza.model.load import load_model
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_dim_overrides
+from benanza.model.request import BindingRequest, parse_dim_overrides
 from benanza.runtimes.onnxruntime import feeds_for
 
 
 def measure(path: Path, dims: dict[str, int], threads: int, rounds: int, runs: int) -> dict[str, Any]:
-    processed = process_model(path, 1, dims=dims, keep_branches=True)
+    processed = process_model(path, 1, BindingRequest(dims=dims), keep_branches=True)
     bound = processed.proto
     feeds = feeds_for(bound)
     defaults = {t.name: numpy_helper.to_array(t) for t in bound.graph.initializer if t.name in processed.binding.values}

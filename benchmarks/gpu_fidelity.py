@@ -122,7 +122,7 @@ def _layer_spec(model: str, op_type: str, batch: int):
 
     runtime = get_runtime("cudnn", tensor_cores=True)
     path = next(p for p in zoo_paths() if p.stem == f"light_{model}")
-    (plan,) = plan_models([path], runtime, (batch,), None, ())
+    (plan,) = plan_models([path], runtime, (batch,))
     key = next(layer.layer_key for layer in plan.graph.layers if layer.op_type == op_type)
     spec = next(s for s in specs_for_plan(plan, runtime.name, runtime.variant()) if s.key == key)
     return runtime, spec
@@ -311,7 +311,7 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> tuple[
         for batch in batches:
             ctx = open_local(args.db, "cudnn", options, settings=_settings(args))
             try:
-                plans = plan_models(zoo_paths(), ctx.runtime, [batch], None, ())
+                plans = plan_models(zoo_paths(), ctx.runtime, [batch])
                 summary = bench(ctx, plans, e2e=True)
                 not_ok = [r for r in summary.records if r.outcome.value != "ok"]
                 row: dict = {
@@ -333,7 +333,7 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> tuple[
     ctx = open_local(args.db, "cudnn", {"tensor_cores": True}, settings=_settings(args))
     try:
         resnet = [p for p in zoo_paths() if "resnet50" in p.name]
-        analyses = [o.to_dict() for o in optimize(ctx, plan_models(resnet, ctx.runtime, batches, None, ()))]
+        analyses = [o.to_dict() for o in optimize(ctx, plan_models(resnet, ctx.runtime, batches))]
     finally:
         ctx.close()
     return parts, analyses

@@ -36,8 +36,9 @@ from benanza.model.graph import ModelGraph
 from benanza.model.load import load_model
 from benanza.model.process import model_name, process_model
 from benanza.model.qdq import unique_dequantize
+from benanza.model.request import BindingRequest, parse_shape_overrides
 from benanza.model.resolve import needs_resolution, resolve_if_needed
-from benanza.model.shapes import apply_binding, bind_shapes, fold_constants, infer_shapes, parse_shape_overrides
+from benanza.model.shapes import apply_binding, bind_shapes, fold_constants, infer_shapes
 from benanza.model.zoo import zoo_paths
 
 RESULTS = Path(__file__).parent / "results"
@@ -76,7 +77,7 @@ def run_once(items: list[Item]) -> dict[str, Any]:
     t0 = time.perf_counter()
     for item in items:
         started = time.perf_counter()
-        graphs.append(process_model(item.path, batch=item.batch, shapes=item.shapes).graph)
+        graphs.append(process_model(item.path, item.batch, BindingRequest(item.shapes)).graph)
         per_model[item.name] = time.perf_counter() - started
     t1 = time.perf_counter()
     summary = summarize(graphs)
@@ -110,7 +111,9 @@ def staged_once(items: list[Item]) -> dict[str, Any]:
         row: dict[str, float] = {}
         with collection_paused():  # as process_model runs
             proto = timed("load_s", row, lambda item=item: load_model(item.path))
-            binding = timed("bind_s", row, lambda p=proto, i=item: bind_shapes(p, i.path, i.batch, i.shapes))
+            binding = timed(
+                "bind_s", row, lambda p=proto, i=item: bind_shapes(p, i.path, i.batch, BindingRequest(i.shapes))
+            )
             if binding.rebatch:  # prepare_model's rebatch pass is not staged here
                 raise SystemExit(f"{item.name}: rebatched inputs; stage the model at its own batch")
             bound = timed("bind_s", row, lambda p=proto, b=binding: apply_binding(p, b))
@@ -141,7 +144,7 @@ def staged_once(items: list[Item]) -> dict[str, Any]:
 def check_same(items: list[Item], staged: list[ModelGraph]) -> None:
     """The staged pipeline must give ``process_model``'s layers and model keys."""
     for item, graph in zip(items, staged, strict=True):
-        whole = process_model(item.path, batch=item.batch, shapes=item.shapes).graph
+        whole = process_model(item.path, item.batch, BindingRequest(item.shapes)).graph
         if whole.layer_keys != graph.layer_keys or whole.graph_key != graph.graph_key:
             reasons = {u.reason for u in whole.unsupported} ^ {u.reason for u in graph.unsupported}
             raise SystemExit(

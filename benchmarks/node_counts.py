@@ -60,8 +60,8 @@ def _rows(nodes: collections.Counter[tuple[str, str]]) -> list[dict[str, Any]]:
 
 def compare(path: Path, threads: int) -> dict[str, Any]:
     runtime = OnnxRuntimeCPU(threads=threads)
-    (plan,) = plan_models([path], runtime, (1,), None, MAIN_JOB_GRANULARITIES)
-    whole = executed(with_synthetic_weights(process_model(path, 1, {}).proto), threads)
+    (plan,) = plan_models([path], runtime, (1,), granularities=MAIN_JOB_GRANULARITIES)
+    whole = executed(with_synthetic_weights(process_model(path, 1).proto), threads)
     units: collections.Counter[tuple[str, str]] = collections.Counter()
     for members in plan.units:
         units.update(executed(build_onnx(network_of(plan.graph, sorted(members))[1], sink=True), threads))

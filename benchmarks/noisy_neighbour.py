@@ -88,7 +88,7 @@ def run_case(
             load.enter_context(_burner(*burst))
         ctx = open_local(f"sqlite:///{tmp}/results.db", "onnxruntime", runtime_options, settings=settings)
         try:
-            plans = plan_models(models, ctx.runtime, (1,), None, MAIN_JOB_GRANULARITIES)
+            plans = plan_models(models, ctx.runtime, (1,), granularities=MAIN_JOB_GRANULARITIES)
             threads, notes = ctx.runtime.variant()["threads"], list(ctx.runtime.notes())
             print(f"{name}: threads {threads}; {'; '.join(notes) or 'as given'}", flush=True)
             started = time.perf_counter()

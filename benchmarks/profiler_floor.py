@@ -106,14 +106,14 @@ def kernel_both_ways(model: bytes, feeds: dict, disabled: tuple[str, ...], threa
 
 def model_sums(path: Path, threads: int, floor: float) -> dict[str, Any]:
     runtime = OnnxRuntimeCPU(threads=threads)
-    (plan,) = plan_models([path], runtime, (1,), None, MAIN_JOB_GRANULARITIES)
+    (plan,) = plan_models([path], runtime, (1,), granularities=MAIN_JOB_GRANULARITIES)
     units = []
     for members in plan.units:
         built = build_onnx(network_of(plan.graph, sorted(members))[1], sink=True)
         units.append(
             kernel_both_ways(built.SerializeToString(), feeds_for(built), disabled_optimizers(built), threads, floor)
         )
-    whole = with_synthetic_weights(process_model(path, 1, {}).proto)
+    whole = with_synthetic_weights(process_model(path, 1).proto)
     e2e = kernel_both_ways(whole.SerializeToString(), feeds_for(whole), (), threads, floor)["call_s"]
     raw, floored = sum(u["raw"] for u in units), sum(u["floor"] for u in units)
     return {

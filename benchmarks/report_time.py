@@ -47,7 +47,7 @@ TARGET_S = 30.0
 def zoo_specs():
     """The zoo's specs at batch 1 (G = 1, 3) and its plans as ``benanza run`` stores them."""
     runtime = get_runtime("onnxruntime", threads=1, opt_level="extended")
-    plans = plan_models(zoo_paths(), runtime, (1,), None, (1, 3))
+    plans = plan_models(zoo_paths(), runtime, (1,), granularities=(1, 3))
     specs = unique_specs(s for p in plans for s in specs_for_plan(p, runtime.name, runtime.variant(), e2e=True))
     return specs, stored_plans(plans, runtime.name, variant_id(runtime.variant()))
 

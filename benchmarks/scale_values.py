@@ -124,7 +124,7 @@ def main() -> None:
     by_key: dict[str, dict[tuple[Any, ...], tuple[str, ModelGraph, tuple[int, ...]]]] = {}
     signature: dict[str, str] = {}
     for entry in manifest:
-        processed = process_model(entry.path, 1, entry.overrides)
+        processed = process_model(entry.path, 1, entry.request)
         plan = plan_model(processed, runtime)
         for key, sig, scales, unit in members(processed.graph, plan.units):
             by_key.setdefault(key, {}).setdefault(scales, (entry.name, processed.graph, unit))

@@ -33,7 +33,7 @@ from benanza.bench.build import build_onnx, is_sink
 from benanza.bench.generate import plan_model
 from benanza.model.load import with_synthetic_weights
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, optimized_model
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,8 +82,8 @@ def model_side(graph: Any, units: list[tuple[int, ...]], whole: onnx.ModelProto)
     return {u: sorted(v) for u, v in ops.items()}
 
 
-def fidelity_of(path: Path, batch: int | None, shapes: dict[str, tuple[int, ...]] | None) -> dict[str, Any]:
-    processed = process_model(path, batch=batch, shapes=shapes)
+def fidelity_of(path: Path, batch: int | None, request: BindingRequest) -> dict[str, Any]:
+    processed = process_model(path, batch, request)
     plan = plan_model(processed, OnnxRuntimeCPU(threads=1), ())
     whole = optimized(with_synthetic_weights(processed.proto))
     expected = model_side(processed.graph, [tuple(u) for u in plan.units], whole)
@@ -122,10 +122,10 @@ def main() -> None:
     args = parser.parse_args()
     entries = json.loads((CORPUS / "corpus.json").read_text())
     jobs = [
-        (CORPUS / e["file"], 1, parse_shape_overrides(e["shape_args"]))
+        (CORPUS / e["file"], 1, BindingRequest.parse(e["shape_args"]))
         for e in entries
         if args.only is None or e["name"] in args.only
-    ] + [(p, None, None) for p in args.models]
+    ] + [(p, None, BindingRequest()) for p in args.models]
     results = []
     for path, batch, shapes in jobs:
         r = fidelity_of(path, batch, shapes)

@@ -13,6 +13,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 from benanza.model.process import ProcessedModel, process_model
+from benanza.model.request import BindingRequest
 
 
 @functools.cache
@@ -155,7 +156,7 @@ def process_proto() -> Callable[..., ProcessedModel]:
     """Process an in-memory model as if it were read from ``mem.onnx``."""
 
     def run(model: onnx.ModelProto, batch: int | None = None, shapes: dict | None = None) -> ProcessedModel:
-        return process_model("mem.onnx", batch=batch, shapes=shapes, proto=model)
+        return process_model("mem.onnx", batch, BindingRequest(shapes or {}), proto=model)
 
     return run
 

@@ -11,6 +11,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from benanza.model.request import BindingRequest
+
 F, I64, I32 = TensorProto.FLOAT, TensorProto.INT64, TensorProto.INT32
 MS = "com.microsoft"
 HEADS, KV_HEADS, HEAD = 4, 2, 16
@@ -66,10 +68,13 @@ def decoder(build_model) -> onnx.ModelProto:
     )
 
 
-def shapes(past: int, new: int = 1) -> dict[str, tuple[int, ...]]:
-    return {
-        "input_ids": (1, new),
-        "attention_mask": (1, past + new),
-        "past_key": (1, KV_HEADS, past, HEAD),
-        "past_value": (1, KV_HEADS, past, HEAD),
-    }
+def shapes(past: int, new: int = 1) -> BindingRequest:
+    """The decoder's step of ``new`` tokens after ``past``, every input's shape given."""
+    return BindingRequest(
+        {
+            "input_ids": (1, new),
+            "attention_mask": (1, past + new),
+            "past_key": (1, KV_HEADS, past, HEAD),
+            "past_value": (1, KV_HEADS, past, HEAD),
+        }
+    )

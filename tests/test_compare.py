@@ -82,7 +82,7 @@ def fleet_db(tmp_path_factory, models, fast_harness):
     uri = f"sqlite:///{tmp_path_factory.mktemp('db') / 'fleet.db'}"
     ctx = open_local(uri, "onnxruntime", {"threads": 1}, system="sys-a", settings=fast_harness)
     try:
-        plans = plan_models(models, ctx.runtime, (1,), None, (1, 2))
+        plans = plan_models(models, ctx.runtime, (1,), granularities=(1, 2))
         summary = bench(ctx, plans, e2e=True)
         assert summary.measured > 0 and summary.failed == 0
         real = ctx.store.records(system="sys-a")

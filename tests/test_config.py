@@ -344,7 +344,7 @@ def test_model_paths_are_relative_to_the_config_file(tmp_path: Path, monkeypatch
 def test_shapes_and_dtypes(tmp_path: Path) -> None:
     path = write(tmp_path / "fleet.toml", 'shapes = ["images=1x3x224x224", "mask="]\ndtypes = ["float16"]\n' + SYSTEM)
     config = load_fleet_config(path)
-    assert config.shape_overrides() == {"images": (1, 3, 224, 224), "mask": ()}
+    assert config.binding_request().shapes == {"images": (1, 3, 224, 224), "mask": ()}
     assert config.dtypes == ["float16"]
 
 

@@ -33,7 +33,7 @@ from benanza.bench.records import Outcome
 from benanza.local import analyze, bench, open_local
 from benanza.model.load import with_synthetic_weights
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import feeds_for
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def processed():
     def get(name: str):
         if name not in cache:
             entry = BY_NAME[name]
-            cache[name] = process_model(CORPUS / entry["file"], 1, parse_shape_overrides(entry["shape_args"]))
+            cache[name] = process_model(CORPUS / entry["file"], 1, BindingRequest.parse(entry["shape_args"]))
         return cache[name]
 
     return get
@@ -92,8 +92,8 @@ def benchmarked(processed, tmp_path_factory):
         names = sorted(BY_NAME)
         plans = []
         for name in names:
-            overrides = parse_shape_overrides(BY_NAME[name]["shape_args"]) or None
-            plans.append(plan_model(processed(name), ctx.runtime, batch=1, overrides=overrides))
+            request = BindingRequest.parse(BY_NAME[name]["shape_args"])
+            plans.append(plan_model(processed(name), ctx.runtime, batch=1, request=request))
         summary = bench(ctx, plans, e2e=True)
         out = {}
         for name, plan, row in zip(names, plans, analyze(ctx, plans), strict=True):

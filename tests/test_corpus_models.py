@@ -24,7 +24,7 @@ from benanza.model.graph import InputKind
 from benanza.model.load import has_data, load_model, model_tensors, structure_only
 from benanza.model.network import network_of
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_shape_overrides
+from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 
 CORPUS = Path(__file__).resolve().parent.parent / "corpus"
@@ -82,7 +82,7 @@ def test_a_corpus_model_loads_structure_only_and_processes_at_batch_1(name):
     assert structure_only(model) > 0
     for tensor in model_tensors(model):  # what is kept by value is small
         assert not has_data(tensor) or len(tensor.raw_data) <= THRESHOLD, tensor.name
-    processed = process_model(path, batch=1, shapes=parse_shape_overrides(entry["shape_args"]), proto=model)
+    processed = process_model(path, 1, BindingRequest.parse(entry["shape_args"]), proto=model)
     graph = processed.graph
     assert graph.layers
     assert {t.name: list(t.shape) for t in graph.inputs} == entry["shapes_at_batch_1"]
@@ -96,7 +96,7 @@ def test_stripped_weights_are_synthesised_with_their_shapes_and_dtypes(name):
     entry = BY_NAME[name]
     path = CORPUS / entry["file"]
     stripped = {t.name: (tuple(t.dims), t.data_type) for t in load_model(path).graph.initializer if not has_data(t)}
-    graph = process_model(path, batch=1, shapes=parse_shape_overrides(entry["shape_args"])).graph
+    graph = process_model(path, 1, BindingRequest.parse(entry["shape_args"])).graph
     checked = 0
     for layer in graph.layers:
         weights = [i for i in layer.inputs if i.kind is InputKind.WEIGHT and i.tensor.name in stripped]
@@ -122,7 +122,7 @@ def test_stripped_weights_are_synthesised_with_their_shapes_and_dtypes(name):
 
 def corpus_plan(name: str):
     entry = BY_NAME[name]
-    processed = process_model(CORPUS / entry["file"], batch=1, shapes=parse_shape_overrides(entry["shape_args"]))
+    processed = process_model(CORPUS / entry["file"], 1, BindingRequest.parse(entry["shape_args"]))
     plan = plan_model(processed, OnnxRuntimeCPU(threads=1))
     assert plan.notes == ()  # grouped from ONNX Runtime's optimized graph, in layer order
     assert sorted(i for unit in plan.units for i in unit) == list(range(len(processed.graph.layers)))
@@ -136,7 +136,7 @@ def test_a_quantized_models_repeated_layers_are_one_benchmark_whatever_their_sca
     546 units; now 99 and 302 (what still differs is a zero point, which stays a value).
     """
     entry = BY_NAME["bert_int8_qdq"]
-    processed = process_model(CORPUS / entry["file"], batch=1, shapes=parse_shape_overrides(entry["shape_args"]))
+    processed = process_model(CORPUS / entry["file"], 1, BindingRequest.parse(entry["shape_args"]))
     quants = [x for x in processed.graph.layers if x.op_type == "QuantizeLinear"]
     assert len({x.scale_values for x in quants}) > len(quants) / 2  # most have their own scale
     assert len({x.layer_key for x in quants}) < len(quants) / 3

@@ -370,7 +370,7 @@ def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path, precision):
     from benanza.local import plan_models
 
     rt = CudnnRuntime(precision=precision)
-    (plan,) = plan_models([zoo_path("squeezenet")], rt, (1,), None, ())
+    (plan,) = plan_models([zoo_path("squeezenet")], rt, (1,))
     model = next(s for s in specs_for_plan(plan, rt.name, rt.variant(), e2e=True) if s.kind is SpecKind.MODEL)
     reason = rt.supports(model)
     if reason is not None:

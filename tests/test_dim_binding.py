@@ -19,7 +19,8 @@ from onnx import TensorProto, helper
 from benanza.bench.spec import model_binding, requested_binding
 from benanza.config import FleetConfig, SystemConfig
 from benanza.errors import UnboundDimensionError, UsageError
-from benanza.model.shapes import bind_shapes, parse_dim_overrides
+from benanza.model.request import BindingRequest, parse_dim_overrides
+from benanza.model.shapes import bind_shapes
 from benanza.store import open_store
 
 F = TensorProto.FLOAT
@@ -66,7 +67,9 @@ def cached_decoder(build_model) -> onnx.ModelProto:
 
 
 def test_a_dim_binds_every_input_that_has_it(cached_decoder):
-    binding = bind_shapes(cached_decoder, "d.onnx", batch=1, dims={"sequence_length": 1, "past_sequence_length": 16})
+    binding = bind_shapes(
+        cached_decoder, "d.onnx", 1, BindingRequest(dims={"sequence_length": 1, "past_sequence_length": 16})
+    )
     assert binding.shapes["input"] == (1, 1, 8)
     for i in range(LAYERS):
         assert binding.shapes[f"past_key_values.{i}.key"] == (1, 2, 16, 4)
@@ -77,9 +80,11 @@ def test_shape_wins_over_dim_and_dim_over_batch(cached_decoder):
     binding = bind_shapes(
         cached_decoder,
         "d.onnx",
-        batch=1,
-        shapes={"past_key_values.0.key": (3, 2, 5, 4)},
-        dims={"sequence_length": 1, "past_sequence_length": 16, "batch_size": 3},
+        1,
+        BindingRequest(
+            shapes={"past_key_values.0.key": (3, 2, 5, 4)},
+            dims={"sequence_length": 1, "past_sequence_length": 16, "batch_size": 3},
+        ),
     )
     assert binding.shapes["past_key_values.0.key"] == (3, 2, 5, 4)  # --shape names the input
     assert binding.shapes["past_key_values.0.value"] == (3, 2, 16, 4)  # --dim names batch_size: not --batch
@@ -88,11 +93,11 @@ def test_shape_wins_over_dim_and_dim_over_batch(cached_decoder):
 
 def test_a_dim_no_input_has_binds_nothing_and_an_unbound_one_names_the_flag(cached_decoder):
     binding = bind_shapes(
-        cached_decoder, "d.onnx", batch=2, dims={"sequence_length": 1, "past_sequence_length": 4, "height": 9}
+        cached_decoder, "d.onnx", 2, BindingRequest(dims={"sequence_length": 1, "past_sequence_length": 4, "height": 9})
     )
     assert binding.shapes["input"] == (2, 1, 8)
     with pytest.raises(UnboundDimensionError) as info:
-        bind_shapes(cached_decoder, "d.onnx", batch=1, dims={"sequence_length": 1})
+        bind_shapes(cached_decoder, "d.onnx", 1, BindingRequest(dims={"sequence_length": 1}))
     message = str(info.value)
     assert message.startswith("d.onnx: input 'past_key_values.0.key' dimension 2 ('past_sequence_length')")
     assert "--dim past_sequence_length=N" in message
@@ -111,7 +116,7 @@ def test_every_unbound_dimension_is_named_in_one_error(build_model):
         [("all", F, None), ("m", TensorProto.INT64, None)],
     )
     with pytest.raises(UnboundDimensionError) as info:
-        bind_shapes(model, "d.onnx", dims={"width": 8})
+        bind_shapes(model, "d.onnx", request=BindingRequest(dims={"width": 8}))
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("d.onnx: input 'past' dimension 0 ('batch_size') is not bound, nor are ")
@@ -131,15 +136,14 @@ def test_every_unbound_dimension_is_named_in_one_error(build_model):
     binding = bind_shapes(
         model,
         "d.onnx",
-        batch=1,
-        dims={"width": 8, "past_sequence_length": 3, "sequence_length": 1},
-        shapes={"bare": (2, 5)},
+        1,
+        BindingRequest({"bare": (2, 5)}, {"width": 8, "past_sequence_length": 3, "sequence_length": 1}),
     )
     assert binding.shapes["mask"] == (1, 4)
     with pytest.raises(
         UnboundDimensionError, match=r"'sequence_length'\) is not bound; pass --dim sequence_length=N or"
     ):
-        bind_shapes(model, "d.onnx", batch=1, dims={"width": 8, "past_sequence_length": 3}, shapes={"bare": (2, 5)})
+        bind_shapes(model, "d.onnx", 1, BindingRequest({"bare": (2, 5)}, {"width": 8, "past_sequence_length": 3}))
 
 
 @pytest.mark.parametrize(
@@ -158,15 +162,10 @@ def test_bad_dims_are_one_line_usage_errors(texts, message):
 
 
 def test_a_spec_carries_dims_only_when_given_so_other_specs_keep_their_ids():
-    assert requested_binding(1, {"x": (1, 3)}, None) == {"batch": 1, "shapes": {"x": [1, 3]}}
-    given = requested_binding(1, None, {"s": 1, "p": 16})
+    assert requested_binding(1, BindingRequest({"x": (1, 3)})) == {"batch": 1, "shapes": {"x": [1, 3]}}
+    given = requested_binding(1, BindingRequest(dims={"s": 1, "p": 16}))
     assert given == {"batch": 1, "shapes": {}, "dims": {"p": 16, "s": 1}}
-    assert model_binding({"path": "m.onnx", **given}) == {
-        "batch": 1,
-        "shapes": {},
-        "dims": {"p": 16, "s": 1},
-        "values": {},
-    }
+    assert model_binding({"path": "m.onnx", **given}) == (1, BindingRequest(dims={"p": 16, "s": 1}))
 
 
 def test_the_main_job_binds_a_kv_cache_by_dims_and_runs_the_model_end_to_end(tmp_path, cached_decoder):
@@ -220,7 +219,9 @@ def test_attention_over_a_kv_cache_is_shaped_as_onnx_runtime_runs_it(gqa_decoder
     from benanza.model.process import process_model
 
     total = past + steps
-    graph = process_model("gqa.onnx", 1, proto=gqa_decoder, dims={"seq": steps, "past": past, "total": total}).graph
+    graph = process_model(
+        "gqa.onnx", 1, BindingRequest(dims={"seq": steps, "past": past, "total": total}), proto=gqa_decoder
+    ).graph
     (gqa,) = [layer for layer in graph.layers if layer.op_type == "GroupQueryAttention"]
     present = (1, KV_HEADS, total, HEAD)
     assert [o.shape for o in gqa.outputs] == [(1, steps, HIDDEN), present, present]
@@ -251,7 +252,7 @@ def test_a_dimension_named_by_an_expression_of_bound_ones_is_computed(build_mode
         [("attention_mask", TensorProto.INT64, ["batch_size", "past_sequence_length + sequence_length"])],
         [("n", TensorProto.INT64, None)],
     )
-    binding = bind_shapes(model, "m.onnx", batch=1, dims={"past_sequence_length": 128, "sequence_length": 1})
+    binding = bind_shapes(model, "m.onnx", 1, BindingRequest(dims={"past_sequence_length": 128, "sequence_length": 1}))
     assert binding.shapes == {"attention_mask": (1, 129)}
     bound = {"p": 128, "s": 2}
     assert [dim_size(e, bound) for e in ("p + s", "2 * (p - s)", "p // s", "p - 200", "q + 1", "p // 0")] == [

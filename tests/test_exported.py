@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 from benanza.analysis.lower_bound import free_dims_cost
 from benanza.bench.generate import plan_model_file, specs_for_plan
 from benanza.bench.stats import Interval
+from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import open_store
 
@@ -76,7 +77,7 @@ def test_the_exported_session_runs_the_file_with_its_dimensions_free_on_the_boun
     path = tmp_path / "reshaping.onnx"
     onnx.save(reshaping(build_model), path)
     runtime = OnnxRuntimeCPU(threads=1)
-    ((plan,),) = plan_model_file(path, [runtime], [2], dims={"sequence": 8})
+    ((plan,),) = plan_model_file(path, [runtime], [2], BindingRequest(dims={"sequence": 8}))
     assert plan.exported
     specs = specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True, exported=True)
     (spec,) = [s for s in specs if s.as_exported]
@@ -104,7 +105,7 @@ def test_a_file_with_no_free_dimension_or_a_rewritten_batch_is_not_measured_as_e
     path = tmp_path / "fixed.onnx"
     onnx.save(reshaping(build_model, *dims), path)
     runtime = OnnxRuntimeCPU(threads=1)
-    ((plan,),) = plan_model_file(path, [runtime], [batch], dims={"sequence": 8})
+    ((plan,),) = plan_model_file(path, [runtime], [batch], BindingRequest(dims={"sequence": 8}))
     assert not plan.exported, why
     specs = specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True, exported=True)
     assert not any(s.as_exported for s in specs), why
@@ -117,7 +118,7 @@ def test_a_runtime_that_does_not_run_exported_models_gets_no_such_spec(tmp_path,
     onnx.save(reshaping(build_model), path)
     null = NullRuntime()
     assert not null.runs_exported() and OnnxRuntimeCPU(threads=1).runs_exported()
-    ((plan,),) = plan_model_file(path, [null], [1], dims={"sequence": 8})
+    ((plan,),) = plan_model_file(path, [null], [1], BindingRequest(dims={"sequence": 8}))
     from benanza.bench.plans import StoredPlan
 
     stored = StoredPlan.of(plan, null.name, "", exported=null.runs_exported())

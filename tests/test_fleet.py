@@ -153,7 +153,7 @@ def test_plan_keeps_what_the_stack_lacks_and_specs_carry_the_system_variant(two_
     from benanza.local import plan_models
     from benanza.runtimes.null import NullRuntime
 
-    plans = plan_models(two_models, NullRuntime(), (1,), None, (2,))
+    plans = plan_models(two_models, NullRuntime(), (1,), granularities=(2,))
     work = CorpusWork("null", tuple(unique_specs(s for p in plans for s in specs_for_plan(p, "null", {}, e2e=True))))
     target = Target("sys-a", "null", "stack1", {"threads": 3})
     full = plan_target(work, target, set())
@@ -205,7 +205,7 @@ def test_a_worker_that_keeps_dying_is_stored_as_failed(tmp_path: Path, two_model
     from benanza.local import plan_models
     from benanza.runtimes.null import NullRuntime
 
-    plans = plan_models(two_models[:1], NullRuntime(), (1,), None, ())
+    plans = plan_models(two_models[:1], NullRuntime(), (1,))
     work = CorpusWork("null", tuple(unique_specs(specs_for_plan(plans[0], "null", {}, e2e=False))))
     db = f"sqlite:///{tmp_path / 'f.db'}"
     cfg = fleet_config(two_models[:1], db, systems=("sys-a",), max_attempts=3)

@@ -27,6 +27,7 @@ from benanza.bench.spec import SpecKind
 from benanza.cli import app
 from benanza.host_memory import memory_bytes
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor
+from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
 from benanza.store import Outcome, open_store
 
@@ -193,7 +194,7 @@ def test_a_shape_only_a_bigger_system_holds_is_planned_for_the_fleet(zoo_path):
 
     huge = {"data_0": (1, 3, 100000, 100000)}
     with pytest.raises(ModelError, match="more than this machine's"):
-        process_model(zoo_path("squeezenet"), None, huge)
-    processed = process_model(zoo_path("squeezenet"), None, huge, fits_here=False)
+        process_model(zoo_path("squeezenet"), None, BindingRequest(huge))
+    processed = process_model(zoo_path("squeezenet"), None, BindingRequest(huge), fits_here=False)
     assert processed.binding.shapes["data_0"] == (1, 3, 100000, 100000)
     assert processed.graph.layers

@@ -12,7 +12,8 @@ from onnx import TensorProto, helper
 from benanza.errors import BenanzaError, ModelError, UnboundDimensionError, UsageError
 from benanza.model.load import expand_model_paths, load_model
 from benanza.model.process import process_model
-from benanza.model.shapes import bind_shapes, parse_shape_override, parse_shape_overrides, runtime_inputs
+from benanza.model.request import BindingRequest, parse_shape_override, parse_shape_overrides
+from benanza.model.shapes import bind_shapes, runtime_inputs
 
 F = TensorProto.FLOAT
 
@@ -196,14 +197,14 @@ def test_input_without_shape_is_unbound(build_model):
 
 def test_shape_override_binds_everything(symbolic_model, save):
     path = save(symbolic_model)
-    processed = process_model(path, shapes={"x": (2, 3, 7)})
+    processed = process_model(path, request=BindingRequest({"x": (2, 3, 7)}))
     assert processed.binding.shapes == {"x": (2, 3, 7)}
     assert processed.graph.inputs[0].shape == (2, 3, 7)
     assert processed.graph.layers[0].output_shapes == [[2, 3, 7]]
 
 
 def test_batch_and_shape_together(symbolic_model):
-    binding = bind_shapes(symbolic_model, "m.onnx", batch=5, shapes={"x": (2, 3, 7)})
+    binding = bind_shapes(symbolic_model, "m.onnx", 5, BindingRequest({"x": (2, 3, 7)}))
     assert binding.shapes == {"x": (2, 3, 7)}  # --shape wins for the input it names
     assert binding.rebatch == {}
 
@@ -211,7 +212,7 @@ def test_batch_and_shape_together(symbolic_model):
 def test_shape_names_unknown_input(symbolic_model, save):
     path = save(symbolic_model)
     with pytest.raises(ModelError) as info:
-        process_model(path, shapes={"images": (1, 3, 8)})
+        process_model(path, request=BindingRequest({"images": (1, 3, 8)}))
     assert not isinstance(info.value, UnboundDimensionError)
     assert_model_error(info.value, path, "unknown input(s) images", "inputs are x")
 
@@ -219,7 +220,7 @@ def test_shape_names_unknown_input(symbolic_model, save):
 def test_shape_with_wrong_rank(symbolic_model, save):
     path = save(symbolic_model)
     with pytest.raises(ModelError) as info:
-        process_model(path, shapes={"x": (1, 3)})
+        process_model(path, request=BindingRequest({"x": (1, 3)}))
     assert_model_error(info.value, path, "rank 2", "rank 3")
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from benanza.errors import ModelError
 from benanza.model.process import process_model
+from benanza.model.request import BindingRequest
 
 # Cases where a graph input's value decides an output shape, by name prefix, with the inputs
 # that decide it (the reason must name at least one of them).
@@ -103,7 +104,7 @@ def classify(case) -> tuple[str, str]:
     names = [i.name for i in model.graph.input if i.name not in inits]
     shapes = {n: _shape(v) for n, v in zip(names, ins, strict=False) if _shape(v) is not None}
     try:
-        processed = process_model(f"{case.name}.onnx", shapes=shapes, proto=model, fits_here=False)
+        processed = process_model(f"{case.name}.onnx", request=BindingRequest(shapes), proto=model, fits_here=False)
     except ModelError as exc:
         return "refused", str(exc)
     except Exception as exc:
@@ -223,7 +224,9 @@ def test_control_flow_cases_run_as_one_layer_or_say_why():
         shapes = {n: _shape(v) for n, v in data.items()}
         # an If on an input is folded to the branch of the case's value of it (``model.steering``)
         values = {n: int(np.asarray(data[n]).ravel()[0]) for n in steering_inputs(case.model, shapes)}
-        processed = process_model(f"{case.name}.onnx", shapes=shapes, proto=case.model, values=values, fits_here=False)
+        processed = process_model(
+            f"{case.name}.onnx", request=BindingRequest(shapes, values=values), proto=case.model, fits_here=False
+        )
         if values and not any(n.op_type == "If" for n in processed.proto.graph.node):
             session = ort.InferenceSession(processed.proto.SerializeToString(), providers=["CPUExecutionProvider"])
             fed = {i.name: np.asarray(data[i.name]) for i in session.get_inputs()}

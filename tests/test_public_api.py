@@ -59,7 +59,7 @@ def test_the_docstring_example_runs(tmp_path: Path, zoo_path) -> None:
     ctx = benanza.open_local(f"sqlite:///{tmp_path / 'api.db'}", settings=fast, system="api-box")
     try:
         assert benanza.process_model(model, batch=1).graph.layers
-        plans = benanza.plan_models([model], ctx.runtime, [1], None, [1, 3])
+        plans = benanza.plan_models([model], ctx.runtime, [1], granularities=[1, 3])
         summary = benanza.benchmark(ctx, plans, e2e=True)
         assert summary.measured > 0 and summary.failed == 0
         (row,) = benanza.analyze(ctx, plans)

@@ -172,7 +172,7 @@ def test_a_change_measured_while_the_host_was_disturbed_is_reported_but_not_flag
 
 def _layer_specs():
     runtime = get_runtime("onnxruntime", threads=1)
-    (plan,) = plan_models([next(p for p in zoo_paths() if "squeezenet" in p.name)], runtime, [1], None, [1])
+    (plan,) = plan_models([next(p for p in zoo_paths() if "squeezenet" in p.name)], runtime, [1], granularities=[1])
     return [s for s in specs_for_plan(plan, "onnxruntime", VARIANT) if s.kind is SpecKind.LAYER][:1]
 
 
@@ -373,7 +373,7 @@ def test_repro_writes_each_regressed_unit_as_a_model_with_its_commands(two_stack
     assert len(models) >= len(slowed)
     written = set()
     for path in models:
-        graph = process_model(path, None, None, fits_here=False).graph
+        graph = process_model(path, fits_here=False).graph
         keys = {layer.layer_key for layer in graph.layers}
         [plan] = plan_models([path], get_runtime("onnxruntime", threads=1))
         written |= (keys | set(plan.unit_keys)) & set(slowed)  # benchmarking the file measures the regressed key

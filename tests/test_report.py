@@ -69,7 +69,7 @@ def db(tmp_path_factory, models, fast_harness) -> str:
     uri = f"sqlite:///{tmp_path_factory.mktemp('db') / 'report.db'}"
     ctx = open_local(uri, "onnxruntime", {"threads": 1}, system="sys-a", settings=fast_harness)
     try:
-        plans = plan_models(models, ctx.runtime, (1,), None, (1, 3))
+        plans = plan_models(models, ctx.runtime, (1,), granularities=(1, 3))
         assert bench(ctx, plans, e2e=True).failed == 0
         store = ctx.store
         store.register_system(

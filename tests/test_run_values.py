@@ -126,7 +126,7 @@ def test_the_decoder_is_benchmarked_whole_and_layer_by_layer(decoder_file, tmp_p
     bound = shapes(past=63)
     ctx = open_local(f"sqlite:///{tmp_path / 'd.db'}", runtime_options={"threads": 1}, system="rv", settings=fast)
     try:
-        plan = plan_model(process_model(decoder_file, None, bound), ctx.runtime, overrides=bound)
+        plan = plan_model(process_model(decoder_file, None, bound), ctx.runtime, request=bound)
         assert plan.not_benchmarked == ()
         summary = bench(ctx, [plan], e2e=True)
         assert summary.failed == 0 and summary.measured > 0, [r.reason for r in summary.records if r.reason]

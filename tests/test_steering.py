@@ -23,7 +23,8 @@ from benanza.cli import app
 from benanza.config import FleetConfig, SystemConfig
 from benanza.errors import ModelError, UsageError
 from benanza.model.process import process_model
-from benanza.model.steering import parse_value_overrides, steering_inputs
+from benanza.model.request import BindingRequest, parse_value_overrides
+from benanza.model.steering import steering_inputs
 from benanza.store import open_store
 
 F, B, I64 = TensorProto.FLOAT, TensorProto.BOOL, TensorProto.INT64
@@ -87,7 +88,7 @@ def test_a_merged_decoder_is_the_branch_it_is_fed_and_value_chooses_the_other(bu
     assert _ops(fed) == ["MatMul", "Relu", "Identity"]  # fed True (an If's condition is fed ones): the cache's
     assert fed.binding.values == {"use_cache_branch": 1}
     assert [t.name for t in fed.graph.inputs] == ["x"]  # the flag is a constant of the prepared model
-    first = process_model("mem.onnx", batch=1, proto=model, values={"use_cache_branch": 0})
+    first = process_model("mem.onnx", 1, BindingRequest(values={"use_cache_branch": 0}), proto=model)
     assert _ops(first) == ["MatMul", "Tanh", "Sigmoid", "Identity"]
     assert first.binding.values == {"use_cache_branch": 0}
     assert first.graph.graph_key != fed.graph.graph_key  # two workloads, two model keys
@@ -102,7 +103,9 @@ def test_the_end_to_end_runs_the_model_as_shipped_its_if_on_the_value_bound(buil
     from benanza.runtimes.onnxruntime import feeds_for
 
     model = merged(build_model)
-    shipped = process_model("mem.onnx", batch=1, proto=model, values={"use_cache_branch": value}, keep_branches=True)
+    shipped = process_model(
+        "mem.onnx", 1, BindingRequest(values={"use_cache_branch": value}), proto=model, keep_branches=True
+    )
     assert [n.op_type for n in shipped.proto.graph.node] == ["If"]
     assert "use_cache_branch" in {vi.name for vi in shipped.proto.graph.input}
     feeds = feeds_for(shipped.proto)
@@ -124,7 +127,7 @@ def test_a_condition_computed_from_small_integer_inputs_steers_and_one_from_data
     assert steering_inputs(counted, {"x": (1, WIDTH), "past_length": (1,)}) == ["past_length"]
     fed = process_model("mem.onnx", batch=1, proto=counted)
     assert _ops(fed) == ["MatMul", "Relu", "Identity"]  # fed 1 (data): 1 > 0
-    assert _ops(process_model("mem.onnx", batch=1, proto=counted, values={"past_length": 0}))[1] == "Tanh"
+    assert _ops(process_model("mem.onnx", 1, BindingRequest(values={"past_length": 0}), proto=counted))[1] == "Tanh"
     # a condition read off float data is the model's work: its If stays one layer
     data = [helper.make_node("ReduceMax", ["x"], ["m"], keepdims=0), helper.make_node("Greater", ["m", "m"], ["c"])]
     by_data = merged(build_model, data, flag=("unused", B, [1]))
@@ -139,10 +142,10 @@ def test_a_condition_computed_from_small_integer_inputs_steers_and_one_from_data
 def test_a_value_for_an_input_that_chooses_no_branch_is_a_one_line_error(build_model):
     message = r"--value binds an input that chooses an If's branch; x does not \(here: use_cache_branch\)"
     with pytest.raises(ModelError, match=message) as caught:
-        process_model("merged.onnx", batch=1, proto=merged(build_model), values={"x": 0})
+        process_model("merged.onnx", 1, BindingRequest(values={"x": 0}), proto=merged(build_model))
     assert "merged.onnx" in str(caught.value) and "\n" not in str(caught.value)
     # a name the model has no input of binds nothing there, as --dim: one run binds models of several kinds
-    other = process_model("m.onnx", batch=1, proto=merged(build_model), values={"encoder_only": 0})
+    other = process_model("m.onnx", 1, BindingRequest(values={"encoder_only": 0}), proto=merged(build_model))
     assert other.binding.values == {"use_cache_branch": 1}
 
 
@@ -170,9 +173,9 @@ def test_values_parse_as_integers_and_booleans():
 
 
 def test_a_spec_and_a_plan_carry_values_only_when_given_so_others_keep_their_ids():
-    assert "values" not in requested_binding(1, None, None)
-    given = requested_binding(1, None, None, {"use_cache_branch": 0})
-    assert model_binding({"path": "m.onnx", **given})["values"] == {"use_cache_branch": 0}
+    assert "values" not in requested_binding(1, BindingRequest())
+    given = requested_binding(1, BindingRequest(values={"use_cache_branch": 0}))
+    assert model_binding({"path": "m.onnx", **given})[1].values == {"use_cache_branch": 0}
     doc = {
         "schema_version": 1,
         "model": "m",

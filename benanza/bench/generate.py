@@ -35,6 +35,7 @@ from benanza.model.keys import stable_id
 from benanza.model.names import NamedModel, distinct_names
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, network_of
 from benanza.model.process import ProcessedModel, process_model
+from benanza.model.request import NO_REQUEST, BindingRequest
 from benanza.model.steering import branch_notes
 from benanza.model.subgraphs import find_model_subgraphs
 
@@ -195,28 +196,24 @@ def plan_model_file(
     path: str | Path,
     runtimes: Sequence[Runtime],
     batches: Sequence[int | None] = (None,),
-    overrides: Mapping[str, tuple[int, ...]] | None = None,
+    request: BindingRequest = NO_REQUEST,
     granularities: Iterable[int] = (),
     *,
-    dims: Mapping[str, int] | None = None,
-    values: Mapping[str, int] | None = None,
     fits_here: bool = True,
 ) -> list[list[ModelPlan]]:
     """A model file's plans, per runtime (in order) and per batch size; each binding is processed once for all.
 
     What ``benanza run`` plans on this machine and what the fleet driver plans for every
-    runtime its systems use. ``dims``, ``values`` and ``fits_here`` as for ``process_model``.
+    runtime its systems use. ``request`` and ``fits_here`` as for ``process_model``.
 
     Raises:
         BenanzaError: the model cannot be loaded or bound (the fleet reports it and goes on).
     """
     grans = tuple(granularities)
-    processed = [
-        process_model(path, batch, overrides, dims=dims, values=values, fits_here=fits_here) for batch in batches
-    ]
+    processed = [process_model(path, batch, request, fits_here=fits_here) for batch in batches]
     return [
         [
-            plan_model(model, runtime, grans, batch=batch, overrides=overrides, dims=dims, values=values)
+            plan_model(model, runtime, grans, batch=batch, request=request)
             for batch, model in zip(batches, processed, strict=True)
         ]
         for runtime in runtimes
@@ -239,14 +236,12 @@ def plan_model(
     runtime: Runtime,
     granularities: Iterable[int] = (),
     batch: int | None = None,
-    overrides: Mapping[str, tuple[int, ...]] | None = None,
-    dims: Mapping[str, int] | None = None,
-    values: Mapping[str, int] | None = None,
+    request: BindingRequest = NO_REQUEST,
 ) -> ModelPlan:
     """The plan of one processed model on ``runtime`` (grouping from the runtime if it can).
 
-    ``batch``, ``overrides``, ``dims`` and ``values`` are the arguments it was bound with: a runtime
-    loads the model again with them for its end to end (``ModelPlan.requested``).
+    ``batch`` and ``request`` are what it was bound with: a runtime loads the model again with them
+    for its end to end (``ModelPlan.requested``).
     """
     graph = processed.graph
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
@@ -256,7 +251,7 @@ def plan_model(
             groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
-    notes.extend(branch_notes(processed.binding.values, values))  # said: a branch, not the whole If
+    notes.extend(branch_notes(processed.binding.values, request.values))  # said: a branch, not the whole If
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:
@@ -306,7 +301,7 @@ def plan_model(
         sequences=sequences,
         sequence_keys=sequence_keys,
         networks=networks,
-        requested=requested_binding(batch, overrides, dims, values),
+        requested=requested_binding(batch, request),
         values=dict(processed.binding.values),
         exported=processed.binding.free and not processed.binding.rebatch,
         notes=tuple(notes),

@@ -18,6 +18,7 @@ from typing import Any
 
 from benanza.model.keys import stable_id
 from benanza.model.network import Network
+from benanza.model.request import BindingRequest
 
 SPEC_VERSION = 1
 
@@ -164,27 +165,22 @@ def _network(doc: Mapping[str, Any] | None) -> Network | None:
     return Network.from_doc(doc) if doc is not None else None
 
 
-def requested_binding(
-    batch: int | None,
-    overrides: Mapping[str, tuple[int, ...]] | None,
-    dims: Mapping[str, int] | None,
-    values: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
+def requested_binding(batch: int | None, request: BindingRequest) -> dict[str, Any]:
     """The binding arguments a model spec carries (and its id hashes): ``dims`` and ``values`` only when
     given, so that the specs of models bound without them keep the ids their stored results have."""
-    requested: dict[str, Any] = {"batch": batch, "shapes": {k: list(v) for k, v in (overrides or {}).items()}}
-    if dims:
-        requested["dims"] = dict(sorted(dims.items()))
-    if values:
-        requested["values"] = dict(sorted(values.items()))
+    requested: dict[str, Any] = {"batch": batch, "shapes": {k: list(v) for k, v in request.shapes.items()}}
+    if request.dims:
+        requested["dims"] = dict(sorted(request.dims.items()))
+    if request.values:
+        requested["values"] = dict(sorted(request.values.items()))
     return requested
 
 
-def model_binding(model: Mapping[str, Any]) -> dict[str, Any]:
-    """``process_model``'s binding arguments from a model spec's ``model`` (``requested_binding``'s)."""
-    return {
-        "batch": model.get("batch"),
-        "shapes": {k: tuple(v) for k, v in (model.get("shapes") or {}).items()},
-        "dims": dict(model.get("dims") or {}),
-        "values": dict(model.get("values") or {}),
-    }
+def model_binding(model: Mapping[str, Any]) -> tuple[int | None, BindingRequest]:
+    """``process_model``'s batch and binding request from a model spec's ``model`` (``requested_binding``'s)."""
+    request = BindingRequest(
+        shapes={k: tuple(v) for k, v in (model.get("shapes") or {}).items()},
+        dims=dict(model.get("dims") or {}),
+        values=dict(model.get("values") or {}),
+    )
+    return model.get("batch"), request

@@ -88,7 +88,7 @@ def _selection(store, models, wanted, runtime=None, **variant) -> PlanSelection:
         runtime=runtime,
         variant=variant,
         granularities=wanted.granularities,
-        shapes=wanted.overrides,
+        shapes=wanted.request.shapes,
     )
 
 
@@ -266,7 +266,7 @@ def systems_cmd(
     """
     batch_size = one_batch(batch, "analyze systems") or 1
     slowest = parse_count(top, "--top", minimum=0)
-    overrides = requested(None, shape, "").overrides
+    overrides = requested(None, shape, "").request.shapes
     with open_read_only(db, db_file) as store:
         selection = PlanSelection.of(models=model_names(models, store.model_names()), shapes=overrides)
         reports = system_reports(store, system or [ALL], batch=batch_size, top=slowest, selection=selection)

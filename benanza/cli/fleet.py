@@ -28,8 +28,7 @@ from benanza.errors import BenanzaError
 from benanza.fleet.bounds import run_lower_bounds
 from benanza.fleet.driver import plan_corpus, run_fleet
 from benanza.fleet.status import fleet_status
-from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
-from benanza.model.steering import parse_value_overrides
+from benanza.model.request import BindingRequest
 from benanza.report.bench import plan_warnings
 from benanza.report.fleet import FleetProgress, status_table, summary_table
 from benanza.report.output import OutputFormat, console, emit
@@ -58,8 +57,7 @@ def _config(
     """
 
     batches = parse_int_list(batch, "--batch") if batch else None
-    parse_shape_overrides(shape)  # a bad --shape is one line naming the flag, before the config is read
-    dims, values = parse_dim_overrides(dim), parse_value_overrides(value)
+    request = BindingRequest.parse(shape, dim, value)  # a bad flag is one line naming it, before the config is read
     settings = cli_settings()
     cfg = load_fleet_config(config) if config is not None else default_fleet_config(settings)
     db = db or cfg.db or default_uri(settings)
@@ -69,8 +67,8 @@ def _config(
         models=models or None,
         batch_sizes=batches,
         shapes=shape or None,
-        dims=dims,
-        values=values,
+        dims=request.dims,
+        values=request.values,
     )
 
 

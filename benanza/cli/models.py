@@ -23,8 +23,8 @@ from benanza.cli.common import (
 from benanza.model.corpus import summarize
 from benanza.model.names import files_named_apart
 from benanza.model.process import process_model
-from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
-from benanza.model.steering import branch_notes, parse_value_overrides
+from benanza.model.request import BindingRequest
+from benanza.model.steering import branch_notes
 from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
 from benanza.report.models import corpus_tables, inspect_tables
 from benanza.report.output import OutputFormat, console, emit, table
@@ -48,11 +48,10 @@ def inspect(
 ) -> None:
     """Every layer of one model with its key, shapes, attributes and FLOPs."""
 
-    batch_size, overrides = one_batch(batch, "models inspect"), parse_shape_overrides(shape)
-    dims, values = parse_dim_overrides(dim), parse_value_overrides(value)
-    processed = process_model(model, batch_size, overrides, dims=dims, values=values)
+    batch_size, request = one_batch(batch, "models inspect"), BindingRequest.parse(shape, dim, value)
+    processed = process_model(model, batch_size, request)
     graph = processed.graph
-    for note in branch_notes(processed.binding.values, values):
+    for note in branch_notes(processed.binding.values, request.values):
         print(f"note: {model}: {note}", file=sys.stderr)
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
@@ -81,10 +80,10 @@ def dedup(
 ) -> None:
     """Layer counts and unique layers per model and for the corpus, repeats, Jaccard similarity."""
 
-    batch_size, overrides = one_batch(batch, "models dedup"), parse_shape_overrides(shape)
-    paths, dims, values = model_paths(models), parse_dim_overrides(dim), parse_value_overrides(value)
+    batch_size, request = one_batch(batch, "models dedup"), BindingRequest.parse(shape, dim, value)
+    paths = model_paths(models)
     graphs = [
-        process_model(p, batch_size, overrides, dims=dims, values=values).named(name).graph
+        process_model(p, batch_size, request).named(name).graph
         for p, name in zip(paths, files_named_apart(paths), strict=True)
     ]
     summary = summarize(graphs)
@@ -119,7 +118,7 @@ def split(
     """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
 
     grain, batch_size = parse_count(granularity, "--granularity"), one_batch(batch, "models split")
-    overrides, dims, values = parse_shape_overrides(shape), parse_dim_overrides(dim), parse_value_overrides(value)
+    request = BindingRequest.parse(shape, dim, value)
     paths = model_paths(models)
     names = files_named_apart(paths)
     for name in names:  # every model's folder checked before anything is written
@@ -127,7 +126,7 @@ def split(
     make_out_folder(out)
     written = []
     for path, name in zip(paths, names, strict=True):
-        processed = process_model(path, batch_size, overrides, dims=dims, values=values).named(name)
+        processed = process_model(path, batch_size, request).named(name)
         written.extend(write_sequences(processed, find_model_subgraphs(processed.graph, grain), out))
     unique = len({w.sequence_key for w in written})
     sequences = [w.to_dict() for w in written]

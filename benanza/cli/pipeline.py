@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
@@ -18,8 +18,7 @@ from benanza.bench.generate import ModelPlan, plan_report
 from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_int_list, parse_threads
 from benanza.errors import UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
-from benanza.model.shapes import parse_dim_overrides, parse_shape_overrides
-from benanza.model.steering import parse_value_overrides
+from benanza.model.request import BindingRequest
 from benanza.report.bench import plan_warnings
 from benanza.report.output import console
 from benanza.report.progress import PaceColumn
@@ -63,13 +62,11 @@ _STRICT_FLAGS = ("ep", "precision", "tensor_cores")
 
 @dataclass(frozen=True)
 class Requested:
-    """The parsed --batch, --shape and --granularity flags."""
+    """The parsed --batch, --granularity, --shape, --dim and --value flags."""
 
     batches: list[int | None]
-    overrides: dict[str, tuple[int, ...]]
+    request: BindingRequest
     granularities: list[int]
-    dims: dict[str, int] = field(default_factory=dict)  # --dim: symbolic dimensions bound by name
-    values: dict[str, int] = field(default_factory=dict)  # --value: inputs that choose a branch, bound
 
 
 def requested(
@@ -82,10 +79,8 @@ def requested(
     """Parse the flags that bind the models, before anything is opened: a bad one is one line."""
     return Requested(
         parse_batches(batch),
-        parse_shape_overrides(shape),
+        BindingRequest.parse(shape, dim, value),
         parse_int_list(granularity, "--granularity") if granularity else [],
-        parse_dim_overrides(dim),
-        parse_value_overrides(value),
     )
 
 
@@ -95,10 +90,8 @@ def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -
         model_paths(models),
         ctx.runtime,
         wanted.batches,
-        wanted.overrides,
+        wanted.request,
         wanted.granularities,
-        dims=wanted.dims,
-        values=wanted.values,
         known=ctx.store.model_names(),
     )
     warn_plans(plans)

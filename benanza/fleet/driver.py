@@ -211,7 +211,7 @@ def plan_corpus(config: FleetConfig, known: Callable[[], Iterable[NamedModel]] =
     specs: dict[tuple, list[BenchmarkSpec]] = {key: [] for key in runtimes}
     owners: dict[tuple, list[int]] = {key: [] for key in runtimes}  # per spec, the model it came from
     stored: dict[tuple, list[StoredPlan]] = {key: [] for key in runtimes}
-    overrides = config.shape_overrides() or None
+    request = config.binding_request()
     paths = config.model_paths()
     model_errors: list[dict[str, str]] = []
     planned: list[list[list[ModelPlan]]] = []  # per model file, per runtime, per batch size
@@ -222,10 +222,8 @@ def plan_corpus(config: FleetConfig, known: Callable[[], Iterable[NamedModel]] =
                     path,
                     list(runtimes.values()),
                     config.batch_sizes,
-                    overrides,
+                    request,
                     config.granularities,
-                    dims=config.dims,
-                    values=config.values,
                     fits_here=False,
                 )
             )

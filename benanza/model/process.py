@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from benanza.model.graph import ModelGraph, ShapeReport
 from benanza.model.load import load_model
 from benanza.model.names import model_name
 from benanza.model.qdq import unique_dequantize
+from benanza.model.request import NO_REQUEST, BindingRequest
 from benanza.model.shapes import Binding, prepare_model
 
 
@@ -38,11 +38,9 @@ class ProcessedModel:
 def process_model(
     path: str | Path,
     batch: int | None = None,
-    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    request: BindingRequest = NO_REQUEST,
     proto: onnx.ModelProto | None = None,
     *,
-    dims: Mapping[str, int] | None = None,
-    values: Mapping[str, int] | None = None,
     keep_branches: bool = False,
     fits_here: bool = True,
 ) -> ProcessedModel:
@@ -51,17 +49,15 @@ def process_model(
     The graph is named by the file's stem; a run names its models apart from the others it
     plans and the store holds (``bench.generate.with_distinct_names``).
 
-    ``dims``: symbolic dimensions bound by name. ``values``: inputs that choose an ``If``'s branch
-    bound to a value (``--value``; ``benanza.model.steering``), their ``If`` folded to that branch
-    unless ``keep_branches`` (an end to end: ``shapes.prepare_model``). ``fits_here``: the model is benchmarked on
-    this machine, so an input larger than its memory is refused; False where other systems
-    run it (both: ``shapes.bind_shapes``).
+    ``request``: input shapes, symbolic dimensions by name and inputs that choose an ``If``'s branch
+    by value (``--shape``, ``--dim``, ``--value``: ``request.BindingRequest``), the ``If`` folded to
+    the branch taken unless ``keep_branches`` (an end to end: ``shapes.prepare_model``).
+    ``fits_here``: the model is benchmarked on this machine, so an input larger than its memory is
+    refused; False where other systems run it (both: ``shapes.bind_shapes``).
     """
     with collection_paused():  # its objects live until the model is done (benanza.collector)
         model = proto if proto is not None else load_model(path)
-        prepared = prepare_model(
-            model, path, batch, shapes, dims=dims, values=values, keep_branches=keep_branches, fits_here=fits_here
-        )
+        prepared = prepare_model(model, path, batch, request, keep_branches=keep_branches, fits_here=fits_here)
         proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
         graph = extract(proto, model_name(path), str(path), prepared.shapes)
     return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)

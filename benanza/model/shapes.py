@@ -23,7 +23,6 @@ import copy
 import logging
 import math
 import operator
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -35,67 +34,14 @@ from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_li
 from benanza.host_memory import memory_bytes
 from benanza.model.constants import constant_value
 from benanza.model.extract import tensor_type_of
-from benanza.model.flags import named_flags
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data
+from benanza.model.request import NO_REQUEST, BindingRequest
 from benanza.model.steering import constant_inputs, default_inputs, steered_values
 from benanza.model.walks import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
-
-_DIM_RE = re.compile(r"\d+")
-_SHAPE_EXAMPLE = "e.g. images=1x3x640x640"
-
-
-def parse_shape_override(text: str) -> tuple[str, tuple[int, ...]]:
-    """Parse ``NAME=1x3x640x640`` (``,`` also separates; ``NAME=`` is a scalar).
-
-    Every dimension is a positive integer: ONNX Runtime cannot run a zero dimension, and a
-    negative or fractional one is a typo; each is refused here, naming the dimension.
-
-    Raises:
-        UsageError: the text is not ``NAME=DIMS`` or a dimension is not a positive integer.
-    """
-    name, sep, dims = text.strip().partition("=")
-    if not sep or not name.strip():
-        raise UsageError(f"bad --shape {text!r}: expected NAME=DIMS, {_SHAPE_EXAMPLE}")
-    if not dims:
-        return name, ()
-    parsed = []
-    for i, part in enumerate(re.split(r"[x,]", dims), 1):
-        if not _DIM_RE.fullmatch(part.strip()) or int(part) < 1:
-            raise UsageError(
-                f"bad --shape {text!r}: dimension {i} is {part!r}; dimensions are positive integers, {_SHAPE_EXAMPLE}"
-            )
-        parsed.append(int(part))
-    return name, tuple(parsed)
-
-
-def parse_shape_overrides(texts: list[str] | None) -> dict[str, tuple[int, ...]]:
-    return dict(parse_shape_override(t) for t in texts or [])
-
-
-_DIM_EXAMPLE = "e.g. past_sequence_length=128"
-
-
-def parse_dim_override(text: str) -> tuple[str, int]:
-    """Parse ``NAME=N``: a symbolic dimension's name (an input's ``dim_param``) and its size.
-
-    The size may be 0, unlike a ``--shape`` dimension: a symbolic dimension the exporter left free
-    can be empty where the model is run so (a decoder's first step, its prompt, over an empty KV
-    cache: ``--dim past_sequence_length=0``), which ONNX Runtime runs.
-
-    Raises:
-        UsageError: the text is not ``NAME=N`` or N is not a non-negative integer.
-    """
-    name, sep, size = text.strip().partition("=")
-    if not sep or not name.strip():
-        raise UsageError(f"bad --dim {text!r}: expected NAME=N, {_DIM_EXAMPLE}")
-    if not _DIM_RE.fullmatch(size.strip()):
-        raise UsageError(f"bad --dim {text!r}: the size is {size!r}; sizes are integers from 0, {_DIM_EXAMPLE}")
-    return name.strip(), int(size)
-
 
 _DIM_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
 
@@ -129,11 +75,6 @@ def dim_size(param: str, dims: Mapping[str, int]) -> int | None:
     return size if size is not None and size >= 0 else None
 
 
-def parse_dim_overrides(texts: list[str] | None) -> dict[str, int]:
-    """``--dim`` values by dimension name; a name given twice is an error (which one was meant?)."""
-    return named_flags(texts, parse_dim_override, "--dim")
-
-
 @dataclass(frozen=True)
 class Binding:
     """Concrete shapes for every runtime input, whether the batch was rewritten, and the inputs bound to a
@@ -155,14 +96,13 @@ def bind_shapes(
     model: onnx.ModelProto,
     path: object,
     batch: int | None = None,
-    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    request: BindingRequest = NO_REQUEST,
     *,
-    dims: Mapping[str, int] | None = None,
     fits_here: bool = True,
 ) -> Binding:
-    """Decide every runtime input's concrete shape.
+    """Decide every runtime input's concrete shape (``request.values`` is ``prepare_model``'s).
 
-    ``shapes`` wins for the inputs it names; ``dims`` then binds each symbolic dimension it
+    ``request.shapes`` wins for the inputs it names; ``request.dims`` then binds each symbolic dimension it
     names (or whose name is an integer expression of those: ``dim_size``), in every input that
     has it (``--dim past_sequence_length=128``: a decoder's KV cache inputs, one per layer and per
     key and value, bound at once, as ``onnxruntime_perf_test -f`` and
@@ -175,7 +115,7 @@ def bind_shapes(
     memory is refused here, before anything allocates it; a fleet driver or an analysis of
     another system's results passes False, and each system's workers apply the memory guard.
     """
-    shapes, dims = dict(shapes or {}), dict(dims or {})
+    shapes, dims = dict(request.shapes), dict(request.dims)
     if batch is not None and batch < 1:
         raise UsageError(f"--batch must be at least 1, got {batch}")
     inputs = runtime_inputs(model)
@@ -507,12 +447,12 @@ def prepare(
     model: onnx.ModelProto,
     path: object,
     batch: int | None = None,
-    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    request: BindingRequest = NO_REQUEST,
     *,
     fits_here: bool = True,
 ) -> tuple[onnx.ModelProto, Binding]:
     """``prepare_model``'s proto and binding."""
-    prepared = prepare_model(model, path, batch, shapes, fits_here=fits_here)
+    prepared = prepare_model(model, path, batch, request, fits_here=fits_here)
     return prepared.proto, prepared.binding
 
 
@@ -520,10 +460,8 @@ def prepare_model(
     model: onnx.ModelProto,
     path: object,
     batch: int | None = None,
-    shapes: Mapping[str, tuple[int, ...]] | None = None,
+    request: BindingRequest = NO_REQUEST,
     *,
-    dims: Mapping[str, int] | None = None,
-    values: Mapping[str, int] | None = None,
     keep_branches: bool = False,
     fits_here: bool = True,
 ) -> PreparedModel:
@@ -535,14 +473,14 @@ def prepare_model(
     batch, is rewritten to the new batch. Shapes computed from ``Shape`` chains adapt
     without help.
 
-    An input that chooses an ``If``'s branch is bound to ``values``' value for it (``--value``) or
+    An input that chooses an ``If``'s branch is bound to ``request.values``' value for it (``--value``) or
     the one it is fed, and the ``If`` folds to that branch (``benanza.model.steering``); with
     ``keep_branches`` the ``If`` stays and the input keeps that value as its default (an
     initializer it may be fed over, which ONNX Runtime does not fold): the model as it is shipped,
     for its end to end.
     """
-    binding = bind_shapes(model, path, batch, shapes, dims=dims, fits_here=fits_here)
-    binding = replace(binding, values=steered_values(model, path, binding.shapes, values))
+    binding = bind_shapes(model, path, batch, request, fits_here=fits_here)
+    binding = replace(binding, values=steered_values(model, path, binding.shapes, request.values))
     if binding.rebatch:
         original = Binding(
             {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()},

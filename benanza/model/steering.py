@@ -28,40 +28,12 @@ from typing import Any
 import numpy as np
 import onnx
 
-from benanza.errors import ModelError, UsageError
-from benanza.model.flags import named_flags
+from benanza.errors import ModelError
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.run_values import INTEGER_TYPES, input_fills
 from benanza.model.walks import all_graphs
 
 _SHAPE_OPS = frozenset({"Shape", "Size"})  # their outputs are constants once the inputs are bound
-_VALUE_EXAMPLE = "e.g. --value use_cache_branch=0"
-
-
-def parse_value_override(text: str) -> tuple[str, int]:
-    """Parse ``NAME=V``: an input's name and the value every element of it is fed (an integer, or
-    ``true``/``false``).
-
-    Raises:
-        UsageError: the text is not ``NAME=V`` or V is not an integer or a boolean.
-    """
-    name, sep, value = text.strip().partition("=")
-    word = value.strip().lower()
-    if not sep or not name.strip():
-        raise UsageError(f"bad --value {text!r}: expected NAME=V, {_VALUE_EXAMPLE}")
-    if word in ("true", "false"):
-        return name.strip(), int(word == "true")
-    try:
-        return name.strip(), int(word)
-    except ValueError:
-        raise UsageError(
-            f"bad --value {text!r}: the value is {value!r}; values are integers or true/false, {_VALUE_EXAMPLE}"
-        ) from None
-
-
-def parse_value_overrides(texts: list[str] | None) -> dict[str, int]:
-    """``--value`` values by input name; a name given twice is an error (which one was meant?)."""
-    return named_flags(texts, parse_value_override, "--value")
 
 
 def steering_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[str]:

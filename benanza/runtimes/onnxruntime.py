@@ -806,7 +806,7 @@ class OnnxRuntimeCPU(Runtime):
             from benanza.model.process import process_model
 
             info = dict(spec.model or {})
-            processed = process_model(info["path"], **model_binding(info), keep_branches=True)  # as shipped
+            processed = process_model(info["path"], *model_binding(info), keep_branches=True)  # as shipped
             if spec.as_exported and apart:
                 return self._exported(info["path"], processed)
             proto = processed.proto

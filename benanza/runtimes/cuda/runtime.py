@@ -393,7 +393,7 @@ class CudnnRuntime(Runtime):
             info = dict(spec.model or {})
             from benanza.runtimes.cuda.torch_model import TorchModel, torch_missing
 
-            processed = process_model(info["path"], **model_binding(info), keep_branches=True)  # as shipped
+            processed = process_model(info["path"], *model_binding(info), keep_branches=True)  # as shipped
             model = with_synthetic_weights(processed.proto)
             framework, why_not = e2e_framework(self.precision, cuda_provider_missing(), torch_missing())
             if framework == "onnxruntime-cuda":
