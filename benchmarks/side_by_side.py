@@ -9,7 +9,7 @@ import json
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,9 +20,16 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
 
 
-def ort_session(model: bytes | str, threads: int, profile_prefix: str | None = None) -> ort.InferenceSession:
+def ort_session(
+    model: bytes | str,
+    threads: int,
+    profile_prefix: str | None = None,
+    disabled: Sequence[str] = (),
+    optimized_path: str | None = None,
+) -> ort.InferenceSession:
     """A CPU session at level ``extended`` (what benanza measures at by default), ``threads`` intra-op
-    threads, one inter-op; profiled into files named ``profile_prefix`` when given."""
+    threads, one inter-op; profiled into files named ``profile_prefix`` when given; without the ONNX
+    Runtime optimizers named in ``disabled``; its optimized graph written to ``optimized_path`` when given."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -31,7 +38,9 @@ def ort_session(model: bytes | str, threads: int, profile_prefix: str | None = N
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    if optimized_path:
+        options.optimized_model_filepath = optimized_path
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled))
 
 
 def median_call_ms(run: Callable[[], object], runs: int, warmup: int = 10) -> float:
