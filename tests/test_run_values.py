@@ -46,6 +46,8 @@ def test_integer_inputs_are_ones_unless_they_index_or_set(build_model) -> None:
             helper.make_node("Unsqueeze", ["tt", "zero"], ["tt1"]),
             helper.make_node("Gather", ["types", "tt1"], ["t"], name="types"),
             helper.make_node("ReduceSum", ["attention_mask", "zero"], ["n"], keepdims=0),
+            helper.make_node("Shape", ["attention_mask"], ["mask_shape"]),  # its length, not its values
+            helper.make_node("ConstantOfShape", ["mask_shape"], ["by_mask"]),
             helper.make_node("Where", ["pick", "x", "x"], ["y"]),
             helper.make_node("Cast", ["keep"], ["keep_f"], to=F),
             helper.make_node("Mul", ["x", "keep_f"], ["kept"]),
@@ -59,7 +61,14 @@ def test_integer_inputs_are_ones_unless_they_index_or_set(build_model) -> None:
             ("pick", B, [1, 4, 8]),
             ("shape", I64, [3]),
         ],
-        [("y", F, [1, 4, 8]), ("t", F, None), ("n", I64, None), ("kept", F, None), ("flat", F, None)],
+        [
+            ("y", F, [1, 4, 8]),
+            ("t", F, None),
+            ("n", I64, None),
+            ("kept", F, None),
+            ("flat", F, None),
+            ("by_mask", F, None),
+        ],
         {"table": np.ones((10, 8), np.float32), "types": np.ones((1, 8), np.float32), "zero": np.array([0])},
     )
     fills = {"input_ids": 0, "token_type_ids": 0, "attention_mask": 1, "keep": 1, "pick": 0, "shape": 0}

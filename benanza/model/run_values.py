@@ -103,6 +103,8 @@ def _reaches_zeros(
     seen, todo = {name}, [name]
     while todo:
         for node, i in readers.get(todo.pop(), ()):
+            if node.op_type in _SHAPE_OPS and domain_of(node) == "":
+                continue  # reads the shape alone: a file as exported reads its mask's length so
             if _keeps_zeros(node, i, opsets):
                 return True
             if node.op_type in _PASS_THROUGH and domain_of(node) == "" and (i == 0 or node.op_type == "Concat"):
