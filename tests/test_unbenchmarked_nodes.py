@@ -162,6 +162,10 @@ def test_a_model_with_an_unbenchmarked_node_has_no_lower_bound(loop_model, proce
     assert row.e2e_ms == pytest.approx(1.0)  # the whole model still ran end to end
     (loop,) = [m for m in row.missing if m["op_type"] == "Loop"]
     assert loop["name"] == "loop" and "the body's condition decides the iterations" in loop["reason"]
+    # the table's empty bounds say why, and what the units present sum to (a bound of the model all the same)
+    (note,) = row.coverage_notes
+    assert note.startswith("no bound and no composition: 1 of its 2 nodes has no figure, loop (Loop): ")
+    assert f"sum to {row.partial_sequential_ms:.3f} ms of kernel time" in note and row.partial_sequential_ms == 1.0
 
 
 def test_run_on_a_loop_model_after_its_layer_alone_measures_its_own_end_to_end(model_files, tmp_path):
@@ -170,6 +174,7 @@ def test_run_on_a_loop_model_after_its_layer_alone_measures_its_own_end_to_end(m
     assert first.exit_code == 0, first.output
     (relu_row,) = json.loads(first.stdout)
     assert relu_row["coverage"] == 1.0 and relu_row["sequential_ms"] is not None
+    assert relu_row["coverage_notes"] == []
 
     second = invoke("run", model_files["loop"], "--db", uri, "--granularity", "1", "--format", "json", *FAST_FLAGS)
     assert second.exit_code == 0, second.output
@@ -178,6 +183,9 @@ def test_run_on_a_loop_model_after_its_layer_alone_measures_its_own_end_to_end(m
     assert loop_row["coverage"] == 0.5, loop_row  # was 100%: the Loop did not count
     assert loop_row["sequential_ms"] is None and loop_row["parallel_ms"] is None
     assert [m["op_type"] for m in loop_row["missing"]] == ["Loop"]
+    assert [n.split(",")[0] for n in loop_row["coverage_notes"]] == [
+        "no bound and no composition: 1 of its 2 nodes has no figure"
+    ]
     assert "the body's condition decides the iterations" in loop_row["missing"][0]["reason"]
     with open_store(uri, create=False) as store:
         e2e = [r for r in store.records(system=SYSTEM, kind=str(SpecKind.MODEL)) if "session" not in r.settings]

@@ -33,7 +33,7 @@ are not layers because benanza cannot benchmark them (a ``Loop`` whose iteration
 fixed, ops without a schema, unknown shapes). A layer whose benchmark failed (a control-flow
 layer whose subgraph holds an op the runtime lacks) is missing with its stored error. A
 model with such a node has no lower bound and no composition: the model runs them, the sums
-would not.
+would not; ``coverage_notes`` says so, with the first such node's reason and the partial sum.
 
 Every figure has its 95% interval (``intervals``, ``composed_intervals``): the interval of
 the statistic each record stores (``benanza.bench.stats``), derived from the record's raw
@@ -61,7 +61,7 @@ the parts ran slower than the whole. The zoo's farthest, ShuffleNet at G = 1, sa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -138,6 +138,9 @@ class LowerBound:
     defaults_notes: tuple[str, ...] = ()  # the defaults end to end below the bounds (``defaults_below_bound``)
     exported_e2e_ms: float | None = None  # end to end as the file is, its dimensions free (None: not measured)
     exported_notes: tuple[str, ...] = ()  # what the export's free dimensions cost (``free_dims_cost``)
+    coverage_notes: tuple[
+        str, ...
+    ] = ()  # why the bounds are missing, and the sum of what is present (``coverage_notes``)
     # conversions the runtime inserts at each unit's edges run alone, left out of its kernel time (None: none)
     units_left_out_ms: float | None = None
 
@@ -178,6 +181,7 @@ class LowerBound:
             "defaults_notes": list(self.defaults_notes),
             "exported_e2e_ms": self.exported_e2e_ms,
             "exported_notes": list(self.exported_notes),
+            "coverage_notes": list(self.coverage_notes),
             "units_left_out_ms": self.units_left_out_ms,
             "intervals": {
                 **{name: {"low": i.low, "high": i.high} for name, i in self.intervals.items()},
@@ -365,6 +369,7 @@ def lower_bound(
         defaults_notes=defaults_below_bound(intervals.get("defaults_e2e_ms"), intervals.get("sequential_ms")),
         exported_e2e_ms=None if exported_figure is None else exported_figure.value,
         exported_notes=free_dims_cost(intervals.get("exported_e2e_ms"), intervals.get("e2e_ms")),
+        coverage_notes=coverage_notes(missing, n, partial),
     )
 
 
@@ -430,6 +435,23 @@ def free_dims_cost(exported: Interval | None, bound: Interval | None) -> tuple[s
         f"bound shapes {bound.value:.3f} ms ({bound.low:.3f}-{bound.high:.3f}): its shape computations run on "
         f"every call; fixing the dimensions (ONNX Runtime's free-dimension overrides, or a static export) saves "
         f"{exported.value - bound.value:.3f} ms",
+    )
+
+
+def coverage_notes(missing: Sequence[Mapping[str, Any]], nodes: int, partial_ms: float) -> tuple[str, ...]:
+    """A message where nodes of the model have no figure, so that a table's empty bounds say why: how many,
+    the first with its reason, and the kernel time of the units that have one (``partial_sequential_ms``),
+    which bounds the model from below however long the rest takes (an NMS detector's backbone and head,
+    its ``NonMaxSuppression`` unshaped: how many boxes it keeps depends on the image)."""
+    if not missing:
+        return ()
+    first = missing[0]
+    more = f"; and {len(missing) - 1} more (JSON: missing)" if len(missing) > 1 else ""
+    verb = "has" if len(missing) == 1 else "have"
+    return (
+        f"no bound and no composition: {len(missing)} of its {nodes} nodes {verb} no figure, {first['name']} "
+        f"({first['op_type']}): {first['reason']}{more}; the units that have one sum to {partial_ms:.3f} ms of "
+        "kernel time, below whatever the model takes",
     )
 
 

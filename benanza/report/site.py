@@ -588,7 +588,13 @@ class _Site:
         checks = [
             f"{f.row.system} batch {m.batch_size}: {c}"
             for m, f in latest
-            for c in (*f.row.checks, *f.row.departures, *f.row.defaults_notes, *f.row.exported_notes)
+            for c in (
+                *f.row.checks,
+                *f.row.coverage_notes,
+                *f.row.departures,
+                *f.row.defaults_notes,
+                *f.row.exported_notes,
+            )
         ]
         self.page(
             rel,
