@@ -138,9 +138,8 @@ class LowerBound:
     defaults_notes: tuple[str, ...] = ()  # the defaults end to end below the bounds (``defaults_below_bound``)
     exported_e2e_ms: float | None = None  # end to end as the file is, its dimensions free (None: not measured)
     exported_notes: tuple[str, ...] = ()  # what the export's free dimensions cost (``free_dims_cost``)
-    coverage_notes: tuple[
-        str, ...
-    ] = ()  # why the bounds are missing, and the sum of what is present (``coverage_notes``)
+    # why the bounds are missing, and the sum of what is present (``coverage_notes``)
+    coverage_notes: tuple[str, ...] = ()
     # conversions the runtime inserts at each unit's edges run alone, left out of its kernel time (None: none)
     units_left_out_ms: float | None = None
 
