@@ -252,6 +252,8 @@ def plan_model(
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
     notes.extend(branch_notes(processed.binding.values, request.values))  # said: a branch, not the whole If
+    producers = {t.name: layer.name for layer in graph.layers for t in layer.outputs}
+    notes.extend(f"{producers.get(t, t)}: output '{t}': {how}" for t, how in processed.shapes.by_data)
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:

@@ -53,6 +53,8 @@ def inspect(
     graph = processed.graph
     for note in branch_notes(processed.binding.values, request.values):
         print(f"note: {model}: {note}", file=sys.stderr)
+    for tensor, how in processed.shapes.by_data:
+        print(f"note: {model}: output '{tensor}': {how}", file=sys.stderr)
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
     # CSV: the layers, then the nodes that are not layers (their own columns: node, reason)

@@ -160,8 +160,9 @@ class Unsupported:
 
 
 # How a tensor's shape was found, weakest to strongest (``benanza.model.resolve``): ONNX shape
-# inference, ONNX Runtime's symbolic shape inference, ONNX Runtime running the node.
-SHAPE_METHODS = ("onnx", "symbolic", "onnxruntime")
+# inference, ONNX Runtime's symbolic shape inference, ONNX Runtime running the node, ONNX Runtime
+# running the whole model on the inputs its benchmarks get (a length its data decides).
+SHAPE_METHODS = ("onnx", "symbolic", "onnxruntime", "model")
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,11 +171,13 @@ class ShapeReport:
 
     ``shaped_by``: per method (``SHAPE_METHODS`` order, those used only), how many node outputs
     it shaped. ``unresolved``: tensor -> why its shape is unknown (a runtime value decides it,
-    ONNX Runtime cannot run its node, the memory guard refused to).
+    ONNX Runtime cannot run its node, the memory guard refused to). ``by_data``: tensor -> how its
+    length, which its data decides, was taken from the model's own run (``resolve.LENGTH_BY_DATA``).
     """
 
     shaped_by: tuple[tuple[str, int], ...] = ()
     unresolved: tuple[tuple[str, str], ...] = ()
+    by_data: tuple[tuple[str, str], ...] = ()
 
     @property
     def method(self) -> str:

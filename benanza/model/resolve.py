@@ -17,14 +17,20 @@ in topological order, with the first tool that shapes the node:
    node runs once more per runtime input with only that input's synthetic values changed: a
    shape that changes, or a run that fails only then, means that input's value decides it.
 
+4. ONNX Runtime running the whole model, for an output whose length its data decides
+   (``LENGTH_BY_DATA``: the boxes NonMaxSuppression keeps, NonZero's count) and no setting:
+   once, on the inputs its benchmarks and its end to end get (``run_values.model_feeds``), the
+   model's synthetic weights where the file holds none, memory guarded as a node's run; the
+   length it gives is the one benchmarked, and ``ShapeReport.by_data`` says so per tensor.
+
 A tensor is *runtime* when its value depends on a graph input's value. ``Shape`` and ``Size``
 read only shapes, so once inputs are bound their outputs, and everything computed from them
 and constants, are constants: the walk evaluates each small one (ONNX Runtime), and the
 nodes that computed them are replaced by initializers, as the optimizer folds the rest. Shape
 computations are thus never layers, however their shapes were found. A tensor whose shape
-depends on a runtime value (a Reshape target, TopK's k or NonZero's count fed at run time) has
+depends on a runtime value (a Reshape target, TopK's k fed at run time, random values) has
 no shape that binding input shapes can give: it is left unknown with that reason, and so is
-everything computed from it.
+everything computed from it; a length the data decides is the model's run's (4. above).
 """
 
 from __future__ import annotations
@@ -53,7 +59,8 @@ from benanza.model.extract import (
     topological_nodes,
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
-from benanza.model.load import has_data
+from benanza.model.load import has_data, with_synthetic_weights
+from benanza.model.run_values import model_feeds
 from benanza.model.schemas import Differentiation
 
 log = logging.getLogger(__name__)
@@ -68,6 +75,13 @@ _INTEGER_TYPES = frozenset(
 # Copies of a node's tensors ONNX Runtime may hold while it runs to show its output shapes: the
 # allowance the benchmarks' memory guard makes for activations (``bench.memory.ACTIVATION_COPIES``).
 RUN_COPIES = 4
+
+# ONNX ops whose outputs' length their data decides, not a setting: the boxes NonMaxSuppression keeps,
+# the non-zeros NonZero finds, Unique's values, what Compress's condition keeps. Such a length is
+# taken from the model's own run on the inputs its benchmarks get (``_Walk.lengths_from_a_run``): a
+# detector ends in NonMaxSuppression, and without it nothing after it, nor the model's bounds, had a figure.
+LENGTH_BY_DATA = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
+_LENGTH_RUNS = 4  # model runs at most: a length by data read by another op whose length its data decides
 
 
 def needs_resolution(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]] | None = None) -> bool:
@@ -101,6 +115,7 @@ def shape_report(
     reasons: Mapping[str, str] | None = None,
     *,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
+    by_data: Mapping[str, str] | None = None,
 ) -> ShapeReport:
     """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named).
 
@@ -116,6 +131,7 @@ def shape_report(
     return ShapeReport(
         shaped_by=tuple((m, n) for m, n in counts.items() if n),
         unresolved=tuple(sorted((reasons or {}).items())),
+        by_data=tuple(sorted((by_data or {}).items())),
     )
 
 
@@ -144,8 +160,12 @@ def resolve_shapes(
     """
     walk = _Walk(model, memory)
     walk.run()
+    for _ in range(_LENGTH_RUNS):
+        if not walk.lengths_from_a_run():
+            break
+        walk.run()  # what reads them
     resolved = walk.result()
-    report = shape_report(resolved, walk.method, walk.unresolved())
+    report = shape_report(resolved, walk.method, walk.unresolved(), by_data=walk.by_data)
     if report.unresolved:
         log.info("%s: %d tensors have no shape after resolution", path, len(report.unresolved))
     return resolved, report
@@ -197,6 +217,8 @@ class _Walk:
         self.method: dict[str, str] = {}  # tensor -> the method that shaped it, where not the first ONNX pass
         self.used = _used(model)
         self.evaluated: set[str] = set()  # constants whose values this walk computed
+        self.length_by_data: dict[str, str] = {}  # tensor -> why: its length its data decides, to run for
+        self.by_data: dict[str, str] = {}  # tensor -> how the model's run shaped it
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
 
     # ------------------------------------------------------------------ the walk
@@ -372,6 +394,7 @@ class _Walk:
             decided += [x for x in varied if self._setting(node, x) == 2 and x not in decided]
         if decided:
             self._unresolved(needed, self._depends_on(decided))
+            self._by_data(node, needed, decided)
             return
         missing = [x for x in fed if x in self.stripped and (not _is_onnx_domain(node) or self._setting(node, x))]
         if missing and _is_onnx_domain(node):
@@ -400,6 +423,7 @@ class _Walk:
         for o in needed:
             if deciders[o]:
                 self._unresolved([o], self._depends_on(deciders[o]))
+                self._by_data(node, [o], deciders[o])
             elif error is None and shapes[o] is not None:
                 self.shape[o], self.elem[o] = shapes[o]
                 self.method[o] = "onnxruntime"
@@ -407,6 +431,61 @@ class _Walk:
                 self._unresolved([o], "its value is not a tensor")
             else:
                 self._unresolved([o], self._failure(node, varied, error))
+
+    # ------------------------------------------------------------------ lengths the data decides
+
+    def _by_data(self, node: onnx.NodeProto, outs: list[str], deciders: list[str]) -> None:
+        """Mark ``outs`` for the model's run where ``node``'s data decides their length (``LENGTH_BY_DATA``)."""
+        if node.op_type in LENGTH_BY_DATA and _is_onnx_domain(node) and "random" not in self._sources(deciders):
+            for o in outs:
+                self.length_by_data[o] = self._depends_on(deciders)
+
+    def _sources(self, tensors: Iterable[str]) -> frozenset[str]:
+        return frozenset().union(*(self.runtime.get(x, frozenset()) for x in tensors))
+
+    def lengths_from_a_run(self) -> bool:
+        """Shape the tensors whose length their data decides (``LENGTH_BY_DATA``) by running the model once,
+        as its benchmarks are fed (``run_values.model_feeds``; synthetic weights where the file holds none);
+        True when it shaped any. A run that fails, or that the memory guard refuses, leaves them unshaped,
+        with that reason."""
+        wanted = [o for o in self.length_by_data if o not in self.shape]
+        if not wanted:
+            return False
+        why = {o: self.length_by_data.pop(o) for o in wanted}
+        weights = sum(tensor_bytes(tuple(t.dims), dtype_name(t.data_type)) for t in self.model.graph.initializer)
+        inits = {t.name for t in self.model.graph.initializer}
+        fed = sum(
+            tensor_bytes(self.shape[i.name], dtype_name(self.elem[i.name]))
+            for i in self.model.graph.input
+            if i.name not in inits
+        )
+        # the weights twice (the copy that runs), the inputs and activations as a node's run counts them
+        refused = refusal(2 * weights + fed * RUN_COPIES, (self.memory or system_memory)())
+        if refused is not None:
+            for o in wanted:
+                self.reasons[o] = f"{why[o]}; the model was not run to see its length: {refused.reason}"
+            return False
+        model = onnx.ModelProto()
+        model.CopyFrom(with_synthetic_weights(self.model))  # a copy: outputs are added to it
+        model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in wanted)
+        feeds = {name: (value, self.elem[name]) for name, value in model_feeds(model).items()}
+        try:
+            shapes, error = _run_shapes(_session(model), feeds, wanted)
+        except Exception as exc:
+            shapes, error = {}, exc
+        shaped = False
+        for o in wanted:
+            found = shapes.get(o) if error is None else None
+            if found is None:
+                failure = one_line(error) if error is not None else "its value is not a tensor"
+                self.reasons[o] = f"{why[o]}; the model's run did not give its length: {failure}"
+                continue
+            self.shape[o], self.elem[o] = found
+            self.method[o] = "model"
+            shape = "x".join(map(str, found[0])) or "a scalar"
+            self.by_data[o] = f"{why[o]}: benchmarked at the length its run on the benchmark inputs gave, {shape}"
+            shaped = True
+        return shaped
 
     # ------------------------------------------------------------------ reasons
 
@@ -423,7 +502,7 @@ class _Walk:
         )
 
     def _depends_on(self, tensors: Iterable[str]) -> str:
-        sources = frozenset().union(*(self.runtime.get(x, frozenset()) for x in tensors))
+        sources = self._sources(tensors)
         named = sorted(s for s in sources if s != "random")
         parts = []
         if named:

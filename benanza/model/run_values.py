@@ -38,8 +38,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 from benanza.errors import one_line
+from benanza.model.dtypes import dtype_name
 from benanza.model.keys import INDEX_DTYPES, INTEGER_DTYPES, VALUE_MAX_ELEMENTS
 from benanza.model.schemas import Differentiation, op_schema
+from benanza.model.synthetic import synthetic_array
 from benanza.model.walks import domain_of
 
 log = logging.getLogger(__name__)
@@ -234,6 +236,25 @@ def _run(
     session = ort.InferenceSession(part.SerializeToString(), options, providers=["CPUExecutionProvider"])
     fed = {i.name: np.asarray(feeds[i.name]) for i in session.get_inputs()}
     return dict(zip(outputs, session.run(outputs, fed), strict=True))
+
+
+def model_feeds(model: onnx.ModelProto, seed: int = 0, skip: Iterable[str] = ()) -> dict[str, np.ndarray]:
+    """Synthetic inputs for every runtime input of ``model`` (shapes must be static) but ``skip``: integers and
+    booleans by ``integer_feeds``, floats random (``synthetic.synthetic_array``, one generator of ``seed`` in
+    input order). An input with an initializer (a default, a value the model computes) is left to it. What
+    every model and benchmark is fed (``runtimes.onnxruntime.feeds_for``, which adds a built network's sinks)."""
+    rng = np.random.default_rng(seed)
+    left = {i.name for i in model.graph.initializer} | set(skip)
+    types = {
+        vi.name: (tuple(d.dim_value for d in vi.type.tensor_type.shape.dim), dtype_name(vi.type.tensor_type.elem_type))
+        for vi in model.graph.input
+        if vi.name not in left
+    }
+    integers = integer_feeds(model, types)
+    return {
+        name: integers[name] if name in integers else synthetic_array(list(shape), dtype, rng)
+        for name, (shape, dtype) in types.items()
+    }
 
 
 def integer_feeds(model: onnx.ModelProto, types: Types) -> dict[str, np.ndarray]:

@@ -56,12 +56,11 @@ from benanza.bench.build import (
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import EXPORTED, RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
-from benanza.model.dtypes import dtype_name
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.held_weights import HeldModel
 from benanza.model.load import held_apart, with_synthetic_weights
-from benanza.model.run_values import integer_feeds
-from benanza.model.synthetic import SYNTHETIC_WEIGHTS, synthetic_array
+from benanza.model.run_values import model_feeds
+from benanza.model.synthetic import SYNTHETIC_WEIGHTS
 from benanza.model.walks import node_reads, stable_topological_order
 from benanza.runtimes.base import KernelProfiler, Prepared, Runtime, register_runtime
 
@@ -152,18 +151,8 @@ def feeds_for(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     (True) elsewhere: a mask with every position valid (``run_values.input_fills``). An input with an
     initializer (a value the model computes, ``build_onnx``) is left to it.
     """
-    rng = np.random.default_rng(seed)
-    inits = {i.name for i in model.graph.initializer}
     feeds = sink_feeds(model)
-    types = {
-        vi.name: (tuple(d.dim_value for d in vi.type.tensor_type.shape.dim), dtype_name(vi.type.tensor_type.elem_type))
-        for vi in model.graph.input
-        if vi.name not in inits and vi.name not in feeds
-    }
-    integers = integer_feeds(model, types)
-    for name, (shape, dtype) in types.items():
-        feeds[name] = integers[name] if name in integers else synthetic_array(list(shape), dtype, rng)
-    return feeds
+    return {**feeds, **model_feeds(model, seed, skip=feeds)}
 
 
 # ONNX Runtime raises its own exception classes, with no common base below ``Exception``.

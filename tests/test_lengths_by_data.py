@@ -1,0 +1,143 @@
+"""Outputs whose length their data decides (``resolve.LENGTH_BY_DATA``): a detector's NonMaxSuppression.
+
+How many boxes NonMaxSuppression keeps depends on the image, so no binding of input shapes gives
+its output's shape, nor the shapes of what reads it. Left unshaped, a detector that ends so (an
+ultralytics export with ``nms=True``, torchvision's detection models, SSD) had those nodes
+unbenchmarked and no bound at all. The length is taken from the model's own run on the inputs its
+benchmarks get, and said per tensor.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from cli_checks import json_command
+from onnx import TensorProto, helper
+
+from benanza.host_memory import SystemMemory
+from benanza.model.resolve import resolve_shapes
+from benanza.model.run_values import model_feeds
+from benanza.model.shapes import apply_binding, bind_shapes, fold_and_infer
+
+F = TensorProto.FLOAT
+I64 = TensorProto.INT64
+ENV = {"BENANZA_DB": None, "BENANZA_SYSTEM": "by-data", "BENANZA_HARNESS_MIN_SAMPLES": "3"}
+FAST = ["--min-time", "0.001", "--max-time", "0.02", "--threads", "1", "--granularity", "1"]
+
+
+@pytest.fixture
+def detector(build_model) -> onnx.ModelProto:
+    """A convolutional head whose boxes and class scores go through NonMaxSuppression, the kept boxes gathered:
+    how the exporters end a detector (``boxes [N, A, 4]``, ``scores [N, C, A]``, ``selected [K, 3]``)."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["images", "w"], ["f"], pads=[1, 1, 1, 1], strides=[2, 2]),
+        helper.make_node("Relu", ["f"], ["fr"]),
+        helper.make_node("Conv", ["fr", "wb"], ["box4"]),
+        helper.make_node("Conv", ["fr", "ws"], ["logits"]),
+        helper.make_node("Sigmoid", ["logits"], ["probs"]),
+        helper.make_node("Reshape", ["box4", "to_boxes"], ["b1"]),
+        helper.make_node("Transpose", ["b1"], ["boxes"], perm=[0, 2, 1]),
+        helper.make_node("Reshape", ["probs", "to_scores"], ["scores"]),
+        helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_boxes", "iou", "score_min"], ["selected"]),
+        helper.make_node("Gather", ["selected", "two"], ["box_ids"], axis=1),
+        helper.make_node("Squeeze", ["boxes", "zero"], ["all_boxes"]),
+        helper.make_node("Gather", ["all_boxes", "box_ids"], ["detections"], axis=0),
+    ]
+    inits = {
+        "w": rng.standard_normal((8, 3, 3, 3)).astype(np.float32),
+        "wb": rng.standard_normal((4, 8, 1, 1)).astype(np.float32),
+        "ws": rng.standard_normal((3, 8, 1, 1)).astype(np.float32),
+        "to_boxes": np.array([0, 4, -1], np.int64),
+        "to_scores": np.array([0, 3, -1], np.int64),
+        "max_boxes": np.array([20], np.int64),
+        "iou": np.array([0.5], np.float32),
+        "score_min": np.array([0.3], np.float32),
+        "two": np.array(2, np.int64),
+        "zero": np.array([0], np.int64),
+    }
+    return build_model(nodes, [("images", F, ["N", 3, 32, 32])], [("detections", F, ["K", 4])], inits)
+
+
+def _kept(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> tuple[int, ...]:
+    """The shape of NonMaxSuppression's output when ONNX Runtime runs ``model`` on ``feeds``."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    m.graph.output.append(onnx.ValueInfoProto(name="selected"))
+    session = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return tuple(session.run(["selected"], feeds)[0].shape)
+
+
+def test_a_length_the_data_decides_is_the_models_own_runs_and_what_reads_it_is_shaped(detector, process_proto):
+    processed = process_proto(detector, 1)
+    layers = {layer.name: layer for layer in processed.graph.layers}
+    nms = next(layer for layer in layers.values() if layer.op_type == "NonMaxSuppression")
+    # the model run on the inputs every benchmark of it is fed, as its end to end is
+    kept = _kept(processed.proto, model_feeds(processed.proto))
+    assert nms.outputs[0].shape == kept and kept[1] == 3 and 0 < kept[0] <= 20 * 3
+    gathered = [layer for layer in layers.values() if layer.op_type == "Gather"]
+    assert sorted(layer.outputs[0].shape for layer in gathered) == sorted([(kept[0],), (kept[0], 4)])
+    assert processed.graph.unsupported == ()  # was: the NMS and both Gathers, unshaped
+    assert dict(processed.graph.shaped_by).get("model") == 1  # the NMS's output; the rest follow by inference
+    ((tensor, how),) = processed.shapes.by_data
+    assert tensor == "selected"
+    assert how.startswith("its shape depends on the value of runtime input 'images': ")
+    assert how.endswith(f"its run on the benchmark inputs gave, {kept[0]}x3")
+
+
+def test_a_model_the_memory_guard_refuses_to_run_keeps_the_length_unknown_with_the_reason(detector):
+    bound = fold_and_infer(apply_binding(detector, bind_shapes(detector, "d.onnx", 1)), "d.onnx")
+    # room for the NonMaxSuppression alone (its 7 KB of boxes and scores, and copies), not for the model
+    # (its 12 KB image and copies, its weights twice)
+    small = SystemMemory(physical=44_000, available=None)
+    _, report = resolve_shapes(bound, "d.onnx", memory=lambda: small)
+    reasons = dict(report.unresolved)
+    assert "the model was not run to see its length" in reasons["selected"], reasons
+    assert report.by_data == () and "model" not in dict(report.shaped_by)
+
+
+def test_nonzero_of_data_is_shaped_by_the_run_and_so_is_what_reads_it(build_model, process_proto):
+    model = build_model(
+        [
+            helper.make_node("Relu", ["x"], ["pos"]),
+            helper.make_node("NonZero", ["pos"], ["where"]),
+            helper.make_node("Neg", ["where"], ["out"]),
+        ],
+        [("x", F, [3, 4])],
+        [("out", I64, None)],
+    )
+    processed = process_proto(model)
+    session = ort.InferenceSession(processed.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    found = session.run(None, model_feeds(processed.proto))[0].shape  # floats in [-1, 1): about half kept
+    layers = {layer.op_type: layer for layer in processed.graph.layers}
+    assert layers["NonZero"].outputs[0].shape == layers["Neg"].outputs[0].shape == found
+    assert [t for t, _ in processed.shapes.by_data] == ["where"] and processed.graph.unsupported == ()
+
+
+def test_a_length_random_values_decide_is_not_run(build_model, process_proto):
+    """Which elements of random data are non-zero is the random draw's: no run of the model says more."""
+    model = build_model(
+        [
+            helper.make_node("RandomUniformLike", ["x"], ["r"], low=-1.0, high=1.0),
+            helper.make_node("Relu", ["r"], ["pos"]),
+            helper.make_node("NonZero", ["pos"], ["where"]),
+        ],
+        [("x", F, [2, 8])],
+        [("where", I64, None)],
+    )
+    processed = process_proto(model)
+    assert processed.shapes.by_data == ()
+    assert "random values" in processed.shapes.reason("where")
+
+
+def test_the_main_job_bounds_a_detector_that_ends_in_nms(detector, tmp_path):
+    path = tmp_path / "detector.onnx"
+    onnx.save(detector, path)
+    (row,) = json_command(ENV, "run", path, "--db", f"sqlite:///{tmp_path / 'd.db'}", *FAST)
+    assert row["coverage"] == 1.0 and row["missing"] == [] and row["coverage_notes"] == []
+    assert row["sequential_ms"] is not None and row["e2e_ms"] is not None
+    assert json.dumps(row)  # a plain document
