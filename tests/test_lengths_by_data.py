@@ -118,6 +118,19 @@ def test_nonzero_of_data_is_shaped_by_the_run_and_so_is_what_reads_it(build_mode
     assert [t for t, _ in processed.shapes.by_data] == ["where"] and processed.graph.unsupported == ()
 
 
+def test_a_length_a_setting_fed_at_run_time_decides_is_not_run(build_model, process_proto):
+    """NonMaxSuppression's max_output_boxes_per_class fed as an input is a setting, not data: fed zeros as every
+    setting is, the run would keep no box; it stays unknown, naming the input."""
+    model = build_model(
+        [helper.make_node("NonMaxSuppression", ["boxes", "scores", "max_boxes"], ["selected"])],
+        [("boxes", F, [1, 6, 4]), ("scores", F, [1, 2, 6]), ("max_boxes", I64, [1])],
+        [("selected", I64, None)],
+    )
+    processed = process_proto(model)
+    assert processed.shapes.by_data == ()
+    assert "runtime input 'max_boxes'" in processed.shapes.reason("selected")
+
+
 def test_a_length_random_values_decide_is_not_run(build_model, process_proto):
     """Which elements of random data are non-zero is the random draw's: no run of the model says more."""
     model = build_model(

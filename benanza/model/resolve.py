@@ -76,11 +76,17 @@ _INTEGER_TYPES = frozenset(
 # allowance the benchmarks' memory guard makes for activations (``bench.memory.ACTIVATION_COPIES``).
 RUN_COPIES = 4
 
-# ONNX ops whose outputs' length their data decides, not a setting: the boxes NonMaxSuppression keeps,
+# ONNX ops whose outputs' length their data decides, with the input slots that are the data (not a
+# setting such as NonMaxSuppression's max_output_boxes_per_class): the boxes NonMaxSuppression keeps,
 # the non-zeros NonZero finds, Unique's values, what Compress's condition keeps. Such a length is
 # taken from the model's own run on the inputs its benchmarks get (``_Walk.lengths_from_a_run``): a
 # detector ends in NonMaxSuppression, and without it nothing after it, nor the model's bounds, had a figure.
-LENGTH_BY_DATA = frozenset({"NonMaxSuppression", "NonZero", "Unique", "Compress"})
+LENGTH_BY_DATA: dict[str, frozenset[int]] = {
+    "NonMaxSuppression": frozenset({0, 1}),  # boxes, scores
+    "NonZero": frozenset({0}),
+    "Unique": frozenset({0}),
+    "Compress": frozenset({1}),  # the condition
+}
 _LENGTH_RUNS = 4  # model runs at most: a length by data read by another op whose length its data decides
 
 
@@ -435,8 +441,11 @@ class _Walk:
     # ------------------------------------------------------------------ lengths the data decides
 
     def _by_data(self, node: onnx.NodeProto, outs: list[str], deciders: list[str]) -> None:
-        """Mark ``outs`` for the model's run where ``node``'s data decides their length (``LENGTH_BY_DATA``)."""
-        if node.op_type in LENGTH_BY_DATA and _is_onnx_domain(node) and "random" not in self._sources(deciders):
+        """Mark ``outs`` for the model's run where ``node``'s data, and no setting, decides their length
+        (``LENGTH_BY_DATA``); not where random values do."""
+        data = LENGTH_BY_DATA.get(node.op_type) if _is_onnx_domain(node) else None
+        slots = {i for i, x in enumerate(node.input) if x in deciders}
+        if data is not None and slots and slots <= data and "random" not in self._sources(deciders):
             for o in outs:
                 self.length_by_data[o] = self._depends_on(deciders)
 
