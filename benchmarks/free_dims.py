@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -45,16 +44,13 @@ from benanza.model.load import load_model
 from benanza.model.process import process_model
 from benanza.model.request import BindingRequest, parse_dim_overrides
 from benanza.model.walks import all_graphs
-from benanza.runtimes.onnxruntime import feeds_for
+from benanza.runtimes.onnxruntime import feeds_for, optimized_model
 
 
-def optimized_ops(model: bytes, threads: int) -> Counter[str]:
-    """Nodes per op type (``domain:op`` outside ONNX's) in ONNX Runtime's optimized graph of ``model``, and its
-    subgraphs'."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = str(Path(tmp) / "optimized.onnx")
-        ort_session(model, threads, optimized_path=path)
-        graph = onnx.load(path, load_external_data=False).graph
+def optimized_ops(model: onnx.ModelProto) -> Counter[str]:
+    """Nodes per op type (``domain:op`` outside ONNX's) in ONNX Runtime's optimized graph of ``model`` at level
+    ``extended`` (``runtimes.onnxruntime.optimized_model``), and its subgraphs'."""
+    graph = optimized_model(model, "extended").graph
     return Counter(
         f"{node.domain}:{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
         for g in all_graphs(graph)
@@ -69,7 +65,8 @@ def measure(
     bound = processed.proto
     feeds = feeds_for(bound)
     defaults = {t.name: numpy_helper.to_array(t) for t in bound.graph.initializer if t.name in processed.binding.values}
-    exported_bytes, bound_bytes = load_model(path).SerializeToString(), bound.SerializeToString()
+    exported_model = load_model(path)
+    exported_bytes, bound_bytes = exported_model.SerializeToString(), bound.SerializeToString()
     exported = ort_session(exported_bytes, threads)
     sessions = {"exported": exported, "bound": ort_session(bound_bytes, threads)}
     sessions.update(
@@ -82,7 +79,7 @@ def measure(
         for arm, s in sessions.items():
             medians[arm].append(median_call_ms(lambda s=s, f=fed[arm]: s.run(None, f), runs))
     median = {arm: statistics.median(m) for arm, m in medians.items()}
-    ops = {"exported": optimized_ops(exported_bytes, threads), "bound": optimized_ops(bound_bytes, threads)}
+    ops = {"exported": optimized_ops(exported_model), "bound": optimized_ops(bound)}
     differ = sorted(op for op in ops["exported"] | ops["bound"] if ops["exported"][op] != ops["bound"][op])
     return {
         "model": str(path),

@@ -25,11 +25,10 @@ def ort_session(
     threads: int,
     profile_prefix: str | None = None,
     disabled: Sequence[str] = (),
-    optimized_path: str | None = None,
 ) -> ort.InferenceSession:
     """A CPU session at level ``extended`` (what benanza measures at by default), ``threads`` intra-op
     threads, one inter-op; profiled into files named ``profile_prefix`` when given; without the ONNX
-    Runtime optimizers named in ``disabled``; its optimized graph written to ``optimized_path`` when given."""
+    Runtime optimizers named in ``disabled``."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -38,8 +37,6 @@ def ort_session(
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
-    if optimized_path:
-        options.optimized_model_filepath = optimized_path
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled))
 
 
