@@ -474,8 +474,10 @@ class _Walk:
             for o in wanted:
                 self.reasons[o] = f"{why[o]}; the model was not run to see its length: {refused.reason}"
             return False
-        model = onnx.ModelProto()
-        model.CopyFrom(with_synthetic_weights(self.model))  # a copy: outputs are added to it
+        model = with_synthetic_weights(self.model)  # a copy where it fills weights; the model itself where none lack
+        if model is self.model:
+            model = onnx.ModelProto()
+            model.CopyFrom(self.model)  # outputs are added to it
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in wanted)
         feeds = {name: (value, self.elem[name]) for name, value in model_feeds(model).items()}
         try:
