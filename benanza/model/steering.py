@@ -121,8 +121,8 @@ def steered_values(
         )
     if not steering:
         return {}
-    fills = input_fills(model)
-    return {name: values.get(name, fills.get(name, 1)) for name in steering}
+    fills = input_fills(model)  # every integer and boolean input, as every steering input is (``_small_integer``)
+    return {name: values[name] if name in values else fills[name] for name in steering}
 
 
 def branch_notes(bound: Mapping[str, int], given: Mapping[str, int] | None = None) -> list[str]:
