@@ -792,12 +792,15 @@ class OnnxRuntimeCPU(Runtime):
         """The benchmark's sessions; on the CPU its large weights held apart (``model.held_weights``)."""
         apart = self.ep == "cpu"  # the CUDA provider's sessions are given whole models
         if spec.kind is SpecKind.MODEL:
+            from benanza.model.load import load_model
             from benanza.model.process import process_model
 
             info = dict(spec.model or {})
-            processed = process_model(info["path"], *model_binding(info), keep_branches=True)  # as shipped
-            if spec.as_exported and apart:
-                return self._exported(info["path"], processed)
+            exported = spec.as_exported and apart
+            shipped = load_model(info["path"]) if exported else None  # read once: processed, then run as it is
+            processed = process_model(info["path"], *model_binding(info), shipped, keep_branches=True)  # as shipped
+            if shipped is not None:
+                return self._exported(shipped, processed)
             proto = processed.proto
             held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
@@ -823,14 +826,12 @@ class OnnxRuntimeCPU(Runtime):
         """On the CPU provider (its sessions take a model with free dimensions as it is)."""
         return self.ep == "cpu"
 
-    def _exported(self, path: str, processed: ProcessedModel) -> _OrtPrepared:
-        """The model as its file is (``BenchmarkSpec.as_exported``): the dimensions it leaves free left free and
-        fed the bound shapes, an input that chooses a branch defaulted to its bound value (as the model bound
-        is), at the variant's settings."""
-        from benanza.model.load import load_model
+    def _exported(self, model: onnx.ModelProto, processed: ProcessedModel) -> _OrtPrepared:
+        """The model as its file is (``BenchmarkSpec.as_exported``; ``model``, as loaded, is changed): the
+        dimensions it leaves free left free and fed the bound shapes, an input that chooses a branch defaulted
+        to its bound value (as the model bound is), at the variant's settings."""
         from benanza.model.steering import default_inputs
 
-        model = load_model(path)
         default_inputs(model, processed.binding.shapes, processed.binding.values)
         held = held_apart(model)
         bound = feeds_for(processed.proto)  # the same names: the runtime inputs are the file's
