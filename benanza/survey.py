@@ -38,7 +38,7 @@ from benanza.analysis.stored import (
     stored_optimizations,
     system_reports,
 )
-from benanza.bench.spec import RUNTIME_DEFAULTS, SpecKind, whole_model_keys
+from benanza.bench.spec import SpecKind, whole_model_keys
 from benanza.errors import UsageError
 from benanza.model.corpus import CorpusSummary, summarize
 from benanza.store.base import Store
@@ -218,7 +218,7 @@ def _unmatched(store: Store, known: set[str]) -> tuple[dict[str, Any], ...]:
     """Stored end-to-end results whose model is not among the files analysed: label, batch size, systems."""
     found: dict[tuple[str, str, int], set[str]] = defaultdict(set)
     for r in store.records(kind=str(SpecKind.MODEL), payload=False):
-        if r.key not in known and r.settings.get("session") != RUNTIME_DEFAULTS:  # its model is listed once
+        if r.key not in known and "session" not in r.settings:  # its model is listed once, not per session
             found[(r.label, r.key, r.batch_size)].add(r.system)
     return tuple(
         {"label": label, "model_key": key, "batch_size": batch, "systems": sorted(systems)}
