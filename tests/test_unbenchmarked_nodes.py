@@ -310,3 +310,14 @@ def test_fleet_run_goes_on_past_an_unknown_op(model_files, tmp_path):
         ok_labels = {r.label for r in store.records(system="laptop", outcome="ok")}
     assert any(label.startswith("Conv+BatchNormalization+Relu") for label in ok_labels)  # the good model's group
     assert any(label.startswith("Sigmoid") for label in ok_labels)  # the other model's layers
+
+
+def test_a_coverage_note_says_no_composition_only_where_there_is_none():
+    """Only kernel times lacking (a unit measured without profiled runs): the composition still stands."""
+    from benanza.analysis.lower_bound import coverage_notes
+
+    missing = [{"name": "conv", "op_type": "Conv", "reason": "its record holds no kernel time"}]
+    (with_composition,) = coverage_notes(missing, 3, 0.5, composed=True)
+    (without,) = coverage_notes(missing, 3, 0.5)
+    assert with_composition.startswith("no bound: 1 of its 3 nodes has no figure, conv (Conv): its record")
+    assert without.startswith("no bound and no composition: 1 of its 3 nodes")

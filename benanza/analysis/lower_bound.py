@@ -368,7 +368,7 @@ def lower_bound(
         defaults_notes=defaults_below_bound(intervals.get("defaults_e2e_ms"), intervals.get("sequential_ms")),
         exported_e2e_ms=None if exported_figure is None else exported_figure.value,
         exported_notes=free_dims_cost(intervals.get("exported_e2e_ms"), intervals.get("e2e_ms")),
-        coverage_notes=coverage_notes(missing, n, partial),
+        coverage_notes=coverage_notes(missing, n, partial, any(v is not None for v in composed.values())),
     )
 
 
@@ -437,18 +437,22 @@ def free_dims_cost(exported: Interval | None, bound: Interval | None) -> tuple[s
     )
 
 
-def coverage_notes(missing: Sequence[Mapping[str, Any]], nodes: int, partial_ms: float) -> tuple[str, ...]:
+def coverage_notes(
+    missing: Sequence[Mapping[str, Any]], nodes: int, partial_ms: float, composed: bool = False
+) -> tuple[str, ...]:
     """A message where nodes of the model have no figure, so that a table's empty bounds say why: how many,
     the first with its reason, and the kernel time of the units that have one (``partial_sequential_ms``),
     which bounds the model from below however long the rest takes (an NMS detector's backbone and head,
-    its ``NonMaxSuppression`` unshaped: how many boxes it keeps depends on the image)."""
+    its ``NonMaxSuppression`` unshaped: how many boxes it keeps depends on the image). ``composed``: a
+    composition has its figure all the same (its sequences' call latencies, where only kernel times lack)."""
     if not missing:
         return ()
     first = missing[0]
     more = f"; and {len(missing) - 1} more (JSON: missing)" if len(missing) > 1 else ""
     verb = "has" if len(missing) == 1 else "have"
     return (
-        f"no bound and no composition: {len(missing)} of its {nodes} nodes {verb} no figure, {first['name']} "
+        f"no bound{'' if composed else ' and no composition'}: {len(missing)} of its {nodes} nodes {verb} no "
+        f"figure, {first['name']} "
         f"({first['op_type']}): {first['reason']}{more}; the units that have one sum to {partial_ms:.3f} ms of "
         "kernel time, below whatever the model takes",
     )
