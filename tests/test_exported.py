@@ -111,6 +111,17 @@ def test_a_file_with_no_free_dimension_or_a_rewritten_batch_is_not_measured_as_e
     assert not any(s.as_exported for s in specs), why
 
 
+def test_a_shape_given_over_a_fixed_dimension_is_not_measured_as_exported(tmp_path, build_model):
+    """A free batch beside a fixed sequence of 12, run at 8 by --shape: the file as it is refuses 8."""
+    path = tmp_path / "fixed_sequence.onnx"
+    onnx.save(reshaping(build_model, "batch", 12), path)
+    runtime = OnnxRuntimeCPU(threads=1)
+    ((plan,),) = plan_model_file(path, [runtime], [1], BindingRequest({"x": (1, 8, 16)}))
+    assert not plan.exported
+    ((at_its_own,),) = plan_model_file(path, [runtime], [1])
+    assert at_its_own.exported  # the batch free, the sequence at the file's 12
+
+
 def test_a_runtime_that_does_not_run_exported_models_gets_no_such_spec(tmp_path, build_model):
     from benanza.runtimes.null import NullRuntime
 

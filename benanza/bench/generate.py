@@ -305,7 +305,7 @@ def plan_model(
         networks=networks,
         requested=requested_binding(batch, request),
         values=dict(processed.binding.values),
-        exported=processed.binding.free and not processed.binding.rebatch,
+        exported=processed.binding.exported,
         notes=tuple(notes),
         call_overhead_key=overhead_key,
     )

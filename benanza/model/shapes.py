@@ -83,7 +83,10 @@ class Binding:
     shapes: dict[str, tuple[int, ...]]
     rebatch: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (old, new)
     values: dict[str, int] = field(default_factory=dict)  # input -> the value all its elements are
-    free: bool = False  # the file leaves an input's dimension free (symbolic or unknown): the binding fixed it
+    # the file leaves an input dimension free (symbolic or unknown) and fixes none to another size than bound:
+    # as it is, it runs at these shapes (``BenchmarkSpec.as_exported``); a rebatch or a --shape over a fixed one
+    # makes shapes the file refuses
+    exported: bool = False
 
 
 def runtime_inputs(model: onnx.ModelProto) -> list[onnx.ValueInfoProto]:
@@ -162,7 +165,7 @@ def bind_shapes(
         raise UnboundDimensionError(path, _unbound_message(unbound))
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
-    return Binding(bound, rebatch, free=any(_has_free_dims(vi) for vi in inputs))
+    return Binding(bound, rebatch, exported=_runs_as_exported(inputs, bound))
 
 
 @dataclass(frozen=True)
@@ -239,12 +242,22 @@ def _unbound_message(unbound: list[_Unbound]) -> str:
     return f"{first.told()}, nor {'are' if len(others) > 1 else 'is'} {nor}; pass {' '.join(flags)}{shapes}"
 
 
-def _has_free_dims(vi: onnx.ValueInfoProto) -> bool:
-    """Whether the file leaves a dimension of input ``vi`` free: no shape, or a dimension without a size."""
-    tt = tensor_type_of(vi.type)
-    if tt is None or not tt.HasField("shape"):
-        return True
-    return any(not (d.HasField("dim_value") and d.dim_value > 0) for d in tt.shape.dim)
+def _runs_as_exported(inputs: list[onnx.ValueInfoProto], bound: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether the file leaves an input dimension free (no shape, or a dimension without a size) and fixes
+    none to another size than ``bound``'s (``Binding.exported``)."""
+    free = False
+    for vi in inputs:
+        tt = tensor_type_of(vi.type)
+        if tt is None or not tt.HasField("shape"):
+            free = True
+            continue
+        for d, size in zip(tt.shape.dim, bound[vi.name], strict=True):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                if d.dim_value != size:
+                    return False
+            else:
+                free = True
+    return free
 
 
 def _refuse_inputs_larger_than_memory(
