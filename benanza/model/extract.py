@@ -35,6 +35,7 @@ from benanza.model.run_values import integer_feeds, run_values
 from benanza.model.schemas import Differentiation, OpSchema, op_schema
 from benanza.model.walks import (
     RANDOM_OPS,
+    SHAPE_READERS,
     captured_names,
     domain_of,
     graphs_of,
@@ -50,8 +51,6 @@ log = logging.getLogger(__name__)
 # model's DequantizeLinear of an int8 weight runs inside the fused QLinearConv or
 # QLinearMatMul, so it is a layer of that unit, never folded into a float weight.
 RUNTIME_KEPT_OPS = frozenset({"DequantizeLinear"})
-# Ops that read only their input's shape: constant once that shape is known.
-SHAPE_READERS = frozenset({"Shape", "Size"})
 
 
 class _UnsupportedNode(Exception):

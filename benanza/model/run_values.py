@@ -42,7 +42,7 @@ from benanza.model.dtypes import dtype_name
 from benanza.model.keys import INDEX_DTYPES, INTEGER_DTYPES, VALUE_MAX_ELEMENTS
 from benanza.model.schemas import Differentiation, op_schema
 from benanza.model.synthetic import synthetic_array
-from benanza.model.walks import domain_of
+from benanza.model.walks import SHAPE_READERS, domain_of
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,6 @@ INTEGER_TYPES = frozenset(helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in 
 _PASS_THROUGH = frozenset(
     {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Concat", "Slice", "Transpose", "Tile"}
 )
-# ops whose outputs depend on their input's shape only: run from the shape the model was bound to
-_SHAPE_OPS = frozenset({"Shape", "Size"})
 MAX_RUN_ELEMENTS = 1 << 22  # per tensor of the part of a model run_values runs (a 2048 x 2048 mask)
 
 
@@ -105,7 +103,7 @@ def _reaches_zeros(
     seen, todo = {name}, [name]
     while todo:
         for node, i in readers.get(todo.pop(), ()):
-            if node.op_type in _SHAPE_OPS and domain_of(node) == "":
+            if node.op_type in SHAPE_READERS and domain_of(node) == "":
                 continue  # reads the shape alone: a file as exported reads its mask's length so
             if _keeps_zeros(node, i, opsets):
                 return True
@@ -134,7 +132,8 @@ def run_values(
     nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:
         if _runnable(node, known, types):
-            nodes.append(_constant_shape(node, types) if node.op_type in _SHAPE_OPS and domain_of(node) == "" else node)
+            reads_shape = node.op_type in SHAPE_READERS and domain_of(node) == ""
+            nodes.append(_constant_shape(node, types) if reads_shape else node)
             known.update(o for o in node.output if o)
     read = {x for node in model.graph.node for x in node.input if x}
     made = {o for node in nodes for o in node.output if o}
@@ -175,7 +174,7 @@ def _runnable(node: onnx.NodeProto, known: set[str], types: Types) -> bool:
         return False
     if not node.output or not all(o and _integer(o, types) for o in node.output):
         return False
-    if node.op_type in _SHAPE_OPS and domain_of(node) == "":
+    if node.op_type in SHAPE_READERS and domain_of(node) == "":
         return bool(node.input) and types.get(node.input[0], (None, ""))[0] is not None
     if node.op_type == "Constant":
         return True

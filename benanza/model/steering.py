@@ -31,9 +31,7 @@ import onnx
 from benanza.errors import ModelError
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.run_values import INTEGER_TYPES, input_fills
-from benanza.model.walks import all_graphs
-
-_SHAPE_OPS = frozenset({"Shape", "Size"})  # their outputs are constants once the inputs are bound
+from benanza.model.walks import SHAPE_READERS, all_graphs
 
 
 def steering_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]) -> list[str]:
@@ -78,7 +76,7 @@ def _inputs_deciding(
             found.add(name)
         elif name in producers:
             node = producers[name]
-            if node.op_type not in _SHAPE_OPS or node.domain not in ("", "ai.onnx"):
+            if node.op_type not in SHAPE_READERS or node.domain not in ("", "ai.onnx"):
                 todo.extend(node.input)
         elif name not in inits:
             return None

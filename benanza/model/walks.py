@@ -13,6 +13,9 @@ from collections.abc import Iterable, Iterator
 import onnx
 from onnx import AttributeProto
 
+# ONNX ops that read only their input's shape: constant once that shape is known (folded, never data).
+SHAPE_READERS = frozenset({"Shape", "Size"})
+
 # Generators without inputs that still produce new values each run: layers, not constants.
 RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
