@@ -16,6 +16,8 @@ from typing import Any
 
 import onnxruntime as ort
 
+from benanza.runtimes.onnxruntime import session_options
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).parent / "results"
 
@@ -26,16 +28,12 @@ def ort_session(
     profile_prefix: str | None = None,
     disabled: Sequence[str] = (),
 ) -> ort.InferenceSession:
-    """A CPU session at level ``extended`` (what benanza measures at by default), ``threads`` intra-op
-    threads, one inter-op; profiled into files named ``profile_prefix`` when given; without the ONNX
-    Runtime optimizers named in ``disabled``."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-    options.log_severity_level = 3
+    """A CPU session with the options of benanza's own at level ``extended``, its default
+    (``runtimes.onnxruntime.session_options``: ``threads`` intra-op threads, one inter-op, sequential,
+    no spinning); profiled into files named ``profile_prefix`` when given; without the ONNX Runtime
+    optimizers named in ``disabled``."""
+    options = session_options("extended", threads, profile=bool(profile_prefix))  # as every benchmark's
     if profile_prefix:
-        options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
     return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled))
 
