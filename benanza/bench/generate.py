@@ -36,7 +36,6 @@ from benanza.model.names import NamedModel, distinct_names
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, network_of
 from benanza.model.process import ProcessedModel, process_model
 from benanza.model.request import NO_REQUEST, BindingRequest
-from benanza.model.steering import branch_notes
 from benanza.model.subgraphs import find_model_subgraphs
 
 
@@ -251,9 +250,7 @@ def plan_model(
             groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
-    notes.extend(branch_notes(processed.binding.values, request.values))  # said: a branch, not the whole If
-    producers = {t.name: layer.name for layer in graph.layers for t in layer.outputs}
-    notes.extend(f"{producers.get(t, t)}: output '{t}': {how}" for t, how in processed.shapes.by_data)
+    notes.extend(processed.notes(request))  # said: a branch, not the whole If; a length the model's run gave
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:

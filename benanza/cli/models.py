@@ -24,7 +24,6 @@ from benanza.model.corpus import summarize
 from benanza.model.names import files_named_apart
 from benanza.model.process import process_model
 from benanza.model.request import BindingRequest
-from benanza.model.steering import branch_notes
 from benanza.model.subgraphs import find_model_subgraphs, make_out_folder, sequence_folder, write_sequences
 from benanza.report.models import corpus_tables, inspect_tables
 from benanza.report.output import OutputFormat, console, emit, table
@@ -51,10 +50,8 @@ def inspect(
     batch_size, request = one_batch(batch, "models inspect"), BindingRequest.parse(shape, dim, value)
     processed = process_model(model, batch_size, request)
     graph = processed.graph
-    for note in branch_notes(processed.binding.values, request.values):
+    for note in processed.notes(request):
         print(f"note: {model}: {note}", file=sys.stderr)
-    for tensor, how in processed.shapes.by_data:
-        print(f"note: {model}: output '{tensor}': {how}", file=sys.stderr)
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
     # CSV: the layers, then the nodes that are not layers (their own columns: node, reason)

@@ -15,6 +15,7 @@ from benanza.model.names import model_name
 from benanza.model.qdq import unique_dequantize
 from benanza.model.request import NO_REQUEST, BindingRequest
 from benanza.model.shapes import Binding, prepare_model
+from benanza.model.steering import branch_notes
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,16 @@ class ProcessedModel:
     proto: onnx.ModelProto
     binding: Binding
     shapes: ShapeReport = field(default_factory=ShapeReport)  # how its tensors were shaped, why any was not
+
+    def notes(self, request: BindingRequest = NO_REQUEST) -> list[str]:
+        """What processing decided that the layer tables do not show: the branch an input chose
+        (``steering.branch_notes``; ``request``: what was asked) and each length taken from the model's run
+        (``ShapeReport.by_data``), named by the layer that makes it."""
+        producers = {t.name: layer.name for layer in self.graph.layers for t in layer.outputs}
+        return [
+            *branch_notes(self.binding.values, request.values),
+            *(f"{producers.get(t, t)}: output '{t}': {how}" for t, how in self.shapes.by_data),
+        ]
 
     def named(self, name: str) -> ProcessedModel:
         """This model shown as ``name`` (``benanza.model.names``: apart from others of its file's stem)."""
