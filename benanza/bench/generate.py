@@ -32,6 +32,7 @@ from benanza.errors import PlanningError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
 from benanza.model.keys import stable_id
+from benanza.model.load import file_bytes
 from benanza.model.names import NamedModel, distinct_names
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, network_of
 from benanza.model.process import ProcessedModel, process_model
@@ -59,6 +60,7 @@ class ModelPlan:
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
     # its file leaves input dimensions free and runs at this binding as it is: also measured as exported
     exported: bool = False
+    file_weight_bytes: int = 0  # its large weights left in their data file (``model.load.on_file``)
 
     @property
     def model(self) -> str:
@@ -303,6 +305,7 @@ def plan_model(
         requested=requested_binding(batch, request),
         values=dict(processed.binding.values),
         exported=processed.binding.exported,
+        file_weight_bytes=file_bytes(processed.proto),
         notes=tuple(notes),
         call_overhead_key=overhead_key,
     )
@@ -363,7 +366,7 @@ def specs_for_plan(
         model = {
             "path": plan.path,
             **plan.requested,
-            **graph_memory(plan.graph).to_dict(),
+            **graph_memory(plan.graph, plan.file_weight_bytes).to_dict(),
             "read_weight_bytes": weights_read_per_run(plan.graph),
         }
         whole = [(plan.model_key, plan.model, model)]

@@ -23,16 +23,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import TensorProto
-from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from benanza.model.dtypes import dtype_name, tensor_bytes
 
 HELD_MIN_BYTES = 1 << 20
 HELD_LOCATION = "benanza-held-apart"  # an external-data location that is never a file
+# kOrtSessionOptionsModelExternalInitializersFileFolderPath: where a model given as bytes has its external data
+EXTERNAL_DATA_FOLDER = "session.model_external_initializers_file_folder_path"
 
 # element types whose numpy arrays ONNX Runtime takes as they are (``OrtValue.ortvalue_from_numpy``)
 HELD_TYPES = frozenset(
@@ -86,11 +89,20 @@ class HeldModel:
     """A model whose large initializers are placeholders, and their arrays by name.
 
     ``weights`` may share memory with the synthetic-weight cache (``model.synthetic``): read
-    them, never write them.
+    them, never write them. ``folder``: where the model's file is, when some of its large
+    weights are left in their external data file (``model.load.on_file``): those stay external
+    data, which ONNX Runtime maps from the file in that folder, copying nothing.
     """
 
     proto: onnx.ModelProto
     weights: Mapping[str, np.ndarray]
+    folder: str = ""
+
+    def external_bytes(self) -> int:
+        """The bytes of its initializers held apart or left in their file."""
+        return sum(
+            tensor_bytes(t.dims, dtype_name(t.data_type)) for t in self.proto.graph.initializer if uses_external_data(t)
+        )
 
     def whole(self) -> onnx.ModelProto:
         """A copy of the model with every held weight's data back in it (to save or check it)."""
@@ -101,4 +113,23 @@ class HeldModel:
                 del tensor.external_data[:]
                 tensor.ClearField("data_location")
                 tensor.raw_data = np.ascontiguousarray(self.weights[tensor.name]).tobytes()
+            elif self.folder and uses_external_data(tensor):
+                load_external_data_for_tensor(tensor, self.folder)
         return whole
+
+
+def hold_weights(so: Any, weights: Mapping[str, np.ndarray], folder: str = "") -> None:
+    """Give a session's options the arrays of its model's held-apart initializers (``model.held_weights``),
+    and the folder of the file its other external data is in (``HeldModel.folder``).
+
+    ONNX Runtime puts each array in place of the placeholder of its name before it optimizes the
+    graph (``SessionOptions.add_external_initializers``; it copies them). The arrays must outlive
+    the session. A weight left in its file is mapped from it (``session.model_external_initializers_file_folder_path``).
+    """
+    if folder:
+        so.add_session_config_entry(EXTERNAL_DATA_FOLDER, folder)
+    if weights:
+        import onnxruntime as ort
+
+        names = list(weights)
+        so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights[n]) for n in names])

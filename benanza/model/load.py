@@ -2,11 +2,19 @@
 
 Every failure becomes a ``ModelError`` that names the file and the reason in one line.
 
-Weights in external data files are read when the file is there. A tensor whose external
-data file is absent is a *structure-only* tensor: its shape and dtype are in the model, its
-values are not. Benchmark costs do not depend on weight values, so such a model is
-processed like any other (its weights are layer inputs of kind weight, synthesised when a
-benchmark is built) and ``with_synthetic_weights`` fills the tensors with synthetic data
+Weights in external data files are read when the file is there, but for a graph's large
+initializers (``HELD_MIN_BYTES`` and more, of any element type but the index ones): their
+data is left in the file, checked but not read (``on_file``), and mapped from it by ONNX
+Runtime when it runs the model whole (``held_apart``). Processing reads no large weight's
+values, so a model of more than protobuf's 2 GB (an fp32 LLM, a bfloat16 one) is processed
+in the memory of its structure and run with its own weights: five 12288x12288 MatMuls (2.8 GiB)
+were processed in 1.1 s, at a peak of 3.1 GB while ONNX Runtime ran it once for a length its
+data decides; loaded whole, they failed protobuf's serialization after 12.5 GB.
+
+A tensor whose external data file is absent is a *structure-only* tensor: its shape and dtype
+are in the model, its values are not. Benchmark costs do not depend on weight values, so such
+a model is processed like any other (its weights are layer inputs of kind weight, synthesised
+when a benchmark is built) and ``with_synthetic_weights`` fills the tensors with synthetic data
 where ONNX Runtime runs the model whole. This is how a model is shared without its weights:
 save it with external data (``onnx.save(..., save_as_external_data=True)``) and leave the
 data file out; ``corpus/`` ships its models that way.
@@ -25,7 +33,9 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from benanza.errors import BenanzaError, ModelError, one_line
-from benanza.model.held_weights import HeldModel, held_bytes, is_placeholder, make_placeholder
+from benanza.model.dtypes import dtype_name, tensor_bytes
+from benanza.model.held_weights import HELD_MIN_BYTES, HeldModel, held_bytes, is_placeholder, make_placeholder
+from benanza.model.keys import INDEX_DTYPES
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
 from benanza.model.walks import all_graphs, domain_of
@@ -34,6 +44,9 @@ if TYPE_CHECKING:
     import onnx_ir as ir
 
 ONNX_SUFFIXES = (".onnx",)
+
+# the external-data key that marks a tensor ``on_file``, with the model's folder: ONNX's own ``basepath``
+ON_FILE_KEY = "basepath"
 
 
 def load_model(path: str | Path) -> onnx.ModelProto:
@@ -50,28 +63,104 @@ def load_model(path: str | Path) -> onnx.ModelProto:
         raise ModelError(p, "is a directory; pass .onnx files or use a folder as a corpus")
     try:
         model = onnx.load(str(p), load_external_data=False)
-        there: dict[str, bool] = {}  # data file -> whether it is there (many tensors share one file)
-        for tensor in model_tensors(model):
-            if not uses_external_data(tensor):
-                continue
-            location = ExternalDataInfo(tensor).location
-            if location not in there:
-                there[location] = (p.parent / location).is_file()
-            if there[location]:
-                load_external_data_for_tensor(tensor, str(p.parent))  # onnx checks the location
     except DecodeError as exc:
         raise ModelError(p, f"not an ONNX model (protobuf could not decode it: {one_line(exc)})") from None
-    except onnx.checker.ValidationError as exc:  # onnx >= 1.17 checks external data paths on load
-        raise ModelError(p, f"external data cannot be read: {one_line(exc)}") from None
     except (OSError, ValueError, RuntimeError) as exc:
         raise ModelError(p, f"cannot read: {one_line(exc)}") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise ModelError(p, "not an ONNX model (no IR version or graph outputs; truncated or another format?)")
-    try:
+    try:  # checked before its external data is read: a model of more than 2 GB is checked too
         onnx.checker.check_model(_checkable(model))
     except (onnx.checker.ValidationError, ValueError) as exc:
         raise ModelError(p, f"invalid ONNX model: {one_line(exc)}") from None
+    try:
+        there: dict[str, bool] = {}  # data file -> whether it is there (many tensors share one file)
+
+        def readable(tensor: TensorProto) -> bool:
+            location = ExternalDataInfo(tensor).location
+            if location not in there:
+                there[location] = (p.parent / location).is_file()
+            return there[location]
+
+        for tensor in model.graph.initializer:  # the large weights a run maps from the file
+            if uses_external_data(tensor) and _left_on_file(tensor) and readable(tensor):
+                _leave_on_file(tensor, p)
+        for tensor in model_tensors(model):
+            if uses_external_data(tensor) and not on_file(tensor) and readable(tensor):
+                load_external_data_for_tensor(tensor, str(p.parent))  # onnx checks the location
+    except onnx.checker.ValidationError as exc:  # onnx >= 1.17 checks external data paths on load
+        raise ModelError(p, f"external data cannot be read: {one_line(exc)}") from None
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise ModelError(p, f"cannot read: {one_line(exc)}") from None
     return model
+
+
+def _left_on_file(tensor: TensorProto) -> bool:
+    """Whether ``load_model`` leaves a graph initializer's data in its file: from ``HELD_MIN_BYTES``, of
+    any element type but the index ones, whose values processing may compute with (``run_values``)."""
+    dtype = dtype_name(tensor.data_type)
+    return dtype not in INDEX_DTYPES and tensor_bytes(tensor.dims, dtype) >= HELD_MIN_BYTES
+
+
+def _leave_on_file(tensor: TensorProto, path: Path) -> None:
+    """Mark ``tensor``'s data as left in its external data file (``on_file``), once its place there is checked.
+
+    Raises:
+        ModelError: the file is outside the model's folder, or does not hold the tensor's bytes.
+    """
+    info = ExternalDataInfo(tensor)
+    base = path.parent.resolve()
+    file = (base / info.location).resolve()
+    nbytes = tensor_bytes(tensor.dims, dtype_name(tensor.data_type))
+    offset = info.offset or 0
+    if not file.is_relative_to(base):
+        reason = f"its data file {info.location!r} is outside the model's folder"
+    elif info.length is not None and info.length != nbytes:
+        reason = f"{info.length} bytes in {info.location!r} for a tensor of {nbytes}"
+    elif offset + nbytes > file.stat().st_size:
+        reason = f"{info.location!r} ends before its {nbytes} bytes from offset {offset} (truncated?)"
+    else:
+        reason = None
+    if reason is not None:
+        raise ModelError(path, f"external data cannot be read: tensor {tensor.name!r}: {reason}")
+    entry = tensor.external_data.add()
+    entry.key, entry.value = ON_FILE_KEY, str(base)
+
+
+def on_file(tensor: TensorProto) -> bool:
+    """Whether ``tensor``'s data was left in its external data file by ``load_model`` (``file_data`` reads it)."""
+    return uses_external_data(tensor) and bool(ExternalDataInfo(tensor).basepath)
+
+
+def keep_on_file(source: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model``, a rewrite of ``source``, with its initializers that were ``on_file`` in ``source`` marked so
+    again: onnx_ir writes a tensor's external data back without the mark (its place in the file stays)."""
+    places = {(t.name, *_place(t)): ExternalDataInfo(t).basepath for t in source.graph.initializer if on_file(t)}
+    if places:
+        for tensor in model.graph.initializer:
+            folder = places.get((tensor.name, *_place(tensor))) if uses_external_data(tensor) else None
+            if folder is not None and not on_file(tensor):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = ON_FILE_KEY, folder
+    return model
+
+
+def _place(tensor: TensorProto) -> tuple[str, int]:
+    info = ExternalDataInfo(tensor)
+    return info.location, int(info.offset or 0)
+
+
+def file_bytes(model: onnx.ModelProto) -> int:
+    """The bytes of ``model``'s weights left in their external data file (``on_file``)."""
+    return sum(tensor_bytes(t.dims, dtype_name(t.data_type)) for t in model.graph.initializer if on_file(t))
+
+
+def file_data(tensor: TensorProto) -> bytes:
+    """The data of an ``on_file`` tensor, read from its file."""
+    info = ExternalDataInfo(tensor)
+    with open(Path(info.basepath) / info.location, "rb") as data:
+        data.seek(info.offset or 0)
+        return data.read(tensor_bytes(tensor.dims, dtype_name(tensor.data_type)))
 
 
 def model_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
@@ -93,17 +182,17 @@ def _graph_tensors(graph: onnx.GraphProto) -> Iterator[TensorProto]:
 
 
 def has_data(tensor: TensorProto) -> bool:
-    """Whether a tensor's values are in the proto; False for a structure-only tensor.
+    """Whether a tensor's values are in the proto; False for a structure-only tensor and for one ``on_file``.
 
-    ``load_model`` reads every external data file that is there, so a tensor that still
-    refers to external data is one whose file was absent.
+    ``load_model`` reads every external data file that is there, but for large weights, so a
+    tensor that still refers to external data is one whose file was absent or one left there.
     """
     return not uses_external_data(tensor)
 
 
 def structure_only(model: onnx.ModelProto) -> int:
-    """How many tensors of ``model`` have no data (shape and dtype only)."""
-    return sum(not has_data(t) for t in model_tensors(model))
+    """How many tensors of ``model`` have no data (shape and dtype only; not those ``on_file``)."""
+    return sum(not has_data(t) and not on_file(t) for t in model_tensors(model))
 
 
 # The domain the checked copy of a model gives the ops ONNX Runtime registers in ONNX's own domain
@@ -188,7 +277,8 @@ def with_synthetic_weights(model: onnx.ModelProto, seed: int = 0) -> onnx.ModelP
     The data follows the benchmarks' rule (``model.synthetic``): floats in
     [-1, 1), integers and booleans zero, no two tensors of the same shape alike (their
     ``copy``). A weight a ``ConstantOfShape`` stands in for (``weight_stand_ins``) becomes an
-    initializer of synthetic data too. A model with all its data is returned as it is.
+    initializer of synthetic data too; a tensor ``on_file`` gets its data from the file. A
+    model with all its data is returned as it is.
     """
     return _filled(model, seed, None)
 
@@ -197,20 +287,25 @@ def held_apart(model: onnx.ModelProto, seed: int = 0, held: Mapping[str, np.ndar
     """``with_synthetic_weights``, with the model's large initializers held apart (``model.held_weights``).
 
     A synthetic weight is drawn straight into its array (the same values); a weight with its
-    data (a model shared with its weights) is moved out of the copy's protobuf into one.
+    data (a model shared with its weights) is moved out of the copy's protobuf into one; one
+    ``on_file`` stays in its file, which ONNX Runtime maps (``HeldModel.folder``).
 
     Args:
         held: arrays already held for some of ``model``'s placeholders (``build.build_held``).
     """
     weights = dict(held or {})
-    return HeldModel(_filled(model, seed, weights), weights)
+    folders: list[str] = []
+    return HeldModel(_filled(model, seed, weights, folders), weights, folders[0] if folders else "")
 
 
-def _filled(model: onnx.ModelProto, seed: int, held: dict[str, np.ndarray] | None) -> onnx.ModelProto:
-    """``with_synthetic_weights``; with ``held``, the graph's large initializers go there (``held_apart``)."""
+def _filled(
+    model: onnx.ModelProto, seed: int, held: dict[str, np.ndarray] | None, folders: list[str] | None = None
+) -> onnx.ModelProto:
+    """``with_synthetic_weights``; with ``held``, the graph's large initializers go there, but for those
+    ``on_file``, left to ONNX Runtime to map from the folder appended to ``folders`` (``held_apart``)."""
     stand_ins = weight_stand_ins(model.graph)
     moved = held is not None and any(has_data(t) and held_bytes(t) for t in model.graph.initializer)
-    if not structure_only(model) and not stand_ins and not moved:
+    if all(has_data(t) for t in model_tensors(model)) and not stand_ins and not moved:
         return model
     filled = onnx.ModelProto()
     filled.CopyFrom(model)
@@ -230,6 +325,19 @@ def _filled(model: onnx.ModelProto, seed: int, held: dict[str, np.ndarray] | Non
     for index, tensor in enumerate(model_tensors(filled)):
         slot = slots.get(tensor.name, 0)
         copy = copies.next(tensor.dims, tensor.data_type, slot)
+        if on_file(tensor):
+            folder = ExternalDataInfo(tensor).basepath
+            if folders is not None and index < initializers and folders in ([], [folder]):
+                folders[:] = [folder]  # one model, one folder: ONNX Runtime maps its data file from there
+                kept = [e for e in tensor.external_data if e.key != ON_FILE_KEY]  # ONNX Runtime refuses the key
+                del tensor.external_data[:]
+                tensor.external_data.extend(kept)
+            else:
+                data = file_data(tensor)
+                del tensor.external_data[:]
+                tensor.data_location = TensorProto.DEFAULT
+                tensor.raw_data = data
+            continue
         nbytes = held_bytes(tensor) if held is not None and index < initializers else None
         if nbytes and tensor.name in weights and is_placeholder(tensor):
             continue  # held already

@@ -59,7 +59,8 @@ from benanza.model.extract import (
     topological_nodes,
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
-from benanza.model.load import has_data, with_synthetic_weights
+from benanza.model.held_weights import hold_weights
+from benanza.model.load import has_data, held_apart
 from benanza.model.run_values import model_feeds
 from benanza.model.schemas import Differentiation
 
@@ -474,14 +475,15 @@ class _Walk:
             for o in wanted:
                 self.reasons[o] = f"{why[o]}; the model was not run to see its length: {refused.reason}"
             return False
-        model = with_synthetic_weights(self.model)  # a copy where it fills weights; the model itself where none lack
+        held = held_apart(self.model)  # a copy where it fills or holds weights; the model itself where none
+        model = held.proto
         if model is self.model:
             model = onnx.ModelProto()
             model.CopyFrom(self.model)  # outputs are added to it
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in wanted)
         feeds = {name: (value, self.elem[name]) for name, value in model_feeds(model).items()}
         try:
-            shapes, error = _run_shapes(_session(model), feeds, wanted)
+            shapes, error = _run_shapes(_session(model, held.weights, held.folder), feeds, wanted)
         except Exception as exc:
             shapes, error = {}, exc
         shaped = False
@@ -656,7 +658,9 @@ def _without_dead_constants(
     return [n for i, n in enumerate(nodes) if i not in gone]
 
 
-def _session(model: onnx.ModelProto):
+def _session(model: onnx.ModelProto, held: Mapping[str, np.ndarray] | None = None, folder: str = ""):
+    """An unoptimised one-thread CPU session of ``model``; ``held``, ``folder``: its held-apart weights
+    (``HeldModel``)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -664,6 +668,8 @@ def _session(model: onnx.ModelProto):
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.log_severity_level = 4
+    options.add_session_config_entry("session.disable_prepacking", "1")  # no packed copy of each weight: runs once
+    hold_weights(options, held or {}, folder)
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

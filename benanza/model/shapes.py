@@ -36,7 +36,7 @@ from benanza.model.constants import constant_value
 from benanza.model.extract import tensor_type_of
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
-from benanza.model.load import fold_policy, has_data
+from benanza.model.load import fold_policy, has_data, keep_on_file
 from benanza.model.request import NO_REQUEST, BindingRequest
 from benanza.model.steering import constant_inputs, default_inputs, steered_values
 from benanza.model.walks import node_reads, topological_nodes
@@ -342,7 +342,7 @@ def fold_constants(model: onnx.ModelProto, path: object) -> onnx.ModelProto:
         # buckets take the log of a 0): numpy's warnings about them were noise on every command's stderr
         with _quiet(_FOLDER_LOG), np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             fold(ir_model, onnx_shape_inference=True, should_fold=_should_fold)
-        m = without_orphans(ir.to_proto(ir_model), read_tensors(m))
+        m = keep_on_file(m, without_orphans(ir.to_proto(ir_model), read_tensors(m)))
     except Exception as exc:  # the optimizer is best effort; inference below still runs
         if str(path) not in _UNFOLDED:  # one line per model, not one per time it is processed
             _UNFOLDED.add(str(path))

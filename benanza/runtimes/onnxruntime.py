@@ -57,7 +57,7 @@ from benanza.bench.memory import spec_memory
 from benanza.bench.spec import EXPORTED, RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
 from benanza.model.graph import InputKind, ModelGraph
-from benanza.model.held_weights import HeldModel
+from benanza.model.held_weights import HeldModel, hold_weights
 from benanza.model.load import held_apart, with_synthetic_weights
 from benanza.model.run_values import model_feeds
 from benanza.model.synthetic import SYNTHETIC_WEIGHTS
@@ -189,6 +189,7 @@ class _CpuModel:
 
     ``weights``: the arrays of the model's held-apart initializers (``model.held_weights``), given
     to every session by name; they must outlive the sessions, which may read them in place.
+    ``folder``: where the weights it left in their file are (``HeldModel.folder``).
     """
 
     model_bytes: bytes
@@ -197,28 +198,17 @@ class _CpuModel:
     threads: int
     disabled: tuple[str, ...] = ()  # ONNX Runtime optimizers left out (``build.disabled_optimizers``)
     weights: Mapping[str, np.ndarray] = field(default_factory=dict)
+    folder: str = ""
 
     def session(self, profile_prefix: str | None = None) -> Any:
         """A CPU session of the model (``profile_prefix``: with ORT's profiler on, writing there)."""
         so = session_options(self.opt_level, self.threads, profile=profile_prefix is not None)
         if profile_prefix is not None:
             so.profile_file_prefix = profile_prefix
-        hold_weights(so, self.weights)
+        hold_weights(so, self.weights, self.folder)
         return _ort().InferenceSession(
             self.model_bytes, so, providers=["CPUExecutionProvider"], disabled_optimizers=list(self.disabled)
         )
-
-
-def hold_weights(so: Any, weights: Mapping[str, np.ndarray]) -> None:
-    """Give a session's options the arrays of its model's held-apart initializers (``model.held_weights``).
-
-    ONNX Runtime puts each in place of the placeholder of its name before it optimizes the
-    graph (``SessionOptions.add_external_initializers``). The arrays must outlive the session.
-    """
-    if weights:
-        ort = _ort()
-        names = list(weights)
-        so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights[n]) for n in names])
 
 
 def bound_call(session: Any, feeds: dict[str, np.ndarray]) -> Any:
@@ -256,13 +246,15 @@ class _OrtPrepared(Prepared):
         disabled: Sequence[str] = (),
         weights: Mapping[str, np.ndarray] | None = None,
         provenance: Mapping[str, Any] | None = None,
+        folder: str = "",
     ) -> None:
         """``disabled``: ONNX Runtime optimizers the sessions leave out (``build.disabled_optimizers``);
         ``weights``: the model's held-apart initializers (``model.held_weights``); ``provenance``: what
-        the record says of the sessions beyond the variant."""
+        the record says of the sessions beyond the variant; ``folder``: where the weights it left in
+        their file are (``HeldModel.folder``)."""
         if provenance:
             self.provenance = dict(provenance)
-        self._model = _CpuModel(model_bytes, feeds, opt_level, threads, tuple(disabled), dict(weights or {}))
+        self._model = _CpuModel(model_bytes, feeds, opt_level, threads, tuple(disabled), dict(weights or {}), folder)
         # the binding's memory: C order, a 0-d array kept 0-d (``np.ascontiguousarray`` would make it 1-d)
         self._feeds = {name: np.require(array, requirements="C") for name, array in feeds.items()}
         self._session = self._model.session()
@@ -808,7 +800,7 @@ class OnnxRuntimeCPU(Runtime):
                 at_defaults = {"session": RUNTIME_DEFAULTS, "opt": "all", "defaults": self.runtime_defaults() or ""}
                 model_bytes = held.proto.SerializeToString()
                 feeds = feeds_for(held.proto)
-                return _OrtPrepared(model_bytes, feeds, "all", self.threads, (), held.weights, provenance=at_defaults)
+                return _OrtPrepared(model_bytes, feeds, "all", self.threads, (), held.weights, at_defaults, held.folder)
         elif spec.network is None:
             raise UsageError(f"spec {spec.key} carries no network to build")
         else:
@@ -819,7 +811,13 @@ class OnnxRuntimeCPU(Runtime):
         if not apart:
             return OrtCudaModel(model, disabled=disabled)
         return _OrtPrepared(
-            model.SerializeToString(), feeds_for(model), self.opt_level, self.threads, disabled, held.weights
+            model.SerializeToString(),
+            feeds_for(model),
+            self.opt_level,
+            self.threads,
+            disabled,
+            held.weights,
+            folder=held.folder,
         )
 
     def runs_exported(self) -> bool:
@@ -839,7 +837,7 @@ class OnnxRuntimeCPU(Runtime):
         feeds = {vi.name: bound[vi.name] for vi in model.graph.input if vi.name not in inits}
         model_bytes = held.proto.SerializeToString()
         exported = {"session": EXPORTED}
-        return _OrtPrepared(model_bytes, feeds, self.opt_level, self.threads, (), held.weights, provenance=exported)
+        return _OrtPrepared(model_bytes, feeds, self.opt_level, self.threads, (), held.weights, exported, held.folder)
 
     def execution_groups(self, graph: ModelGraph, proto: onnx.ModelProto) -> list[list[int]]:
         """The model's layers grouped as ORT executes them at this optimisation level.
@@ -867,9 +865,9 @@ def optimized_model(
     """The graph ONNX Runtime runs for ``model`` at ``opt_level`` (its optimized model file, read back).
 
     ``model``: with all its data, or its large weights held apart (``model.held_weights``). The
-    optimized file holds every initializer, unless the held weights come to ``WEIGHTS_FILE_BYTES``:
-    then they go to a file of their own beside it (never read back: the graph is what is wanted),
-    as a file of more than protobuf's 2 GB cannot be written. Not always, because ONNX Runtime
+    optimized file holds every initializer, unless the held weights (those left in their file too) come
+    to ``WEIGHTS_FILE_BYTES``: then they go to a file of their own beside it (never read back: the graph
+    is what is wanted), as a file of more than protobuf's 2 GB cannot be written. Not always, because ONNX Runtime
     1.32 then writes the nodes in another order, which could change how ``groups_from_optimized``
     assigns a layer that two fused nodes read (a fused GELU's nodes came out reordered).
 
@@ -880,9 +878,9 @@ def optimized_model(
     with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
         path = str(Path(tmp) / "optimized.onnx")
         so = session_options(opt_level, 1, optimized_path=path)
-        if sum(w.nbytes for w in held.weights.values()) >= WEIGHTS_FILE_BYTES:
+        if held.external_bytes() >= WEIGHTS_FILE_BYTES:
             so.add_session_config_entry(_OPTIMIZED_WEIGHTS_FILE, "optimized.weights")
-        hold_weights(so, held.weights)
+        hold_weights(so, held.weights, held.folder)
         _ort().InferenceSession(
             held.proto.SerializeToString(), so, providers=list(providers), disabled_optimizers=list(disabled)
         )
