@@ -289,6 +289,9 @@ def test_bad_shape_syntax(text):
 def test_parse_shape_overrides():
     assert parse_shape_overrides(None) == {}
     assert parse_shape_overrides(["a=1x2", "b=3"]) == {"a": (1, 2), "b": (3,)}
+    assert parse_shape_overrides(["a=1x2", "a=1x2"]) == {"a": (1, 2)}  # the same twice: meant
+    with pytest.raises(UsageError, match=r"^--shape a is given twice: 1x2 and 1x3$"):  # which one was meant?
+        parse_shape_overrides(["a=1x2", "b=3", "a=1x3"])
 
 
 def test_folding_a_constant_that_is_infinite_is_quiet(build_model):

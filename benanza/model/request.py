@@ -24,9 +24,14 @@ def named_flags(texts: list[str] | None, parse: Callable[[str], tuple[str, V]], 
     for text in texts or []:
         name, value = parse(text)
         if name in found and found[name] != value:
-            raise UsageError(f"{flag} {name} is given twice: {found[name]} and {value}")
+            raise UsageError(f"{flag} {name} is given twice: {_shown(found[name])} and {_shown(value)}")
         found[name] = value
     return found
+
+
+def _shown(value: object) -> str:
+    """A flag's value as it is written: a shape as ``1x3x224x224``."""
+    return "x".join(map(str, value)) if isinstance(value, tuple) else str(value)
 
 
 _DIM_RE = re.compile(r"\d+")
@@ -58,7 +63,8 @@ def parse_shape_override(text: str) -> tuple[str, tuple[int, ...]]:
 
 
 def parse_shape_overrides(texts: list[str] | None) -> dict[str, tuple[int, ...]]:
-    return dict(parse_shape_override(t) for t in texts or [])
+    """``--shape`` values by input name; an input given twice is an error (which one was meant?)."""
+    return named_flags(texts, parse_shape_override, "--shape")
 
 
 _DIM_EXAMPLE = "e.g. past_sequence_length=128"
