@@ -33,6 +33,7 @@ from typing import Any
 import onnxruntime as ort
 from side_by_side import median_call_ms, ort_session, save_results
 
+from benanza.model.load import with_synthetic_weights
 from benanza.model.process import process_model
 from benanza.model.request import BindingRequest, parse_dim_overrides
 from benanza.runtimes.onnxruntime import feeds_for
@@ -70,8 +71,9 @@ def measure(path: Path, dims: dict[str, int], value: int, threads: int, rounds: 
         raise SystemExit(f"{path}: expected one input that chooses an If's branch, found {sorted(fed) or 'none'}")
     (name,) = fed
     request = BindingRequest(dims=dims, values={name: value})
-    shipped = process_model(path, 1, request, keep_branches=True).proto
-    branch = process_model(path, 1, request).proto
+    # with their data in the protobuf: the weights a model's data file holds are left there by loading
+    shipped = with_synthetic_weights(process_model(path, 1, request, keep_branches=True).proto)
+    branch = with_synthetic_weights(process_model(path, 1, request).proto)
     sessions = {
         arm: ort_session(m.SerializeToString(), threads) for arm, m in (("shipped", shipped), ("branch", branch))
     }

@@ -40,7 +40,7 @@ import onnxruntime as ort
 from onnx import numpy_helper
 from side_by_side import median_call_ms, ort_session, save_results
 
-from benanza.model.load import load_model
+from benanza.model.load import load_model, with_synthetic_weights
 from benanza.model.process import process_model
 from benanza.model.request import BindingRequest, parse_dim_overrides
 from benanza.model.walks import all_graphs
@@ -62,10 +62,10 @@ def measure(
     path: Path, dims: dict[str, int], threads: int, rounds: int, runs: int, without: list[str]
 ) -> dict[str, Any]:
     processed = process_model(path, 1, BindingRequest(dims=dims), keep_branches=True)
-    bound = processed.proto
+    bound = with_synthetic_weights(processed.proto)  # its data in the protobuf (a data file's weights are left there)
     feeds = feeds_for(bound)
     defaults = {t.name: numpy_helper.to_array(t) for t in bound.graph.initializer if t.name in processed.binding.values}
-    exported_model = load_model(path)
+    exported_model = with_synthetic_weights(load_model(path))
     exported_bytes, bound_bytes = exported_model.SerializeToString(), bound.SerializeToString()
     exported = ort_session(exported_bytes, threads)
     sessions = {"exported": exported, "bound": ort_session(bound_bytes, threads)}
