@@ -195,10 +195,11 @@ def test_specs_for_plan_kinds_and_payloads(chain, ort_runtime):
     # constant inputs: w1 4x3x3x3 + b1 4 + BN 4x4 + w2 4x4x1x1 float32, Reshape target 2 int64
     weights = (108 + 4 + 16 + 16) * 4 + 16
     # the memory guard's parts: the 1x3x8x8 input; at most two 1x4x8x8 activations alive at once
-    # (none of its weights left in a data file)
+    # (none of its weights left in a data file, none in float16)
     memory = {
         "weight_bytes": weights,
         "file_weight_bytes": 0,
+        "widened_weight_bytes": 0,
         "input_bytes": 3 * 8 * 8 * 4,
         "activation_bytes": 2 * 4 * 8 * 8 * 4,
     }

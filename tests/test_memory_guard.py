@@ -138,6 +138,23 @@ def test_a_conv_layer_estimate_counts_weights_inputs_and_activations():
     assert estimate.activations == 2 * 8 * 16 * 32 * 32 * 4  # Relu's output while the Conv's is read
 
 
+def test_a_float16_weight_counts_the_float32_copy_the_cpu_kernels_read():
+    """ONNX Runtime's CPU kernels cast a float16 weight to float32: a copy twice its size per session,
+    held as activations are; a float32 weight of the same bytes has none."""
+    from benanza.bench.memory import ACTIVATION_COPIES, WIDENED, network_memory
+
+    def matmul(dtype: str, rows: int) -> Network:
+        y = NetworkTensor((1, 256), dtype)
+        node = NetworkNode("MatMul", "", 17, (), (InputRef.of_input(0), InputRef.weight((rows, 256), dtype)), (y,), "m")
+        return Network((NetworkTensor((1, rows), dtype),), (node,), (NetworkOutput(0, 0),), 1)
+
+    half, single = network_memory(matmul("float16", 512)), network_memory(matmul("float32", 256))
+    assert half.weights == single.weights == 256 * 256 * 4
+    assert (half.widened, single.widened) == (half.weights, 0)
+    rest = half.inputs + half.activations * ACTIVATION_COPIES - single.inputs - single.activations * ACTIVATION_COPIES
+    assert half.total - single.total == WIDENED * half.weights * ACTIVATION_COPIES + rest
+
+
 @pytest.mark.parametrize("schedule", ["sequential", "interleaved"])
 def test_what_does_not_fit_the_free_memory_now_is_not_run_and_not_stored(fan_out, tmp_path, fast_harness, schedule):
     """Free memory cannot be taken away for real on a shared machine: the reading is injected."""

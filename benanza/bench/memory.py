@@ -25,6 +25,10 @@ peak RSS on this project's harness, one benchmark per fresh process):
 - ``MODEL_WEIGHT_COPIES = 8``: a whole model is loaded from its file and processed again
   (constant folding, shape inference, binding) before its sessions are made, each step
   holding another copy for a moment. Two 4096x4096 MatMuls (128 MiB) peaked at 955 MiB.
+- *widened weights*: ONNX Runtime's CPU kernels compute in float32 what a model holds in
+  float16 or bfloat16: each such weight is cast to a float32 tensor twice its size, held in the
+  session's arena as an activation is (``ACTIVATION_COPIES``). Five 8192x8192 float16 MatMuls
+  (640 MiB) peaked at 7.0 GB end to end with profiling, eleven times their bytes.
 - ``FILE_WEIGHT_COPIES = 3``: a model's large weights left in its external data file
   (``model.load.on_file``) are never read by processing; ONNX Runtime maps them from the file
   and each session, the timed and the profiling one, pre-packs its own copy. Five 12288x12288
@@ -51,6 +55,8 @@ ACTIVATION_COPIES = 4
 WEIGHT_COPIES = 4
 MODEL_WEIGHT_COPIES = 8
 FILE_WEIGHT_COPIES = 3
+WIDENED = 2  # a float32 copy of a 16-bit float weight is twice its size
+HALF_FLOATS = frozenset({"float16", "bfloat16"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,16 +68,18 @@ class MemoryEstimate:
     activations: int
     weight_copies: int = WEIGHT_COPIES
     file_weights: int = 0  # of ``weights``: those a model left in its data file, at ``FILE_WEIGHT_COPIES``
+    widened: int = 0  # of ``weights``: the float16 and bfloat16 ones, cast to float32 as the kernels read them
 
     @property
     def total(self) -> int:
         held = (self.weights - self.file_weights) * self.weight_copies + self.file_weights * FILE_WEIGHT_COPIES
-        return held + self.inputs + self.activations * ACTIVATION_COPIES
+        return held + self.inputs + (self.activations + WIDENED * self.widened) * ACTIVATION_COPIES
 
     def to_dict(self) -> dict[str, int]:
         return {
             "weight_bytes": self.weights,
             "file_weight_bytes": self.file_weights,
+            "widened_weight_bytes": self.widened,
             "input_bytes": self.inputs,
             "activation_bytes": self.activations,
         }
@@ -104,7 +112,7 @@ def peak_live_bytes(steps: Sequence[tuple[Sequence[tuple[Hashable, int]], Sequen
 
 def network_memory(network: Network) -> MemoryEstimate:
     """The memory of a network spec (a layer, an execution group, a sequence)."""
-    weights = 0
+    weights = widened = 0
     steps = []
     for pos, node in enumerate(network.nodes):
         reads = []
@@ -112,20 +120,23 @@ def network_memory(network: Network) -> MemoryEstimate:
             if ref.kind is RefKind.NODE:
                 reads.append((ref.node, ref.output))
             elif ref.is_constant:
-                weights += tensor_bytes(ref.shape, ref.dtype)
+                nbytes = tensor_bytes(ref.shape, ref.dtype)
+                weights += nbytes
+                widened += nbytes if ref.dtype in HALF_FLOATS else 0
         writes = [((pos, j), tensor_bytes(o.shape, o.dtype)) for j, o in enumerate(node.outputs)]
         steps.append((writes, reads))
     kept = {(o.node, o.output) for o in network.outputs}
     inputs = sum(tensor_bytes(t.shape, t.dtype) for t in network.inputs)
-    return MemoryEstimate(weights, inputs, peak_live_bytes(steps, kept))
+    return MemoryEstimate(weights, inputs, peak_live_bytes(steps, kept), widened=widened)
 
 
-def weight_bytes(graph: ModelGraph) -> int:
-    """Bytes of the model's constant layer inputs (weights and values), for memory estimates."""
+def weight_bytes(graph: ModelGraph, dtypes: frozenset[str] | None = None) -> int:
+    """Bytes of the model's constant layer inputs (weights and values), for memory estimates; ``dtypes``:
+    of these element types only."""
     total = 0
     for layer in graph.layers:
         for inp in layer.inputs:
-            if inp.kind.is_constant:
+            if inp.kind.is_constant and (dtypes is None or inp.tensor.dtype in dtypes):
                 total += tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
     return total
 
@@ -142,9 +153,9 @@ def graph_memory(graph: ModelGraph, file_weights: int = 0) -> MemoryEstimate:
     outputs = {t.name for layer in graph.layers for t in layer.outputs} - read  # the model's outputs
     inputs = sum(tensor_bytes(t.shape, t.dtype) for t in graph.inputs)
     weights = weight_bytes(graph)
-    return MemoryEstimate(
-        weights, inputs, peak_live_bytes(steps, outputs), MODEL_WEIGHT_COPIES, min(file_weights, weights)
-    )
+    activations = peak_live_bytes(steps, outputs)
+    files = min(file_weights, weights)
+    return MemoryEstimate(weights, inputs, activations, MODEL_WEIGHT_COPIES, files, weight_bytes(graph, HALF_FLOATS))
 
 
 def spec_memory(spec: BenchmarkSpec) -> MemoryEstimate:
@@ -161,6 +172,7 @@ def spec_memory(spec: BenchmarkSpec) -> MemoryEstimate:
             int(info.get("activation_bytes") or 0),
             MODEL_WEIGHT_COPIES,
             int(info.get("file_weight_bytes") or 0),
+            int(info.get("widened_weight_bytes") or 0),
         )
     if spec.network is None:
         return MemoryEstimate(0, 0, 0)
