@@ -1,4 +1,4 @@
-"""Outputs whose length their data decides (``resolve.LENGTH_BY_DATA``): a detector's NonMaxSuppression.
+"""Outputs whose length their data decides (``walks.LENGTH_BY_DATA``): a detector's NonMaxSuppression.
 
 How many boxes NonMaxSuppression keeps depends on the image, so no binding of input shapes gives
 its output's shape, nor the shapes of what reads it. Left unshaped, a detector that ends so (an
@@ -114,6 +114,77 @@ def test_nonzero_of_data_is_shaped_by_the_run_and_so_is_what_reads_it(build_mode
     layers = {layer.op_type: layer for layer in processed.graph.layers}
     assert layers["NonZero"].outputs[0].shape == layers["Neg"].outputs[0].shape == found
     assert [t for t, _ in processed.shapes.by_data] == ["where"] and processed.graph.unsupported == ()
+
+
+def test_the_shape_of_a_tensor_the_data_sizes_is_a_runtime_value_until_the_run_gives_it(build_model, process_proto):
+    """A ``Shape`` of the boxes NonZero keeps, made into a ``ConstantOfShape`` (torchvision's RoI pooler): its
+    value waits for the model's run. It was taken as a constant, the ``ConstantOfShape`` shaped from synthetic
+    values (one box): a Faster R-CNN whose bound model ONNX Runtime then refused to load."""
+    model = build_model(
+        [
+            helper.make_node("Relu", ["x"], ["pos"]),
+            helper.make_node("NonZero", ["pos"], ["where"]),
+            helper.make_node("Shape", ["where"], ["shape"]),
+            helper.make_node("Gather", ["shape", "one"], ["kept"]),
+            helper.make_node("Unsqueeze", ["kept", "axes"], ["kept1"]),
+            helper.make_node("Concat", ["kept1", "width"], ["dims"], axis=0),
+            helper.make_node("ConstantOfShape", ["dims"], ["zeros"]),
+            helper.make_node("Cast", ["where"], ["wf"], to=F),
+            helper.make_node("Transpose", ["wf"], ["boxes"], perm=[1, 0]),
+            helper.make_node("Concat", ["zeros", "boxes"], ["out"], axis=1),
+        ],
+        [("x", F, [1, 64])],
+        [("out", F, None)],
+        {"one": np.array(1, np.int64), "axes": np.array([0], np.int64), "width": np.array([4096], np.int64)},
+    )
+    processed = process_proto(model)
+    session = ort.InferenceSession(processed.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    found = session.run(None, model_feeds(processed.proto))[0].shape  # floats in [-1, 1): about half kept
+    (last,) = [layer for layer in processed.graph.layers if layer.outputs[0].name == "out"]
+    assert 1 < found[0] < 64 and found[1] == 4098
+    assert last.outputs[0].shape == found
+    (zeros,) = [vi for vi in processed.proto.graph.value_info if vi.name == "zeros"]  # too large to fold: kept
+    assert [d.dim_value for d in zeros.type.tensor_type.shape.dim] == [found[0], 4096]
+    # not from ONNX Runtime running the ConstantOfShape on synthetic values (a 1x1 there; in a Faster R-CNN
+    # the 1 stuck, and its bound model did not load)
+    assert "onnxruntime" not in dict(processed.shapes.shaped_by)
+    assert processed.graph.unsupported == ()
+
+
+def test_what_nonzero_counts_is_fed_as_data_and_at_the_length_the_model_gave(build_model, process_proto):
+    """A mask NonZero counts (through ``And``) is fed ones, not the zeros of a setting; a layer that counts a
+    mask of its own is fed exactly the count the model's run gave. Zeros counted none: ONNX Runtime refused
+    the second call of a layer whose network holds the model's length (a torchvision detector's NonZero)."""
+    from benanza.bench.generate import plan_model, specs_for_plan
+    from benanza.bench.spec import SpecKind
+    from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+
+    model = build_model(
+        [
+            helper.make_node("Greater", ["x", "half"], ["high"]),
+            helper.make_node("And", ["high", "valid"], ["keep"]),
+            helper.make_node("NonZero", ["keep"], ["where"]),
+            helper.make_node("Neg", ["where"], ["out"]),
+        ],
+        [("x", F, [1, 64]), ("valid", TensorProto.BOOL, [1, 64])],
+        [("out", I64, None)],
+        {"half": np.array(0.5, np.float32)},
+    )
+    processed = process_proto(model)
+    feeds = model_feeds(processed.proto)
+    assert feeds["valid"].all()  # a mask, all valid
+    kept = int(np.count_nonzero((feeds["x"] > 0.5) & feeds["valid"]))  # about a quarter of floats in [-1, 1)
+    layers = {layer.op_type: layer for layer in processed.graph.layers}
+    assert layers["NonZero"].outputs[0].shape == (2, kept) and 0 < kept < 64
+    runtime = OnnxRuntimeCPU(threads=1)
+    plan = plan_model(processed, runtime)
+    (spec,) = [s for s in specs_for_plan(plan, runtime.name, runtime.variant()) if s.label.startswith("NonZero")]
+    assert spec.kind is SpecKind.LAYER
+    prepared = runtime.prepare(spec)
+    for _ in range(3):  # the first call of an empty count passed, the next were refused
+        prepared.call()
+    (fed,) = [a for name, a in prepared._feeds.items() if a.dtype == bool]
+    assert int(np.count_nonzero(fed)) == kept
 
 
 def test_a_length_a_setting_fed_at_run_time_decides_is_not_run(build_model, process_proto):

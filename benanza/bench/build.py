@@ -289,3 +289,37 @@ def _attr(value: Any) -> Any:
             return None  # a large tensor attribute was recorded truncated; cannot rebuild
         return numpy_helper.from_array(arr.reshape(shape))
     return value
+
+
+def data_length_feeds(network: Network, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``feeds`` with each network input that a ``NonZero`` counts or a ``Compress`` keeps by (its
+    condition) made to give the length the network has for that op's output: the length the model's own
+    run gave (``walks.LENGTH_BY_DATA``), as exactly that many ones, evenly spread.
+
+    Synthetic data gives another count: zeros (an integer or boolean input) none at all, and an empty
+    output where the network holds 450 made ONNX Runtime refuse the run (a torchvision Faster R-CNN's
+    ``NonZero``); random floats count every element. An input computed inside the network is left as
+    it comes.
+    """
+    out = dict(feeds)
+    for node in network.nodes:
+        if node.domain not in ("", "ai.onnx") or node.op_type not in ("NonZero", "Compress"):
+            continue
+        slot = 0 if node.op_type == "NonZero" else 1
+        ref = node.inputs[slot] if len(node.inputs) > slot else None
+        if ref is None or ref.kind is not RefKind.INPUT or f"in{ref.input}" not in out:
+            continue
+        shape = node.outputs[0].shape
+        if node.op_type == "NonZero":
+            length = shape[1] if len(shape) == 2 else None
+        else:
+            axis = dict(node.attributes).get("axis")
+            length = shape[0] if axis is None else shape[int(axis) % len(shape)] if shape else None
+        name = f"in{ref.input}"
+        given = out[name]
+        if length is None or not 0 <= length <= given.size:
+            continue
+        values = np.zeros(given.size, given.dtype)
+        values[np.arange(length) * given.size // max(length, 1)] = 1
+        out[name] = values.reshape(given.shape)
+    return out

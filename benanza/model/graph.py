@@ -172,7 +172,7 @@ class ShapeReport:
     ``shaped_by``: per method (``SHAPE_METHODS`` order, those used only), how many node outputs
     it shaped. ``unresolved``: tensor -> why its shape is unknown (a runtime value decides it,
     ONNX Runtime cannot run its node, the memory guard refused to). ``by_data``: tensor -> how its
-    length, which its data decides, was taken from the model's own run (``resolve.LENGTH_BY_DATA``).
+    length, which its data decides, was taken from the model's own run (``walks.LENGTH_BY_DATA``).
     """
 
     shaped_by: tuple[tuple[str, int], ...] = ()

@@ -42,7 +42,7 @@ from benanza.model.dtypes import dtype_name
 from benanza.model.keys import INDEX_DTYPES, INTEGER_DTYPES, VALUE_MAX_ELEMENTS
 from benanza.model.schemas import Differentiation, op_schema
 from benanza.model.synthetic import synthetic_array
-from benanza.model.walks import SHAPE_READERS, domain_of
+from benanza.model.walks import LENGTH_BY_DATA, SHAPE_READERS, domain_of
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ INTEGER_TYPES = frozenset(helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in 
 _PASS_THROUGH = frozenset(
     {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Concat", "Slice", "Transpose", "Tile"}
 )
+# ops that combine masks into a mask (their inputs are settings to ONNX, but a mask's values are data)
+_MASK_OPS = frozenset({"And", "Or", "Xor", "Not"})
 MAX_RUN_ELEMENTS = 1 << 22  # per tensor of the part of a model run_values runs (a 2048 x 2048 mask)
 
 
@@ -69,6 +71,8 @@ def _keeps_zeros(node: onnx.NodeProto, position: int, opsets: Mapping[str, int])
     EmbedLayerNormalization's ids) or that ONNX marks a setting (NonDifferentiable: a Reshape's shape,
     Slice's starts and ends, a Tile's repeats, a Where's condition), or of an op nobody describes."""
     domain = domain_of(node)
+    if domain == "" and position in LENGTH_BY_DATA.get(node.op_type, ()):
+        return False  # what NonZero counts, what Compress keeps: data (zeros would leave nothing)
     opset = opsets.get(domain)
     schema = op_schema(node.op_type, opset, domain) if opset is not None else None
     if schema is None or not schema.inputs:
@@ -105,9 +109,11 @@ def _reaches_zeros(
         for node, i in readers.get(todo.pop(), ()):
             if node.op_type in SHAPE_READERS and domain_of(node) == "":
                 continue  # reads the shape alone: a file as exported reads its mask's length so
-            if _keeps_zeros(node, i, opsets):
+            mask = node.op_type in _MASK_OPS and domain_of(node) == ""
+            if not mask and _keeps_zeros(node, i, opsets):
                 return True
-            if node.op_type in _PASS_THROUGH and domain_of(node) == "" and (i == 0 or node.op_type == "Concat"):
+            passes = node.op_type in _PASS_THROUGH and (i == 0 or node.op_type == "Concat")
+            if (passes and domain_of(node) == "") or mask:
                 todo.extend(o for o in node.output if o and o not in seen)
                 seen.update(node.output)
     return False

@@ -16,6 +16,18 @@ from onnx import AttributeProto
 # ONNX ops that read only their input's shape: constant once that shape is known (folded, never data).
 SHAPE_READERS = frozenset({"Shape", "Size"})
 
+# ONNX ops whose outputs' length their data decides, with the input slots that are the data (not a
+# setting such as NonMaxSuppression's max_output_boxes_per_class): the boxes NonMaxSuppression keeps,
+# the non-zeros NonZero finds, Unique's values, what Compress's condition keeps. Such a length is
+# taken from the model's own run on the inputs its benchmarks get (``resolve._Walk.lengths_from_a_run``): a
+# detector ends in NonMaxSuppression, and without it nothing after it, nor the model's bounds, had a figure.
+LENGTH_BY_DATA: dict[str, frozenset[int]] = {
+    "NonMaxSuppression": frozenset({0, 1}),  # boxes, scores
+    "NonZero": frozenset({0}),
+    "Unique": frozenset({0}),
+    "Compress": frozenset({1}),  # the condition
+}
+
 # Generators without inputs that still produce new values each run: layers, not constants.
 RANDOM_OPS = frozenset(
     {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}

@@ -49,6 +49,7 @@ from benanza.bench.build import (
     IR_VERSION,
     build_held,
     build_onnx,
+    data_length_feeds,
     disabled_optimizers,
     is_sink,
     sink_feeds,
@@ -810,9 +811,10 @@ class OnnxRuntimeCPU(Runtime):
         model = held.proto
         if not apart:
             return OrtCudaModel(model, disabled=disabled)
+        feeds = feeds_for(model) if spec.network is None else data_length_feeds(spec.network, feeds_for(model))
         return _OrtPrepared(
             model.SerializeToString(),
-            feeds_for(model),
+            feeds,
             self.opt_level,
             self.threads,
             disabled,
