@@ -187,6 +187,23 @@ def test_what_nonzero_counts_is_fed_as_data_and_at_the_length_the_model_gave(bui
     assert int(np.count_nonzero(fed)) == kept
 
 
+def test_a_mask_is_fed_so_that_what_nonzero_counts_is_not_empty(build_model):
+    """Ones through ``And``; zeros through ``Not``, which makes them the ones NonZero counts."""
+    from benanza.model.run_values import input_fills
+
+    model = build_model(
+        [
+            helper.make_node("And", ["a", "b"], ["ab"]),
+            helper.make_node("NonZero", ["ab"], ["both"]),
+            helper.make_node("Not", ["c"], ["not_c"]),
+            helper.make_node("NonZero", ["not_c"], ["neither"]),
+        ],
+        [("a", TensorProto.BOOL, [8]), ("b", TensorProto.BOOL, [8]), ("c", TensorProto.BOOL, [8])],
+        [("both", I64, None), ("neither", I64, None)],
+    )
+    assert input_fills(model) == {"a": 1, "b": 1, "c": 0}
+
+
 def test_a_length_a_setting_fed_at_run_time_decides_is_not_run(build_model, process_proto):
     """NonMaxSuppression's max_output_boxes_per_class fed as an input is a setting, not data: fed zeros as every
     setting is, the run would keep no box; it stays unknown, naming the input."""

@@ -296,10 +296,10 @@ def data_length_feeds(network: Network, feeds: dict[str, np.ndarray]) -> dict[st
     condition) made to give the length the network has for that op's output: the length the model's own
     run gave (``walks.LENGTH_BY_DATA``), as exactly that many ones, evenly spread.
 
-    Synthetic data gives another count: zeros (an integer or boolean input) none at all, and an empty
-    output where the network holds 450 made ONNX Runtime refuse the run (a torchvision Faster R-CNN's
-    ``NonZero``); random floats count every element. An input computed inside the network is left as
-    it comes.
+    Synthetic data gives another count: a mask's ones (``run_values.input_fills``) and random floats count
+    every element, zeros none (an empty output where the network holds 450 made ONNX Runtime refuse the
+    run: a torchvision Faster R-CNN's ``NonZero``, fed zeros before). An input computed inside the network
+    is left as it comes.
     """
     out = dict(feeds)
     for node in network.nodes:

@@ -17,6 +17,10 @@ Only a graph's own initializers are held (the ones ONNX Runtime replaces by name
 ``HELD_MIN_BYTES`` up, and only of element types numpy holds as ONNX Runtime expects
 (``HELD_TYPES``): a subgraph's constants, a tensor attribute, a bfloat16 or a packed 4-bit
 weight stay in the protobuf, as before.
+
+A model's own large weights in its external data file are a third case (``model.load.on_file``):
+they stay external data, which ONNX Runtime maps from the file in ``HeldModel.folder`` (of any
+element type); ONNX Runtime copies the arrays it is given, not a file it maps.
 """
 
 from __future__ import annotations
@@ -105,7 +109,8 @@ class HeldModel:
         )
 
     def whole(self) -> onnx.ModelProto:
-        """A copy of the model with every held weight's data back in it (to save or check it)."""
+        """A copy of the model with every held weight's data back in it, and that of the weights left in their
+        file read from it (to save or check it)."""
         whole = onnx.ModelProto()
         whole.CopyFrom(self.proto)
         for tensor in whole.graph.initializer:
@@ -115,6 +120,8 @@ class HeldModel:
                 tensor.raw_data = np.ascontiguousarray(self.weights[tensor.name]).tobytes()
             elif self.folder and uses_external_data(tensor):
                 load_external_data_for_tensor(tensor, self.folder)
+                del tensor.external_data[:]  # as onnx from 1.2x clears them; earlier versions left them
+                tensor.data_location = TensorProto.DEFAULT
         return whole
 
 

@@ -63,6 +63,7 @@ KEY_VERSION = 1  # bump when the fields or their canonical form change
 # Constants in a setting slot up to this many elements are values (see the module docstring):
 # a shape, pads or axes of any rank up to 32, per-channel quantization parameters of small layers.
 VALUE_MAX_ELEMENTS = 64
+MAX_RUN_ELEMENTS = 1 << 22  # per tensor of the part of a model run_values runs (a 2048 x 2048 mask)
 # A quantized op's scales up to this many elements are carried by value (per-tensor and per-channel ones)
 SCALE_MAX_ELEMENTS = 1 << 14
 VALUE_INPUT_MAX_ELEMENTS = VALUE_MAX_ELEMENTS  # the model identity's small integer constants

@@ -3,13 +3,13 @@
 Every failure becomes a ``ModelError`` that names the file and the reason in one line.
 
 Weights in external data files are read when the file is there, but for a graph's large
-initializers (``HELD_MIN_BYTES`` and more, of any element type but the index ones): their
-data is left in the file, checked but not read (``on_file``), and mapped from it by ONNX
-Runtime when it runs the model whole (``held_apart``). Processing reads no large weight's
-values, so a model of more than protobuf's 2 GB (an fp32 LLM, a bfloat16 one) is processed
-in the memory of its structure and run with its own weights: five 12288x12288 MatMuls (2.8 GiB)
-were processed in 1.1 s, at a peak of 3.1 GB while ONNX Runtime ran it once for a length its
-data decides; loaded whole, they failed protobuf's serialization after 12.5 GB.
+initializers (``HELD_MIN_BYTES`` and more; ``_left_on_file``): their data is left in the file,
+checked but not read (``on_file``), and mapped from it by ONNX Runtime when it runs the model
+whole (``held_apart``). Processing reads no large weight's values, so a model of more than
+protobuf's 2 GB (an fp32 LLM, a bfloat16 one) is processed in the memory of its structure and
+run with its own weights: five 12288x12288 MatMuls (2.8 GiB) were processed in 1.1 s, at a
+peak of 3.1 GB while ONNX Runtime ran it once for a length its data decides; loaded whole,
+they failed protobuf's serialization after 12.5 GB.
 
 A tensor whose external data file is absent is a *structure-only* tensor: its shape and dtype
 are in the model, its values are not. Benchmark costs do not depend on weight values, so such
@@ -22,6 +22,7 @@ data file out; ``corpus/`` ships its models that way.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +36,7 @@ from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_t
 from benanza.errors import BenanzaError, ModelError, one_line
 from benanza.model.dtypes import dtype_name, tensor_bytes
 from benanza.model.held_weights import HELD_MIN_BYTES, HeldModel, held_bytes, is_placeholder, make_placeholder
-from benanza.model.keys import INDEX_DTYPES
+from benanza.model.keys import INTEGER_DTYPES, MAX_RUN_ELEMENTS
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
 from benanza.model.walks import all_graphs, domain_of
@@ -82,6 +83,11 @@ def load_model(path: str | Path) -> onnx.ModelProto:
                 there[location] = (p.parent / location).is_file()
             return there[location]
 
+        for tensor in model_tensors(model):  # ONNX's ``basepath`` is ours to set (``on_file``), whatever a file says
+            if any(e.key == ON_FILE_KEY for e in tensor.external_data):
+                kept = [e for e in tensor.external_data if e.key != ON_FILE_KEY]
+                del tensor.external_data[:]
+                tensor.external_data.extend(kept)
         for tensor in model.graph.initializer:  # the large weights a run maps from the file
             if uses_external_data(tensor) and _left_on_file(tensor) and readable(tensor):
                 _leave_on_file(tensor, p)
@@ -96,10 +102,14 @@ def load_model(path: str | Path) -> onnx.ModelProto:
 
 
 def _left_on_file(tensor: TensorProto) -> bool:
-    """Whether ``load_model`` leaves a graph initializer's data in its file: from ``HELD_MIN_BYTES``, of
-    any element type but the index ones, whose values processing may compute with (``run_values``)."""
+    """Whether ``load_model`` leaves a graph initializer's data in its file: from ``HELD_MIN_BYTES``, but an
+    integer or boolean one small enough for ``run_values`` to compute with (``MAX_RUN_ELEMENTS``: a mask, a
+    table of positions), which computes with no initializer left in its file. An int8 or packed 4-bit
+    weight of a quantized LLM is larger."""
     dtype = dtype_name(tensor.data_type)
-    return dtype not in INDEX_DTYPES and tensor_bytes(tensor.dims, dtype) >= HELD_MIN_BYTES
+    if dtype in INTEGER_DTYPES and math.prod(tensor.dims) <= MAX_RUN_ELEMENTS:
+        return False
+    return tensor_bytes(tensor.dims, dtype) >= HELD_MIN_BYTES
 
 
 def _leave_on_file(tensor: TensorProto, path: Path) -> None:
@@ -146,6 +156,7 @@ def keep_on_file(source: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelP
 
 
 def _place(tensor: TensorProto) -> tuple[str, int]:
+    """Where a tensor's external data is: its file and offset."""
     info = ExternalDataInfo(tensor)
     return info.location, int(info.offset or 0)
 
@@ -302,7 +313,7 @@ def _filled(
     model: onnx.ModelProto, seed: int, held: dict[str, np.ndarray] | None, folders: list[str] | None = None
 ) -> onnx.ModelProto:
     """``with_synthetic_weights``; with ``held``, the graph's large initializers go there, but for those
-    ``on_file``, left to ONNX Runtime to map from the folder appended to ``folders`` (``held_apart``)."""
+    ``on_file``, left to ONNX Runtime to map from their folder, which ``folders`` is set to (``held_apart``)."""
     stand_ins = weight_stand_ins(model.graph)
     moved = held is not None and any(has_data(t) and held_bytes(t) for t in model.graph.initializer)
     if all(has_data(t) for t in model_tensors(model)) and not stand_ins and not moved:
@@ -327,7 +338,8 @@ def _filled(
         copy = copies.next(tensor.dims, tensor.data_type, slot)
         if on_file(tensor):
             folder = ExternalDataInfo(tensor).basepath
-            if folders is not None and index < initializers and folders in ([], [folder]):
+            first_folder = not folders or folders == [folder]  # a second folder's data is read in (never met)
+            if folders is not None and index < initializers and first_folder:
                 folders[:] = [folder]  # one model, one folder: ONNX Runtime maps its data file from there
                 kept = [e for e in tensor.external_data if e.key != ON_FILE_KEY]  # ONNX Runtime refuses the key
                 del tensor.external_data[:]

@@ -60,7 +60,7 @@ from benanza.model.extract import (
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
 from benanza.model.held_weights import hold_weights
-from benanza.model.load import has_data, held_apart
+from benanza.model.load import has_data, held_apart, on_file
 from benanza.model.run_values import model_feeds
 from benanza.model.schemas import Differentiation
 from benanza.model.walks import LENGTH_BY_DATA
@@ -201,7 +201,8 @@ class _Walk:
             if tensor is not None and tensor.elem_type:
                 self.elem.setdefault(vi.name, tensor.elem_type)
         self.values: dict[str, np.ndarray] = {}
-        self.stripped = {i.name for i in model.graph.initializer if not has_data(i)}  # structure-only tensors
+        # structure-only tensors (not those left in their data file, which it holds)
+        self.stripped = {i.name for i in model.graph.initializer if not has_data(i) and not on_file(i)}
         for init in model.graph.initializer:
             if math.prod(init.dims) <= FOLD_MAX_ELEMENTS and has_data(init):  # structure-only: no values
                 self.values[init.name] = numpy_helper.to_array(init)

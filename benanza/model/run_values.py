@@ -39,7 +39,8 @@ from onnx import helper, numpy_helper
 
 from benanza.errors import one_line
 from benanza.model.dtypes import dtype_name
-from benanza.model.keys import INDEX_DTYPES, INTEGER_DTYPES, VALUE_MAX_ELEMENTS
+from benanza.model.keys import INDEX_DTYPES, INTEGER_DTYPES, MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
+from benanza.model.load import has_data
 from benanza.model.schemas import Differentiation, op_schema
 from benanza.model.synthetic import synthetic_array
 from benanza.model.walks import LENGTH_BY_DATA, SHAPE_READERS, domain_of
@@ -56,9 +57,9 @@ INTEGER_TYPES = frozenset(helper.np_dtype_to_tensor_dtype(np.dtype(t)) for t in 
 _PASS_THROUGH = frozenset(
     {"Cast", "Identity", "Unsqueeze", "Squeeze", "Reshape", "Flatten", "Expand", "Concat", "Slice", "Transpose", "Tile"}
 )
-# ops that combine masks into a mask (their inputs are settings to ONNX, but a mask's values are data)
-_MASK_OPS = frozenset({"And", "Or", "Xor", "Not"})
-MAX_RUN_ELEMENTS = 1 << 22  # per tensor of the part of a model run_values runs (a 2048 x 2048 mask)
+# ops that combine masks into a mask (their inputs are settings to ONNX, but a mask's values are data); not
+# ``Not``, which would turn the ones a mask is fed into the zeros NonZero counts none of
+_MASK_OPS = frozenset({"And", "Or", "Xor"})
 
 
 def _opsets(model: onnx.ModelProto) -> dict[str, int]:
@@ -133,7 +134,8 @@ def run_values(
 
     A part ONNX Runtime cannot run leaves its values out (their layers are fed synthetic data, as before).
     """
-    inits = {t.name: t for t in model.graph.initializer}
+    # initializers with their values in the model: not a structure-only tensor, nor one left in its data file
+    inits = {t.name: t for t in model.graph.initializer if has_data(t)}
     known = set(inits) | set(feeds)  # tensors the part that run_values runs can have
     nodes: list[onnx.NodeProto] = []
     for node in model.graph.node:

@@ -320,7 +320,7 @@ def _build_sequence_model(processed: ProcessedModel, index: _ProtoIndex, seq: La
             "benanza.sequence_key": seq.sequence_key,
         },
     )
-    return with_synthetic_weights(model)  # a structure-only model's weights: synthetic, so ORT runs it
+    return with_synthetic_weights(model)  # weights without data synthetic, those left in their file read in
 
 
 def sequence_model(processed: ProcessedModel, seq: LayerSequence) -> onnx.ModelProto:
