@@ -399,3 +399,29 @@ def test_a_runtime_value_that_decides_a_shape_is_reported(build_model, process_p
     assert f"depends on the value of runtime input '{decider}'" in reasons[node.op_type], reasons
     assert "depends on the value of runtime input" in reasons["Neg"], reasons  # and downstream says why
     assert graph.layers == ()
+
+
+def test_a_setting_computed_from_a_constant_too_large_to_compute_is_unknown_not_synthetic(build_model, process_proto):
+    """``Range(0, ReduceSum(Cast(mask)))`` of a 1024x1024 mask: the walk computes no constant from more than
+    ``FOLD_MAX_ELEMENTS`` elements, and ONNX Runtime ran the ``Range`` on a synthetic limit instead: a length
+    of 1 for 524,800, silently. Now it is unknown, and says why."""
+    model = build_model(
+        [
+            helper.make_node("Cast", ["mask"], ["mask64"], to=TensorProto.INT64),
+            helper.make_node("ReduceSum", ["mask64"], ["ones"], keepdims=0),
+            helper.make_node("Range", ["zero", "ones", "one"], ["positions"]),
+            helper.make_node("Add", ["positions", "x"], ["y"]),
+        ],
+        [("x", TensorProto.INT64, [1])],
+        [("y", TensorProto.INT64, None)],
+        {
+            "mask": np.tril(np.ones((1024, 1024), bool)),
+            "zero": np.array(0, np.int64),
+            "one": np.array(1, np.int64),
+        },
+    )
+    processed = process_proto(model)
+    (add,) = processed.graph.unsupported
+    assert add.op_type == "Add"
+    assert "the value of 'ones', a constant not computed here" in add.reason
+    assert "onnxruntime" not in dict(processed.shapes.shaped_by)

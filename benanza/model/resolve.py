@@ -60,6 +60,7 @@ from benanza.model.extract import (
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
 from benanza.model.held_weights import hold_weights
+from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import has_data, held_apart, on_file
 from benanza.model.run_values import model_feeds
 from benanza.model.schemas import Differentiation
@@ -406,6 +407,18 @@ class _Walk:
             # ONNX's inference, which knows its own ops, lacked exactly these settings' values
             self._unresolved(needed, self._stripped_reason(missing))
             return
+        uncomputed = [
+            x
+            for x in fed
+            if x not in self.runtime
+            and x not in self.stripped
+            and (self._setting(node, x) or math.prod(self.shape[x]) <= VALUE_MAX_ELEMENTS)  # a setting's size
+        ]
+        if uncomputed and _is_onnx_domain(node) and not _has_subgraph(node):
+            # a constant setting this walk has no value of: a synthetic one would shape the node wrong, and
+            # silently (a Range to the sum of a 1024x1024 mask came out of length 1)
+            self._unresolved(needed, self._uncomputed_reason(uncomputed))
+            return
         refusal = self._memory_refusal(fed)
         if refusal is not None:
             self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {refusal}")
@@ -514,6 +527,13 @@ class _Walk:
         return (
             f"its shape depends on the value of {_quoted(tensors)}, which the file holds no data for "
             "(a structure-only model keeps small tensors such as shapes and axes in the file)"
+        )
+
+    @staticmethod
+    def _uncomputed_reason(tensors: list[str]) -> str:
+        return (
+            f"its shape depends on the value of {_quoted(tensors)}, a constant not computed here (computed from "
+            f"more than {FOLD_MAX_ELEMENTS} elements, or by a node ONNX Runtime could not run alone)"
         )
 
     def _depends_on(self, tensors: Iterable[str]) -> str:
