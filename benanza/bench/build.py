@@ -55,7 +55,7 @@ from benanza.model.load import held_apart, with_synthetic_weights
 from benanza.model.network import Network, NetworkOutput, RefKind
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
-from benanza.model.walks import graphs_of, subgraph_attributes
+from benanza.model.walks import LENGTH_BY_DATA, graphs_of, subgraph_attributes
 
 # IR version written for built models: old enough for any onnxruntime we support.
 IR_VERSION = 8
@@ -305,9 +305,10 @@ def data_length_feeds(network: Network, feeds: dict[str, np.ndarray]) -> dict[st
     for node in network.nodes:
         if node.domain not in ("", "ai.onnx") or node.op_type not in ("NonZero", "Compress"):
             continue
-        slot = 0 if node.op_type == "NonZero" else 1
+        (slot,) = LENGTH_BY_DATA[node.op_type]  # what it counts, what it keeps by
         ref = node.inputs[slot] if len(node.inputs) > slot else None
-        if ref is None or ref.kind is not RefKind.INPUT or f"in{ref.input}" not in out:
+        name = f"in{ref.input}" if ref is not None and ref.kind is RefKind.INPUT else None
+        if name not in out:
             continue
         shape = node.outputs[0].shape
         if node.op_type == "NonZero":
@@ -315,7 +316,6 @@ def data_length_feeds(network: Network, feeds: dict[str, np.ndarray]) -> dict[st
         else:
             axis = dict(node.attributes).get("axis")
             length = shape[0] if axis is None else shape[int(axis) % len(shape)] if shape else None
-        name = f"in{ref.input}"
         given = out[name]
         if length is None or not 0 <= length <= given.size:
             continue

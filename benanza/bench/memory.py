@@ -43,7 +43,7 @@ retries it.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
 
 from benanza.bench.spec import BenchmarkSpec, SpecKind
@@ -130,15 +130,16 @@ def network_memory(network: Network) -> MemoryEstimate:
     return MemoryEstimate(weights, inputs, peak_live_bytes(steps, kept), widened=widened)
 
 
-def weight_bytes(graph: ModelGraph, dtypes: frozenset[str] | None = None) -> int:
-    """Bytes of the model's constant layer inputs (weights and values), for memory estimates; ``dtypes``:
-    of these element types only."""
-    total = 0
+def weight_bytes(graph: ModelGraph) -> int:
+    """Bytes of the model's constant layer inputs (weights and values), for memory estimates."""
+    return sum(_constant_bytes(graph, None))
+
+
+def _constant_bytes(graph: ModelGraph, dtypes: frozenset[str] | None) -> Iterator[int]:
     for layer in graph.layers:
         for inp in layer.inputs:
             if inp.kind.is_constant and (dtypes is None or inp.tensor.dtype in dtypes):
-                total += tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
-    return total
+                yield tensor_bytes(inp.tensor.shape, inp.tensor.dtype)
 
 
 def graph_memory(graph: ModelGraph, file_weights: int = 0) -> MemoryEstimate:
@@ -154,8 +155,10 @@ def graph_memory(graph: ModelGraph, file_weights: int = 0) -> MemoryEstimate:
     inputs = sum(tensor_bytes(t.shape, t.dtype) for t in graph.inputs)
     weights = weight_bytes(graph)
     activations = peak_live_bytes(steps, outputs)
+    # at most the weights its layers read: an initializer in the file that no layer reads is never run
     files = min(file_weights, weights)
-    return MemoryEstimate(weights, inputs, activations, MODEL_WEIGHT_COPIES, files, weight_bytes(graph, HALF_FLOATS))
+    widened = sum(_constant_bytes(graph, HALF_FLOATS))
+    return MemoryEstimate(weights, inputs, activations, MODEL_WEIGHT_COPIES, files, widened)
 
 
 def spec_memory(spec: BenchmarkSpec) -> MemoryEstimate:

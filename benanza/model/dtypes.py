@@ -48,3 +48,8 @@ def dtype_name(elem_type: int) -> str:
         return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
     except (KeyError, TypeError, ValueError):
         return onnx.TensorProto.DataType.Name(elem_type).lower()
+
+
+def proto_bytes(tensor: onnx.TensorProto) -> int:
+    """``tensor_bytes`` of a ``TensorProto``, from its dims and element type (not its data, which it may not hold)."""
+    return tensor_bytes(tensor.dims, dtype_name(tensor.data_type))

@@ -34,7 +34,7 @@ import onnx
 from onnx import TensorProto
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
-from benanza.model.dtypes import dtype_name, tensor_bytes
+from benanza.model.dtypes import proto_bytes
 
 HELD_MIN_BYTES = 1 << 20
 HELD_LOCATION = "benanza-held-apart"  # an external-data location that is never a file
@@ -65,7 +65,7 @@ def held_bytes(tensor: TensorProto) -> int | None:
     more); None for one that stays in the protobuf."""
     if tensor.data_type not in HELD_TYPES:
         return None
-    nbytes = tensor_bytes(tensor.dims, dtype_name(tensor.data_type))
+    nbytes = proto_bytes(tensor)
     return nbytes if nbytes >= HELD_MIN_BYTES else None
 
 
@@ -81,6 +81,13 @@ def make_placeholder(tensor: TensorProto, nbytes: int) -> None:
     for key, value in (("location", HELD_LOCATION), ("offset", "0"), ("length", str(nbytes))):
         entry = tensor.external_data.add()
         entry.key, entry.value = key, value
+
+
+def inline_data(tensor: TensorProto, raw: bytes) -> None:
+    """Give ``tensor`` its data in the protobuf: ``raw``, its external data fields cleared."""
+    del tensor.external_data[:]
+    tensor.ClearField("data_location")  # DEFAULT, unset: as a tensor saved with its data has it
+    tensor.raw_data = raw
 
 
 def is_placeholder(tensor: TensorProto) -> bool:
@@ -104,9 +111,7 @@ class HeldModel:
 
     def external_bytes(self) -> int:
         """The bytes of its initializers held apart or left in their file."""
-        return sum(
-            tensor_bytes(t.dims, dtype_name(t.data_type)) for t in self.proto.graph.initializer if uses_external_data(t)
-        )
+        return sum(proto_bytes(t) for t in self.proto.graph.initializer if uses_external_data(t))
 
     def whole(self) -> onnx.ModelProto:
         """A copy of the model with every held weight's data back in it, and that of the weights left in their
@@ -115,13 +120,10 @@ class HeldModel:
         whole.CopyFrom(self.proto)
         for tensor in whole.graph.initializer:
             if tensor.name in self.weights and is_placeholder(tensor):
-                del tensor.external_data[:]
-                tensor.ClearField("data_location")
-                tensor.raw_data = np.ascontiguousarray(self.weights[tensor.name]).tobytes()
+                inline_data(tensor, np.ascontiguousarray(self.weights[tensor.name]).tobytes())
             elif self.folder and uses_external_data(tensor):
                 load_external_data_for_tensor(tensor, self.folder)
-                del tensor.external_data[:]  # as onnx from 1.2x clears them; earlier versions left them
-                tensor.data_location = TensorProto.DEFAULT
+                inline_data(tensor, tensor.raw_data)  # onnx before 1.2x left the external data fields set
         return whole
 
 

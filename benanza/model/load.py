@@ -34,8 +34,15 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor, uses_external_data
 
 from benanza.errors import BenanzaError, ModelError, one_line
-from benanza.model.dtypes import dtype_name, tensor_bytes
-from benanza.model.held_weights import HELD_MIN_BYTES, HeldModel, held_bytes, is_placeholder, make_placeholder
+from benanza.model.dtypes import dtype_name, proto_bytes, tensor_bytes
+from benanza.model.held_weights import (
+    HELD_MIN_BYTES,
+    HeldModel,
+    held_bytes,
+    inline_data,
+    is_placeholder,
+    make_placeholder,
+)
 from benanza.model.keys import INTEGER_DTYPES, MAX_RUN_ELEMENTS
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
@@ -84,10 +91,7 @@ def load_model(path: str | Path) -> onnx.ModelProto:
             return there[location]
 
         for tensor in model_tensors(model):  # ONNX's ``basepath`` is ours to set (``on_file``), whatever a file says
-            if any(e.key == ON_FILE_KEY for e in tensor.external_data):
-                kept = [e for e in tensor.external_data if e.key != ON_FILE_KEY]
-                del tensor.external_data[:]
-                tensor.external_data.extend(kept)
+            _unmark(tensor)
         for tensor in model.graph.initializer:  # the large weights a run maps from the file
             if uses_external_data(tensor) and _left_on_file(tensor) and readable(tensor):
                 _leave_on_file(tensor, p)
@@ -121,7 +125,7 @@ def _leave_on_file(tensor: TensorProto, path: Path) -> None:
     info = ExternalDataInfo(tensor)
     base = path.parent.resolve()
     file = (base / info.location).resolve()
-    nbytes = tensor_bytes(tensor.dims, dtype_name(tensor.data_type))
+    nbytes = proto_bytes(tensor)
     offset = info.offset or 0
     if not file.is_relative_to(base):
         reason = f"its data file {info.location!r} is outside the model's folder"
@@ -163,15 +167,34 @@ def _place(tensor: TensorProto) -> tuple[str, int]:
 
 def file_bytes(model: onnx.ModelProto) -> int:
     """The bytes of ``model``'s weights left in their external data file (``on_file``)."""
-    return sum(tensor_bytes(t.dims, dtype_name(t.data_type)) for t in model.graph.initializer if on_file(t))
+    return sum(proto_bytes(t) for t in model.graph.initializer if on_file(t))
 
 
 def file_data(tensor: TensorProto) -> bytes:
-    """The data of an ``on_file`` tensor, read from its file."""
+    """The data of an ``on_file`` tensor, read from its file.
+
+    Raises:
+        ModelError: the file no longer holds the bytes ``load_model`` checked (truncated since).
+    """
     info = ExternalDataInfo(tensor)
-    with open(Path(info.basepath) / info.location, "rb") as data:
+    path = Path(info.basepath) / info.location
+    nbytes = proto_bytes(tensor)
+    with open(path, "rb") as data:
         data.seek(info.offset or 0)
-        return data.read(tensor_bytes(tensor.dims, dtype_name(tensor.data_type)))
+        raw = data.read(nbytes)
+    if len(raw) != nbytes:
+        raise ModelError(
+            path, f"tensor {tensor.name!r}: {len(raw)} of its {nbytes} bytes left (truncated since loaded?)"
+        )
+    return raw
+
+
+def _unmark(tensor: TensorProto) -> None:
+    """``tensor`` without the ``on_file`` mark (ONNX Runtime refuses the key)."""
+    if any(e.key == ON_FILE_KEY for e in tensor.external_data):
+        kept = [e for e in tensor.external_data if e.key != ON_FILE_KEY]
+        del tensor.external_data[:]
+        tensor.external_data.extend(kept)
 
 
 def model_tensors(model: onnx.ModelProto) -> Iterator[TensorProto]:
@@ -305,15 +328,14 @@ def held_apart(model: onnx.ModelProto, seed: int = 0, held: Mapping[str, np.ndar
         held: arrays already held for some of ``model``'s placeholders (``build.build_held``).
     """
     weights = dict(held or {})
-    folders: list[str] = []
-    return HeldModel(_filled(model, seed, weights, folders), weights, folders[0] if folders else "")
+    # ``load_model`` marks a model's weights left in their file with its one folder
+    folder = next((ExternalDataInfo(t).basepath for t in model.graph.initializer if on_file(t)), "")
+    return HeldModel(_filled(model, seed, weights), weights, folder)
 
 
-def _filled(
-    model: onnx.ModelProto, seed: int, held: dict[str, np.ndarray] | None, folders: list[str] | None = None
-) -> onnx.ModelProto:
+def _filled(model: onnx.ModelProto, seed: int, held: dict[str, np.ndarray] | None) -> onnx.ModelProto:
     """``with_synthetic_weights``; with ``held``, the graph's large initializers go there, but for those
-    ``on_file``, left to ONNX Runtime to map from their folder, which ``folders`` is set to (``held_apart``)."""
+    ``on_file``: left to ONNX Runtime to map from their folder (``held_apart``), else read in."""
     stand_ins = weight_stand_ins(model.graph)
     moved = held is not None and any(has_data(t) and held_bytes(t) for t in model.graph.initializer)
     if all(has_data(t) for t in model_tensors(model)) and not stand_ins and not moved:
@@ -336,19 +358,11 @@ def _filled(
     for index, tensor in enumerate(model_tensors(filled)):
         slot = slots.get(tensor.name, 0)
         copy = copies.next(tensor.dims, tensor.data_type, slot)
-        if on_file(tensor):
-            folder = ExternalDataInfo(tensor).basepath
-            first_folder = not folders or folders == [folder]  # a second folder's data is read in (never met)
-            if folders is not None and index < initializers and first_folder:
-                folders[:] = [folder]  # one model, one folder: ONNX Runtime maps its data file from there
-                kept = [e for e in tensor.external_data if e.key != ON_FILE_KEY]  # ONNX Runtime refuses the key
-                del tensor.external_data[:]
-                tensor.external_data.extend(kept)
+        if on_file(tensor):  # only a graph's own initializers are (``load_model``)
+            if held is not None:
+                _unmark(tensor)
             else:
-                data = file_data(tensor)
-                del tensor.external_data[:]
-                tensor.data_location = TensorProto.DEFAULT
-                tensor.raw_data = data
+                inline_data(tensor, file_data(tensor))
             continue
         nbytes = held_bytes(tensor) if held is not None and index < initializers else None
         if nbytes and tensor.name in weights and is_placeholder(tensor):
@@ -363,9 +377,7 @@ def _filled(
             )
             make_placeholder(tensor, nbytes)
             continue
-        del tensor.external_data[:]
-        tensor.data_location = TensorProto.DEFAULT
-        tensor.raw_data = synthetic_weight(list(tensor.dims), dtype, seed, slot, copy)
+        inline_data(tensor, synthetic_weight(list(tensor.dims), dtype, seed, slot, copy))
     return filled
 
 

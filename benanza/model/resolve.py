@@ -48,7 +48,7 @@ from benanza.errors import one_line
 from benanza.host_memory import refusal, system_memory
 from benanza.model.constants import constant_value
 from benanza.model.control_flow import unbounded_loop_reason
-from benanza.model.dtypes import tensor_bytes
+from benanza.model.dtypes import proto_bytes, tensor_bytes
 from benanza.model.extract import (
     RANDOM_OPS,
     SHAPE_READERS,
@@ -477,7 +477,7 @@ class _Walk:
         if not wanted:
             return False
         why = {o: self.length_by_data.pop(o) for o in wanted}
-        weights = sum(tensor_bytes(tuple(t.dims), dtype_name(t.data_type)) for t in self.model.graph.initializer)
+        weights = sum(proto_bytes(t) for t in self.model.graph.initializer)
         inits = {t.name for t in self.model.graph.initializer}
         fed = sum(
             tensor_bytes(self.shape[i.name], dtype_name(self.elem[i.name]))

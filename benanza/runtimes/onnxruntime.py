@@ -866,7 +866,7 @@ def optimized_model(
 ) -> onnx.ModelProto:
     """The graph ONNX Runtime runs for ``model`` at ``opt_level`` (its optimized model file, read back).
 
-    ``model``: with all its data, or its large weights held apart (``model.held_weights``). The
+    ``model``: any model (held apart here, ``load.held_apart``), or one held apart already. The
     optimized file holds every initializer, unless the held weights (those left in their file too) come
     to ``WEIGHTS_FILE_BYTES``: then they go to a file of their own beside it (never read back: the graph
     is what is wanted), as a file of more than protobuf's 2 GB cannot be written. Not always, because ONNX Runtime
@@ -876,7 +876,7 @@ def optimized_model(
     Raises:
         ONNX Runtime's own errors (``ort_errors``): it cannot build a session of the model.
     """
-    held = model if isinstance(model, HeldModel) else HeldModel(model, {})
+    held = model if isinstance(model, HeldModel) else held_apart(model)  # a processed model's marks too
     with tempfile.TemporaryDirectory(prefix="benanza-opt-") as tmp:
         path = str(Path(tmp) / "optimized.onnx")
         so = session_options(opt_level, 1, optimized_path=path)
