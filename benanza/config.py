@@ -64,6 +64,7 @@ from pydantic import (
 
 from benanza.bench.host_cpu import AUTO, is_threads_setting
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
+from benanza.model.given_inputs import parse_input_flags
 from benanza.model.request import BindingRequest, parse_shape_override, parse_shape_overrides
 from benanza.settings import HarnessSettings, Settings, load_settings
 from benanza.store.uri import StoreURI, mask_uri
@@ -150,6 +151,26 @@ def _resolve_model_path(value: Any, info: ValidationInfo) -> Any:
     return path
 
 
+def _resolve_input_text(value: Any, info: ValidationInfo) -> Any:
+    """``[NAME=]FILE`` (``--input``'s) with a relative file made relative to the config file's folder, the file
+    read to check it (``given_inputs.parse_input_flag``)."""
+    if not isinstance(value, str):
+        return value  # the str validator reports the type
+    from benanza.model.given_inputs import parse_input_flag, split_input_flag
+
+    name, file = split_input_flag(value)
+    path = Path(file).expanduser()
+    base = (info.context or {}).get("base_dir")
+    if not path.is_absolute() and base is not None:
+        path = Path(base) / path
+    text = f"{name}={path.resolve()}" if name else str(path.resolve())
+    try:
+        parse_input_flag(text)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    return text
+
+
 def _check_shape(text: str) -> str:
     try:
         parse_shape_override(text)
@@ -180,6 +201,7 @@ EnvStr = Annotated[str | None, BeforeValidator(_expand_env)]
 EnvStoreURI = Annotated[StoreURI | None, BeforeValidator(_expand_env)]
 ModelPath = Annotated[Path, BeforeValidator(_resolve_model_path)]
 ShapeText = Annotated[str, AfterValidator(_check_shape)]
+InputText = Annotated[str, BeforeValidator(_resolve_input_text)]
 DtypeName = Annotated[str, AfterValidator(_check_dtype)]
 
 
@@ -409,6 +431,9 @@ class FleetConfig(BaseModel):
     values: dict[str, int] = Field(
         default_factory=dict, description="inputs that choose an If's branch, bound to a value (--value NAME=V)"
     )
+    inputs: list[InputText] = Field(
+        default_factory=list, description="inputs given their values from files, NAME=FILE.npy or FILE.npz (--input)"
+    )
     granularities: list[PositiveInt] = Field(default_factory=list, description="DLBricks sequence sizes G")
     dtypes: list[DtypeName] = Field(default_factory=lambda: ["float32"], min_length=1)
     e2e: bool = True
@@ -470,8 +495,15 @@ class FleetConfig(BaseModel):
         return expand_model_paths(list(self.models)) if self.models else zoo_paths()
 
     def binding_request(self) -> BindingRequest:
-        """``shapes``, ``dims`` and ``values`` as one request (what ``--shape``, ``--dim`` and ``--value`` make)."""
-        return BindingRequest(parse_shape_overrides(self.shapes), dict(self.dims), dict(self.values))
+        """``shapes``, ``dims``, ``values`` and ``inputs`` as one request (what ``--shape``, ``--dim``, ``--value``
+        and ``--input`` make).
+
+        Raises:
+            UsageError: an input's file can no longer be read, or the bindings contradict each other.
+        """
+        return BindingRequest(
+            parse_shape_overrides(self.shapes), dict(self.dims), dict(self.values), parse_input_flags(self.inputs)
+        )
 
     def harness_settings(self, settings: Settings, **overrides: Any) -> HarnessSettings:
         """``HarnessSettings``: defaults < this file < ``BENANZA_HARNESS_*`` (in ``settings``) < ``overrides`` (flags).
@@ -491,6 +523,7 @@ class FleetConfig(BaseModel):
         shapes: list[str] | None = None,
         dims: Mapping[str, int] | None = None,
         values: Mapping[str, int] | None = None,
+        inputs: list[str] | None = None,
     ) -> FleetConfig:
         """This config with command-line values applied (None keeps the file's value).
 
@@ -517,6 +550,8 @@ class FleetConfig(BaseModel):
             data["dims"] = {**data["dims"], **dims}
         if values:
             data["values"] = {**data["values"], **values}
+        if inputs:
+            data["inputs"] = [*data["inputs"], *inputs]
         try:
             changed = FleetConfig.model_validate(data, context={"environ": {}})
         except ValidationError as exc:

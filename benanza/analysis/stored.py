@@ -188,7 +188,7 @@ def _telling(name: str, signatures: Sequence[tuple]) -> tuple[int, float]:
     before its attention mask's 128 against 129). An input bound to a value (a merged decoder's
     ``use_cache_branch``) tells them apart best of all."""
     bound = [dict(sig).get(name) for sig in signatures]
-    if any(isinstance(b, int) for b in bound):
+    if any(isinstance(b, int | str) for b in bound):
         return -1, 0.0
     shapes = [b or () for b in bound]
     sizes = [math.prod(shape) for shape in shapes]
@@ -198,12 +198,15 @@ def _telling(name: str, signatures: Sequence[tuple]) -> tuple[int, float]:
 
 def _binding(plan: StoredPlan) -> tuple:
     """A plan's bound inputs without their leading (batch) dimension, in input order, then the inputs bound
-    to a value (``model.steering``) by their value."""
+    to a value (``model.steering``) by their value, then those given their values (``--input``) by file name."""
     shapes = tuple((name, tuple(shape[1:])) for name, shape in plan.shapes.items())
-    return shapes + tuple((name, int(value)) for name, value in sorted(plan.values.items()))
+    values = tuple((name, int(value)) for name, value in sorted(plan.values.items()))
+    return shapes + values + tuple((f"{name} from", file) for name, file in sorted(plan.fed.items()))
 
 
-def _bound_text(name: str, bound: tuple[int, ...] | int | None) -> str:
+def _bound_text(name: str, bound: tuple[int, ...] | int | str | None) -> str:
+    if name.endswith(" from"):  # a given input's file (``_binding``)
+        return f"{name} {bound or 'synthetic values'}"
     if bound is None:
         return f"{name}=absent"
     if isinstance(bound, int):

@@ -135,6 +135,7 @@ class StoredPlan:
     notes: tuple[str, ...] = ()
     call_overhead_key: str = ""  # ``bench.generate.call_overhead_network``; "" in plans stored before it
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
+    fed: Mapping[str, str] = field(default_factory=dict)  # inputs given their values: the file's name (``--input``)
     exported: bool = False  # also measured end to end as its file is (``ModelPlan.exported``)
     system: str = ""  # set by the store: where it was measured
     stack_id: str = ""
@@ -173,6 +174,7 @@ class StoredPlan:
             notes=tuple(plan.notes),
             call_overhead_key=plan.call_overhead_key,
             values=dict(plan.values),
+            fed=dict(plan.fed),
             exported=plan.exported and exported,
             system=system,
             stack_id=stack_id,
@@ -276,6 +278,7 @@ class StoredPlan:
             "notes": list(self.notes),
             **({"call_overhead_key": self.call_overhead_key} if self.call_overhead_key else {}),
             **({"values": dict(self.values)} if self.values else {}),
+            **({"fed": dict(self.fed)} if self.fed else {}),
             **({"exported": True} if self.exported else {}),
         }
 
@@ -315,6 +318,7 @@ class StoredPlan:
                 notes=tuple(doc.get("notes", ())),
                 call_overhead_key=doc.get("call_overhead_key", ""),
                 values={name: int(v) for name, v in doc.get("values", {}).items()},
+                fed={name: str(v) for name, v in doc.get("fed", {}).items()},
                 exported=bool(doc.get("exported", False)),
             )
         except KeyError as exc:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from benanza.model.given_inputs import given_from_docs
 from benanza.model.keys import stable_id
 from benanza.model.network import Network
 from benanza.model.request import BindingRequest
@@ -166,21 +167,29 @@ def _network(doc: Mapping[str, Any] | None) -> Network | None:
 
 
 def requested_binding(batch: int | None, request: BindingRequest) -> dict[str, Any]:
-    """The binding arguments a model spec carries (and its id hashes): ``dims`` and ``values`` only when
-    given, so that the specs of models bound without them keep the ids their stored results have."""
+    """The binding arguments a model spec carries (and its id hashes): ``dims``, ``values`` and ``inputs``
+    (each given input's file and digest: ``GivenInput.to_doc``) only when given, so that the specs of models
+    bound without them keep the ids their stored results have."""
     requested: dict[str, Any] = {"batch": batch, "shapes": {k: list(v) for k, v in request.shapes.items()}}
     if request.dims:
         requested["dims"] = dict(sorted(request.dims.items()))
     if request.values:
         requested["values"] = dict(sorted(request.values.items()))
+    if request.inputs:
+        requested["inputs"] = {name: given.to_doc() for name, given in sorted(request.inputs.items())}
     return requested
 
 
 def model_binding(model: Mapping[str, Any]) -> tuple[int | None, BindingRequest]:
-    """``process_model``'s batch and binding request from a model spec's ``model`` (``requested_binding``'s)."""
+    """``process_model``'s batch and binding request from a model spec's ``model`` (``requested_binding``'s).
+
+    Raises:
+        UsageError: a given input's file cannot be read again, or its values changed since the plan.
+    """
     request = BindingRequest(
         shapes={k: tuple(v) for k, v in (model.get("shapes") or {}).items()},
         dims=dict(model.get("dims") or {}),
         values=dict(model.get("values") or {}),
+        inputs=given_from_docs(model.get("inputs")),
     )
     return model.get("batch"), request

@@ -17,6 +17,7 @@ from benanza.cli.common import (
     EpOpt,
     FormatOpt,
     GranOpt,
+    InputOpt,
     MainBatchesOpt,
     MainThreadsOpt,
     MaxTimeOpt,
@@ -65,6 +66,7 @@ def bench_run(
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,
+    input: InputOpt = None,
     granularity: GranOpt = "",
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -84,7 +86,7 @@ def bench_run(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Benchmark what the database lacks for this system and software stack."""
-    wanted = requested(batch, shape, granularity, dim, value)
+    wanted = requested(batch, shape, granularity, dim, value, input)
     ctx = open_context(
         store_uri(db, db_file),
         runtime,
@@ -127,6 +129,7 @@ def run_command(
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,
+    input: InputOpt = None,
     granularity: GranOpt = MAIN_JOB_GRANULARITY,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -145,7 +148,7 @@ def run_command(
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """The main job: benchmark the models (layers, groups, sequences, end to end), then analyze."""
-    wanted = requested(batch, shape, granularity, dim, value)
+    wanted = requested(batch, shape, granularity, dim, value, input)
     ctx = open_context(
         store_uri(db, db_file),
         runtime,

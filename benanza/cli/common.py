@@ -104,6 +104,14 @@ ValueOpt = Annotated[
         "--value use_cache_branch=0 measures a merged decoder's first step (default: the value it is fed)",
     ),
 ]
+InputOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--input",
+        help="feed an input its values from a file, NAME=FILE.npy, FILE.npz (by name) or an ONNX .pb or folder of "
+        "them (repeatable): its model's lengths and end to end are run on them (default: synthetic values)",
+    ),
+]
 ModelsArg = Annotated[
     list[Path] | None,
     typer.Argument(help="ONNX files or folders of them (default: the zoo in the onnx wheel)", show_default=False),

@@ -15,6 +15,7 @@ from benanza.cli.common import (
     DimOpt,
     FleetBatchesOpt,
     FormatOpt,
+    InputOpt,
     ModelsOpt,
     RetryFailedOpt,
     ShapeOpt,
@@ -47,7 +48,15 @@ ConfigArg = Annotated[
 
 
 def _config(
-    config: Path | None, db, address: str | None = None, models=None, batch=None, shape=None, dim=None, value=None
+    config: Path | None,
+    db,
+    address: str | None = None,
+    models=None,
+    batch=None,
+    shape=None,
+    dim=None,
+    value=None,
+    input=None,
 ):
     """The fleet config with the flags applied; its ``db`` resolved here, once, for the driver and its workers.
 
@@ -57,7 +66,8 @@ def _config(
     """
 
     batches = parse_int_list(batch, "--batch") if batch else None
-    request = BindingRequest.parse(shape, dim, value)  # a bad flag is one line naming it, before the config is read
+    # a bad flag is one line naming it, before the config is read
+    request = BindingRequest.parse(shape, dim, value, input)
     settings = cli_settings()
     cfg = load_fleet_config(config) if config is not None else default_fleet_config(settings)
     db = db or cfg.db or default_uri(settings)
@@ -69,6 +79,7 @@ def _config(
         shapes=shape or None,
         dims=request.dims,
         values=request.values,
+        inputs=input or None,
     )
 
 
@@ -80,6 +91,7 @@ def run(
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,
+    input: InputOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     address: Annotated[
@@ -102,7 +114,7 @@ def run(
     Both lists are the summary's ``problems``.
     """
 
-    cfg = _config(config, store_uri(db, db_file), address, models, batch, shape, dim, value)
+    cfg = _config(config, store_uri(db, db_file), address, models, batch, shape, dim, value, input)
     if quiet:
         summary = run_fleet(cfg, settings=cli_settings(), retry_failed=retry_failed)
     else:
@@ -162,13 +174,14 @@ def status(
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,
+    input: InputOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Systems, their stacks, and what each still lacks (no Ray needed)."""
 
-    cfg = _config(config, store_uri(db, db_file), None, models, batch, shape, dim, value)
+    cfg = _config(config, store_uri(db, db_file), None, models, batch, shape, dim, value, input)
     with open_store(cfg.db, read_only=True, settings=cli_settings()) as store:
         corpus = plan_corpus(cfg, known=store.model_names)
         rows = [s.to_dict() for s in fleet_status(store, cfg, corpus)]

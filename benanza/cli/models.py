@@ -13,6 +13,7 @@ from benanza.cli.common import (
     BenanzaGroup,
     DimOpt,
     FormatOpt,
+    InputOpt,
     ModelsArg,
     ShapeOpt,
     ValueOpt,
@@ -43,11 +44,12 @@ def inspect(
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,
+    input: InputOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Every layer of one model with its key, shapes, attributes and FLOPs."""
 
-    batch_size, request = one_batch(batch, "models inspect"), BindingRequest.parse(shape, dim, value)
+    batch_size, request = one_batch(batch, "models inspect"), BindingRequest.parse(shape, dim, value, input)
     processed = process_model(model, batch_size, request)
     graph = processed.graph
     for note in processed.notes(request):
@@ -74,12 +76,13 @@ def dedup(
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,
+    input: InputOpt = None,
     plot: Annotated[Path | None, typer.Option(help="save the Jaccard similarity heatmap as PNG")] = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Layer counts and unique layers per model and for the corpus, repeats, Jaccard similarity."""
 
-    batch_size, request = one_batch(batch, "models dedup"), BindingRequest.parse(shape, dim, value)
+    batch_size, request = one_batch(batch, "models dedup"), BindingRequest.parse(shape, dim, value, input)
     paths = model_paths(models)
     graphs = [
         process_model(p, batch_size, request).named(name).graph
@@ -112,12 +115,13 @@ def split(
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,
+    input: InputOpt = None,
     format: FormatOpt = OutputFormat.table,
 ) -> None:
     """Split models into runnable layer sequences of at most G layers (DLBricks SplitModel)."""
 
     grain, batch_size = parse_count(granularity, "--granularity"), one_batch(batch, "models split")
-    request = BindingRequest.parse(shape, dim, value)
+    request = BindingRequest.parse(shape, dim, value, input)
     paths = model_paths(models)
     names = files_named_apart(paths)
     for name in names:  # every model's folder checked before anything is written

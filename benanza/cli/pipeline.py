@@ -62,7 +62,7 @@ _STRICT_FLAGS = ("ep", "precision", "tensor_cores")
 
 @dataclass(frozen=True)
 class Requested:
-    """The parsed --batch, --granularity, --shape, --dim and --value flags."""
+    """The parsed --batch, --granularity, --shape, --dim, --value and --input flags."""
 
     batches: list[int | None]
     request: BindingRequest
@@ -75,11 +75,12 @@ def requested(
     granularity: str,
     dim: list[str] | None = None,
     value: list[str] | None = None,
+    input: list[str] | None = None,
 ) -> Requested:
     """Parse the flags that bind the models, before anything is opened: a bad one is one line."""
     return Requested(
         parse_batches(batch),
-        BindingRequest.parse(shape, dim, value),
+        BindingRequest.parse(shape, dim, value, input),
         parse_int_list(granularity, "--granularity") if granularity else [],
     )
 

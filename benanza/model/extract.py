@@ -27,6 +27,7 @@ from onnx import AttributeProto, helper, numpy_helper
 from benanza.model import control_flow, ops
 from benanza.model.constants import constant_tensor
 from benanza.model.dtypes import dtype_name, itemsize
+from benanza.model.given_inputs import GivenInput, given_arrays
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph, ShapeReport, TensorSpec, Unsupported
 from benanza.model.identity import model_identity
 from benanza.model.keys import VALUE_MAX_ELEMENTS, Slot, constant_kind, key_fields, scale_identity, stable_id
@@ -176,18 +177,27 @@ def tensor_type_of(tp: onnx.TypeProto) -> onnx.TypeProto.Tensor | None:
     return None
 
 
-def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | None = None) -> ModelGraph:
+def extract(
+    model: onnx.ModelProto,
+    name: str,
+    path: str,
+    shapes: ShapeReport | None = None,
+    given: Mapping[str, GivenInput] | None = None,
+) -> ModelGraph:
     """Build the ``ModelGraph`` of a prepared model.
 
     Args:
         shapes: how the model was shaped (``shapes.prepare_model``): the methods, recorded on
             the graph, and why a tensor has no shape, given in the reason of its nodes.
+        given: inputs given their values (``--input``: ``model.given_inputs``): the small integers the
+            model computes are computed from them, and the model's key covers their digests.
     """
     shapes = shapes or ShapeReport()
     opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
     types = _tensor_types(model)
+    fed = {vi.name: given[vi.name] for vi in model.graph.input if vi.name in (given or {})}
     # the small integer tensors the model computes (lengths, positions), by value: their layers carry them
-    computed = run_values(model, types, integer_feeds(model, types))
+    computed = run_values(model, types, {**integer_feeds(model, types), **given_arrays(fed)})
     init_values = {i.name: i for i in model.graph.initializer}
     constants: set[str] = set(init_values)
     const_protos: dict[str, onnx.TensorProto] = dict(init_values)
@@ -253,7 +263,7 @@ def extract(model: onnx.ModelProto, name: str, path: str, shapes: ShapeReport | 
         edges=tuple(sorted(edges)),
         unsupported=tuple(unsupported),
         constant_nodes=constant_nodes,
-        graph_key=model_identity(model.graph, nodes, layer_at, opsets),
+        graph_key=model_identity(model.graph, nodes, layer_at, opsets, {n: g.digest for n, g in fed.items()}),
         shaped_by=shapes.shaped_by,
     )
 

@@ -22,6 +22,8 @@ The fields (``graph_fields``), in the model's topological node order:
   and ``["outer", ...]`` inside subgraphs (a subgraph input, a captured outer tensor), ``null``
   for an absent optional input.
 - ``outputs``: where each graph output comes from, with its shape and dtype.
+- ``fed``, only where inputs were given their values (``--input``: ``benanza.model.given_inputs``): each
+  such input's digest, by name. An end to end run on a user's values is not one run on synthetic ones.
 
 Not in the key, as for layer keys: node and tensor names, weight values, the file's opset
 imports (a layer is normalised to its schema; other nodes carry their domain's opset).
@@ -52,9 +54,17 @@ def model_identity(
     nodes: Sequence[onnx.NodeProto],
     layer_keys: Mapping[int, str],
     opsets: Mapping[str, int],
+    fed: Mapping[str, str] | None = None,
 ) -> str:
-    """16 hex digits over ``graph_fields``: the key of the model's end-to-end results."""
-    return stable_id(graph_fields(graph, nodes, layer_keys, opsets), version=MODEL_KEY_VERSION)
+    """16 hex digits over ``graph_fields``: the key of the model's end-to-end results.
+
+    ``fed``: the digests of the inputs given their values (``model.given_inputs``), by name, where any is:
+    an end to end on given values is not one on synthetic ones (a model fed none keeps its key).
+    """
+    fields = graph_fields(graph, nodes, layer_keys, opsets)
+    if fed:
+        fields["fed"] = dict(sorted(fed.items()))
+    return stable_id(fields, version=MODEL_KEY_VERSION)
 
 
 def graph_fields(

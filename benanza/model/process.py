@@ -37,7 +37,8 @@ class ProcessedModel:
         (``ShapeReport.by_data``), named by the layer that makes it."""
         producers = {t.name: layer.name for layer in self.graph.layers for t in layer.outputs}
         return [
-            *branch_notes(self.binding.values, request.values),
+            *(f"input '{name}' fed {given.described()}" for name, given in self.binding.given.items()),
+            *branch_notes(self.binding.values, {*request.values, *request.inputs}),
             *(f"{producers.get(t, t)}: output '{t}': {how}" for t, how in self.shapes.by_data),
         ]
 
@@ -70,5 +71,5 @@ def process_model(
         model = proto if proto is not None else load_model(path)
         prepared = prepare_model(model, path, batch, request, keep_branches=keep_branches, fits_here=fits_here)
         proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
-        graph = extract(proto, model_name(path), str(path), prepared.shapes)
+        graph = extract(proto, model_name(path), str(path), prepared.shapes, prepared.binding.given)
     return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)

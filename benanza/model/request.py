@@ -1,4 +1,5 @@
-"""What a user asks of a model's inputs: ``--shape``, ``--dim`` and ``--value`` read into one ``BindingRequest``.
+"""What a user asks of a model's inputs: ``--shape``, ``--dim``, ``--value`` and ``--input`` read into one
+``BindingRequest``.
 
 Each flag is repeatable and reads ``NAME=...``; every malformed text is one line naming its flag
 (``UsageError``), refused when the flag is parsed, before any model is opened. ``shapes.bind_shapes``
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from benanza.errors import UsageError
+from benanza.model.given_inputs import GivenInput, parse_input_flags
 
 V = TypeVar("V")
 
@@ -125,8 +127,9 @@ def parse_value_overrides(texts: list[str] | None) -> dict[str, int]:
 @dataclass(frozen=True)
 class BindingRequest:
     """What a model's inputs are asked to be bound to, beside the batch size: whole shapes by input
-    (``--shape``), symbolic dimensions by name (``--dim``) and inputs that choose an ``If``'s branch by
-    value (``--value``: ``benanza.model.steering``).
+    (``--shape``), symbolic dimensions by name (``--dim``), inputs that choose an ``If``'s branch by
+    value (``--value``: ``benanza.model.steering``) and inputs given their values from files (``--input``:
+    ``benanza.model.given_inputs``).
 
     One value from the flags or a fleet config through ``process_model``, the plans and the model
     specs a runtime loads the model again from (``bench.spec.requested_binding``): a new way to bind
@@ -136,17 +139,38 @@ class BindingRequest:
     shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     dims: Mapping[str, int] = field(default_factory=dict)
     values: Mapping[str, int] = field(default_factory=dict)
+    inputs: Mapping[str, GivenInput] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, given in self.inputs.items():
+            if name in self.values:
+                raise UsageError(f"--value {name} and --input {name} both give input '{name}' its values")
+            shape = self.shapes.get(name)
+            if shape is not None and shape != given.array.shape:
+                raise UsageError(
+                    f"--shape {name}={_shown(shape)} but --input {name} holds {_shown(given.array.shape) or 'a scalar'}"
+                )
 
     @classmethod
     def parse(
-        cls, shapes: list[str] | None = None, dims: list[str] | None = None, values: list[str] | None = None
+        cls,
+        shapes: list[str] | None = None,
+        dims: list[str] | None = None,
+        values: list[str] | None = None,
+        inputs: list[str] | None = None,
     ) -> BindingRequest:
-        """From the ``--shape``, ``--dim`` and ``--value`` texts.
+        """From the ``--shape``, ``--dim``, ``--value`` and ``--input`` texts.
 
         Raises:
-            UsageError: a text is malformed or names an input or a dimension twice (one line naming its flag).
+            UsageError: a text is malformed, names an input or a dimension twice, gives an input both a value
+                and a file or a shape its file does not have, or a file cannot be read (one line each).
         """
-        return cls(parse_shape_overrides(shapes), parse_dim_overrides(dims), parse_value_overrides(values))
+        return cls(
+            parse_shape_overrides(shapes),
+            parse_dim_overrides(dims),
+            parse_value_overrides(values),
+            parse_input_flags(inputs),
+        )
 
 
 NO_REQUEST = BindingRequest()

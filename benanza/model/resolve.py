@@ -60,9 +60,9 @@ from benanza.model.extract import (
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
 from benanza.model.held_weights import hold_weights
-from benanza.model.keys import VALUE_MAX_ELEMENTS
+from benanza.model.keys import MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
 from benanza.model.load import has_data, held_apart, on_file
-from benanza.model.run_values import model_feeds
+from benanza.model.run_values import INTEGER_TYPES, model_feeds
 from benanza.model.schemas import Differentiation
 from benanza.model.walks import LENGTH_BY_DATA
 
@@ -98,13 +98,17 @@ def needs_resolution(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...
 
 
 def resolve_if_needed(
-    model: onnx.ModelProto, path: object, *, memory: Callable[[], Any] | None = None
+    model: onnx.ModelProto,
+    path: object,
+    *,
+    memory: Callable[[], Any] | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[onnx.ModelProto, ShapeReport]:
     """``resolve_shapes`` where ``needs_resolution`` says so; else ``model`` as it is, with its ``shape_report``."""
     shapes = known_shapes(model)
     if not needs_resolution(model, shapes):
         return model, shape_report(model, shapes=shapes)
-    return resolve_shapes(model, path, memory=memory)
+    return resolve_shapes(model, path, memory=memory, given=given)
 
 
 def shape_report(
@@ -146,7 +150,11 @@ def known_shapes(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
 
 
 def resolve_shapes(
-    model: onnx.ModelProto, path: object, *, memory: Callable[[], Any] | None = None
+    model: onnx.ModelProto,
+    path: object,
+    *,
+    memory: Callable[[], Any] | None = None,
+    given: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[onnx.ModelProto, ShapeReport]:
     """Shape what inference left unknown and fold shape computations (see the module docstring).
 
@@ -155,8 +163,10 @@ def resolve_shapes(
         path: the model's file, for log messages.
         memory: returns the system's memory now (``benanza.host_memory.SystemMemory``), which
             decides whether ONNX Runtime may run a node; this machine's by default.
+        given: runtime inputs given their values (``--input``: ``model.given_inputs``): the model's run is
+            fed them, and a shape that they alone decide is taken from that run.
     """
-    walk = _Walk(model, memory)
+    walk = _Walk(model, memory, given)
     walk.run()
     for _ in range(_LENGTH_RUNS):
         if not walk.lengths_from_a_run():
@@ -191,7 +201,9 @@ def _quoted(names: Iterable[str]) -> str:
 class _Walk:
     """One topological walk over a prepared model: shapes, constant values and reasons per tensor."""
 
-    def __init__(self, model: onnx.ModelProto, memory: Callable[[], Any] | None) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, memory: Callable[[], Any] | None, given: Mapping[str, np.ndarray] | None = None
+    ) -> None:
         self.model = model
         self.memory = memory
         self.opsets = {(o.domain if o.domain != "ai.onnx" else ""): o.version for o in model.opset_import}
@@ -212,6 +224,8 @@ class _Walk:
         self.runtime: dict[str, frozenset[str]] = {
             i.name: frozenset({i.name}) for i in model.graph.input if i.name not in inits
         }
+        # runtime inputs whose values the model's run is fed (``--input``): what they alone decide, it shapes
+        self.given = {name: array for name, array in (given or {}).items() if name in self.runtime}
         self.reasons: dict[str, str] = {}
         self.method: dict[str, str] = {}  # tensor -> the method that shaped it, where not the first ONNX pass
         self.used = _used(model)
@@ -219,6 +233,7 @@ class _Walk:
         self.length_by_data: dict[str, str] = {}  # tensor -> why: its length its data decides, to run for
         self.by_data: dict[str, str] = {}  # tensor -> how the model's run shaped it
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
+        self.producer = {o: node for node in self.nodes for o in node.output if o}
 
     # ------------------------------------------------------------------ the walk
 
@@ -454,16 +469,47 @@ class _Walk:
 
     def _by_data(self, node: onnx.NodeProto, outs: list[str], deciders: list[str]) -> None:
         """Mark ``outs`` for the model's run where ``node``'s data, and no setting, decides their length
-        (``LENGTH_BY_DATA``); not where random values do.
+        (``LENGTH_BY_DATA``), or where inputs given their values (``self.given``) alone decide them; not
+        where random values do.
 
         Not an ``If`` whose branch the model's data decides (torchvision's ``batched_nms``: "no box
         left?"): shaped by the run, its branch, a ``NonMaxSuppression`` of an SSDlite's 27,000 candidate
         boxes, took 423 ms alone on synthetic boxes, five times the whole model on its own."""
         data = LENGTH_BY_DATA.get(node.op_type) if _is_onnx_domain(node) else None
         slots = {i for i, x in enumerate(node.input) if x in deciders}
-        if data is not None and slots and slots <= data and "random" not in self._sources(deciders):
+        sources = self._sources(deciders)
+        by_length = data is not None and slots and slots <= data and "random" not in sources
+        # given values decide it, and its benchmark gets them: not an op with a subgraph (an If that the data
+        # decides, benchmarked alone on synthetic data), nor a setting computed from data (synthetic alone)
+        by_given = not _has_subgraph(node) and bool(deciders) and all(self._carried(x) for x in deciders)
+        if by_length or by_given:
             for o in outs:
                 self.length_by_data[o] = self._depends_on(deciders)
+
+    def _carried(self, tensor: str) -> bool:
+        """Whether ``tensor`` is a small integer tensor whose value is computed from given inputs and constants
+        by integer operations alone, as ``run_values`` computes what a layer carries by value into its benchmark
+        (a length input, what a ``Range`` to it reads); not a value computed from data, which a benchmark alone
+        is fed synthetic."""
+        if tensor not in self.shape or math.prod(self.shape[tensor]) > VALUE_MAX_ELEMENTS:
+            return False
+        seen, todo = set(), [tensor]
+        while todo:
+            x = todo.pop()
+            if x in seen or x not in self.runtime:  # a constant
+                continue
+            seen.add(x)
+            if self.elem.get(x) not in INTEGER_TYPES:
+                return False
+            if x in self.given:
+                if self.given[x].size > MAX_RUN_ELEMENTS:
+                    return False
+                continue
+            node = self.producer.get(x)
+            if node is None or _has_subgraph(node):
+                return False
+            todo.extend(r for r in node_reads(node) if r)
+        return True
 
     def _sources(self, tensors: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.runtime.get(x, frozenset()) for x in tensors))
@@ -496,7 +542,8 @@ class _Walk:
             model = onnx.ModelProto()
             model.CopyFrom(self.model)  # outputs are added to it
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in wanted)
-        feeds = {name: (value, self.elem[name]) for name, value in model_feeds(model).items()}
+        fed = {**model_feeds(model, skip=self.given), **self.given}
+        feeds = {name: (value, self.elem[name]) for name, value in fed.items()}
         try:
             shapes, error = _run_shapes(_session(model, held.weights, held.folder), feeds, wanted)
         except Exception as exc:
@@ -511,7 +558,8 @@ class _Walk:
             self.shape[o], self.elem[o] = found
             self.method[o] = "model"
             shape = "x".join(map(str, found[0])) or "a scalar"
-            self.by_data[o] = f"{why[o]}: benchmarked at the length its run on the benchmark inputs gave, {shape}"
+            on = "the given inputs (--input)" if self.given else "the benchmark inputs"
+            self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
             shaped = True
         return shaped
 

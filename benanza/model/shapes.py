@@ -34,6 +34,7 @@ from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_li
 from benanza.host_memory import memory_bytes
 from benanza.model.constants import constant_value
 from benanza.model.extract import tensor_type_of
+from benanza.model.given_inputs import GivenInput, given_arrays
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data, keep_on_file
@@ -83,6 +84,7 @@ class Binding:
     shapes: dict[str, tuple[int, ...]]
     rebatch: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (old, new)
     values: dict[str, int] = field(default_factory=dict)  # input -> the value all its elements are
+    given: dict[str, GivenInput] = field(default_factory=dict)  # inputs fed their values from files (--input)
     # the file leaves an input dimension free (symbolic or unknown) and fixes none to another size than bound:
     # as it is, it runs at these shapes (``BenchmarkSpec.as_exported``); a rebatch or a --shape over a fixed one
     # makes shapes the file refuses
@@ -109,8 +111,9 @@ def bind_shapes(
     names (or whose name is an integer expression of those: ``dim_size``), in every input that
     has it (``--dim past_sequence_length=128``: a decoder's KV cache inputs, one per layer and per
     key and value, bound at once, as ``onnxruntime_perf_test -f`` and
-    ``SessionOptions.add_free_dimension_override_by_name`` do); ``batch`` then sets a
-    symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
+    ``SessionOptions.add_free_dimension_override_by_name`` do; an input given its values by ``request.inputs``
+    is bound to its array's shape, and its symbolic dimensions so bind every input that has them);
+    ``batch`` then sets a symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
     dimension that differs (a "rebatch"). A name in ``dims`` that a model does not have binds
     nothing there (one run binds models of several kinds). Anything left symbolic is an
     ``UnboundDimensionError`` naming every such dimension and the flags that bind them, at once. With ``fits_here`` (the
@@ -123,9 +126,12 @@ def bind_shapes(
         raise UsageError(f"--batch must be at least 1, got {batch}")
     inputs = runtime_inputs(model)
     names = [i.name for i in inputs]
-    unknown = sorted(set(shapes) - set(names))
-    if unknown:
-        raise ModelError(path, f"--shape names unknown input(s) {', '.join(unknown)}; inputs are {', '.join(names)}")
+    for flag, named in (("--shape", shapes), ("--input", request.inputs)):
+        unknown = sorted(set(named) - set(names))
+        if unknown:
+            raise ModelError(path, f"{flag} names unknown input(s) {', '.join(unknown)}; inputs are {', '.join(names)}")
+    given_dims(path, inputs, request.inputs, dims)
+    shapes.update((name, tuple(given.array.shape)) for name, given in request.inputs.items())
     bound: dict[str, tuple[int, ...]] = {}
     rebatch: dict[str, tuple[int, int]] = {}
     unbound: list[_Unbound] = []
@@ -165,7 +171,49 @@ def bind_shapes(
         raise UnboundDimensionError(path, _unbound_message(unbound))
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
-    return Binding(bound, rebatch, exported=_runs_as_exported(inputs, bound))
+    return Binding(bound, rebatch, given=dict(request.inputs), exported=_runs_as_exported(inputs, bound))
+
+
+def given_dims(
+    path: object,
+    inputs: Iterable[onnx.ValueInfoProto],
+    given: Mapping[str, GivenInput],
+    dims: dict[str, int],
+) -> None:
+    """Check each given input against its model input (element type, rank) and add to ``dims`` (in place)
+    the sizes its array gives the symbolic dimensions it has: they bind every other input that has them, before
+    a batch size does (its array's shape wins for the input itself, as ``--shape``'s would).
+
+    Raises:
+        ModelError: a given input's element type or rank is not its model input's, or its sizes contradict
+            ``--dim`` or another given input (one line each).
+    """
+    told: dict[str, str] = {}  # dimension name -> the given input that sized it
+    for vi in inputs:
+        if vi.name not in given:
+            continue
+        g, tt = given[vi.name], tensor_type_of(vi.type)
+        flag = f"--input {vi.name} ({g.path})"
+        want = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt is not None and tt.elem_type else None
+        if want is not None and g.array.dtype != want:
+            raise ModelError(
+                path, f"{flag} holds {g.array.dtype} values, the input is {np.dtype(want).name}: save them as that"
+            )
+        if tt is None or not tt.HasField("shape"):
+            continue
+        if len(tt.shape.dim) != g.array.ndim:
+            raise ModelError(path, f"{flag} has rank {g.array.ndim} but the input has rank {len(tt.shape.dim)}")
+        for i, (d, size) in enumerate(zip(tt.shape.dim, g.array.shape, strict=True)):
+            if not d.dim_param or (d.HasField("dim_value") and d.dim_value > 0):
+                continue
+            if d.dim_param in dims and dims[d.dim_param] != size:
+                source = f"--input {told[d.dim_param]}" if d.dim_param in told else f"--dim {d.dim_param}"
+                raise ModelError(
+                    path,
+                    f"{flag} is {size} in dimension {i} ('{d.dim_param}'), {source} makes it {dims[d.dim_param]}",
+                )
+            dims[d.dim_param] = size
+            told[d.dim_param] = vi.name
 
 
 @dataclass(frozen=True)
@@ -493,7 +541,7 @@ def prepare_model(
     for its end to end.
     """
     binding = bind_shapes(model, path, batch, request, fits_here=fits_here)
-    binding = replace(binding, values=steered_values(model, path, binding.shapes, request.values))
+    binding = replace(binding, values=steered_values(model, path, binding.shapes, request.values, binding.given))
     if binding.rebatch:
         original = Binding(
             {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()},
@@ -505,7 +553,7 @@ def prepare_model(
     inferred = fold_and_infer(apply_binding(model, binding, keep_branches=keep_branches), path)
     from benanza.model.resolve import resolve_if_needed
 
-    resolved, report = resolve_if_needed(inferred, path)
+    resolved, report = resolve_if_needed(inferred, path, given=given_arrays(binding.given))
     if keep_branches:
         default_inputs(resolved, binding.shapes, binding.values)
     return PreparedModel(resolved, binding, report)

@@ -22,13 +22,14 @@ stays one layer, as before.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 import numpy as np
 import onnx
 
 from benanza.errors import ModelError
+from benanza.model.given_inputs import GivenInput
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.run_values import INTEGER_TYPES, input_fills
 from benanza.model.walks import SHAPE_READERS, all_graphs
@@ -95,15 +96,17 @@ def steered_values(
     path: object,
     shapes: Mapping[str, tuple[int, ...]],
     values: Mapping[str, int] | None = None,
+    given: Mapping[str, GivenInput] | None = None,
 ) -> dict[str, int]:
-    """The value each steering input of ``model`` is bound to: ``values``' (``--value``), else the one it is
+    """The value each steering input of ``model`` is bound to: ``values``' (``--value``), else its given
+    file's (``--input``: one value throughout, as a branch is taken for the whole run), else the one it is
     fed (``run_values.input_fills``). A name in ``values`` that the model has no input of binds nothing
     there, as ``--dim`` (one run binds models of several kinds: a merged decoder beside its encoder); the
     plan's note says which value each steering input got.
 
     Raises:
         ModelError: ``values`` names an input of the model that steers no ``If`` (its value is data:
-            every benchmark is fed as ``run_values`` says).
+            every benchmark is fed as ``run_values`` says), or a steering input's given file holds several values.
     """
     steering = steering_inputs(model, shapes)
     inits = {t.name for t in model.graph.initializer}
@@ -120,15 +123,26 @@ def steered_values(
     if not steering:
         return {}
     fills = input_fills(model)  # every integer and boolean input, as every steering input is (``_small_integer``)
+    for name in steering:
+        if name in (given or {}) and name not in values:
+            array = given[name].array
+            if array.size and (array != array.flat[0]).any():
+                raise ModelError(
+                    path,
+                    f"--input {name} ({given[name].path}) chooses an If's branch and holds several values; "
+                    "give it one value throughout (the branch is taken for the whole run)",
+                )
+            values[name] = int(array.flat[0]) if array.size else fills[name]
     return {name: values[name] if name in values else fills[name] for name in steering}
 
 
-def branch_notes(bound: Mapping[str, int], given: Mapping[str, int] | None = None) -> list[str]:
+def branch_notes(bound: Mapping[str, int], given: Collection[str] = ()) -> list[str]:
     """One line per input bound to a value (``bound``: ``Binding.values``), saying where the value came from
-    (``given``: ``--value``'s) and what it means for the model's layers and its end to end."""
+    (``given``: the inputs ``--value`` or ``--input`` gave) and what it means for the model's layers and its
+    end to end."""
     taken = "layers from the branch taken, end to end with the If"
     return [
-        f"{name}={value} ({'as given' if name in (given or {}) else f'as fed; --value {name}=V for the other branch'})"
+        f"{name}={value} ({'as given' if name in given else f'as fed; --value {name}=V for the other branch'})"
         f" chooses an If's branch: {taken}"
         for name, value in bound.items()
     ]

@@ -57,6 +57,7 @@ from benanza.bench.build import (
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import EXPORTED, RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
+from benanza.model.given_inputs import given_feeds
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.held_weights import HeldModel, hold_weights
 from benanza.model.load import held_apart, with_synthetic_weights
@@ -553,9 +554,15 @@ class OrtCudaModel(Prepared):
     """
 
     def __init__(
-        self, model: onnx.ModelProto, device: int = 0, precision: str = "float32", disabled: Sequence[str] = ()
+        self,
+        model: onnx.ModelProto,
+        device: int = 0,
+        precision: str = "float32",
+        disabled: Sequence[str] = (),
+        feeds: Mapping[str, np.ndarray] | None = None,
     ) -> None:
-        """``disabled``: ONNX Runtime optimizers the session leaves out (``build.disabled_optimizers``)."""
+        """``disabled``: ONNX Runtime optimizers the session leaves out (``build.disabled_optimizers``);
+        ``feeds``: its inputs (default: ``feeds_for(model)``)."""
         from benanza.errors import GpuError
 
         ort = _ort()
@@ -574,7 +581,7 @@ class OrtCudaModel(Prepared):
         self.provenance = {"framework": "onnxruntime-cuda", "onnxruntime": ort.__version__, "opt": "all"}
         self._binding = self._session.io_binding()
         self._inputs = []  # the device copies of the inputs live as long as the binding
-        for name, array in feeds_for(model).items():
+        for name, array in (feeds_for(model) if feeds is None else feeds).items():
             value = ort.OrtValue.ortvalue_from_numpy(array, "cuda", device)
             self._inputs.append(value)
             self._binding.bind_ortvalue_input(name, value)
@@ -797,10 +804,10 @@ class OnnxRuntimeCPU(Runtime):
             proto = processed.proto
             held = held_apart(proto) if apart else HeldModel(with_synthetic_weights(proto), {})
             disabled = []  # the model as its users run it
+            feeds = given_feeds(feeds_for(held.proto), processed.binding.given)
             if spec.at_runtime_defaults and apart:
                 at_defaults = {"session": RUNTIME_DEFAULTS, "opt": "all", "defaults": self.runtime_defaults() or ""}
                 model_bytes = held.proto.SerializeToString()
-                feeds = feeds_for(held.proto)
                 return _OrtPrepared(model_bytes, feeds, "all", self.threads, (), held.weights, at_defaults, held.folder)
         elif spec.network is None:
             raise UsageError(f"spec {spec.key} carries no network to build")
@@ -808,10 +815,10 @@ class OnnxRuntimeCPU(Runtime):
             net = spec.network
             held = build_held(net, sink=True) if apart else HeldModel(build_onnx(net, sink=True), {})
             disabled = disabled_optimizers(held.proto)
+            feeds = data_length_feeds(net, feeds_for(held.proto))
         model = held.proto
         if not apart:
-            return OrtCudaModel(model, disabled=disabled)
-        feeds = feeds_for(model) if spec.network is None else data_length_feeds(spec.network, feeds_for(model))
+            return OrtCudaModel(model, disabled=disabled, feeds=feeds)
         return _OrtPrepared(
             model.SerializeToString(),
             feeds,
@@ -834,7 +841,7 @@ class OnnxRuntimeCPU(Runtime):
 
         default_inputs(model, processed.binding.shapes, processed.binding.values)
         held = held_apart(model)
-        bound = feeds_for(processed.proto)  # the same names: the runtime inputs are the file's
+        bound = given_feeds(feeds_for(processed.proto), processed.binding.given)  # the names: the file's inputs
         inits = {t.name for t in model.graph.initializer}
         feeds = {vi.name: bound[vi.name] for vi in model.graph.input if vi.name not in inits}
         model_bytes = held.proto.SerializeToString()
