@@ -254,6 +254,27 @@ def test_fixed_batch_rebinds_and_records_rebatch(zoo_path):
     assert bind_shapes(model, "r").shapes == {name: (1, 3, 224, 224)}
 
 
+def test_a_fixed_leading_dimension_other_than_one_rewritten_to_the_batch_is_said(build_model, process_proto):
+    """torchvision's detectors take one ``3xHxW`` image, no batch dimension: ``benanza run``'s default batch 1
+    made it a one-channel image (its normalisation broadcast it back to three), silently. A file fixed at batch
+    1 rebatched to 8 is what ``--batch`` is for: nothing said."""
+    model = build_model(
+        [helper.make_node("Relu", ["image"], ["y"])],
+        [("image", TensorProto.FLOAT, [3, 8, 8])],
+        [("y", TensorProto.FLOAT, None)],
+    )
+    (note,) = process_proto(model, batch=1).notes()
+    assert (
+        note.startswith("input 'image': its file fixes its leading dimension at 3, bound here to 1")
+        and "--batch 3" in note
+    )
+    assert process_proto(model).notes() == [] and process_proto(model, batch=3).notes() == []
+    batch_one = build_model(
+        [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [1, 8])], [("y", TensorProto.FLOAT, None)]
+    )
+    assert process_proto(batch_one, batch=8).notes() == []
+
+
 def test_initializers_are_not_runtime_inputs(zoo_path):
     model = load_model(zoo_path("vgg19"))
     assert len(model.graph.input) > 1  # IR 3: weights are listed as graph inputs

@@ -32,12 +32,21 @@ class ProcessedModel:
     shapes: ShapeReport = field(default_factory=ShapeReport)  # how its tensors were shaped, why any was not
 
     def notes(self, request: BindingRequest = NO_REQUEST) -> list[str]:
-        """What processing decided that the layer tables do not show: the branch an input chose
-        (``steering.branch_notes``; ``request``: what was asked) and each length taken from the model's run
-        (``ShapeReport.by_data``), named by the layer that makes it."""
+        """What processing decided that the layer tables do not show: the file each given input was fed from
+        (``--input``), a fixed leading dimension other than 1 rewritten to the batch size (a detector exported
+        for one ``3xHxW`` image has no batch dimension: ``benanza run``'s default batch 1 made it one channel),
+        the branch an input chose (``steering.branch_notes``; ``request``: what was asked) and each length taken
+        from the model's run (``ShapeReport.by_data``), named by the layer that makes it."""
         producers = {t.name: layer.name for layer in self.graph.layers for t in layer.outputs}
         return [
             *(f"input '{name}' fed {given.described()}" for name, given in self.binding.given.items()),
+            *(
+                f"input '{name}': its file fixes its leading dimension at {old}, bound here to {new}, the batch size "
+                f"asked (--batch, which benanza run sets to 1 unless given); where that dimension is not a batch, "
+                f"--batch {old} measures the model as its file is"
+                for name, (old, new) in self.binding.rebatch.items()
+                if old != 1  # a file exported at batch 1 is rebatched by design (--batch 8)
+            ),
             *branch_notes(self.binding.values, {*request.values, *request.inputs}),
             *(f"{producers.get(t, t)}: output '{t}': {how}" for t, how in self.shapes.by_data),
         ]
