@@ -237,6 +237,8 @@ def extract(
         node_name = node.name or f"{node.op_type}_{pos}"
         domain = domain_of(node)
         try:
+            if any(o in shapes.data_branches for o in node.output):
+                raise _UnsupportedNode(DATA_BRANCH_REASON)
             layer = _make_layer(
                 len(layers), node, node_name, domain, opsets, types, constants, const_protos, used, shapes, computed
             )
@@ -266,6 +268,13 @@ def extract(
         graph_key=model_identity(model.graph, nodes, layer_at, opsets, {n: g.digest for n, g in fed.items()}),
         shaped_by=shapes.shaped_by,
     )
+
+
+DATA_BRANCH_REASON = (
+    "the model's data decides its branch and its work (an NMS of the boxes it is given): not benchmarked "
+    "alone, where synthetic data would measure other work; its end to end counts it, and what reads it is "
+    "benchmarked at the shapes the model's run gave"
+)
 
 
 def _normalise_value_inputs(

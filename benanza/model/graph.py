@@ -173,11 +173,14 @@ class ShapeReport:
     it shaped. ``unresolved``: tensor -> why its shape is unknown (a runtime value decides it,
     ONNX Runtime cannot run its node, the memory guard refused to). ``by_data``: tensor -> how its
     length, which its data decides, was taken from the model's own run (``walks.LENGTH_BY_DATA``).
+    ``data_branches``: outputs of an ``If`` whose branch the model's data decides, shaped by that run too
+    (what reads them is benchmarked; the ``If`` is not, alone: ``extract``).
     """
 
     shaped_by: tuple[tuple[str, int], ...] = ()
     unresolved: tuple[tuple[str, str], ...] = ()
     by_data: tuple[tuple[str, str], ...] = ()
+    data_branches: tuple[str, ...] = ()
 
     @property
     def method(self) -> str:

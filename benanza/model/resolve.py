@@ -21,7 +21,10 @@ in topological order, with the first tool that shapes the node:
    (``LENGTH_BY_DATA``: the boxes NonMaxSuppression keeps, NonZero's count) and no setting:
    once, on the inputs its benchmarks and its end to end get (``run_values.model_feeds``), the
    model's synthetic weights where the file holds none, memory guarded as a node's run; the
-   length it gives is the one benchmarked, and ``ShapeReport.by_data`` says so per tensor.
+   length it gives is the one benchmarked, and ``ShapeReport.by_data`` says so per tensor. The same
+   run shapes a shape that inputs given their values alone decide (``--input``: ``_carried``) and the
+   outputs of an ``If`` whose branch the data decides (``ShapeReport.data_branches``: what reads them is
+   benchmarked, the ``If`` is not, alone).
 
 A tensor is *runtime* when its value depends on a graph input's value. ``Shape`` and ``Size``
 read only shapes, so once inputs are bound their outputs, and everything computed from them
@@ -118,6 +121,7 @@ def shape_report(
     *,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     by_data: Mapping[str, str] | None = None,
+    data_branches: Iterable[str] = (),
 ) -> ShapeReport:
     """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named).
 
@@ -134,6 +138,7 @@ def shape_report(
         shaped_by=tuple((m, n) for m, n in counts.items() if n),
         unresolved=tuple(sorted((reasons or {}).items())),
         by_data=tuple(sorted((by_data or {}).items())),
+        data_branches=tuple(sorted(data_branches)),
     )
 
 
@@ -173,7 +178,13 @@ def resolve_shapes(
             break
         walk.run()  # what reads them
     resolved = walk.result()
-    report = shape_report(resolved, walk.method, walk.unresolved(), by_data=walk.by_data)
+    report = shape_report(
+        resolved,
+        walk.method,
+        walk.unresolved(),
+        by_data=walk.by_data,
+        data_branches=walk.data_branches & set(walk.shape),
+    )
     if report.unresolved:
         log.info("%s: %d tensors have no shape after resolution", path, len(report.unresolved))
     return resolved, report
@@ -232,6 +243,7 @@ class _Walk:
         self.evaluated: set[str] = set()  # constants whose values this walk computed
         self.length_by_data: dict[str, str] = {}  # tensor -> why: its length its data decides, to run for
         self.by_data: dict[str, str] = {}  # tensor -> how the model's run shaped it
+        self.data_branches: set[str] = set()  # outputs of an If whose branch the data decides (``_by_data``)
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
         self.producer = {o: node for node in self.nodes for o in node.output if o}
 
@@ -469,12 +481,13 @@ class _Walk:
 
     def _by_data(self, node: onnx.NodeProto, outs: list[str], deciders: list[str]) -> None:
         """Mark ``outs`` for the model's run where ``node``'s data, and no setting, decides their length
-        (``LENGTH_BY_DATA``), or where inputs given their values (``self.given``) alone decide them; not
-        where random values do.
+        (``LENGTH_BY_DATA``), where inputs given their values (``self.given``) alone decide them, or where
+        ``node`` is an ``If`` whose branch the model's data decides; not where random values do.
 
-        Not an ``If`` whose branch the model's data decides (torchvision's ``batched_nms``: "no box
-        left?"): shaped by the run, its branch, a ``NonMaxSuppression`` of an SSDlite's 27,000 candidate
-        boxes, took 423 ms alone on synthetic boxes, five times the whole model on its own."""
+        Such an ``If`` (torchvision's ``batched_nms``: "no box left?", then an NMS of the boxes) is shaped by
+        the run so that what reads it (a two-stage detector's whole second stage) is benchmarked, and is
+        kept from being benchmarked alone (``data_branches``, ``extract``): its work is its data's, and on
+        synthetic boxes an SSDlite's (an NMS of 27,000 candidates) took 423 ms, five times the whole model."""
         data = LENGTH_BY_DATA.get(node.op_type) if _is_onnx_domain(node) else None
         slots = {i for i, x in enumerate(node.input) if x in deciders}
         sources = self._sources(deciders)
@@ -482,9 +495,12 @@ class _Walk:
         # given values decide it, and its benchmark gets them: not an op with a subgraph (an If that the data
         # decides, benchmarked alone on synthetic data), nor a setting computed from data (synthetic alone)
         by_given = not _has_subgraph(node) and bool(deciders) and all(self._carried(x) for x in deciders)
-        if by_length or by_given:
+        by_branch = node.op_type == "If" and _is_onnx_domain(node) and bool(sources) and "random" not in sources
+        if by_length or by_given or by_branch:
             for o in outs:
                 self.length_by_data[o] = self._depends_on(deciders)
+        if by_branch and not (by_length or by_given):
+            self.data_branches.update(outs)
 
     def _carried(self, tensor: str) -> bool:
         """Whether ``tensor`` is a small integer tensor whose value is computed from given inputs and constants
@@ -559,7 +575,13 @@ class _Walk:
             self.method[o] = "model"
             shape = "x".join(map(str, found[0])) or "a scalar"
             on = "the given inputs (--input)" if self.given else "the benchmark inputs"
-            self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
+            if o in self.data_branches:
+                self.by_data[o] = (
+                    f"{why[o]}, and so does the branch it takes: shaped by its run on {on}, {shape}; what reads it "
+                    "is benchmarked at that length, the If itself only end to end"
+                )
+            else:
+                self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
             shaped = True
         return shaped
 
