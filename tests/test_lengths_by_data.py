@@ -296,7 +296,8 @@ def test_an_if_whose_branch_the_data_decides_is_shaped_by_the_run_and_only_what_
     assert processed.shapes.data_branches == ("chosen",)
     (matmul,) = [layer for layer in processed.graph.layers if layer.op_type == "MatMul"]
     assert matmul.inputs[0].tensor.shape[1] == 4 and matmul.output_shapes[0][1] == 8
-    assert any("the If itself only end to end" in note for note in processed.notes())
+    (note,) = [note for note in processed.notes() if "the If itself only end to end" in note]
+    assert note.startswith("batched_nms: output 'chosen': ")  # named by its node, which is no layer
 
 
 def test_the_main_job_measures_all_but_a_data_decided_if_and_runs_it_end_to_end(build_model, tmp_path):

@@ -498,3 +498,18 @@ def test_why_not_faster_splits_the_gap_with_the_models_own_kernel_time():
     assert "its kernels take 1.42x as long inside the model as its units alone (0.142 ms more" in why(0.483)
     assert "inside the model" not in why(0.345)  # within the noise of the units' sum
     assert "the runtime spends 0.285 ms beyond its kernels" in why(None) and "inside the model" not in why(None)
+
+
+def test_coverage_never_rounds_up_to_a_whole():
+    """A Mask R-CNN missing 2 of its 625 nodes showed "100%" in the lower-bound table beside "no bound"."""
+    from benanza.report.output import fmt_coverage
+
+    assert [fmt_coverage(s) for s in (1.0, 0.9968, 623 / 625, 0.9999, 0.989, 0.634, 0.0)] == [
+        "100%",
+        "99.6%",
+        "99.6%",
+        "99.9%",
+        "98%",
+        "63%",
+        "0%",
+    ]

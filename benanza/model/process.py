@@ -37,7 +37,8 @@ class ProcessedModel:
         for one ``3xHxW`` image has no batch dimension: ``benanza run``'s default batch 1 made it one channel),
         the branch an input chose (``steering.branch_notes``; ``request``: what was asked) and each length taken
         from the model's run (``ShapeReport.by_data``), named by the layer that makes it."""
-        producers = {t.name: layer.name for layer in self.graph.layers for t in layer.outputs}
+        producers = {o: node.name or node.op_type for node in self.proto.graph.node for o in node.output}
+        producers.update((t.name, layer.name) for layer in self.graph.layers for t in layer.outputs)
         return [
             *(f"input '{name}' fed {given.described()}" for name, given in self.binding.given.items()),
             *(

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE
-from benanza.report.output import figure_cell, table, variant_column
+from benanza.report.output import figure_cell, fmt_coverage, table, variant_column
 
 # the column of the model end to end at its runtime's defaults (``LowerBound.defaults_e2e_ms``)
 DEFAULTS_COLUMN = "defaults"
@@ -74,7 +74,7 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
                 figure_cell(r, "e2e_ms", r.e2e_ms),
                 *([figure_cell(r, "defaults_e2e_ms", r.defaults_e2e_ms)] if defaults else []),
                 *([figure_cell(r, "exported_e2e_ms", r.exported_e2e_ms)] if exported else []),
-                f"{r.coverage:.0%}",
+                fmt_coverage(r.coverage),
             )
             for r in rows
         ),

@@ -8,7 +8,7 @@ from rich.console import Group
 from rich.table import Table
 
 from benanza.analysis.compare import E2E, Comparison, SystemReport
-from benanza.report.output import fmt, table
+from benanza.report.output import fmt, fmt_coverage, table
 
 _BASIS = {E2E: "e2e", "sequential_ms": "lower bound", None: "-"}
 
@@ -30,7 +30,7 @@ def comparison_table(comparisons: Sequence[Comparison]) -> Table:
                     f"{s.system} @{s.stack_id}" if several_stacks else s.system,
                     s.sequential_ms,
                     s.e2e_ms,
-                    f"{s.coverage:.0%}",
+                    fmt_coverage(s.coverage),
                     s.price_per_hour,
                     s.cost_per_1000,
                     _BASIS[s.cost_basis] if s.cost_per_1000 is not None else "-",
@@ -87,7 +87,7 @@ def system_tables(report: SystemReport) -> Group:
         ("latest stack", report.latest_stack_id),
         (
             f"corpus coverage (batch {cov.batch_size})" if cov else "corpus coverage",
-            f"{cov.covered}/{cov.unique_layers} unique layers ({cov.share:.0%})"
+            f"{cov.covered}/{cov.unique_layers} unique layers ({fmt_coverage(cov.share)})"
             if cov and cov.share is not None
             else None,
         ),

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from rich.table import Table
 
 from benanza.analysis.optimize import Optimizations
-from benanza.report.output import table, variant_column
+from benanza.report.output import fmt_coverage, table, variant_column
 
 SPEEDUPS = ("algorithm_selection", "tensor_cores", "fusion", "parallel", "framework_gap", "combined", "static_shapes")
 
@@ -40,7 +40,7 @@ def optimizations_table(rows: Sequence[Optimizations]) -> Table:
                 r.bound.e2e_ms,
                 r.e2e_framework or "-",
                 *[getattr(r, name) for name in SPEEDUPS],
-                f"{r.bound.coverage:.0%}",
+                fmt_coverage(r.bound.coverage),
             )
             for r in rows
         ),

@@ -179,3 +179,13 @@ def fmt(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "x".join(str(v) for v in value) if all(isinstance(v, int) for v in value) else str(list(value))
     return str(value)
+
+
+def fmt_coverage(share: float) -> str:
+    """A coverage share as a percentage that never rounds up to a whole: ``100%`` only where every node has a
+    figure (a Mask R-CNN missing 2 of 625 nodes is ``99.6%``, not ``100%``), one decimal from 99%."""
+    if share >= 1:
+        return "100%"
+    if share >= 0.99:
+        return f"{math.floor(share * 1000) / 10:.1f}%"
+    return f"{math.floor(share * 100):.0f}%"

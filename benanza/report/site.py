@@ -32,7 +32,7 @@ from benanza.analysis.lower_bound import LowerBound
 from benanza.bench.stats import CONFIDENCE, Interval
 from benanza.errors import UsageError
 from benanza.report import site_plots
-from benanza.report.output import DISTURBED_MARK, DISTURBED_NOTE, figure_cell, fmt, fmt_figure, write_csv
+from benanza.report.output import DISTURBED_MARK, DISTURBED_NOTE, figure_cell, fmt, fmt_coverage, fmt_figure, write_csv
 from benanza.survey import ModelFigures, Survey, SystemFigures
 
 FIGURE_STYLE = 2  # bump when a figure's drawing changes, so an incremental report redraws it
@@ -216,8 +216,8 @@ class _Site:
             f = max(measured, key=lambda f: f.row.coverage)
             why = "; ".join(sorted({x["reason"] for x in f.row.missing}))[:300]
             return (
-                f"{subject} at batch {m.batch_size}: no lower bound yet, {f.row.coverage:.0%} of its nodes are "
-                f"measured on {escape(f.row.system)} ({escape(why) or 'nothing missing is named'})."
+                f"{subject} at batch {m.batch_size}: no lower bound yet, {fmt_coverage(f.row.coverage)} of its "
+                f"nodes are measured on {escape(f.row.system)} ({escape(why) or 'nothing missing is named'})."
             )
         where = (best.system, best.stack_id, best.variant)
         fig = next(f for f in m.latest if (f.row.system, f.row.stack_id, f.row.variant) == where)
@@ -233,7 +233,7 @@ class _Site:
                 could += f"; {_ms_of(row, 'parallel_ms', row.parallel_ms)} with independent layers in parallel"
             parts.append(could + ")")
         else:
-            parts.append(f"has no lower bound ({row.coverage:.0%} of its nodes measured)")
+            parts.append(f"has no lower bound ({fmt_coverage(row.coverage)} of its nodes measured)")
         if row.e2e_ms is not None:
             ratio = f": {row.e2e_ms / row.sequential_ms:.2f}x its lower bound" if row.sequential_ms else ""
             parts.append(f"and runs in <b>{_ms_of(row, 'e2e_ms', row.e2e_ms)}</b> end to end{ratio}")
@@ -337,7 +337,7 @@ class _Site:
                     *[_figure(f.row, f"composed_ms[{g}]", f.row.composed_ms.get(g)) for g in grans],
                     _figure(f.row, "e2e_ms", f.row.e2e_ms),
                     _c(_ratio(f.row.e2e_ms, f.row.sequential_ms), num=True),
-                    _c(f"{f.row.coverage:.0%}", num=True),
+                    _c(fmt_coverage(f.row.coverage), num=True),
                 ]
                 for m, f in latest
             ],
@@ -395,7 +395,9 @@ class _Site:
                     _c(len(r.stacks), num=True),
                     _c(_total(r.counts), num=True),
                     _c(_total(r.counts_all_stacks), num=True),
-                    _c(f"{r.coverage.share:.0%}" if r.coverage and r.coverage.share is not None else "-", num=True),
+                    _c(
+                        fmt_coverage(r.coverage.share) if r.coverage and r.coverage.share is not None else "-", num=True
+                    ),
                 ]
                 for r in s.systems
             ],
@@ -435,7 +437,9 @@ class _Site:
                     _c(ms[0].layers, num=True),
                     _c(ms[0].unique_layers, num=True),
                     _c(len(ms[0].not_benchmarked), num=True),
-                    _c(", ".join(f"{f.row.system} {f.row.coverage:.0%}" for f in ms[0].latest) or "no system"),
+                    _c(
+                        ", ".join(f"{f.row.system} {fmt_coverage(f.row.coverage)}" for f in ms[0].latest) or "no system"
+                    ),
                 ]
                 for name, ms in by_model.items()
             ],
@@ -515,7 +519,7 @@ class _Site:
                     *[_figure(r, f"composed_ms[{g}]", r.composed_ms.get(g)) for g in grans],
                     _figure(r, "e2e_ms", r.e2e_ms),
                     _c(_ratio(r.e2e_ms, r.sequential_ms), num=True),
-                    _c(f"{r.coverage:.0%}", num=True),
+                    _c(fmt_coverage(r.coverage), num=True),
                 ]
                 for m, r in every
             ],
@@ -817,7 +821,8 @@ class _Site:
             f"{report.name}: {_hardware(hw) or 'hardware unknown'}; {len(report.stacks)} stack(s), current "
             f"{report.latest_stack_id or '-'}; "
             + (
-                f"{cov.covered:,} of the corpus's {cov.unique_layers:,} unique layers measured ({cov.share:.0%})."
+                f"{cov.covered:,} of the corpus's {cov.unique_layers:,} unique layers measured "
+                f"({fmt_coverage(cov.share)})."
                 if cov and cov.share is not None
                 else "no corpus coverage."
             )
