@@ -217,6 +217,20 @@ def test_an_input_given_twice_or_with_a_value_or_another_shape_is_refused(files)
         BindingRequest.parse(shapes=["scores=3"], inputs=[f"scores={files / 'scores.npy'}"])
 
 
+def test_an_archives_array_that_is_no_input_is_left_out_and_said_but_a_named_one_is_an_error(files):
+    """``np.savez(f, **tokenizer(text, return_tensors="np"))`` holds ``token_type_ids`` for models that take none."""
+    np.savez(files / "extra.npz", n=np.array(30, np.int64), token_type_ids=np.zeros((1, 4), np.int64))
+    processed = process_model(files / "ranged.onnx", None, _request(str(files / "extra.npz")))
+    assert set(processed.binding.given) == {"n"}
+    assert f"{files / 'extra.npz'} holds 'token_type_ids', no input of this model: not fed" in processed.notes()
+    np.save(files / "ids.npy", np.zeros((1, 4), np.int64))
+    with pytest.raises(ModelError, match=r"--input names unknown input\(s\) token_type_ids"):
+        process_model(files / "ranged.onnx", None, _request(f"token_type_ids={files / 'ids.npy'}"))
+    np.savez(files / "none.npz", labels=np.zeros(3, np.int64))
+    with pytest.raises(ModelError, match=r"none\.npz gives no input of this model; inputs are x, n, scores"):
+        process_model(files / "ranged.onnx", None, _request(str(files / "none.npz")))
+
+
 def test_onnx_tensor_files_and_a_test_data_folder_are_read_by_their_names(tmp_path):
     folder = tmp_path / "test_data_set_0"
     folder.mkdir()

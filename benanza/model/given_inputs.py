@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,18 +41,21 @@ _EXAMPLE = "e.g. --input images=image.npy, --input inputs.npz or --input test_da
 @dataclass(frozen=True)
 class GivenInput:
     """One input's values, read from ``path``; ``digest``: 16 hex digits of sha256 over its dtype, shape
-    and bytes."""
+    and bytes. ``named``: the flag named it (``NAME=FILE``, or a ``.pb`` file): a model without such an input
+    is an error; an array of a ``.npz`` or a folder a model has no input of is left out (a tokenizer's
+    ``token_type_ids`` for a model that takes none), and said."""
 
     name: str
     path: str
     digest: str
     array: np.ndarray = field(compare=False, repr=False)
+    named: bool = True
 
     @classmethod
-    def of(cls, name: str, path: str | Path, array: np.ndarray) -> GivenInput:
+    def of(cls, name: str, path: str | Path, array: np.ndarray, named: bool = True) -> GivenInput:
         """The input ``name`` of ``array``, read from ``path``."""
         array = np.require(array, requirements="C")
-        return cls(name, str(Path(path).resolve()), values_digest(array), array)
+        return cls(name, str(Path(path).resolve()), values_digest(array), array, named)
 
     @classmethod
     def read(cls, name: str, path: str, digest: str = "") -> GivenInput:
@@ -138,7 +141,7 @@ def read_input_file(path: str | Path, name: str | None = None) -> list[GivenInpu
         files = sorted(p.glob("input_*.pb")) or sorted(p.glob("*.pb"))
         if not files:
             raise UsageError(f"{p}: the folder holds no .pb tensor files (as the ONNX model zoo's test_data_set_0)")
-        return [given for f in files for given in read_input_file(f)]
+        return [replace(given, named=False) for f in files for given in read_input_file(f)]
     suffix = p.suffix.lower()
     try:
         if suffix == ".npy":
@@ -166,7 +169,7 @@ def read_input_file(path: str | Path, name: str | None = None) -> list[GivenInpu
     for key, array in arrays.items():
         if array.dtype.kind not in "biuf":
             raise UsageError(f"{p}: '{key}' is {array.dtype} data; given inputs are numbers or booleans")
-    return [GivenInput.of(key, p, array) for key, array in arrays.items()]
+    return [GivenInput.of(key, p, array, named=suffix != ".npz") for key, array in arrays.items()]
 
 
 def parse_input_flags(texts: Iterable[str] | None) -> dict[str, GivenInput]:

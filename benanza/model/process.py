@@ -41,6 +41,7 @@ class ProcessedModel:
         producers.update((t.name, layer.name) for layer in self.graph.layers for t in layer.outputs)
         return [
             *(f"input '{name}' fed {given.described()}" for name, given in self.binding.given.items()),
+            *(f"{g.path} holds '{g.name}', no input of this model: not fed" for g in self.binding.not_inputs),
             *(
                 f"input '{name}': its file fixes its leading dimension at {old}, bound here to {new}, the batch size "
                 f"asked (--batch, which benanza run sets to 1 unless given); where that dimension is not a batch, "

@@ -85,6 +85,8 @@ class Binding:
     rebatch: dict[str, tuple[int, int]] = field(default_factory=dict)  # input -> (old, new)
     values: dict[str, int] = field(default_factory=dict)  # input -> the value all its elements are
     given: dict[str, GivenInput] = field(default_factory=dict)  # inputs fed their values from files (--input)
+    # arrays of a --input .npz or folder that name no input of the model: left out, said (``GivenInput.named``)
+    not_inputs: tuple[GivenInput, ...] = ()
     # the file leaves an input dimension free (symbolic or unknown) and fixes none to another size than bound:
     # as it is, it runs at these shapes (``BenchmarkSpec.as_exported``); a rebatch or a --shape over a fixed one
     # makes shapes the file refuses
@@ -126,12 +128,18 @@ def bind_shapes(
         raise UsageError(f"--batch must be at least 1, got {batch}")
     inputs = runtime_inputs(model)
     names = [i.name for i in inputs]
-    for flag, named in (("--shape", shapes), ("--input", request.inputs)):
+    explicit = {name for name, g in request.inputs.items() if g.named}
+    for flag, named in (("--shape", shapes), ("--input", explicit)):
         unknown = sorted(set(named) - set(names))
         if unknown:
             raise ModelError(path, f"{flag} names unknown input(s) {', '.join(unknown)}; inputs are {', '.join(names)}")
-    given_dims(path, inputs, request.inputs, dims)
-    shapes.update((name, tuple(given.array.shape)) for name, given in request.inputs.items())
+    fed = {name: g for name, g in request.inputs.items() if name in names}
+    not_inputs = tuple(g for name, g in request.inputs.items() if name not in names)
+    if request.inputs and not fed:
+        files = ", ".join(sorted({g.path for g in request.inputs.values()}))
+        raise ModelError(path, f"--input {files} gives no input of this model; inputs are {', '.join(names)}")
+    given_dims(path, inputs, fed, dims)
+    shapes.update((name, tuple(g.array.shape)) for name, g in fed.items())
     bound: dict[str, tuple[int, ...]] = {}
     rebatch: dict[str, tuple[int, int]] = {}
     unbound: list[_Unbound] = []
@@ -171,7 +179,8 @@ def bind_shapes(
         raise UnboundDimensionError(path, _unbound_message(unbound))
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
-    return Binding(bound, rebatch, given=dict(request.inputs), exported=_runs_as_exported(inputs, bound))
+    exported = _runs_as_exported(inputs, bound)
+    return Binding(bound, rebatch, given=fed, not_inputs=not_inputs, exported=exported)
 
 
 def given_dims(
