@@ -386,21 +386,23 @@ class CudnnRuntime(Runtime):
 
     def prepare(self, spec: BenchmarkSpec) -> Any:
         if spec.kind is SpecKind.MODEL:
+            from benanza.model.given_inputs import given_feeds
             from benanza.model.load import with_synthetic_weights
             from benanza.model.process import process_model
-            from benanza.runtimes.onnxruntime import OrtCudaModel, cuda_provider_missing
+            from benanza.runtimes.onnxruntime import OrtCudaModel, cuda_provider_missing, feeds_for
 
             info = dict(spec.model or {})
             from benanza.runtimes.cuda.torch_model import TorchModel, torch_missing
 
             processed = process_model(info["path"], *model_binding(info), keep_branches=True)  # as shipped
             model = with_synthetic_weights(processed.proto)
+            feeds = given_feeds(feeds_for(model), processed.binding.given)  # --input's values, where given
             framework, why_not = e2e_framework(self.precision, cuda_provider_missing(), torch_missing())
             if framework == "onnxruntime-cuda":
-                return OrtCudaModel(model, self.device, self.precision)
+                return OrtCudaModel(model, self.device, self.precision, feeds=feeds)
             if framework is None:
                 raise GpuError(f"no framework can run this model end to end here: {why_not}")
-            return TorchModel(model, self.device, self.precision, self.tensor_cores)
+            return TorchModel(model, self.device, self.precision, self.tensor_cores, feeds)
         params = spec_params(spec, self.precision)
         if isinstance(params, Unsupported):
             raise UnsupportedLayer(params.reason)

@@ -20,6 +20,7 @@ PyTorch would run in its place, and the record's ``settings.rewrites`` lists eac
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -104,7 +105,15 @@ class TorchModel(Prepared):
     float inputs are cast to it (``Module.to(dtype=...)``, what ``model.half()`` does).
     """
 
-    def __init__(self, model: Any, device: int = 0, precision: str = "float32", tensor_cores: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        device: int = 0,
+        precision: str = "float32",
+        tensor_cores: bool = True,
+        feeds: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``feeds``: the model's inputs by name (default: ``runtimes.onnxruntime.feeds_for(model)``)."""
         missing = torch_missing()
         if missing:
             raise GpuError(missing)
@@ -125,7 +134,7 @@ class TorchModel(Prepared):
         self._module = convert(converted).eval().to(self._device, dtype=dtype)
         self._inputs = [
             tensor.to(self._device, dtype=dtype) if tensor.is_floating_point() else tensor.to(self._device)
-            for tensor in (torch.from_numpy(a) for a in feeds_for(model).values())
+            for tensor in (torch.from_numpy(a) for a in (feeds_for(model) if feeds is None else feeds).values())
         ]
         self.provenance = {
             "framework": "pytorch",
