@@ -550,8 +550,8 @@ class FleetConfig(BaseModel):
             data["dims"] = {**data["dims"], **dims}
         if values:
             data["values"] = {**data["values"], **values}
-        if inputs:
-            data["inputs"] = [*data["inputs"], *inputs]
+        if inputs is not None:
+            data["inputs"] = inputs  # as --shape: the command line's replace the file's
         try:
             changed = FleetConfig.model_validate(data, context={"environ": {}})
         except ValidationError as exc:

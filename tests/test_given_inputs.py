@@ -191,7 +191,7 @@ def test_a_given_input_the_model_cannot_take_is_a_one_line_model_error(files, ma
         ("n.npy", "holds one array without a name; pass --input NAME="),
         ("n=both.npz", "--input NAME=FILE takes a .npy or .pb file"),
         ("=n.npy", "bad --input '=n.npy': expected NAME=FILE or FILE"),
-        ("n=text.npy", "'n' is <U5 data; given inputs are numbers or booleans"),
+        ("n=text.npy", "'n' is <U5 data; given inputs are booleans, integers and float16/32/64"),
         ("ranged.onnx", "not an input file"),
         ("empty", "the folder holds no .pb tensor files"),
     ],
@@ -213,7 +213,7 @@ def test_an_input_given_twice_or_with_a_value_or_another_shape_is_refused(files)
     assert set(parse_input_flags([f"n={files / 'n.npy'}", str(files / "both.npz")])) == {"n", "scores"}  # the same
     with pytest.raises(UsageError, match="--value n and --input n"):
         BindingRequest.parse(values=["n=3"], inputs=[f"n={files / 'n.npy'}"])
-    with pytest.raises(UsageError, match="--shape scores=3 but --input scores holds 512"):
+    with pytest.raises(UsageError, match=r"--shape scores=3 but --input scores \(.*scores\.npy\) holds 512"):
         BindingRequest.parse(shapes=["scores=3"], inputs=[f"scores={files / 'scores.npy'}"])
 
 
@@ -282,7 +282,8 @@ def test_the_end_to_end_is_fed_the_given_values_and_a_spec_reads_them_again_chec
     runtime = OnnxRuntimeCPU()
     request = _request(f"n={files / 'n.npy'}", f"scores={files / 'scores.npy'}")
     ((plan,),) = plan_model_file(files / "ranged.onnx", [runtime], [None], request)
-    assert plan.fed == {"n": "n.npy", "scores": "scores.npy"}
+    n, scores_ = request.inputs["n"], request.inputs["scores"]
+    assert plan.fed == {"n": f"n.npy@{n.digest[:8]}", "scores": f"scores.npy@{scores_.digest[:8]}"}
     specs = specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True, defaults=True, exported=True)
     models = [s for s in specs if s.kind is SpecKind.MODEL]
     assert len(models) == 3
@@ -324,7 +325,11 @@ def test_the_main_job_runs_a_model_on_given_inputs_and_names_the_two_workloads_a
     (given,) = json_command(ENV, "run", files / "ranged.onnx", *flags, "--input", files / "both.npz")
     assert given["coverage"] == 1.0 and given["sequential_ms"] is not None and given["e2e_ms"] is not None
     rows = json_command(ENV, "analyze", "lower-bound", "--db", db)
-    assert sorted(r["model"] for r in rows) == ["ranged (n from both.npz)", "ranged (n from synthetic values)"]
+    n = parse_input_flags([str(files / "both.npz")])["n"]
+    assert sorted(r["model"] for r in rows) == [
+        f"ranged (n from both.npz@{n.digest[:8]})",
+        "ranged (n from synthetic values)",
+    ]
 
 
 def test_the_main_job_refuses_an_unreadable_input_in_one_line_before_opening_anything(files):
@@ -345,6 +350,117 @@ def test_a_fleet_config_reads_inputs_relative_to_its_folder(files):
     assert cfg.inputs == [str(files / "both.npz")]
     (work,) = plan_corpus(cfg).works.values()
     (plan,) = work.plans
-    assert plan.fed == {"n": "both.npz", "scores": "both.npz"} and not plan.graph.unsupported
+    assert {name: label.partition("@")[0] for name, label in plan.fed.items()} == {
+        "n": "both.npz",
+        "scores": "both.npz",
+    }
+    assert not plan.graph.unsupported
     with pytest.raises(ValidationError, match=r"nowhere\.npz: no such file"):
         FleetConfig(systems=[SystemConfig(name="a", runtimes=["null"])], inputs=["nowhere.npz"])
+
+
+def test_a_folders_tensor_that_is_no_input_stays_out_of_the_spec_which_the_runtime_prepares(tmp_path, build_model):
+    """The spec carried every array of the folder; read again through its .pb it was a named unknown input,
+    and every end to end failed on the worker ("--input names unknown input(s) extra")."""
+    onnx.save(
+        build_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2, 3])], [("y", F, None)]),
+        tmp_path / "relu.onnx",
+    )
+    folder = tmp_path / "test_data_set_0"
+    folder.mkdir()
+    (folder / "input_0.pb").write_bytes(numpy_helper.from_array(np.ones((2, 3), np.float32), "x").SerializeToString())
+    (folder / "input_1.pb").write_bytes(numpy_helper.from_array(np.ones(4, np.float32), "extra").SerializeToString())
+    runtime = OnnxRuntimeCPU()
+    ((plan,),) = plan_model_file(tmp_path / "relu.onnx", [runtime], [None], BindingRequest.parse(inputs=[str(folder)]))
+    (spec, *_) = [
+        s for s in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True) if s.kind is SpecKind.MODEL
+    ]
+    assert set(spec.model["inputs"]) == {"x"}
+    prepared = runtime.prepare(spec)
+    try:
+        prepared.call()
+    finally:
+        prepared.close()
+    assert runtime.supports(spec) is None
+    (folder / "input_0.pb").unlink()
+    assert runtime.supports(spec) == f"input file not available on this system: {folder / 'input_0.pb'} (--input)"
+
+
+def test_a_folders_unnamed_tensors_are_the_models_inputs_by_position():
+    """131 of the 171 input_*.pb files of the ONNX wheel's test data (pytorch-converted, pytorch-operator)
+    have no name: ONNX's own runner feeds them by position."""
+    folder = Path(onnx.__file__).parent / "backend" / "test" / "data" / "pytorch-operator" / "test_operator_maxpool"
+    if not folder.is_dir():
+        pytest.skip("this onnx wheel ships no backend test data")
+    tensor = onnx.load_tensor(str(folder / "test_data_set_0" / "input_0.pb"))
+    assert not tensor.name
+    processed = process_model(
+        folder / "model.onnx", None, BindingRequest.parse(inputs=[str(folder / "test_data_set_0")])
+    )
+    ((name, given),) = processed.binding.given.items()
+    assert name == processed.graph.inputs[0].name and given.array.shape == tuple(tensor.dims)
+
+
+def test_a_narrow_integer_length_is_not_taken_from_the_run_as_its_benchmark_could_not_carry_it(tmp_path, build_model):
+    """run_values carries int32 and int64 values into a layer's benchmark: a Range to an int16 length shaped at
+    the given 30 was benchmarked at a synthetic 1."""
+    model = build_model(
+        [
+            helper.make_node("Constant", [], ["zero"], value=numpy_helper.from_array(np.array(0, np.int16))),
+            helper.make_node("Constant", [], ["one"], value=numpy_helper.from_array(np.array(1, np.int16))),
+            helper.make_node("Range", ["zero", "n", "one"], ["idx"]),
+        ],
+        [("n", TensorProto.INT16, [])],
+        [("idx", TensorProto.INT16, None)],
+    )
+    onnx.save(model, tmp_path / "r16.onnx")
+    np.save(tmp_path / "n.npy", np.array(30, np.int16))
+    processed = process_model(tmp_path / "r16.onnx", None, BindingRequest.parse(inputs=[f"n={tmp_path / 'n.npy'}"]))
+    assert "runtime input 'n'" in processed.shapes.reason("idx") and processed.shapes.by_data == ()
+
+
+def test_a_given_batch_that_is_not_the_one_asked_is_said(tmp_path, build_model):
+    model = build_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, ["batch", 3])], [("y", F, None)])
+    onnx.save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    processed = process_model(tmp_path / "m.onnx", 8, BindingRequest.parse(inputs=[f"x={tmp_path / 'x.npy'}"]))
+    assert processed.binding.shapes == {"x": (2, 3)}
+    assert "input 'x' is fed its file's leading dimension, 2, not the batch size asked, 8" in processed.notes()
+
+
+def test_an_empty_file_for_an_input_that_chooses_a_branch_is_refused(tmp_path, build_model):
+    def branch(name: str, op: str) -> onnx.GraphProto:
+        node = helper.make_node(op, ["x"], [f"{name}_y"])
+        return helper.make_graph([node], name, [], [helper.make_tensor_value_info(f"{name}_y", F, None)])
+
+    model = build_model(
+        [helper.make_node("If", ["flag"], ["y"], then_branch=branch("a", "Relu"), else_branch=branch("b", "Tanh"))],
+        [("x", F, [2, 4]), ("flag", B, ["k"])],
+        [("y", F, None)],
+    )
+    onnx.save(model, tmp_path / "merged.onnx")
+    np.save(tmp_path / "none.npy", np.zeros(0, bool))
+    with pytest.raises(ModelError, match="chooses an If's branch and holds no value"):
+        process_model(tmp_path / "merged.onnx", None, BindingRequest.parse(inputs=[f"flag={tmp_path / 'none.npy'}"]))
+
+
+def test_two_files_of_one_name_are_two_workloads_apart(tmp_path):
+    from benanza.analysis.stored import binding_names
+
+    doc = {"schema_version": 1, "model": "m", "model_key": "k", "batch_size": 1, "runtime": "r", "variant": "v"}
+    doc |= {"layers": [], "units": [], "unit_keys": [], "shapes": {"n": []}}
+    labels = []
+    for folder, value in (("a", 1), ("b", 2)):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "x.npy", np.array(value, np.int64))
+        labels.append(parse_input_flags([f"n={tmp_path / folder / 'x.npy'}"])["n"].label())
+    plans = [StoredPlan.from_doc({**doc, "model_key": f"k{i}", "fed": {"n": label}}) for i, label in enumerate(labels)]
+    names = [p.model for p in binding_names(plans)]
+    assert len(set(names)) == 2 and all(name.startswith("m (n from x.npy@") for name in names)
+
+
+def test_the_command_lines_inputs_replace_the_configs(files):
+    cfg = FleetConfig(systems=[SystemConfig(name="a", runtimes=["null"])], inputs=[f"n={files / 'n.npy'}"])
+    np.save(files / "n2.npy", np.array(31, np.int64))
+    changed = cfg.with_overrides(inputs=[f"n={files / 'n2.npy'}"])
+    assert changed.inputs == [f"n={files / 'n2.npy'}"] and set(changed.binding_request().inputs) == {"n"}

@@ -504,7 +504,9 @@ def test_coverage_never_rounds_up_to_a_whole():
     """A Mask R-CNN missing 2 of its 625 nodes showed "100%" in the lower-bound table beside "no bound"."""
     from benanza.report.output import fmt_coverage
 
-    assert [fmt_coverage(s) for s in (1.0, 0.9968, 623 / 625, 0.9999, 0.989, 0.634, 0.0)] == [
+    assert [fmt_coverage(s) for s in (29 / 50, 0.29, 1.0, 0.9968, 623 / 625, 0.9999, 0.989, 0.634, 0.0)] == [
+        "58%",
+        "29%",
         "100%",
         "99.6%",
         "99.6%",

@@ -58,7 +58,7 @@ class ModelPlan:
     notes: tuple[str, ...] = ()  # how the plan departs from the runtime's execution (one line each)
     call_overhead_key: str = ""  # the network that measures one call's fixed cost (``call_overhead_network``)
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
-    fed: Mapping[str, str] = field(default_factory=dict)  # inputs given their values: the file's name (``--input``)
+    fed: Mapping[str, str] = field(default_factory=dict)  # inputs given their values (``GivenInput.label``)
     # its file leaves input dimensions free and runs at this binding as it is: also measured as exported
     exported: bool = False
     file_weight_bytes: int = 0  # its large weights left in their data file (``model.load.on_file``)
@@ -303,9 +303,9 @@ def plan_model(
         sequences=sequences,
         sequence_keys=sequence_keys,
         networks=networks,
-        requested=requested_binding(batch, request),
+        requested=requested_binding(batch, replace(request, inputs=processed.binding.given)),  # those it takes
         values=dict(processed.binding.values),
-        fed={name: Path(given.path).name for name, given in processed.binding.given.items()},
+        fed={name: given.label() for name, given in processed.binding.given.items()},
         exported=processed.binding.exported,
         file_weight_bytes=file_bytes(processed.proto),
         notes=tuple(notes),

@@ -135,7 +135,7 @@ class StoredPlan:
     notes: tuple[str, ...] = ()
     call_overhead_key: str = ""  # ``bench.generate.call_overhead_network``; "" in plans stored before it
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
-    fed: Mapping[str, str] = field(default_factory=dict)  # inputs given their values: the file's name (``--input``)
+    fed: Mapping[str, str] = field(default_factory=dict)  # inputs given their values (``GivenInput.label``)
     exported: bool = False  # also measured end to end as its file is (``ModelPlan.exported``)
     system: str = ""  # set by the store: where it was measured
     stack_id: str = ""

@@ -80,6 +80,10 @@ class GivenInput:
         shape = "x".join(map(str, self.array.shape)) or "a scalar"
         return f"{shape} {self.array.dtype.name} from {self.path} (sha256 {self.digest})"
 
+    def label(self) -> str:
+        """``cat.npy@0123abcd``: its file's name and digest, as a stored plan names the workload."""
+        return f"{Path(self.path).name}@{self.digest[:8]}"
+
     def to_doc(self) -> dict[str, str]:
         """What a model spec carries of it (``bench.spec.requested_binding``)."""
         return {"path": self.path, "digest": self.digest}
@@ -129,19 +133,25 @@ def parse_input_flag(text: str) -> list[GivenInput]:
     return read_input_file(path, name or None)
 
 
-def read_input_file(path: str | Path, name: str | None = None) -> list[GivenInput]:
+def read_input_file(path: str | Path, name: str | None = None, unnamed: str | None = None) -> list[GivenInput]:
     """The inputs ``path`` holds: a ``.npy`` (as ``name``), a ``.npz`` (by its names), a ``.pb`` (as ``name``
-    or its own name) or a folder of ``.pb`` files.
+    or its own name, else ``unnamed``) or a folder of ``.pb`` files (``input_0.pb``, ``input_1.pb``...: an
+    unnamed tensor is the model's runtime input at its file's position, ``positional``).
 
     Raises:
         UsageError: the file cannot be read or an array is not one a model is fed (one line naming the file).
     """
     p = Path(path)
     if p.is_dir():
-        files = sorted(p.glob("input_*.pb")) or sorted(p.glob("*.pb"))
+        files = sorted(p.glob("input_*.pb"), key=_position) or sorted(p.glob("*.pb"))
         if not files:
             raise UsageError(f"{p}: the folder holds no .pb tensor files (as the ONNX model zoo's test_data_set_0)")
-        return [replace(given, named=False) for f in files for given in read_input_file(f)]
+        # a tensor without a name (ONNX's pytorch-converted test data) is the model's input at its file's position
+        return [
+            replace(given, named=False)
+            for i, f in enumerate(files)
+            for given in read_input_file(f, None, positional(i))
+        ]
     suffix = p.suffix.lower()
     try:
         if suffix == ".npy":
@@ -155,9 +165,9 @@ def read_input_file(path: str | Path, name: str | None = None) -> list[GivenInpu
 
             tensor = onnx.TensorProto()
             tensor.ParseFromString(p.read_bytes())
-            if not (name or tensor.name):
+            if not (name or tensor.name or unnamed):
                 raise UsageError(f"{p}: the tensor has no name; pass --input NAME={p}")
-            arrays = {name or tensor.name: numpy_helper.to_array(tensor)}
+            arrays = {name or tensor.name or str(unnamed): numpy_helper.to_array(tensor)}
         else:
             raise UsageError(f"{p}: not an input file (.npy, .npz, .pb or a folder of .pb files); {_EXAMPLE}")
     except BenanzaError:
@@ -168,8 +178,48 @@ def read_input_file(path: str | Path, name: str | None = None) -> list[GivenInpu
         raise UsageError(f"{p}: holds no array")
     for key, array in arrays.items():
         if array.dtype.kind not in "biuf":
-            raise UsageError(f"{p}: '{key}' is {array.dtype} data; given inputs are numbers or booleans")
+            raise UsageError(
+                f"{p}: '{key}' is {array.dtype} data; given inputs are booleans, integers and float16/32/64 "
+                "(no strings, bfloat16 or float8)"
+            )
     return [GivenInput.of(key, p, array, named=suffix != ".npz") for key, array in arrays.items()]
+
+
+_POSITION = "#"  # ``#0``: the model's first runtime input (a folder's unnamed ``input_0.pb``)
+
+
+def positional(index: int) -> str:
+    """The name a folder's unnamed tensor is given until a model is bound: its runtime input at ``index``."""
+    return f"{_POSITION}{index}"
+
+
+def by_position(given: Mapping[str, GivenInput], inputs: list[str], path: object) -> dict[str, GivenInput]:
+    """``given`` with each positional name (``positional``) replaced by the name of the model input at that
+    position among ``inputs`` (its runtime inputs, in order).
+
+    Raises:
+        ModelError: a position past the model's inputs.
+    """
+    from benanza.errors import ModelError
+
+    out: dict[str, GivenInput] = {}
+    for name, g in given.items():
+        if name.startswith(_POSITION) and name[1:].isdigit():
+            index = int(name[1:])
+            if index >= len(inputs):
+                raise ModelError(
+                    path,
+                    f"--input {g.path}: an unnamed tensor at position {index}, the model has {len(inputs)} input(s)",
+                )
+            name, g = inputs[index], replace(g, name=inputs[index])
+        out[name] = g
+    return out
+
+
+def _position(path: Path) -> tuple[int, str]:
+    """``input_10.pb`` after ``input_9.pb``."""
+    digits = path.stem.rpartition("_")[2]
+    return (int(digits) if digits.isdigit() else 1 << 30, path.name)
 
 
 def parse_input_flags(texts: Iterable[str] | None) -> dict[str, GivenInput]:
@@ -199,3 +249,12 @@ def given_feeds(feeds: Mapping[str, np.ndarray], given: Mapping[str, GivenInput]
     """``feeds`` (synthetic: ``runtimes.onnxruntime.feeds_for``) with each input that is given its values
     fed them instead."""
     return {name: given[name].array if name in given else array for name, array in feeds.items()}
+
+
+def missing_input_file(model: Mapping[str, Any]) -> str | None:
+    """Why a model spec (``requested_binding``'s ``model``) cannot run here: a given input's file is not on
+    this system (a fleet worker without it); None where every one is."""
+    for doc in (model.get("inputs") or {}).values():
+        if not Path(doc["path"]).exists():
+            return f"input file not available on this system: {doc['path']} (--input)"
+    return None

@@ -37,11 +37,17 @@ class ProcessedModel:
         for one ``3xHxW`` image has no batch dimension: ``benanza run``'s default batch 1 made it one channel),
         the branch an input chose (``steering.branch_notes``; ``request``: what was asked) and each length taken
         from the model's run (``ShapeReport.by_data``), named by the layer that makes it."""
-        producers = {o: node.name or node.op_type for node in self.proto.graph.node for o in node.output}
+        producers = {
+            o: node.name or f"{node.op_type}_{i}" for i, node in enumerate(self.proto.graph.node) for o in node.output
+        }
         producers.update((t.name, layer.name) for layer in self.graph.layers for t in layer.outputs)
         return [
             *(f"input '{name}' fed {given.described()}" for name, given in self.binding.given.items()),
             *(f"{g.path} holds '{g.name}', no input of this model: not fed" for g in self.binding.not_inputs),
+            *(
+                f"input '{name}' is fed its file's leading dimension, {held}, not the batch size asked, {asked}"
+                for name, (held, asked) in self.binding.unbatched.items()
+            ),
             *(
                 f"input '{name}': its file fixes its leading dimension at {old}, bound here to {new}, the batch size "
                 f"asked (--batch, which benanza run sets to 1 unless given); where that dimension is not a batch, "

@@ -144,12 +144,13 @@ class BindingRequest:
     def __post_init__(self) -> None:
         for name, given in self.inputs.items():
             if name in self.values:
-                raise UsageError(f"--value {name} and --input {name} both give input '{name}' its values")
+                raise UsageError(
+                    f"--value {name} and --input {name} ({given.path}) both give input '{name}' its values"
+                )
             shape = self.shapes.get(name)
             if shape is not None and shape != given.array.shape:
-                raise UsageError(
-                    f"--shape {name}={_shown(shape)} but --input {name} holds {_shown(given.array.shape) or 'a scalar'}"
-                )
+                held = _shown(given.array.shape) or "a scalar"
+                raise UsageError(f"--shape {name}={_shown(shape)} but --input {name} ({given.path}) holds {held}")
 
     @classmethod
     def parse(

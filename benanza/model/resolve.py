@@ -63,7 +63,7 @@ from benanza.model.extract import (
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
 from benanza.model.held_weights import hold_weights
-from benanza.model.keys import MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
+from benanza.model.keys import INDEX_DTYPES, MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
 from benanza.model.load import has_data, held_apart, on_file
 from benanza.model.run_values import INTEGER_TYPES, model_feeds
 from benanza.model.schemas import Differentiation
@@ -508,6 +508,8 @@ class _Walk:
         (a length input, what a ``Range`` to it reads); not a value computed from data, which a benchmark alone
         is fed synthetic."""
         if tensor not in self.shape or math.prod(self.shape[tensor]) > VALUE_MAX_ELEMENTS:
+            return False
+        if tensor not in self.elem or dtype_name(self.elem[tensor]) not in INDEX_DTYPES:  # as run_values carries
             return False
         seen, todo = set(), [tensor]
         while todo:

@@ -34,7 +34,7 @@ from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_li
 from benanza.host_memory import memory_bytes
 from benanza.model.constants import constant_value
 from benanza.model.extract import tensor_type_of
-from benanza.model.given_inputs import GivenInput, given_arrays
+from benanza.model.given_inputs import GivenInput, by_position, given_arrays
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data, keep_on_file
@@ -87,6 +87,8 @@ class Binding:
     given: dict[str, GivenInput] = field(default_factory=dict)  # inputs fed their values from files (--input)
     # arrays of a --input .npz or folder that name no input of the model: left out, said (``GivenInput.named``)
     not_inputs: tuple[GivenInput, ...] = ()
+    # given inputs whose leading dimension is not the batch size asked: input -> (the file's, asked)
+    unbatched: dict[str, tuple[int, int]] = field(default_factory=dict)
     # the file leaves an input dimension free (symbolic or unknown) and fixes none to another size than bound:
     # as it is, it runs at these shapes (``BenchmarkSpec.as_exported``); a rebatch or a --shape over a fixed one
     # makes shapes the file refuses
@@ -128,15 +130,16 @@ def bind_shapes(
         raise UsageError(f"--batch must be at least 1, got {batch}")
     inputs = runtime_inputs(model)
     names = [i.name for i in inputs]
-    explicit = {name for name, g in request.inputs.items() if g.named}
+    requested = by_position(request.inputs, names, path)  # a folder's unnamed tensors, by position
+    explicit = {name for name, g in requested.items() if g.named}
     for flag, named in (("--shape", shapes), ("--input", explicit)):
         unknown = sorted(set(named) - set(names))
         if unknown:
             raise ModelError(path, f"{flag} names unknown input(s) {', '.join(unknown)}; inputs are {', '.join(names)}")
-    fed = {name: g for name, g in request.inputs.items() if name in names}
-    not_inputs = tuple(g for name, g in request.inputs.items() if name not in names)
-    if request.inputs and not fed:
-        files = ", ".join(sorted({g.path for g in request.inputs.values()}))
+    fed = {name: g for name, g in requested.items() if name in names}
+    not_inputs = tuple(g for name, g in requested.items() if name not in names)
+    if requested and not fed:
+        files = ", ".join(sorted({g.path for g in requested.values()}))
         raise ModelError(path, f"--input {files} gives no input of this model; inputs are {', '.join(names)}")
     given_dims(path, inputs, fed, dims)
     shapes.update((name, tuple(g.array.shape)) for name, g in fed.items())
@@ -180,7 +183,12 @@ def bind_shapes(
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
     exported = _runs_as_exported(inputs, bound)
-    return Binding(bound, rebatch, given=fed, not_inputs=not_inputs, exported=exported)
+    unbatched = {
+        name: (g.array.shape[0], batch)
+        for name, g in fed.items()
+        if batch is not None and g.array.ndim and g.array.shape[0] != batch
+    }
+    return Binding(bound, rebatch, given=fed, not_inputs=not_inputs, unbatched=unbatched, exported=exported)
 
 
 def given_dims(

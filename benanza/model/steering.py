@@ -126,13 +126,14 @@ def steered_values(
     for name in steering:
         if name in (given or {}) and name not in values:
             array = given[name].array
-            if array.size and (array != array.flat[0]).any():
+            if not array.size or (array != array.flat[0]).any():
                 raise ModelError(
                     path,
-                    f"--input {name} ({given[name].path}) chooses an If's branch and holds several values; "
+                    f"--input {name} ({given[name].path}) chooses an If's branch and holds "
+                    f"{'several values' if array.size else 'no value'}; "
                     "give it one value throughout (the branch is taken for the whole run)",
                 )
-            values[name] = int(array.flat[0]) if array.size else fills[name]
+            values[name] = int(array.flat[0])
     return {name: values[name] if name in values else fills[name] for name in steering}
 
 

@@ -187,5 +187,5 @@ def fmt_coverage(share: float) -> str:
     if share >= 1:
         return "100%"
     if share >= 0.99:
-        return f"{math.floor(share * 1000) / 10:.1f}%"
-    return f"{math.floor(share * 100):.0f}%"
+        return f"{math.floor(share * 1000 + 1e-9) / 10:.1f}%"
+    return f"{math.floor(share * 100 + 1e-9):.0f}%"  # 29/50 is 57.99999...%: 58%

@@ -57,7 +57,7 @@ from benanza.bench.build import (
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import EXPORTED, RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
-from benanza.model.given_inputs import given_feeds
+from benanza.model.given_inputs import given_feeds, missing_input_file
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.held_weights import HeldModel, hold_weights
 from benanza.model.load import held_apart, with_synthetic_weights
@@ -782,6 +782,9 @@ class OnnxRuntimeCPU(Runtime):
             path = (spec.model or {}).get("path")
             if not path or not Path(path).exists():
                 return f"model file not available on this system: {path}"
+            missing = missing_input_file(spec.model or {})
+            if missing:
+                return missing
         elif spec.network is None:
             return "spec carries no network to build"
         if self.ep == "cuda":

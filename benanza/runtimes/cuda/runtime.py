@@ -46,6 +46,7 @@ from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import BenchmarkSpec, SpecKind, model_binding
 from benanza.bench.stats import describe
 from benanza.errors import GpuError, UnsupportedLayer, UsageError, one_line
+from benanza.model.given_inputs import missing_input_file
 from benanza.model.graph import ModelGraph
 from benanza.runtimes.base import Measured, Prepared, Runtime, register_runtime
 from benanza.runtimes.cuda.candidate import Candidate, CandidateResult, dedupe, mark_default, summarise
@@ -371,6 +372,9 @@ class CudnnRuntime(Runtime):
             path = (spec.model or {}).get("path")
             if not path or not Path(path).exists():
                 return f"model file not available on this system: {path}"
+            missing = missing_input_file(spec.model or {})
+            if missing:
+                return missing
             return self._e2e_missing()
         if spec.kind is SpecKind.SEQUENCE:
             return (
