@@ -261,17 +261,23 @@ def test_the_onnx_wheels_own_test_data_shapes_an_expand_to_a_shape_input():
     assert given.graph.layers[0].output_shapes == [list(expected.shape)]
 
 
-def test_an_input_that_chooses_a_branch_takes_its_files_value_if_it_holds_one(tmp_path, build_model):
+def save_merged(build_model, path: Path, flag_shape: list) -> None:
+    """``If(flag)``: Relu on its then branch, Tanh on its else, saved at ``path``."""
+
     def branch(name: str, op: str) -> onnx.GraphProto:
         node = helper.make_node(op, ["x"], [f"{name}_y"])
         return helper.make_graph([node], name, [], [helper.make_tensor_value_info(f"{name}_y", F, None)])
 
     model = build_model(
         [helper.make_node("If", ["flag"], ["y"], then_branch=branch("a", "Relu"), else_branch=branch("b", "Tanh"))],
-        [("x", F, [2, 4]), ("flag", B, [1])],
+        [("x", F, [2, 4]), ("flag", B, flag_shape)],
         [("y", F, None)],
     )
-    onnx.save(model, tmp_path / "merged.onnx")
+    onnx.save(model, path)
+
+
+def test_an_input_that_chooses_a_branch_takes_its_files_value_if_it_holds_one(tmp_path, build_model):
+    save_merged(build_model, tmp_path / "merged.onnx", [1])
     np.save(tmp_path / "off.npy", np.array([False]))
     off = process_model(tmp_path / "merged.onnx", None, BindingRequest.parse(inputs=[f"flag={tmp_path / 'off.npy'}"]))
     assert [layer.op_type for layer in off.graph.layers] == ["Tanh"] and off.binding.values == {"flag": 0}
@@ -429,16 +435,7 @@ def test_a_given_batch_that_is_not_the_one_asked_is_said(tmp_path, build_model):
 
 
 def test_an_empty_file_for_an_input_that_chooses_a_branch_is_refused(tmp_path, build_model):
-    def branch(name: str, op: str) -> onnx.GraphProto:
-        node = helper.make_node(op, ["x"], [f"{name}_y"])
-        return helper.make_graph([node], name, [], [helper.make_tensor_value_info(f"{name}_y", F, None)])
-
-    model = build_model(
-        [helper.make_node("If", ["flag"], ["y"], then_branch=branch("a", "Relu"), else_branch=branch("b", "Tanh"))],
-        [("x", F, [2, 4]), ("flag", B, ["k"])],
-        [("y", F, None)],
-    )
-    onnx.save(model, tmp_path / "merged.onnx")
+    save_merged(build_model, tmp_path / "merged.onnx", ["k"])
     np.save(tmp_path / "none.npy", np.zeros(0, bool))
     with pytest.raises(ModelError, match="chooses an If's branch and holds no value"):
         process_model(tmp_path / "merged.onnx", None, BindingRequest.parse(inputs=[f"flag={tmp_path / 'none.npy'}"]))
