@@ -63,9 +63,9 @@ from benanza.model.extract import (
 )
 from benanza.model.graph import SHAPE_METHODS, ShapeReport
 from benanza.model.held_weights import hold_weights
-from benanza.model.keys import INDEX_DTYPES, MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
+from benanza.model.keys import MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
 from benanza.model.load import has_data, held_apart, on_file
-from benanza.model.run_values import INTEGER_TYPES, model_feeds
+from benanza.model.run_values import INTEGER_TYPES, carried_by_value, model_feeds
 from benanza.model.schemas import Differentiation
 from benanza.model.walks import LENGTH_BY_DATA
 
@@ -507,9 +507,7 @@ class _Walk:
         by integer operations alone, as ``run_values`` computes what a layer carries by value into its benchmark
         (a length input, what a ``Range`` to it reads); not a value computed from data, which a benchmark alone
         is fed synthetic."""
-        if tensor not in self.shape or math.prod(self.shape[tensor]) > VALUE_MAX_ELEMENTS:
-            return False
-        if tensor not in self.elem or dtype_name(self.elem[tensor]) not in INDEX_DTYPES:  # as run_values carries
+        if tensor not in self.elem or not carried_by_value(self.shape.get(tensor), dtype_name(self.elem[tensor])):
             return False
         seen, todo = set(), [tensor]
         while todo:

@@ -169,10 +169,17 @@ def _integer(name: str, types: Types, at_most: int = MAX_RUN_ELEMENTS) -> bool:
     return shape is not None and dtype in _INTEGERS and int(np.prod(shape, dtype=np.int64)) <= at_most
 
 
+def carried_by_value(shape: tuple[int, ...] | None, dtype: str) -> bool:
+    """Whether a tensor of ``shape`` and ``dtype`` (numpy name) is one whose values run_values carries into its
+    layers' keys and benchmarks: a small int32 or int64 one (a length, positions, a shape). Narrower integers
+    are a quantized model's data, whatever their size: synthetic, as always. (``resolve`` shapes a tensor from
+    the model's run on given values only where this carries the values that decided it.)"""
+    return shape is not None and dtype in INDEX_DTYPES and int(np.prod(shape, dtype=np.int64)) <= VALUE_MAX_ELEMENTS
+
+
 def _small_integer(name: str, types: Types) -> bool:
-    """A tensor whose values run_values carries: a small int32 or int64 one (a length, positions, a shape).
-    Narrower integers are a quantized model's data, whatever their size: synthetic, as always."""
-    return _integer(name, types, VALUE_MAX_ELEMENTS) and types[name][1] in INDEX_DTYPES
+    """A tensor of ``types`` whose values run_values carries (``carried_by_value``)."""
+    return carried_by_value(*types.get(name, (None, "")))
 
 
 def _runnable(node: onnx.NodeProto, known: set[str], types: Types) -> bool:
