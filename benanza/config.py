@@ -64,7 +64,7 @@ from pydantic import (
 
 from benanza.bench.host_cpu import AUTO, is_threads_setting
 from benanza.errors import BenanzaError, ConfigError, RegistryError, UsageError
-from benanza.model.given_inputs import parse_input_flags
+from benanza.model.given_inputs import parse_input_flag, parse_input_flags, split_input_flag
 from benanza.model.request import BindingRequest, parse_shape_override, parse_shape_overrides
 from benanza.settings import HarnessSettings, Settings, load_settings
 from benanza.store.uri import StoreURI, mask_uri
@@ -156,8 +156,6 @@ def _resolve_input_text(value: Any, info: ValidationInfo) -> Any:
     read to check it (``given_inputs.parse_input_flag``)."""
     if not isinstance(value, str):
         return value  # the str validator reports the type
-    from benanza.model.given_inputs import parse_input_flag, split_input_flag
-
     name, file = split_input_flag(value)
     path = Path(file).expanduser()
     base = (info.context or {}).get("base_dir")

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from benanza.errors import BenanzaError, UsageError, one_line
+from benanza.errors import BenanzaError, ModelError, UsageError, one_line
 
 _EXAMPLE = "e.g. --input images=image.npy, --input inputs.npz or --input test_data_set_0"
 
@@ -65,15 +65,7 @@ class GivenInput:
             UsageError: the file cannot be read, holds no array ``name``, or its values are not those planned.
         """
         found = {given.name: given for given in read_input_file(path, name if _names_one(path) else None)}
-        if name not in found:
-            raise UsageError(f"{path}: holds no input '{name}' (it holds {', '.join(sorted(found)) or 'none'})")
-        given = found[name]
-        if digest and given.digest != digest:
-            raise UsageError(
-                f"{path}: input '{name}' holds other values than when the model was planned "
-                f"(digest {given.digest}, planned {digest}); plan it again"
-            )
-        return given
+        return _checked(found, name, path, digest)
 
     def described(self) -> str:
         """``1x3x224x224 float32 from /data/cat.npy (sha256 0123abcd...)``: how a note names it."""
@@ -87,6 +79,19 @@ class GivenInput:
     def to_doc(self) -> dict[str, str]:
         """What a model spec carries of it (``bench.spec.requested_binding``)."""
         return {"path": self.path, "digest": self.digest}
+
+
+def _checked(found: Mapping[str, GivenInput], name: str, path: str, digest: str) -> GivenInput:
+    """``found[name]``, refused where it is missing or its values are not those planned (``digest``)."""
+    if name not in found:
+        raise UsageError(f"{path}: holds no input '{name}' (it holds {', '.join(sorted(found)) or 'none'})")
+    given = found[name]
+    if digest and given.digest != digest:
+        raise UsageError(
+            f"{path}: input '{name}' holds other values than when the model was planned "
+            f"(digest {given.digest}, planned {digest}); plan it again"
+        )
+    return given
 
 
 def values_digest(array: np.ndarray) -> str:
@@ -136,7 +141,7 @@ def parse_input_flag(text: str) -> list[GivenInput]:
 def read_input_file(path: str | Path, name: str | None = None, unnamed: str | None = None) -> list[GivenInput]:
     """The inputs ``path`` holds: a ``.npy`` (as ``name``), a ``.npz`` (by its names), a ``.pb`` (as ``name``
     or its own name, else ``unnamed``) or a folder of ``.pb`` files (``input_0.pb``, ``input_1.pb``...: an
-    unnamed tensor is the model's runtime input at its file's position, ``positional``).
+    unnamed tensor, named ``unnamed``, is the model's runtime input at its file's position: ``positional``).
 
     Raises:
         UsageError: the file cannot be read or an array is not one a model is fed (one line naming the file).
@@ -200,8 +205,6 @@ def by_position(given: Mapping[str, GivenInput], inputs: list[str], path: object
     Raises:
         ModelError: a position past the model's inputs.
     """
-    from benanza.errors import ModelError
-
     out: dict[str, GivenInput] = {}
     for name, g in given.items():
         if name.startswith(_POSITION) and name[1:].isdigit():
@@ -236,8 +239,19 @@ def parse_input_flags(texts: Iterable[str] | None) -> dict[str, GivenInput]:
 
 
 def given_from_docs(docs: Mapping[str, Mapping[str, Any]] | None) -> dict[str, GivenInput]:
-    """The given inputs a model spec carries (``GivenInput.to_doc``), read again and checked."""
-    return {name: GivenInput.read(name, doc["path"], doc.get("digest", "")) for name, doc in (docs or {}).items()}
+    """The given inputs a model spec carries (``GivenInput.to_doc``), read again and checked: a ``.npz``
+    that gives several once."""
+    by_path: dict[str, list[tuple[str, str]]] = {}
+    for name, doc in (docs or {}).items():
+        by_path.setdefault(doc["path"], []).append((name, doc.get("digest", "")))
+    out: dict[str, GivenInput] = {}
+    for path, wanted in by_path.items():
+        if _names_one(path):
+            out.update((name, GivenInput.read(name, path, digest)) for name, digest in wanted)
+            continue
+        found = {g.name: g for g in read_input_file(path)}
+        out.update((name, _checked(found, name, path, digest)) for name, digest in wanted)
+    return out
 
 
 def given_arrays(given: Mapping[str, GivenInput]) -> dict[str, np.ndarray]:

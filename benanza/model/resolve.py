@@ -494,7 +494,8 @@ class _Walk:
         by_length = data is not None and slots and slots <= data and "random" not in sources
         # given values decide it, and its benchmark gets them: not an op with a subgraph (an If that the data
         # decides, benchmarked alone on synthetic data), nor a setting computed from data (synthetic alone)
-        by_given = not _has_subgraph(node) and bool(deciders) and all(self._carried(x) for x in deciders)
+        by_given = bool(self.given) and not _has_subgraph(node) and bool(deciders)
+        by_given = by_given and all(self._carried(x) for x in deciders)
         by_branch = node.op_type == "If" and _is_onnx_domain(node) and bool(sources) and "random" not in sources
         if by_length or by_given or by_branch:
             for o in outs:
@@ -558,7 +559,8 @@ class _Walk:
             model = onnx.ModelProto()
             model.CopyFrom(self.model)  # outputs are added to it
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in wanted)
-        fed = {**model_feeds(model, skip=self.given), **self.given}
+        # drawn for every input, then the given ones substituted: the random values the end to end gets too
+        fed = {**model_feeds(model), **self.given}
         feeds = {name: (value, self.elem[name]) for name, value in fed.items()}
         try:
             shapes, error = _run_shapes(_session(model, held.weights, held.folder), feeds, wanted)
