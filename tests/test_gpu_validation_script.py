@@ -11,6 +11,8 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 SCRIPT = Path(__file__).parent.parent / "benchmarks" / "gpu_validation.sh"
 
 
@@ -112,3 +114,18 @@ def test_a_zoo_part_says_where_its_seconds_went() -> None:
     assert cost["phases_s"] == {"build": 0.3, "hot": 1.4, "cold": 0.3}
     assert list(cost["by_op_type"]) == ["model", "Conv+Relu", "Relu", "Reshape"]  # most seconds first
     assert cost["by_op_type"]["Conv+Relu"] == {"records": 2, "seconds_each": 1.0}
+
+
+def test_the_ncu_rows_state_their_ratio_less_the_method_s_floor() -> None:
+    """The empty kernel's excess over ncu (the events' cost) is taken off each layer's cold median, in a
+    column beside the plain ratio; the floor row and a row ncu could not time are left as they are."""
+    fidelity = _fidelity_module()
+    rows = [
+        {"floor": True, "benanza_cold_median_us": 3.1, "ncu_median_us": 1.5},
+        {"floor": False, "benanza_cold_median_us": 20.6, "ncu_median_us": 19.0},
+        {"floor": False, "benanza_cold_median_us": 9.0, "ncu_median_us": None},
+    ]
+    out = fidelity.less_floor(rows)
+    assert out[1]["less_floor_ratio"] == pytest.approx((20.6 - 1.6) / 19.0)
+    assert "less_floor_ratio" not in out[0] and "less_floor_ratio" not in out[2]
+    assert fidelity.less_floor(rows[1:]) == rows[1:]  # no floor timed: nothing to take off
