@@ -251,6 +251,24 @@ def test_parallel_bound_follows_the_costs(branching, all_results):
     assert lb.sequential_ms == pytest.approx(15.5)
 
 
+def test_a_chain_s_parallel_bound_is_its_sequential_one(build_model, process_proto):
+    """On a chain the critical path is every unit. Summed along the path by plain additions, it came
+    out one rounding over the sequential bound (``sum``: compensated since Python 3.12; now
+    ``math.fsum``), and the zoo check "parallel <= sequential" failed on VGG-19 and DenseNet-121 on an
+    H200 (2026-11-29). A path is never longer than the whole."""
+    nodes = [
+        helper.make_node(op, [a], [b]) for op, a, b in (("Relu", "x", "a"), ("Sigmoid", "a", "b"), ("Tanh", "b", "y"))
+    ]
+    processed = process_proto(build_model(nodes, [("x", TensorProto.FLOAT, [1, 8])], [("y", TensorProto.FLOAT, None)]))
+    chain = plan_model(processed, NullRuntime(), (1,))
+    seconds = {layer.layer_key: s for layer, s in zip(chain.graph.layers, (1e-4, 2e-4, 3e-4), strict=True)}
+    results = fake_records(chain, call_seconds, lambda spec: seconds.get(spec.key, kernel_seconds(spec)))
+    lb = bound(chain, results)
+    assert 0.1 + 0.2 + 0.3 > math.fsum([0.1, 0.2, 0.3])  # the two ways of adding differ here
+    assert lb.parallel_ms <= lb.sequential_ms
+    assert lb.parallel_ms == lb.sequential_ms
+
+
 def test_missing_layers_give_no_totals_and_exact_coverage(branching, all_results):
     tanh_key = branching.graph.layers[2].layer_key
     results = {k: r for k, r in all_results.items() if k != tanh_key}

@@ -61,6 +61,7 @@ the parts ran slower than the whole. The zoo's farthest, ShuffleNet at G = 1, sa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -253,7 +254,7 @@ def lower_bound(
     unbenchmarked = graph.unsupported  # nodes the model runs that no benchmark covers
     n = len(graph.layers) + len(unbenchmarked)
     complete = all(covered) and bool(graph.layers) and not unbenchmarked
-    partial = sum(u.kernel_ms for u in units if u.kernel_ms is not None)
+    partial = math.fsum(u.kernel_ms for u in units if u.kernel_ms is not None)  # exactly rounded, any Python
     unfused = [_ms(results.get(layer.layer_key), "kernel") for layer in graph.layers]
     composed: dict[int, float | None] = {}
     composed_sum: dict[int, float | None] = {}
@@ -292,7 +293,8 @@ def lower_bound(
     )
     sequential = partial if complete else None
     critical = graph.critical_path(layer_cost) if complete else None
-    parallel = critical.length if critical is not None else None
+    # a path is never longer than the whole; summed by plain additions it can come out one rounding over
+    parallel = min(critical.length, partial) if critical is not None else None
     every_layer = bool(unfused) and all(v is not None for v in unfused) and not unbenchmarked
     unfused_ms = sum(v for v in unfused if v is not None) if every_layer else None
     e2e_ms = _ms(e2e, "call")
