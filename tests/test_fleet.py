@@ -626,7 +626,9 @@ def test_embedded_default_fleet_run_and_status_from_the_command_line(tmp_path: P
     # the main job ends with the model's lower bounds on this system, from what the run stored
     (bound,) = out["lower_bounds"]
     assert (bound["model"], bound["system"], bound["stack_id"]) == ("chain", "laptop", laptop["stack_id"])
-    assert bound["coverage"] == 1.0 and bound["sequential_ms"] > 0 and bound["e2e_ms"] > 0
+    # composed from what was stored; at "auto" threads on an idle 2-core machine each of this chain's tiny
+    # nodes can span no more than the profiler's own floor (2.5 us at 2 threads), so the bound may be 0
+    assert bound["coverage"] == 1.0 and bound["sequential_ms"] is not None and bound["e2e_ms"] > 0
     assert set(bound["composed_ms"]) == {"1", "3"} and all(v > 0 for v in bound["composed_ms"].values())
     # every figure with its interval; the model's parts and whole sampled together (one actor call)
     intervals = bound["intervals"]
