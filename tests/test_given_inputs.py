@@ -222,7 +222,7 @@ def test_an_archives_array_that_is_no_input_is_left_out_and_said_but_a_named_one
     np.savez(files / "extra.npz", n=np.array(30, np.int64), token_type_ids=np.zeros((1, 4), np.int64))
     processed = process_model(files / "ranged.onnx", None, _request(str(files / "extra.npz")))
     assert set(processed.binding.given) == {"n"}
-    assert f"{files / 'extra.npz'} holds 'token_type_ids', no input of this model: not fed" in processed.notes()
+    assert f"{files / 'extra.npz'} holds 'token_type_ids', no input of this model: not fed" in processed.warnings()
     np.save(files / "ids.npy", np.zeros((1, 4), np.int64))
     with pytest.raises(ModelError, match=r"--input names unknown input\(s\) token_type_ids"):
         process_model(files / "ranged.onnx", None, _request(f"token_type_ids={files / 'ids.npy'}"))
@@ -431,7 +431,7 @@ def test_a_given_batch_that_is_not_the_one_asked_is_said(tmp_path, build_model):
     np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
     processed = process_model(tmp_path / "m.onnx", 8, BindingRequest.parse(inputs=[f"x={tmp_path / 'x.npy'}"]))
     assert processed.binding.shapes == {"x": (2, 3)}
-    assert "input 'x' is fed its file's leading dimension, 2, not the batch size asked, 8" in processed.notes()
+    assert "input 'x' is fed its file's leading dimension, 2, not the batch size asked, 8" in processed.warnings()
 
 
 def test_an_empty_file_for_an_input_that_chooses_a_branch_is_refused(tmp_path, build_model):

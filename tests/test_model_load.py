@@ -263,16 +263,18 @@ def test_a_fixed_leading_dimension_other_than_one_rewritten_to_the_batch_is_said
         [("image", TensorProto.FLOAT, [3, 8, 8])],
         [("y", TensorProto.FLOAT, None)],
     )
-    (note,) = process_proto(model, batch=1).notes()
+    rebatched = process_proto(model, batch=1)
+    (warning,) = rebatched.warnings()
     assert (
-        note.startswith("input 'image': its file fixes its leading dimension at 3, bound here to 1")
-        and "--batch 3" in note
+        warning.startswith("input 'image': its file fixes its leading dimension at 3, bound here to 1")
+        and "--batch 3" in warning
     )
-    assert process_proto(model).notes() == [] and process_proto(model, batch=3).notes() == []
+    assert rebatched.notes() == []  # a departure from the file is a warning, not a note for the record
+    assert process_proto(model).warnings() == [] and process_proto(model, batch=3).warnings() == []
     batch_one = build_model(
         [helper.make_node("Relu", ["x"], ["y"])], [("x", TensorProto.FLOAT, [1, 8])], [("y", TensorProto.FLOAT, None)]
     )
-    assert process_proto(batch_one, batch=8).notes() == []
+    assert process_proto(batch_one, batch=8).warnings() == []
 
 
 def test_initializers_are_not_runtime_inputs(zoo_path):

@@ -202,7 +202,7 @@ def test_bench_run_measures_a_structure_only_model_with_its_fusion_groups_and_en
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["failed"] == 0 and summary["skipped"] == 0, summary
-    assert summary["planning_notes"] == [] and summary["not_benchmarked"] == [], summary
+    assert summary["planning_warnings"] == [] and summary["not_benchmarked"] == [], summary
     assert summary["measured"] > 0
 
 

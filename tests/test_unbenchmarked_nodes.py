@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 
 from benanza.analysis.lower_bound import lower_bound
 from benanza.bench.generate import model_key, plan_model, specs_for_plan
+from benanza.bench.plans import StoredPlan, stored_plans
 from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import SpecKind
 from benanza.bench.stats import describe
@@ -203,9 +204,12 @@ def test_an_unknown_op_plans_every_other_layer_alone_and_says_why(frob_model, pr
     plan = plan_model(process_proto(frob_model), OnnxRuntimeCPU(threads=1), (1, 2))
     assert [layer.op_type for layer in plan.graph.layers] == ["Relu", "Sigmoid"]
     assert plan.units == ((0,), (1,))
-    (note,) = plan.notes
+    assert plan.notes == ()
+    (note,) = plan.warnings
     assert "ONNX Runtime" in note and "each layer alone" in note and "com.example:Frob" in note
     assert "\n" not in note
+    (stored,) = stored_plans([plan], "onnxruntime", "v")  # the store keeps it a warning
+    assert StoredPlan.from_doc(json.loads(json.dumps(stored.to_doc()))).warnings == (note,)
     problems = plan.not_benchmarked
     assert [(p["node"], p["op_type"]) for p in problems] == [("frob", "com.example::Frob")]
     assert FROB_REASON in problems[0]["reason"]
@@ -275,7 +279,8 @@ def test_fleet_planning_goes_on_past_an_unknown_op(model_files, tmp_path):
     assert corpus.models == 2 and corpus.model_errors == []
     (problem,) = corpus.plan_report["not_benchmarked"]
     assert problem["node"] == "frob" and FROB_REASON in problem["reason"]
-    (note,) = corpus.plan_report["planning_notes"]
+    (note,) = corpus.plan_report["planning_warnings"]
+    assert corpus.plan_report["planning_notes"] == []  # nothing else was decided
     assert note["model"].endswith("frob.onnx") and "each layer alone" in note["note"]
     (work,) = corpus.by_runtime().values()
     labels = {spec.label for spec in work.templates}

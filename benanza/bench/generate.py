@@ -55,7 +55,8 @@ class ModelPlan:
     sequence_keys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     networks: Mapping[str, Network] = field(default_factory=dict, repr=False)  # key -> network
     requested: Mapping[str, Any] = field(default_factory=dict)  # the batch/shape arguments, to reload the model
-    notes: tuple[str, ...] = ()  # how the plan departs from the runtime's execution (one line each)
+    notes: tuple[str, ...] = ()  # what planning decided, for the record: inputs fed, branches, lengths by data
+    warnings: tuple[str, ...] = ()  # how the plan departs from what was asked or the runtime's execution
     call_overhead_key: str = ""  # the network that measures one call's fixed cost (``call_overhead_network``)
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
     fed: Mapping[str, str] = field(default_factory=dict)  # inputs given their values (``GivenInput.label``)
@@ -89,17 +90,20 @@ def plan_report(plans: Iterable[ModelPlan]) -> dict[str, list[dict[str, str]]]:
     """What the plans leave out or plan in a lesser way, once per model (batch sizes and runtimes repeat it).
 
     ``not_benchmarked``: nodes no benchmark covers (a ``Loop`` whose iterations are not fixed,
-    ops without a schema, unknown shapes), with the reason. ``planning_notes``: a model planned without its runtime's
-    fusion groups, and why.
+    ops without a schema, unknown shapes), with the reason. ``planning_warnings``: where a plan departs from what
+    was asked or from the runtime's execution (a model planned without its fusion groups, and why; a fixed leading
+    dimension rewritten). ``planning_notes``: what planning decided, for the record (the file an input was fed
+    from, a length the model's run gave).
     """
     nodes: dict[tuple, dict[str, str]] = {}
-    notes: dict[tuple, dict[str, str]] = {}
+    lines: dict[str, dict[tuple, dict[str, str]]] = {"planning_warnings": {}, "planning_notes": {}}
     for plan in plans:
         for entry in plan.not_benchmarked:
             nodes.setdefault(tuple(entry.values()), entry)
-        for note in plan.notes:
-            notes.setdefault((plan.path, note), {"model": plan.path, "note": note})
-    return {"not_benchmarked": list(nodes.values()), "planning_notes": list(notes.values())}
+        for kind, said in (("planning_warnings", plan.warnings), ("planning_notes", plan.notes)):
+            for note in said:
+                lines[kind].setdefault((plan.path, note), {"model": plan.path, "note": note})
+    return {"not_benchmarked": list(nodes.values()), **{kind: list(found.values()) for kind, found in lines.items()}}
 
 
 def model_key(graph: ModelGraph) -> str:
@@ -247,13 +251,12 @@ def plan_model(
     """
     graph = processed.graph
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
-    notes: list[str] = []
+    warnings = processed.warnings()
     if graph.layers:
         try:
             groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
-            notes.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
-    notes.extend(processed.notes(request))  # said: a branch, not the whole If; a length the model's run gave
+            warnings.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:
@@ -263,7 +266,7 @@ def plan_model(
     try:
         unit_graph = contracted(graph, groups, unit_keys)
     except ValueError:  # groups that do not respect the topological order: fall back to layers
-        notes.append("the runtime's execution groups do not follow the layer order; planned with each layer alone")
+        warnings.append("the runtime's execution groups do not follow the layer order; planned with each layer alone")
         groups = [[i] for i in range(len(graph.layers))]
         unit_keys = [layer.layer_key for layer in graph.layers]
         networks = {}  # the rejected groups are not benchmarked
@@ -308,7 +311,8 @@ def plan_model(
         fed={name: given.label() for name, given in processed.binding.given.items()},
         exported=processed.binding.exported,
         file_weight_bytes=file_bytes(processed.proto),
-        notes=tuple(notes),
+        notes=tuple(processed.notes(request)),  # said: a branch, not the whole If; a length the model's run gave
+        warnings=tuple(warnings),
         call_overhead_key=overhead_key,
     )
 

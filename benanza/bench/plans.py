@@ -133,6 +133,7 @@ class StoredPlan:
     sequences: Mapping[int, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     sequence_keys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()  # ``ModelPlan.warnings``
     call_overhead_key: str = ""  # ``bench.generate.call_overhead_network``; "" in plans stored before it
     values: Mapping[str, int] = field(default_factory=dict)  # inputs bound to a value (``model.steering``)
     fed: Mapping[str, str] = field(default_factory=dict)  # inputs given their values (``GivenInput.label``)
@@ -172,6 +173,7 @@ class StoredPlan:
             sequences={int(g): tuple(tuple(s) for s in seqs) for g, seqs in plan.sequences.items()},
             sequence_keys={int(g): tuple(keys) for g, keys in plan.sequence_keys.items()},
             notes=tuple(plan.notes),
+            warnings=tuple(plan.warnings),
             call_overhead_key=plan.call_overhead_key,
             values=dict(plan.values),
             fed=dict(plan.fed),
@@ -276,6 +278,7 @@ class StoredPlan:
             "sequences": {str(g): [list(s) for s in seqs] for g, seqs in sorted(self.sequences.items())},
             "sequence_keys": {str(g): list(keys) for g, keys in sorted(self.sequence_keys.items())},
             "notes": list(self.notes),
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
             **({"call_overhead_key": self.call_overhead_key} if self.call_overhead_key else {}),
             **({"values": dict(self.values)} if self.values else {}),
             **({"fed": dict(self.fed)} if self.fed else {}),
@@ -316,6 +319,7 @@ class StoredPlan:
                 },
                 sequence_keys={int(g): tuple(keys) for g, keys in doc.get("sequence_keys", {}).items()},
                 notes=tuple(doc.get("notes", ())),
+                warnings=tuple(doc.get("warnings", ())),
                 call_overhead_key=doc.get("call_overhead_key", ""),
                 values={name: int(v) for name, v in doc.get("values", {}).items()},
                 fed={name: str(v) for name, v in doc.get("fed", {}).items()},

@@ -30,7 +30,7 @@ from benanza.fleet.bounds import run_lower_bounds
 from benanza.fleet.driver import plan_corpus, run_fleet
 from benanza.fleet.status import fleet_status
 from benanza.model.request import BindingRequest
-from benanza.report.bench import plan_warnings
+from benanza.report.bench import plan_notes, plan_warnings
 from benanza.report.fleet import FleetProgress, status_table, summary_table
 from benanza.report.output import OutputFormat, console, emit
 from benanza.store.base import default_uri, open_store
@@ -131,6 +131,8 @@ def run(
     for name, system in data["systems"].items():
         for note in system["notes"]:
             print(f"note: {name}: {note}", file=sys.stderr)
+    for line in plan_notes(data):
+        print(f"note: {line}", file=sys.stderr)
     for line in plan_warnings(data):
         print(f"warning: {line}", file=sys.stderr)
     for problem in data["problems"]:

@@ -54,6 +54,8 @@ def inspect(
     graph = processed.graph
     for note in processed.notes(request):
         print(f"note: {model}: {note}", file=sys.stderr)
+    for warning in processed.warnings():
+        print(f"warning: {model}: {warning}", file=sys.stderr)
     layers = [layer.to_dict() for layer in graph.layers]
     unsupported = [u.to_dict() for u in graph.unsupported]
     # CSV: the layers, then the nodes that are not layers (their own columns: node, reason)

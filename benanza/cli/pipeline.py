@@ -19,7 +19,7 @@ from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_i
 from benanza.errors import UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
 from benanza.model.request import BindingRequest
-from benanza.report.bench import plan_warnings
+from benanza.report.bench import plan_notes, plan_warnings
 from benanza.report.output import console
 from benanza.report.progress import PaceColumn
 from benanza.runtimes.base import runtime_options
@@ -100,8 +100,12 @@ def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -
 
 
 def warn_plans(plans: Sequence[ModelPlan]) -> None:
-    """Every node no benchmark covers, and every model planned without its fusion groups: one line each."""
-    for line in plan_warnings(plan_report(plans)):
+    """What planning decided, for the record (``note:``), then every node no benchmark covers and every way a
+    plan departs from what was asked (``warning:``): one line each."""
+    said = plan_report(plans)
+    for line in plan_notes(said):
+        print(f"note: {line}", file=sys.stderr)
+    for line in plan_warnings(said):
         print(f"warning: {line}", file=sys.stderr)
 
 

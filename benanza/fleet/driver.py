@@ -158,6 +158,7 @@ class FleetSummary:
             "models": self.models,
             "model_errors": self.model_errors,
             "not_benchmarked": self.plan_report.get("not_benchmarked", []),
+            "planning_warnings": self.plan_report.get("planning_warnings", []),
             "planning_notes": self.plan_report.get("planning_notes", []),
             "ok": self.ok,
             "problems": self.problems(),

@@ -32,17 +32,26 @@ class ProcessedModel:
     shapes: ShapeReport = field(default_factory=ShapeReport)  # how its tensors were shaped, why any was not
 
     def notes(self, request: BindingRequest = NO_REQUEST) -> list[str]:
-        """What processing decided that the layer tables do not show: the file each given input was fed from
-        (``--input``), a fixed leading dimension other than 1 rewritten to the batch size (a detector exported
-        for one ``3xHxW`` image has no batch dimension: ``benanza run``'s default batch 1 made it one channel),
-        the branch an input chose (``steering.branch_notes``; ``request``: what was asked) and each length taken
-        from the model's run (``ShapeReport.by_data``), named by the layer that makes it."""
+        """What processing decided that the layer tables do not show, for the record: the file each given input
+        was fed from (``--input``), the branch an input chose (``steering.branch_notes``; ``request``: what was
+        asked) and each length taken from the model's run (``ShapeReport.by_data``), named by the layer that
+        makes it. What departs from what was asked is in ``warnings``."""
         producers = {
             o: node.name or f"{node.op_type}_{i}" for i, node in enumerate(self.proto.graph.node) for o in node.output
         }
         producers.update((t.name, layer.name) for layer in self.graph.layers for t in layer.outputs)
         return [
             *(f"input '{name}' fed {given.described()}" for name, given in self.binding.given.items()),
+            *branch_notes(self.binding.values, {*request.values, *request.inputs}),
+            *(f"{producers.get(t, t)}: output '{t}': {how}" for t, how in self.shapes.by_data),
+        ]
+
+    def warnings(self) -> list[str]:
+        """Where the binding departs from what was asked or from the file: an input file's array that no input
+        of the model takes (not fed), a given input whose leading dimension is not the batch size asked, and a
+        fixed leading dimension other than 1 rewritten to the batch size (a detector exported for one ``3xHxW``
+        image has no batch dimension: ``benanza run``'s default batch 1 made it one channel)."""
+        return [
             *(f"{g.path} holds '{g.name}', no input of this model: not fed" for g in self.binding.not_inputs),
             *(
                 f"input '{name}' is fed its file's leading dimension, {held}, not the batch size asked, {asked}"
@@ -55,8 +64,6 @@ class ProcessedModel:
                 for name, (old, new) in self.binding.rebatch.items()
                 if old != 1  # a file exported at batch 1 is rebatched by design (--batch 8)
             ),
-            *branch_notes(self.binding.values, {*request.values, *request.inputs}),
-            *(f"{producers.get(t, t)}: output '{t}': {how}" for t, how in self.shapes.by_data),
         ]
 
     def named(self, name: str) -> ProcessedModel:

@@ -82,9 +82,14 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
 
 
 def plan_warnings(report: Mapping[str, Any]) -> list[str]:
-    """One line per node not benchmarked and per planning note of ``bench.generate.plan_report``."""
+    """One line per node not benchmarked and per planning warning of ``bench.generate.plan_report``."""
     lines = [
         f"{p['model']}: {p['node']} ({p['op_type']}) not benchmarked: {p['reason']}"
         for p in report.get("not_benchmarked", ())
     ]
-    return lines + [f"{n['model']}: {n['note']}" for n in report.get("planning_notes", ())]
+    return lines + [f"{n['model']}: {n['note']}" for n in report.get("planning_warnings", ())]
+
+
+def plan_notes(report: Mapping[str, Any]) -> list[str]:
+    """One line per planning note of ``bench.generate.plan_report`` (what was decided, for the record)."""
+    return [f"{n['model']}: {n['note']}" for n in report.get("planning_notes", ())]
