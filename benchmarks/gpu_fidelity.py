@@ -8,7 +8,9 @@ Four checks, each saved in ``benchmarks/results/gpu_fidelity.json`` with the dev
    same with the L2 flushed by a memset, side by side) vs Nsight Compute's
    ``gpu__time_duration`` of the same launches (``--cache-control all``, ``--clock-control
    none`` so that clocks are left as benanza found them; only the launches between
-   cudaProfilerStart/Stop). Goal: at least 5 kernels within 3%.
+   cudaProfilerStart/Stop). Goal: at least 5 kernels within 3%. Beside them, the same launches
+   timed by CUPTI's kernel records (``runtimes/cuda/cupti_clock.py``: the GPU's own timestamps, no
+   events around the launch), where ``cupti-python`` is installed.
 2. ``gemm``: a large GEMM's TFLOP/s with benanza's best cublasLt candidate vs the best of
    cuBLAS through PyTorch (``torch.matmul``), timed with CUDA events in the same run.
    Goal: at least 95%.
@@ -165,6 +167,11 @@ def check_ncu(args: argparse.Namespace, saved: Callable[[list[dict]], None]) -> 
             device.flush.use("write")
             written = measure_device(device.cold_sampler(kernel.launch), settings).stats
             device.flush.use("read")
+        cupti, cupti_error = None, None  # the kernels' own GPU timestamps (CUPTI), side by side
+        try:
+            cupti = measure_device(device.cupti_sampler(kernel.launch), settings).stats
+        except BenanzaError as exc:
+            cupti_error = str(exc)
         gating = device.gating()
         kernel.close()
         cmd = [
@@ -204,6 +211,9 @@ def check_ncu(args: argparse.Namespace, saved: Callable[[list[dict]], None]) -> 
                 "flush_error": flush["error"],
                 "write_flush_cold_median_us": written.median * 1e6 if written else None,
                 "write_flush_ratio": written.median / ncu_median if written and ncu_median else None,
+                "cupti_median_us": cupti.median * 1e6 if cupti else None,
+                "cupti_ratio": cupti.median / ncu_median if cupti and ncu_median else None,
+                "cupti_error": cupti_error,
                 "gated": gating["gated"] and not sampler.gated.timeouts,
                 "gate_error": gating["error"],
                 "ncu_error": None if durations else (out.stderr or out.stdout)[-400:],
@@ -478,11 +488,14 @@ def main() -> None:
         result["ncu_within_3pct_write_flush"] = sum(abs(r - 1) <= 0.03 for r in written)
         floored = [r["less_floor_ratio"] for r in layers if r.get("less_floor_ratio")]
         result["ncu_within_3pct_less_floor"] = sum(abs(r - 1) <= 0.03 for r in floored)
+        by_cupti = [r["cupti_ratio"] for r in layers if r.get("cupti_ratio")]
+        result["ncu_within_3pct_cupti"] = sum(abs(r - 1) <= 0.03 for r in by_cupti)
         _save(args.out, result)
         print(
             f"ncu: {result['ncu_within_3pct']} of {len(ratios)} kernels within 3% (goal: at least 5); "
             f"flushing the L2 by a memset instead: {result['ncu_within_3pct_write_flush']} of {len(written)}; "
-            f"less the empty kernel's excess: {result['ncu_within_3pct_less_floor']} of {len(floored)}"
+            f"less the empty kernel's excess: {result['ncu_within_3pct_less_floor']} of {len(floored)}; "
+            f"timed by CUPTI's kernel records: {result['ncu_within_3pct_cupti']} of {len(by_cupti)}"
         )
     if "gemm" in checks:
         result["gemm"] = check_gemm(args)

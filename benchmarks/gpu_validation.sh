@@ -35,7 +35,8 @@
 #   python -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl pydantic pydantic-core annotated-types typing-inspection typing_extensions \
-#     pydantic-settings python-dotenv orjson setproctitle ruptures nvidia-cudnn-frontend nvmath-python onnx2torch
+#     pydantic-settings python-dotenv orjson setproctitle ruptures nvidia-cudnn-frontend nvmath-python onnx2torch \
+#     "cupti-python<13.1"   # CUPTI's bindings for the machine's CUPTI 13.0 (the ncu check's CUPTI column)
 #
 # Exit status: the number of failed steps (0: all passed). OUTDIR/steps.tsv lists each step, its exit
 # status and seconds; OUTDIR/logs.tar.gz holds every log and the SQLite database.

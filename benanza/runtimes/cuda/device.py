@@ -269,6 +269,26 @@ class DeviceContext:
         self._check_open()
         return ColdSampler(self, launch)
 
+    def cupti_sampler(self, launch: Callable[[], None]) -> Callable[[int], float]:
+        """``sample(k)``: seconds per launch from CUPTI's kernel records over ``k`` launches, each after an L2
+        flush (``cupti_clock.CuptiSampler``: the kernels' own GPU timestamps, no events around them).
+
+        Raises:
+            GpuError: CUPTI's Python bindings are missing or refuse to record.
+        """
+        from benanza.runtimes.cuda.cupti_clock import CuptiSampler
+
+        self._check_open()
+
+        def on_stream(call: Callable[[], None]) -> Callable[[], None]:
+            def run() -> None:
+                with self._device, self.stream:
+                    call()
+
+            return run
+
+        return CuptiSampler(on_stream(launch), on_stream(self._flush_l2), self.synchronize)
+
     def hot_sampler(self, launch: Callable[[], None]) -> Callable[[int], float]:
         """``sample(k)``: seconds per launch of one replay of a CUDA graph of ``k`` back-to-back launches."""
         self._check_open()
