@@ -24,6 +24,7 @@ class ScriptedRecorder:
         self.spans: list[tuple[int, int]] = []
         self.launch_ns, self.kernels_per_launch = launch_ns, kernels_per_launch
         self.takes = 0
+        self.recording = False
 
     def now(self) -> int:
         self.clock += 1
@@ -33,6 +34,12 @@ class ScriptedRecorder:
         self.clock += 1
         self.spans.append((self.clock, self.clock + ns))
         self.clock += ns
+
+    def start(self) -> None:
+        self.recording = True
+
+    def stop(self) -> None:
+        self.recording = False
 
     def take(self) -> list[tuple[int, int]]:
         self.takes += 1
@@ -56,6 +63,7 @@ def test_a_sample_is_the_launches_kernels_never_the_flushes(monkeypatch: pytest.
     rec.kernel(50_000)  # a warm-up's kernel, recorded before the sample: left out
     assert sample(4) == pytest.approx(200e-9)
     assert rec.takes == 2  # what was there before, then the sample's
+    assert not rec.recording  # kernels are traced only while a sample is taken
 
 
 def test_a_launch_cupti_saw_no_kernel_of_is_an_error_not_a_zero(monkeypatch: pytest.MonkeyPatch) -> None:

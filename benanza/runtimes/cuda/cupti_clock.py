@@ -74,7 +74,14 @@ class _KernelRecorder:
                 self._spans.extend(found)
 
         cupti.activity_register_callbacks(requested, completed)
-        cupti.activity_enable(kernel)
+        self._kind = kernel
+
+    def start(self) -> None:
+        """Record kernels from now on (off between samples: what else the process times is not traced)."""
+        self._cupti.activity_enable(self._kind)
+
+    def stop(self) -> None:
+        self._cupti.activity_disable(self._kind)
 
     def now(self) -> int:
         """CUPTI's timestamp (ns), in the domain of its activity records."""
@@ -119,15 +126,19 @@ class CuptiSampler:
         if k < 1:
             raise ValueError(f"a sample takes at least one launch, not {k}")
         rec = self._recorder
-        rec.take()  # what earlier launches (warm-up, other samplers) left
+        rec.take()  # what earlier samples left
         windows = []
-        for _ in range(k):
-            self._flush()
-            self._synchronize()
-            start = rec.now()
-            self._launch()
-            self._synchronize()
-            windows.append((start, rec.now()))
+        rec.start()
+        try:
+            for _ in range(k):
+                self._flush()
+                self._synchronize()
+                start = rec.now()
+                self._launch()
+                self._synchronize()
+                windows.append((start, rec.now()))
+        finally:
+            rec.stop()
         sums = window_sums(rec.take(), windows)
         if any(s is None for s in sums):
             raise GpuError(f"CUPTI recorded no kernel for {sums.count(None)} of {k} launches")
