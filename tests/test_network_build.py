@@ -485,3 +485,25 @@ def test_an_int4_weight_is_synthesised_packed_and_its_blocked_dequantize_runs(bu
         built.SerializeToString(), session_options("extended", 1), providers=["CPUExecutionProvider"]
     )
     assert session.run(None, feeds_for(built))[0].shape == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "dtype, values",
+    [
+        ("float32", np.random.default_rng(0).random(5000, dtype=np.float32)),
+        ("int64", np.arange(-2000, 2000, dtype=np.int64)),
+        ("bool", np.arange(3000) % 3 == 0),
+    ],
+)
+def test_many_carried_values_travel_packed_and_come_back_exact(dtype, values):
+    """What a data-decided If reads (an SSDlite's 27,000 boxes) made each record 2 MB of JSON numbers:
+    beyond ``PACKED_MIN_ELEMENTS`` a network input's values travel as their bytes, and come back the same."""
+    from benanza.model.network import PACKED_MIN_ELEMENTS
+
+    tensor = NetworkTensor((len(values),), dtype, tuple(values.tolist()))
+    doc = json.loads(json.dumps(tensor.to_doc()))
+    assert "value" not in doc and len(values) > PACKED_MIN_ELEMENTS
+    assert len(json.dumps(doc)) < len(json.dumps(values.tolist()))
+    assert NetworkTensor.from_doc(doc) == tensor
+    few = NetworkTensor((3,), "int64", (1, 2, 3))
+    assert few.to_doc()["value"] == [1, 2, 3] and NetworkTensor.from_doc(few.to_doc()) == few
