@@ -16,10 +16,16 @@ import pytest
 from cli_checks import json_command
 from onnx import TensorProto, helper
 
+from benanza.bench.build import build_onnx
+from benanza.bench.generate import plan_model
 from benanza.host_memory import SystemMemory
+from benanza.model.graph import InputKind
+from benanza.model.process import process_model
+from benanza.model.request import BindingRequest
 from benanza.model.resolve import resolve_shapes
 from benanza.model.run_values import model_feeds
 from benanza.model.shapes import apply_binding, bind_shapes, fold_and_infer
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for
 
 F = TensorProto.FLOAT
 I64 = TensorProto.INT64
@@ -281,28 +287,92 @@ def batched_nms(build_model) -> onnx.ModelProto:
     return build_model(nodes, [("scores", F, [64]), ("boxes", F, [64, 4])], [("y", F, None)], inits)
 
 
-def test_an_if_whose_branch_the_data_decides_is_shaped_by_the_run_and_only_what_reads_it_benchmarked(
+def test_an_if_whose_branch_the_data_decides_is_shaped_by_the_run_and_benchmarked_on_its_values(
     build_model, process_proto
 ):
     """Before: the If (torchvision's batched_nms) stayed unshaped, and with it everything after it: a Faster
     R-CNN's whole second stage (63% covered), a Mask R-CNN's (53%). Shaped by the model's run, what reads it
-    is benchmarked; the If itself is not, alone: its work is its data's (an SSDlite's, on synthetic boxes, took
-    five times the whole model)."""
-    from benanza.model.extract import DATA_BRANCH_REASON
-
+    is benchmarked; the If itself is benchmarked on what it read in that run (its condition and the scores its
+    branch suppresses), carried by value: on synthetic boxes an SSDlite's NMS did five times the whole model's
+    work."""
     processed = process_proto(batched_nms(build_model))
-    (missing,) = processed.graph.unsupported
-    assert (missing.op_type, missing.reason) == ("If", DATA_BRANCH_REASON)
+    assert processed.graph.unsupported == ()
     assert processed.shapes.data_branches == ("chosen",)
     (matmul,) = [layer for layer in processed.graph.layers if layer.op_type == "MatMul"]
     assert matmul.inputs[0].tensor.shape[1] == 4 and matmul.output_shapes[0][1] == 8
-    (note,) = [note for note in processed.notes() if "the If itself only end to end" in note]
-    assert note.startswith("batched_nms: output 'chosen': ")  # named by its node, which is no layer
+    (branch,) = [layer for layer in processed.graph.layers if layer.op_type == "If"]
+    carried = {i.tensor.name: i.value for i in branch.inputs if i.kind is InputKind.ACTIVATION}
+    assert set(carried) == {"kept_scores"}  # what its else branch reads
+    assert branch.inputs[0].value == (False,)  # its condition: constant once the run shaped what it counts
+    assert len(carried["kept_scores"]) > 0
+    assert all(v > 0.5 for v in carried["kept_scores"])  # the scores the model kept, not synthetic ones
+    (note,) = [note for note in processed.notes() if "the If itself on the values its inputs had" in note]
+    assert note.startswith("batched_nms: output 'chosen': ")  # named by its node
 
 
-def test_the_main_job_measures_all_but_a_data_decided_if_and_runs_it_end_to_end(build_model, tmp_path):
+def test_a_data_decided_if_fed_other_scores_is_another_benchmark(build_model, tmp_path):
+    """The If's key covers the values it read: given scores (``--input``) that keep other boxes, another key."""
+    path = tmp_path / "nms.onnx"
+    onnx.save(batched_nms(build_model), path)
+    scores = np.linspace(0.0, 1.0, 64, dtype=np.float32)  # 32 above the cut, 16 of them above the second
+    np.save(tmp_path / "scores.npy", scores)
+    synthetic = process_model(path, None)
+    given = process_model(path, None, BindingRequest.parse(inputs=[f"scores={tmp_path / 'scores.npy'}"]))
+
+    def branch(processed):
+        (layer,) = [layer for layer in processed.graph.layers if layer.op_type == "If"]
+        return layer
+
+    carried = {i.tensor.name: i.value for i in branch(given).inputs if i.kind is InputKind.ACTIVATION}
+    assert carried["kept_scores"] == tuple(float(v) for v in scores[scores > 0.5])
+    assert branch(given).layer_key != branch(synthetic).layer_key
+
+
+def test_a_data_decided_if_benchmarked_alone_takes_the_branch_and_gives_the_length_the_model_did(
+    build_model, process_proto
+):
+    """Built as its benchmark is (its inputs initializers holding the run's values), the If does the model's
+    work: its output has the length the model's run gave, where synthetic scores would keep others."""
+    processed = process_proto(batched_nms(build_model))
+    plan = plan_model(processed, OnnxRuntimeCPU(threads=1), (1,))
+    (branch,) = [layer for layer in plan.graph.layers if layer.op_type == "If"]
+    network = plan.networks[plan.unit_keys[next(u for u, m in enumerate(plan.units) if branch.index in m)]]
+    model = build_onnx(network)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, feeds_for(model))
+    assert out.shape == branch.outputs[0].shape
+
+
+def test_the_main_job_measures_a_data_decided_if_too_and_the_model_has_its_bound(build_model, tmp_path):
     path = tmp_path / "nms.onnx"
     onnx.save(batched_nms(build_model), path)
     (row,) = json_command(ENV, "run", path, "--db", f"sqlite:///{tmp_path / 'n.db'}", *FAST)
-    assert [m["name"] for m in row["missing"]] == ["batched_nms"]
-    assert row["e2e_ms"] is not None and row["partial_sequential_ms"] > 0 and row["sequential_ms"] is None
+    assert row["missing"] == [] and row["coverage"] == 1.0
+    assert row["e2e_ms"] is not None and row["sequential_ms"] is not None
+
+
+def test_a_layer_table_shows_many_carried_values_as_a_count_and_a_digest():
+    """`models inspect -f json` of an SSDlite printed the 27,000 scores its NMS If reads: people read that table."""
+    from benanza.model.graph import LayerInput, TensorSpec
+
+    many = LayerInput(TensorSpec("s", (100,), "float32"), InputKind.ACTIVATION, tuple(float(i) for i in range(100)))
+    shown = many.to_dict()
+    assert "value" not in shown and shown["value_elements"] == 100 and len(shown["value_sha256"]) == 16
+    few = LayerInput(TensorSpec("n", (2,), "int64"), InputKind.ACTIVATION, (3, 4))
+    assert few.to_dict()["value"] == [3, 4]
+
+
+def test_the_values_a_data_decided_if_read_are_in_its_key_but_not_in_the_models(build_model, process_proto):
+    """Another machine's run (other CPU kernels, another ONNX Runtime release) may give the If other values:
+    another benchmark of it, not another model (history and comparisons across systems follow the model)."""
+    import dataclasses
+
+    from benanza.model.extract import extract
+
+    processed = process_proto(batched_nms(build_model))
+    report = processed.shapes
+    other = dataclasses.replace(report, branch_values=tuple((x, v * 0.999) for x, v in report.branch_values))
+    graphs = [extract(processed.proto, "m", "mem.onnx", shapes=r) for r in (report, other)]
+    ifs = [next(layer for layer in g.layers if layer.op_type == "If") for g in graphs]
+    assert ifs[0].layer_key != ifs[1].layer_key
+    assert graphs[0].graph_key == graphs[1].graph_key == processed.graph.graph_key

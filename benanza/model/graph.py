@@ -7,10 +7,14 @@ pure value: analysis stages read it and never touch ONNX protos or files.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
+
+# a layer input's values shown in a layer table (``LayerInput.to_dict``) up to this many; beyond, a count and digest
+SHOWN_VALUES = 64
 
 # A JSON-compatible attribute value after normalisation.
 AttrValue = int | float | str | tuple[int, ...] | tuple[float, ...] | tuple[str, ...]
@@ -68,8 +72,16 @@ class LayerInput:
             "shape": list(self.tensor.shape),
             "dtype": self.tensor.dtype,
             "kind": str(self.kind),
-            **({"value": list(self.value)} if self.value is not None else {}),
+            **(self._value_field() if self.value is not None else {}),
         }
+
+    def _value_field(self) -> dict[str, Any]:
+        """Its values, or where they are many (what a data-decided ``If`` reads, from the model's run) how many
+        and a digest of them: a layer table is read by people."""
+        if len(self.value or ()) <= SHOWN_VALUES:
+            return {"value": list(self.value or ())}
+        digest = hashlib.sha256(repr(self.value).encode()).hexdigest()[:16]
+        return {"value_elements": len(self.value or ()), "value_sha256": digest}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +185,16 @@ class ShapeReport:
     it shaped. ``unresolved``: tensor -> why its shape is unknown (a runtime value decides it,
     ONNX Runtime cannot run its node, the memory guard refused to). ``by_data``: tensor -> how its
     length, which its data decides, was taken from the model's own run (``walks.LENGTH_BY_DATA``).
-    ``data_branches``: outputs of an ``If`` whose branch the model's data decides, shaped by that run too
-    (what reads them is benchmarked; the ``If`` is not, alone: ``extract``).
+    ``data_branches``: outputs of an ``If`` whose branch the model's data decides, shaped by that run too.
+    ``branch_values``: what such an ``If`` reads (its inputs, and what its branches read of the outer graph),
+    with its value in that run: the ``If`` is benchmarked on them (``extract``), its work being its data's.
     """
 
     shaped_by: tuple[tuple[str, int], ...] = ()
     unresolved: tuple[tuple[str, str], ...] = ()
     by_data: tuple[tuple[str, str], ...] = ()
     data_branches: tuple[str, ...] = ()
+    branch_values: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # tensor -> numpy array
 
     @property
     def method(self) -> str:

@@ -24,7 +24,7 @@ in topological order, with the first tool that shapes the node:
    length it gives is the one benchmarked, and ``ShapeReport.by_data`` says so per tensor. The same
    run shapes a shape that inputs given their values alone decide (``--input``: ``_carried``) and the
    outputs of an ``If`` whose branch the data decides (``ShapeReport.data_branches``: what reads them is
-   benchmarked, the ``If`` is not, alone).
+   benchmarked, and the ``If`` itself on what it read in that run, ``ShapeReport.branch_values``).
 
 A tensor is *runtime* when its value depends on a graph input's value. ``Shape`` and ``Size``
 read only shapes, so once inputs are bound their outputs, and everything computed from them
@@ -122,6 +122,7 @@ def shape_report(
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     by_data: Mapping[str, str] | None = None,
     data_branches: Iterable[str] = (),
+    branch_values: Mapping[str, np.ndarray] | None = None,
 ) -> ShapeReport:
     """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named).
 
@@ -139,6 +140,7 @@ def shape_report(
         unresolved=tuple(sorted((reasons or {}).items())),
         by_data=tuple(sorted((by_data or {}).items())),
         data_branches=tuple(sorted(data_branches)),
+        branch_values=tuple(sorted((branch_values or {}).items())),
     )
 
 
@@ -184,6 +186,7 @@ def resolve_shapes(
         walk.unresolved(),
         by_data=walk.by_data,
         data_branches=walk.data_branches & set(walk.shape),
+        branch_values=walk.branch_values,
     )
     if report.unresolved:
         log.info("%s: %d tensors have no shape after resolution", path, len(report.unresolved))
@@ -244,6 +247,8 @@ class _Walk:
         self.length_by_data: dict[str, str] = {}  # tensor -> why: its length its data decides, to run for
         self.by_data: dict[str, str] = {}  # tensor -> how the model's run shaped it
         self.data_branches: set[str] = set()  # outputs of an If whose branch the data decides (``_by_data``)
+        self.branch_reads: dict[str, list[str]] = {}  # such an output -> what its If reads (its subgraphs too)
+        self.branch_values: dict[str, np.ndarray] = {}  # what such an If reads -> its value in the model's run
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
         self.producer = {o: node for node in self.nodes for o in node.output if o}
 
@@ -485,9 +490,10 @@ class _Walk:
         ``node`` is an ``If`` whose branch the model's data decides; not where random values do.
 
         Such an ``If`` (torchvision's ``batched_nms``: "no box left?", then an NMS of the boxes) is shaped by
-        the run so that what reads it (a two-stage detector's whole second stage) is benchmarked, and is
-        kept from being benchmarked alone (``data_branches``, ``extract``): its work is its data's, and on
-        synthetic boxes an SSDlite's (an NMS of 27,000 candidates) took 423 ms, five times the whole model."""
+        the run so that what reads it (a two-stage detector's whole second stage) is benchmarked, and what it
+        reads is kept from that run (``branch_reads``, ``branch_values``): its work is its data's, and on
+        synthetic boxes an SSDlite's (an NMS of 27,000 candidates) took 423 ms, five times the whole model, so
+        its benchmark is fed the run's values (``extract``)."""
         data = LENGTH_BY_DATA.get(node.op_type) if _is_onnx_domain(node) else None
         slots = {i for i, x in enumerate(node.input) if x in deciders}
         sources = self._sources(deciders)
@@ -502,6 +508,8 @@ class _Walk:
                 self.length_by_data[o] = self._depends_on(deciders)
         if by_branch and not (by_length or by_given):
             self.data_branches.update(outs)
+            reads = [x for x in node_reads(node) if x]
+            self.branch_reads.update((o, reads) for o in outs)
 
     def _carried(self, tensor: str) -> bool:
         """Whether ``tensor`` is a small integer tensor whose value is computed from given inputs and constants
@@ -558,14 +566,23 @@ class _Walk:
         if model is self.model:
             model = onnx.ModelProto()
             model.CopyFrom(self.model)  # outputs are added to it
-        model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in wanted)
+        # what an If whose branch the data decides reads: its values in this run are what it is benchmarked on
+        runtime_inputs = {i.name for i in self.model.graph.input} - inits
+        reads = {x for o in wanted for x in self.branch_reads.get(o, ())} - inits
+        captured = sorted(reads - runtime_inputs - set(wanted))
+        outputs = {o.name for o in model.graph.output}
+        model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in (*wanted, *captured) if o not in outputs)
         # drawn for every input, then the given ones substituted: the random values the end to end gets too
         fed = {**model_feeds(model), **self.given}
         feeds = {name: (value, self.elem[name]) for name, value in fed.items()}
         try:
-            shapes, error = _run_shapes(_session(model, held.weights, held.folder), feeds, wanted)
+            session = _session(model, held.weights, held.folder)
+            shapes, kept, error = _run_outputs(session, feeds, (*wanted, *captured), keep=reads)
         except Exception as exc:
-            shapes, error = {}, exc
+            shapes, kept, error = {}, {}, exc
+        if error is None:
+            self.branch_values.update(kept)
+            self.branch_values.update((x, fed[x]) for x in reads & runtime_inputs if x in fed)
         shaped = False
         for o in wanted:
             found = shapes.get(o) if error is None else None
@@ -580,7 +597,7 @@ class _Walk:
             if o in self.data_branches:
                 self.by_data[o] = (
                     f"{why[o]}, and so does the branch it takes: shaped by its run on {on}, {shape}; what reads it "
-                    "is benchmarked at that length, the If itself only end to end"
+                    "is benchmarked at that length, the If itself on the values its inputs had in that run"
                 )
             else:
                 self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
@@ -791,7 +808,16 @@ _ONNX_TYPES = {f"tensor({name.lower()})": value for name, value in onnx.TensorPr
 def _run_shapes(
     session: Any, feeds: dict[str, tuple[np.ndarray, int]], outputs: Iterable[str]
 ) -> tuple[dict[str, tuple[tuple[int, ...], int] | None], BaseException | None]:
-    """Each output's (shape, element type) from one run (None: not a tensor), or the run's error.
+    """Each output's (shape, element type) from one run (None: not a tensor), or the run's error."""
+    shapes, _, error = _run_outputs(session, feeds, outputs)
+    return shapes, error
+
+
+def _run_outputs(
+    session: Any, feeds: dict[str, tuple[np.ndarray, int]], outputs: Iterable[str], keep: Iterable[str] = ()
+) -> tuple[dict[str, tuple[tuple[int, ...], int] | None], dict[str, np.ndarray], BaseException | None]:
+    """Each output's (shape, element type) from one run (None: not a tensor), the values of those in ``keep``
+    that numpy holds (not bfloat16 or float8), or the run's error.
 
     Inputs and outputs travel as ``OrtValue``s, so element types numpy has no type for
     (bfloat16, float8) run too.
@@ -799,24 +825,32 @@ def _run_shapes(
     import onnxruntime as ort
 
     names = [o for o in outputs if o]
+    keep = set(keep)
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # a failing run is an answer here, not an error to log
     out: dict[str, tuple[tuple[int, ...], int] | None] = {}
+    kept: dict[str, np.ndarray] = {}
     if any(array.dtype.kind in "OSU" for array, _ in feeds.values()):  # strings cannot be OrtValues
         values, error = _run_values(session, {x: array for x, (array, _) in feeds.items()}, names)
         for name, value in values.items():
             ok = isinstance(value, np.ndarray)
             out[name] = (tuple(value.shape), helper.np_dtype_to_tensor_dtype(value.dtype)) if ok else None
-        return out, error
+            if ok and name in keep and value.dtype.kind in "biuf":
+                kept[name] = value
+        return out, kept, error
     try:
         fed = {x: _ort_value(array, elem) for x, (array, elem) in feeds.items()}
         values = session.run_with_ort_values(names, fed, quiet)
     except Exception as exc:
-        return {}, exc
+        return {}, {}, exc
     for name, value in zip(names, values, strict=True):
         ok = value.is_tensor() and value.data_type() in _ONNX_TYPES
         out[name] = (tuple(value.shape()), _ONNX_TYPES[value.data_type()]) if ok else None
-    return out, None
+        if ok and name in keep and _ONNX_TYPES[value.data_type()] not in _LOW_PRECISION_FLOATS:
+            array = value.numpy()
+            if array.dtype.kind in "biuf":
+                kept[name] = array
+    return out, kept, None
 
 
 def _ort_value(array: np.ndarray, elem: int):
