@@ -25,6 +25,7 @@ from benanza.model.request import BindingRequest
 from benanza.model.resolve import resolve_shapes
 from benanza.model.run_values import model_feeds
 from benanza.model.shapes import apply_binding, bind_shapes, fold_and_infer
+from benanza.runtimes.null import NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for
 
 F = TensorProto.FLOAT
@@ -376,3 +377,34 @@ def test_the_values_a_data_decided_if_read_are_in_its_key_but_not_in_the_models(
     ifs = [next(layer for layer in g.layers if layer.op_type == "If") for g in graphs]
     assert ifs[0].layer_key != ifs[1].layer_key
     assert graphs[0].graph_key == graphs[1].graph_key == processed.graph.graph_key
+
+
+def test_a_data_decided_if_only_starts_a_sequence_so_that_it_is_fed_its_runs_values(build_model, process_proto):
+    """DLBricks sequences: an If after its producer in one window would be fed what the window computes from
+    synthetic data (an NMS of random boxes), not what it read in the model's run."""
+    processed = process_proto(batched_nms(build_model))
+    plan = plan_model(processed, NullRuntime(), (1, 2, 3))
+    (branch,) = [layer for layer in plan.graph.layers if layer.op_type == "If"]
+    assert branch.data_decided
+    for g in (2, 3):
+        for members, key in zip(plan.sequences[g], plan.sequence_keys[g], strict=True):
+            if branch.index in members:
+                assert members[0] == branch.index, (g, members)
+                network = plan.networks[key]
+                assert all(t.value is not None for t in network.inputs if t.dtype == "float32"), network.inputs
+
+
+def test_what_a_data_decided_if_reads_beyond_the_limit_is_not_kept_and_the_if_says_why(
+    build_model, process_proto, monkeypatch
+):
+    from benanza.model import extract, resolve
+
+    monkeypatch.setattr(resolve, "BRANCH_VALUE_MAX_ELEMENTS", 8)
+    monkeypatch.setattr(extract, "BRANCH_VALUE_MAX_ELEMENTS", 8)
+    processed = process_proto(batched_nms(build_model))
+    assert processed.shapes.branch_values == ()  # nothing kept that would not be carried
+    (missing,) = processed.graph.unsupported
+    assert missing.op_type == "If" and "more than benanza carries into a benchmark (8)" in missing.reason
+    assert any(layer.op_type == "MatMul" for layer in processed.graph.layers)  # what reads it, still measured
+    (note,) = [n for n in processed.notes() if n.startswith("batched_nms: output 'chosen'")]
+    assert "where they can be carried (else it is reported not benchmarked" in note

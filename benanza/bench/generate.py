@@ -171,6 +171,7 @@ def contracted(graph: ModelGraph, units: Sequence[Sequence[int]], keys: Sequence
                 flops=None,
                 bytes_moved=0,
                 layer_key=keys[u],
+                data_decided=any(graph.layers[i].data_decided for i in members),
             )
         )
     return ModelGraph(graph.model, graph.path, graph.opset, graph.inputs, tuple(layers), tuple(sorted(edges)))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -243,6 +244,7 @@ def extract(
             layer = identity = made(computed)
             if any(o in shapes.data_branches for o in node.output):  # benchmarked on its values in the run
                 layer = made({**computed, **_branch_values(node, shapes, constants, types)})
+                layer = dataclasses.replace(layer, data_decided=True)
         except _UnsupportedNode as why:
             unsupported.append(Unsupported(node_name, node.op_type, domain, str(why)))
             for o in node.output:
@@ -299,18 +301,18 @@ def _branch_values(
     """
     values = dict(shapes.branch_values)
     reads = [x for x in dict.fromkeys(node_reads(node)) if x and x not in constants]
+    total = sum(math.prod(shape) for x in reads if (shape := types.get(x, (None, ""))[0]) is not None)
+    if total > BRANCH_VALUE_MAX_ELEMENTS:  # the run keeps none of them then (``resolve``)
+        raise _UnsupportedNode(
+            f"the model's data decides its branch and its work, and what it reads holds {total} values, more than "
+            f"benanza carries into a benchmark ({BRANCH_VALUE_MAX_ELEMENTS})"
+        )
     missing = [x for x in reads if x not in values]
     if missing:
         raise _UnsupportedNode(f"{DATA_BRANCH_REASON}: {', '.join(repr(x) for x in missing)}")
     wrong = [x for x in reads if types.get(x, (None, ""))[0] != tuple(values[x].shape)]
     if wrong:
         raise _UnsupportedNode(f"{DATA_BRANCH_REASON}: the run's {wrong[0]!r} has another shape than the model's")
-    total = sum(int(values[x].size) for x in reads)
-    if total > BRANCH_VALUE_MAX_ELEMENTS:
-        raise _UnsupportedNode(
-            f"the model's data decides its branch and its work, and what it reads holds {total} values, more than "
-            f"benanza carries into a benchmark ({BRANCH_VALUE_MAX_ELEMENTS})"
-        )
     return {x: tuple(values[x].ravel().tolist()) for x in reads}
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+import numpy as np
+
 # a layer input's values shown in a layer table (``LayerInput.to_dict``) up to this many; beyond, a count and digest
 SHOWN_VALUES = 64
 
@@ -76,12 +78,13 @@ class LayerInput:
         }
 
     def _value_field(self) -> dict[str, Any]:
-        """Its values, or where they are many (what a data-decided ``If`` reads, from the model's run) how many
-        and a digest of them: a layer table is read by people."""
-        if len(self.value or ()) <= SHOWN_VALUES:
-            return {"value": list(self.value or ())}
-        digest = hashlib.sha256(repr(self.value).encode()).hexdigest()[:16]
-        return {"value_elements": len(self.value or ()), "value_sha256": digest}
+        """Its values; for an activation carrying many (what a data-decided ``If`` read in the model's run) how
+        many and the sha256 of their bytes (little-endian, in its dtype): a layer table is read by people."""
+        values = self.value or ()
+        if self.kind is not InputKind.ACTIVATION or len(values) <= SHOWN_VALUES:
+            return {"value": list(values)}
+        data = np.asarray(values, dtype=np.dtype(self.tensor.dtype).newbyteorder("<")).tobytes()
+        return {"value_elements": len(values), "value_sha256": hashlib.sha256(data).hexdigest()[:16]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +109,9 @@ class Layer:
     bytes_moved: int  # bytes of every input and output tensor, read or written once
     layer_key: str
     captured: int = 0  # trailing inputs that are outer tensors read by subgraphs, not node inputs
+    # an If whose branch the model's data decides, carrying what it read in the model's run (``extract``):
+    # a sequence may only start with it, so that those values are what its network is fed
+    data_decided: bool = False
     subgraphs: tuple[tuple[str, str | tuple[str, ...]], ...] = ()  # attribute -> encoded subgraph(s)
     subgraph_opsets: tuple[tuple[str, int], ...] = ()  # other domains the subgraphs' nodes use -> opset
     # each output's position among the node's where one is skipped before another; () = 0, 1, 2...

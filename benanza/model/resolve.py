@@ -53,6 +53,7 @@ from benanza.model.constants import constant_value
 from benanza.model.control_flow import unbounded_loop_reason
 from benanza.model.dtypes import proto_bytes, tensor_bytes
 from benanza.model.extract import (
+    BRANCH_VALUE_MAX_ELEMENTS,
     RANDOM_OPS,
     SHAPE_READERS,
     dtype_name,
@@ -566,9 +567,15 @@ class _Walk:
         if model is self.model:
             model = onnx.ModelProto()
             model.CopyFrom(self.model)  # outputs are added to it
-        # what an If whose branch the data decides reads: its values in this run are what it is benchmarked on
+        # what an If whose branch the data decides reads: its values in this run are what it is benchmarked on,
+        # where they are few enough to carry (``BRANCH_VALUE_MAX_ELEMENTS``; extract says why not where not)
         runtime_inputs = {i.name for i in self.model.graph.input} - inits
-        reads = {x for o in wanted for x in self.branch_reads.get(o, ())} - inits
+        reads = set()
+        for o in wanted:
+            branch = set(self.branch_reads.get(o, ())) - inits
+            sizes = [math.prod(self.shape[x]) if x in self.shape else None for x in branch]
+            if None not in sizes and sum(sizes) <= BRANCH_VALUE_MAX_ELEMENTS:
+                reads |= branch
         captured = sorted(reads - runtime_inputs - set(wanted))
         outputs = {o.name for o in model.graph.output}
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in (*wanted, *captured) if o not in outputs)
@@ -597,7 +604,8 @@ class _Walk:
             if o in self.data_branches:
                 self.by_data[o] = (
                     f"{why[o]}, and so does the branch it takes: shaped by its run on {on}, {shape}; what reads it "
-                    "is benchmarked at that length, the If itself on the values its inputs had in that run"
+                    "is benchmarked at that length, the If itself on the values its inputs had in that run where "
+                    "they can be carried (else it is reported not benchmarked, with the reason)"
                 )
             else:
                 self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
@@ -847,7 +855,10 @@ def _run_outputs(
         ok = value.is_tensor() and value.data_type() in _ONNX_TYPES
         out[name] = (tuple(value.shape()), _ONNX_TYPES[value.data_type()]) if ok else None
         if ok and name in keep and _ONNX_TYPES[value.data_type()] not in _LOW_PRECISION_FLOATS:
-            array = value.numpy()
+            try:
+                array = value.numpy()
+            except Exception:  # a type numpy holds no array of (int4): its value is not kept, the run stands
+                continue
             if array.dtype.kind in "biuf":
                 kept[name] = array
     return out, kept, None

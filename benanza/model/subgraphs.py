@@ -96,6 +96,8 @@ def _layer_producers(graph: ModelGraph) -> dict[str, tuple[int, int]]:
 
 
 def _runnable(graph: ModelGraph, producers: Mapping[str, tuple[int, int]], begin: int, end: int) -> bool:
+    if any(layer.data_decided for layer in graph.layers[begin + 1 : end]):
+        return False  # it would be fed what the window computes from synthetic data, not its run's values
     first = graph.layers[begin]
     first_reads = {i.tensor.name for i in first.inputs if i.kind is InputKind.ACTIVATION}
     for layer in graph.layers[begin + 1 : end]:
