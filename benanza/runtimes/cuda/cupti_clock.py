@@ -95,6 +95,10 @@ class _KernelRecorder:
         return spans
 
 
+# one sample at a time in a process: the subscription, and what it records, is the process's
+_SAMPLING = threading.Lock()
+
+
 @functools.cache
 def recorder() -> _KernelRecorder:
     """The process's kernel recorder, subscribed on first use.
@@ -106,7 +110,8 @@ def recorder() -> _KernelRecorder:
     if missing:
         raise GpuError(missing)
     try:
-        return _KernelRecorder()
+        with _SAMPLING:  # a second thread's first call waits, then finds this one cached
+            return _KernelRecorder()
     except Exception as exc:  # cuptiError: another profiler holds the subscription, an old driver
         raise GpuError(f"CUPTI refused to record kernels: {one_line(exc)}") from None
 
@@ -126,20 +131,27 @@ class CuptiSampler:
         if k < 1:
             raise ValueError(f"a sample takes at least one launch, not {k}")
         rec = self._recorder
-        rec.take()  # what earlier samples left
-        windows = []
-        rec.start()
-        try:
-            for _ in range(k):
-                self._flush()
-                self._synchronize()
-                start = rec.now()
-                self._launch()
-                self._synchronize()
-                windows.append((start, rec.now()))
-        finally:
-            rec.stop()
-        sums = window_sums(rec.take(), windows)
+        with _SAMPLING:
+            try:
+                rec.take()  # what earlier samples left
+                windows = []
+                rec.start()
+                try:
+                    for _ in range(k):
+                        self._flush()
+                        self._synchronize()
+                        start = rec.now()
+                        self._launch()
+                        self._synchronize()
+                        windows.append((start, rec.now()))
+                finally:
+                    rec.stop()
+                spans = rec.take()
+            except GpuError:
+                raise
+            except Exception as exc:  # cuptiError, or the launch's own CUDA error
+                raise GpuError(f"a CUPTI-timed sample failed: {one_line(exc)}") from None
+        sums = window_sums(spans, windows)
         if any(s is None for s in sums):
             raise GpuError(f"CUPTI recorded no kernel for {sums.count(None)} of {k} launches")
         return sum(s for s in sums if s is not None) / k
