@@ -79,7 +79,7 @@ def status_of(entry: dict[str, Any], plan: bool) -> tuple[dict[str, Any], Any]:
             plan_s=round(time.perf_counter() - started, 3),
             units=len(model_plan.units),
             unique_units=len(set(model_plan.unit_keys)),
-            planning_notes=list(model_plan.notes),
+            planning_warnings=list(model_plan.warnings),
         )
     return record, graph
 
@@ -117,7 +117,7 @@ def main() -> None:
         "unique_layers_corpus": summarize(graphs).unique_layers if graphs else 0,
         "not_benchmarkable": sum(r["not_benchmarkable"] for r in processed),
         "reasons": dict(reasons.most_common()),
-        "models_with_planning_notes": sum(bool(r.get("planning_notes")) for r in processed),
+        "models_with_planning_warnings": sum(bool(r.get("planning_warnings")) for r in processed),
         "process_s": round(sum(r["process_s"] for r in processed), 2),
     }
     result = {
@@ -135,7 +135,8 @@ def main() -> None:
         f"\n{totals['models']} models: {totals['fully_shaped']} fully shaped, {totals['errors']} errors; "
         f"{totals['layers']} layers ({totals['unique_layers_corpus']} unique in the corpus), "
         f"{totals['not_benchmarkable']} nodes not benchmarkable; "
-        f"{totals['models_with_planning_notes']} models planned without ORT's fusion groups"
+        f"{totals['models_with_planning_warnings']} models with a planning warning (planned without ORT's fusion "
+        "groups, or bound other than their file)"
     )
     for reason, n in totals["reasons"].items():
         print(f"  {n:6d}  {reason}")

@@ -269,6 +269,18 @@ def test_a_chain_s_parallel_bound_is_its_sequential_one(build_model, process_pro
     assert lb.parallel_ms == lb.sequential_ms
 
 
+def test_a_path_summed_one_rounding_over_the_whole_is_the_whole(branching, all_results, monkeypatch):
+    """Whatever Python's ``sum`` does (3.11's adds plainly, so the chain above agrees on it by chance): a
+    critical path that comes out longer than the sequential bound is the sequential bound."""
+    from benanza.model.graph import CriticalPath, ModelGraph
+
+    whole = bound(branching, all_results).sequential_ms
+    monkeypatch.setattr(
+        ModelGraph, "critical_path", lambda self, cost: CriticalPath(math.nextafter(whole, math.inf), (0, 4))
+    )
+    assert bound(branching, all_results).parallel_ms == whole
+
+
 def test_missing_layers_give_no_totals_and_exact_coverage(branching, all_results):
     tanh_key = branching.graph.layers[2].layer_key
     results = {k: r for k, r in all_results.items() if k != tanh_key}
