@@ -408,3 +408,26 @@ def test_what_a_data_decided_if_reads_beyond_the_limit_is_not_kept_and_the_if_sa
     assert any(layer.op_type == "MatMul" for layer in processed.graph.layers)  # what reads it, still measured
     (note,) = [n for n in processed.notes() if n.startswith("batched_nms: output 'chosen'")]
     assert "where they can be carried (else it is reported not benchmarked" in note
+
+
+def test_every_sequence_of_a_detector_runs_at_the_lengths_its_model_gave(build_model, process_proto):
+    """A NonZero after what computes its condition, in one window (a torchvision Faster R-CNN's
+    Reshape+Greater+NonZero), counted what the window made of synthetic data, not the model's length: ONNX
+    Runtime refused the sequence ("invalid dimensions for output") and the model had no composition at G=3.
+    A layer whose length (or branch) the model's data decides only starts a window: fed so that it gives the
+    model's length (``data_length_feeds``), every sequence runs."""
+    from benanza.bench.build import data_length_feeds
+
+    processed = process_proto(batched_nms(build_model))
+    plan = plan_model(processed, OnnxRuntimeCPU(threads=1), (1, 2, 3))
+    decided = {layer.index for layer in plan.graph.layers if layer.data_decided}
+    assert {plan.graph.layers[i].op_type for i in decided} >= {"NonZero", "If"}
+    for g in (2, 3):
+        for members, key in zip(plan.sequences[g], plan.sequence_keys[g], strict=True):
+            assert not decided & set(members[1:]), (g, members)
+            network = plan.networks[key]
+            model = build_onnx(network)
+            session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+            outs = session.run(None, data_length_feeds(network, feeds_for(model)))
+            declared = [network.nodes[o.node].outputs[o.output].shape for o in network.outputs]
+            assert [o.shape for o in outs] == [tuple(d) for d in declared], (g, members)

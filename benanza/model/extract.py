@@ -212,6 +212,7 @@ def extract(
     constant_nodes = 0
 
     used = {x for n in model.graph.node for x in n.input} | {o.name for o in model.graph.output}
+    by_run = {t for t, _ in shapes.by_data}  # lengths (and If branches) the model's data decided, from its run
     nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
     for pos, node in enumerate(nodes):
         present = [x for x in node.input if x]
@@ -244,6 +245,7 @@ def extract(
             layer = identity = made(computed)
             if any(o in shapes.data_branches for o in node.output):  # benchmarked on its values in the run
                 layer = made({**computed, **_branch_values(node, shapes, constants, types)})
+            if any(o in by_run for o in node.output):
                 layer = dataclasses.replace(layer, data_decided=True)
         except _UnsupportedNode as why:
             unsupported.append(Unsupported(node_name, node.op_type, domain, str(why)))

@@ -109,8 +109,10 @@ class Layer:
     bytes_moved: int  # bytes of every input and output tensor, read or written once
     layer_key: str
     captured: int = 0  # trailing inputs that are outer tensors read by subgraphs, not node inputs
-    # an If whose branch the model's data decides, carrying what it read in the model's run (``extract``):
-    # a sequence may only start with it, so that those values are what its network is fed
+    # an output whose length (NonZero's count, the boxes an NMS keeps) or branch (an If's) the model's data
+    # decides, taken from the model's run (``extract``): a sequence may only start with it, so that its network
+    # is fed what makes that length (``bench.build.data_length_feeds``) or what the If read in the run, not what
+    # the sequence would compute from synthetic data
     data_decided: bool = False
     subgraphs: tuple[tuple[str, str | tuple[str, ...]], ...] = ()  # attribute -> encoded subgraph(s)
     subgraph_opsets: tuple[tuple[str, int], ...] = ()  # other domains the subgraphs' nodes use -> opset
