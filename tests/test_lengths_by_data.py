@@ -431,3 +431,55 @@ def test_every_sequence_of_a_detector_runs_at_the_lengths_its_model_gave(build_m
             outs = session.run(None, data_length_feeds(network, feeds_for(model)))
             declared = [network.nodes[o.node].outputs[o.output].shape for o in network.outputs]
             assert [o.shape for o in outs] == [tuple(d) for d in declared], (g, members)
+
+
+def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked_on_its_values(
+    build_model, process_proto
+):
+    """A Keypoint R-CNN's per-box Loop resizes by the boxes' sizes: on synthetic values ONNX Runtime refused
+    it ("Scale value should be greater than 0") and it, and all after it, had no shape. Like a data-decided
+    If, it is shaped by the model's run and benchmarked on what it read there."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Resize", ["img", "", "scales"], ["big"], mode="nearest"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("big", F, None),
+        ],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("ReduceMean", ["r"], ["m"], keepdims=1),
+        helper.make_node("Add", ["m", "one"], ["s"]),
+        helper.make_node("Concat", ["ones", "s", "s"], ["scales"], axis=0),
+        helper.make_node("Loop", ["trips", "go"], ["stacked"], body=body, name="per_box"),
+        helper.make_node("ReduceSum", ["stacked"], ["y"], keepdims=0),
+    ]
+    inits = {
+        "one": np.ones(1, np.float32),
+        "ones": np.ones(2, np.float32),
+        "img": np.ones((1, 1, 2, 2), np.float32),
+        "trips": np.array(3, np.int64),
+        "go": np.array(True),
+    }
+    processed = process_proto(build_model(nodes, [("x", F, [8])], [("y", F, None)], inits))
+    assert processed.graph.unsupported == ()
+    (loop,) = [layer for layer in processed.graph.layers if layer.op_type == "Loop"]
+    assert loop.data_decided
+    (scales,) = [i for i in loop.inputs if i.tensor.name == "scales"]
+    assert scales.value[:2] == (1.0, 1.0) and scales.value[2] == scales.value[3] > 1.0  # the run's, not synthetic
+    side = int(2 * scales.value[2])
+    assert loop.outputs[0].shape == (3, 1, 1, side, side)
+    plan = plan_model(processed, OnnxRuntimeCPU(threads=1), (1,))
+    network = plan.networks[loop.layer_key]
+    model = build_onnx(network)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, feeds_for(model))
+    assert out.shape == loop.outputs[0].shape

@@ -278,7 +278,7 @@ def extract(
 
 
 DATA_BRANCH_REASON = (
-    "the model's data decides its branch and its work (an NMS of the boxes it is given), and its run gave no "
+    "the model's data decides what it runs (an NMS of the boxes it is given), and its run gave no "
     "values of what it reads to benchmark it on (synthetic data would measure other work)"
 )
 # what an If whose branch the data decides may read, in elements, to be carried into its benchmark by value
@@ -306,7 +306,7 @@ def _branch_values(
     total = sum(math.prod(shape) for x in reads if (shape := types.get(x, (None, ""))[0]) is not None)
     if total > BRANCH_VALUE_MAX_ELEMENTS:  # the run keeps none of them then (``resolve``)
         raise _UnsupportedNode(
-            f"the model's data decides its branch and its work, and what it reads holds {total} values, more than "
+            f"the model's data decides what it runs, and what it reads holds {total} values, more than "
             f"benanza carries into a benchmark ({BRANCH_VALUE_MAX_ELEMENTS})"
         )
     missing = [x for x in reads if x not in values]

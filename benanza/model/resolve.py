@@ -213,6 +213,11 @@ def _quoted(names: Iterable[str]) -> str:
     return ", ".join(f"'{n}'" for n in sorted(names))
 
 
+# control flow whose branch (If) or work (Loop) the model's data may decide: shaped by the model's run and
+# benchmarked on what it read there (``_by_data``)
+DATA_CONTROL_FLOW = frozenset({"If", "Loop"})
+
+
 class _Walk:
     """One topological walk over a prepared model: shapes, constant values and reasons per tensor."""
 
@@ -482,13 +487,19 @@ class _Walk:
                 self._unresolved([o], "its value is not a tensor")
             else:
                 self._unresolved([o], self._failure(node, varied, error))
+                if varied and node.op_type in DATA_CONTROL_FLOW and _is_onnx_domain(node):
+                    # what the model's data makes it run (a Resize inside a Loop scaled by box sizes) synthetic
+                    # values do not: the model's run may shape it, and its benchmark get what it read there
+                    self._by_data(node, [o], varied)
 
     # ------------------------------------------------------------------ lengths the data decides
 
     def _by_data(self, node: onnx.NodeProto, outs: list[str], deciders: list[str]) -> None:
         """Mark ``outs`` for the model's run where ``node``'s data, and no setting, decides their length
         (``LENGTH_BY_DATA``), where inputs given their values (``self.given``) alone decide them, or where
-        ``node`` is an ``If`` whose branch the model's data decides; not where random values do.
+        ``node`` is an ``If`` whose branch the model's data decides or a ``Loop`` whose work it decides
+        (``DATA_CONTROL_FLOW``: a Keypoint R-CNN's per-box Loop resizes by the boxes' sizes); not where random
+        values do.
 
         Such an ``If`` (torchvision's ``batched_nms``: "no box left?", then an NMS of the boxes) is shaped by
         the run so that what reads it (a two-stage detector's whole second stage) is benchmarked, and what it
@@ -503,7 +514,8 @@ class _Walk:
         # decides, benchmarked alone on synthetic data), nor a setting computed from data (synthetic alone)
         by_given = bool(self.given) and not _has_subgraph(node) and bool(deciders)
         by_given = by_given and all(self._carried(x) for x in deciders)
-        by_branch = node.op_type == "If" and _is_onnx_domain(node) and bool(sources) and "random" not in sources
+        by_branch = node.op_type in DATA_CONTROL_FLOW and _is_onnx_domain(node) and bool(sources)
+        by_branch = by_branch and "random" not in sources
         if by_length or by_given or by_branch:
             for o in outs:
                 self.length_by_data[o] = self._depends_on(deciders)
@@ -603,9 +615,9 @@ class _Walk:
             on = "the given inputs (--input)" if self.given else "the benchmark inputs"
             if o in self.data_branches:
                 self.by_data[o] = (
-                    f"{why[o]}, and so does the branch it takes: shaped by its run on {on}, {shape}; what reads it "
-                    "is benchmarked at that length, the If itself on the values its inputs had in that run where "
-                    "they can be carried (else it is reported not benchmarked, with the reason)"
+                    f"{why[o]}, and so does what it runs: shaped by its run on {on}, {shape}; what reads it "
+                    f"is benchmarked at that length, the {self.producer[o].op_type} itself on the values its inputs "
+                    "had in that run where they can be carried (else it is reported not benchmarked, with the reason)"
                 )
             else:
                 self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
