@@ -74,12 +74,32 @@ def test_a_launch_cupti_saw_no_kernel_of_is_an_error_not_a_zero(monkeypatch: pyt
 
 def test_without_the_bindings_a_sampler_is_a_one_line_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(cupti_clock, "cupti_missing", lambda: "cupti-python is not usable: no module")
-    cupti_clock.recorder.cache_clear()
-    try:
-        with pytest.raises(GpuError, match="cupti-python is not usable"):
-            CuptiSampler(lambda: None, lambda: None, lambda: None)
-    finally:
-        cupti_clock.recorder.cache_clear()
+    monkeypatch.setattr(cupti_clock, "_RECORDER", None)
+    with pytest.raises(GpuError, match="cupti-python is not usable"):
+        CuptiSampler(lambda: None, lambda: None, lambda: None)
+
+
+def test_the_process_subscribes_once_whichever_thread_asks_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUPTI takes one pair of callbacks per process: a second subscription would leave the first recorder
+    deaf. Eight threads asking at once get one recorder, made once."""
+    import threading
+
+    made = []
+
+    class Recorder:
+        def __init__(self) -> None:
+            made.append(self)
+
+    monkeypatch.setattr(cupti_clock, "cupti_missing", lambda: None)
+    monkeypatch.setattr(cupti_clock, "_KernelRecorder", Recorder)
+    monkeypatch.setattr(cupti_clock, "_RECORDER", None)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cupti_clock.recorder())) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and all(r is made[0] for r in got) and len(got) == 8
 
 
 @pytest.mark.gpu

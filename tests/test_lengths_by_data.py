@@ -441,7 +441,9 @@ def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked
     If, it is shaped by the model's run and benchmarked on what it read there."""
     body = helper.make_graph(
         [
-            helper.make_node("Resize", ["img", "", "scales"], ["big"], mode="nearest"),
+            # linear: ONNX Runtime refuses any scale of the batch and channel dimensions but 1, so no synthetic
+            # scales (random, or zeros) run it, as none ran the Keypoint R-CNN's
+            helper.make_node("Resize", ["img", "", "scales"], ["big"], mode="linear"),
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
         ],
         "body",
@@ -483,3 +485,67 @@ def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (out,) = session.run(None, feeds_for(model))
     assert out.shape == loop.outputs[0].shape
+
+
+def test_a_length_given_integers_decide_is_carried_and_starts_no_sequence(build_model, tmp_path):
+    """``--input n=30`` shapes a Range to n + 1, and the length travels by value into every benchmark that
+    computes it: unlike a count the data decides, nothing forces that Range to start a sequence."""
+    nodes = [
+        helper.make_node("Add", ["n", "one"], ["m"]),
+        helper.make_node("Range", ["zero", "m", "one"], ["idx"]),
+        helper.make_node("Cast", ["idx"], ["f"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["f"], ["r"]),
+        helper.make_node("Add", ["r", "x"], ["y"]),
+    ]
+    inits = {"zero": np.array(0, np.int64), "one": np.array(1, np.int64)}
+    onnx.save(
+        build_model(nodes, [("x", F, [1]), ("n", TensorProto.INT64, [])], [("y", F, None)], inits), tmp_path / "r.onnx"
+    )
+    np.save(tmp_path / "n.npy", np.array(30, np.int64))
+    processed = process_model(tmp_path / "r.onnx", None, BindingRequest.parse(inputs=[f"n={tmp_path / 'n.npy'}"]))
+    (ranged,) = [layer for layer in processed.graph.layers if layer.op_type == "Range"]
+    assert ranged.outputs[0].shape == (31,) and not any(layer.data_decided for layer in processed.graph.layers)
+
+
+def test_a_loop_whose_trip_count_the_data_decides_is_benchmarked_at_its_runs_count(build_model, process_proto):
+    """The Loop above run as many times as the data says (``ArgMax(x) + 1``): its trip count is what it read in
+    the model's run, carried into its benchmark like the rest. A trip count fed as a model input stays a runtime
+    value (``test_control_flow``): that is its caller's setting, not data; so does a Loop that synthetic values
+    run and whose length follows them (a Range's expansion, to its limit: ONNX's conformance cases)."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Resize", ["img", "", "scales"], ["big"], mode="linear"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("big", F, None),
+        ],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("ReduceMean", ["r"], ["m"], keepdims=1),
+        helper.make_node("Add", ["m", "one"], ["s"]),
+        helper.make_node("Concat", ["ones", "s", "s"], ["scales"], axis=0),
+        helper.make_node("ArgMax", ["x"], ["at"], keepdims=0),
+        helper.make_node("Add", ["at", "one_int"], ["trips"]),
+        helper.make_node("Loop", ["trips", "go"], ["stacked"], body=body, name="per_row"),
+        helper.make_node("ReduceSum", ["stacked"], ["y"], keepdims=0),
+    ]
+    inits = {
+        "one": np.ones(1, np.float32),
+        "ones": np.ones(2, np.float32),
+        "img": np.ones((1, 1, 2, 2), np.float32),
+        "one_int": np.array(1, np.int64),
+        "go": np.array(True),
+    }
+    processed = process_proto(build_model(nodes, [("x", F, [8])], [("y", F, None)], inits))
+    assert processed.graph.unsupported == ()
+    (loop,) = [layer for layer in processed.graph.layers if layer.op_type == "Loop"]
+    (trips,) = [i.value for i in loop.inputs if i.tensor.name == "trips"]
+    assert loop.outputs[0].shape[0] == trips[0] >= 1

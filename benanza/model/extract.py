@@ -212,7 +212,7 @@ def extract(
     constant_nodes = 0
 
     used = {x for n in model.graph.node for x in n.input} | {o.name for o in model.graph.output}
-    by_run = {t for t, _ in shapes.by_data}  # lengths (and If branches) the model's data decided, from its run
+    by_run = set(shapes.decided)  # lengths (and If branches) the model's data decided, taken from its run
     nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
     for pos, node in enumerate(nodes):
         present = [x for x in node.input if x]
@@ -242,9 +242,14 @@ def extract(
             made = functools.partial(
                 _make_layer, len(layers), node, node_name, domain, opsets, types, constants, const_protos, used, shapes
             )
-            layer = identity = made(computed)
             if any(o in shapes.data_branches for o in node.output):  # benchmarked on its values in the run
-                layer = made({**computed, **_branch_values(node, shapes, constants, types)})
+                layer = made({**computed, **_branch_values(node, shapes, constants, types)}, by_run=True)
+                try:  # its identity without them; a Loop whose trip count the run gave has none without
+                    identity = made(computed)
+                except _UnsupportedNode:
+                    identity = layer
+            else:
+                layer = identity = made(computed)
             if any(o in by_run for o in node.output):
                 layer = dataclasses.replace(layer, data_decided=True)
         except _UnsupportedNode as why:
@@ -356,7 +361,10 @@ def _make_layer(
     used: set[str],
     shapes: ShapeReport,
     computed: Mapping[str, tuple[Any, ...]],
+    by_run: bool = False,
 ) -> Layer:
+    """One node as a layer; ``by_run``: ``computed`` holds what it read in the model's run (``_branch_values``),
+    a Loop's trip count among them."""
     op_type = node.op_type
     opset = opsets.get(domain)
     if opset is None:
@@ -392,7 +400,12 @@ def _make_layer(
     if captures or _has_subgraph(node):  # control flow: what its subgraphs read follows its own inputs
         inputs.extend(_captured_inputs(captures, types, constants, const_protos, shapes, computed))
         if op_type == "Loop" and domain == "":
-            values = {x: i.value for x, i in zip(node.input, inputs, strict=False) if i.kind is InputKind.VALUE}
+            # a constant; for a Loop whose work the data decides, also what it read in the model's run
+            values = {
+                x: i.value
+                for x, i in zip(node.input, inputs, strict=False)
+                if i.kind is InputKind.VALUE or (by_run and i.kind is InputKind.ACTIVATION and i.value is not None)
+            }
             if (why := control_flow.loop_trip_reason(node, values, constants)) is not None:
                 raise _UnsupportedNode(why)
     outputs: list[TensorSpec] = []

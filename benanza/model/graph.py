@@ -202,6 +202,9 @@ class ShapeReport:
     unresolved: tuple[tuple[str, str], ...] = ()
     by_data: tuple[tuple[str, str], ...] = ()
     data_branches: tuple[str, ...] = ()
+    # of ``by_data``: what the model's data decides (a NonZero's count, an If's branch), not what given integers
+    # alone decide (a benchmark carries those by value): such a layer only starts a sequence (``Layer.data_decided``)
+    decided: tuple[str, ...] = ()
     branch_values: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # tensor -> numpy array
 
     @property

@@ -123,6 +123,7 @@ def shape_report(
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     by_data: Mapping[str, str] | None = None,
     data_branches: Iterable[str] = (),
+    decided: Iterable[str] = (),
     branch_values: Mapping[str, np.ndarray] | None = None,
 ) -> ShapeReport:
     """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named).
@@ -141,6 +142,7 @@ def shape_report(
         unresolved=tuple(sorted((reasons or {}).items())),
         by_data=tuple(sorted((by_data or {}).items())),
         data_branches=tuple(sorted(data_branches)),
+        decided=tuple(sorted(decided)),
         branch_values=tuple(sorted((branch_values or {}).items())),
     )
 
@@ -187,6 +189,7 @@ def resolve_shapes(
         walk.unresolved(),
         by_data=walk.by_data,
         data_branches=walk.data_branches & set(walk.shape),
+        decided=walk.decided & set(walk.by_data),
         branch_values=walk.branch_values,
     )
     if report.unresolved:
@@ -244,6 +247,7 @@ class _Walk:
         self.runtime: dict[str, frozenset[str]] = {
             i.name: frozenset({i.name}) for i in model.graph.input if i.name not in inits
         }
+        self.model_inputs = frozenset(self.runtime)
         # runtime inputs whose values the model's run is fed (``--input``): what they alone decide, it shapes
         self.given = {name: array for name, array in (given or {}).items() if name in self.runtime}
         self.reasons: dict[str, str] = {}
@@ -253,6 +257,7 @@ class _Walk:
         self.length_by_data: dict[str, str] = {}  # tensor -> why: its length its data decides, to run for
         self.by_data: dict[str, str] = {}  # tensor -> how the model's run shaped it
         self.data_branches: set[str] = set()  # outputs of an If whose branch the data decides (``_by_data``)
+        self.decided: set[str] = set()  # outputs whose length or branch the model's data decides (``_by_data``)
         self.branch_reads: dict[str, list[str]] = {}  # such an output -> what its If reads (its subgraphs too)
         self.branch_values: dict[str, np.ndarray] = {}  # what such an If reads -> its value in the model's run
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
@@ -486,15 +491,16 @@ class _Walk:
             elif error is None:
                 self._unresolved([o], "its value is not a tensor")
             else:
-                self._unresolved([o], self._failure(node, varied, error))
+                failure = self._failure(node, varied, error)
+                self._unresolved([o], failure)
                 if varied and node.op_type in DATA_CONTROL_FLOW and _is_onnx_domain(node):
                     # what the model's data makes it run (a Resize inside a Loop scaled by box sizes) synthetic
                     # values do not: the model's run may shape it, and its benchmark get what it read there
-                    self._by_data(node, [o], varied)
+                    self._by_data(node, [o], varied, why=failure)
 
     # ------------------------------------------------------------------ lengths the data decides
 
-    def _by_data(self, node: onnx.NodeProto, outs: list[str], deciders: list[str]) -> None:
+    def _by_data(self, node: onnx.NodeProto, outs: list[str], deciders: list[str], why: str | None = None) -> None:
         """Mark ``outs`` for the model's run where ``node``'s data, and no setting, decides their length
         (``LENGTH_BY_DATA``), where inputs given their values (``self.given``) alone decide them, or where
         ``node`` is an ``If`` whose branch the model's data decides or a ``Loop`` whose work it decides
@@ -514,11 +520,17 @@ class _Walk:
         # decides, benchmarked alone on synthetic data), nor a setting computed from data (synthetic alone)
         by_given = bool(self.given) and not _has_subgraph(node) and bool(deciders)
         by_given = by_given and all(self._carried(x) for x in deciders)
-        by_branch = node.op_type in DATA_CONTROL_FLOW and _is_onnx_domain(node) and bool(sources)
-        by_branch = by_branch and "random" not in sources
+        # an If the data steers; a Loop only where no synthetic value ran it at all (``why``): one that ran
+        # and changed with its inputs (a Range's expansion, to its limit) is decided by a setting, as before
+        control = node.op_type == "If" or (node.op_type == "Loop" and why is not None)
+        by_branch = control and _is_onnx_domain(node) and bool(sources) and "random" not in sources
+        if node.op_type == "Loop":  # a trip count fed as a model input is a setting its caller gives, not data
+            by_branch = by_branch and not any(x in self.model_inputs for x in deciders)
         if by_length or by_given or by_branch:
             for o in outs:
-                self.length_by_data[o] = self._depends_on(deciders)
+                self.length_by_data[o] = why or self._depends_on(deciders)
+        if by_length or by_branch:  # not a length given integers alone decide: a benchmark carries those
+            self.decided.update(outs)
         if by_branch and not (by_length or by_given):
             self.data_branches.update(outs)
             reads = [x for x in node_reads(node) if x]
@@ -601,7 +613,8 @@ class _Walk:
             shapes, kept, error = {}, {}, exc
         if error is None:
             self.branch_values.update(kept)
-            self.branch_values.update((x, fed[x]) for x in reads & runtime_inputs if x in fed)
+            read_inputs = {x: fed[x] for x in reads & runtime_inputs if x in fed and fed[x].dtype.kind in "biuf"}
+            self.branch_values.update(read_inputs)
         shaped = False
         for o in wanted:
             found = shapes.get(o) if error is None else None

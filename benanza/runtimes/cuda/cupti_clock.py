@@ -19,7 +19,6 @@ made, never at import time.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Sequence
 
@@ -95,25 +94,29 @@ class _KernelRecorder:
         return spans
 
 
-# one sample at a time in a process: the subscription, and what it records, is the process's
+# one sample at a time in a process (the subscription, and what it records, is the process's), and one subscription
 _SAMPLING = threading.Lock()
+_SUBSCRIBING = threading.Lock()
+_RECORDER: _KernelRecorder | None = None
 
 
-@functools.cache
 def recorder() -> _KernelRecorder:
-    """The process's kernel recorder, subscribed on first use.
+    """The process's kernel recorder, subscribed on first use (once, whichever thread asks first).
 
     Raises:
         GpuError: CUPTI's bindings are missing or refuse the subscription.
     """
-    missing = cupti_missing()
-    if missing:
-        raise GpuError(missing)
-    try:
-        with _SAMPLING:  # a second thread's first call waits, then finds this one cached
-            return _KernelRecorder()
-    except Exception as exc:  # cuptiError: another profiler holds the subscription, an old driver
-        raise GpuError(f"CUPTI refused to record kernels: {one_line(exc)}") from None
+    global _RECORDER
+    with _SUBSCRIBING:
+        if _RECORDER is None:
+            missing = cupti_missing()
+            if missing:
+                raise GpuError(missing)
+            try:
+                _RECORDER = _KernelRecorder()
+            except Exception as exc:  # cuptiError: another profiler holds the subscription, an old driver
+                raise GpuError(f"CUPTI refused to record kernels: {one_line(exc)}") from None
+        return _RECORDER
 
 
 class CuptiSampler:
