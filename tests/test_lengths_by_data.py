@@ -433,12 +433,9 @@ def test_every_sequence_of_a_detector_runs_at_the_lengths_its_model_gave(build_m
             assert [o.shape for o in outs] == [tuple(d) for d in declared], (g, members)
 
 
-def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked_on_its_values(
-    build_model, process_proto
-):
-    """A Keypoint R-CNN's per-box Loop resizes by the boxes' sizes: on synthetic values ONNX Runtime refused
-    it ("Scale value should be greater than 0") and it, and all after it, had no shape. Like a data-decided
-    If, it is shaped by the model's run and benchmarked on what it read there."""
+def resizing_loop(build_model, trips_from_data: bool = False) -> onnx.ModelProto:
+    """A Keypoint R-CNN's per-box Loop in small: each iteration resizes an image by scales the data computes
+    (``[1, 1, s, s]``, s = mean(relu(x)) + 1), 3 times or ``ArgMax(x) + 1`` times."""
     body = helper.make_graph(
         [
             # linear: ONNX Runtime refuses any scale of the batch and channel dimensions but 1, so no synthetic
@@ -456,11 +453,16 @@ def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked
             helper.make_tensor_value_info("big", F, None),
         ],
     )
+    counted = [
+        helper.make_node("ArgMax", ["x"], ["at"], keepdims=0),
+        helper.make_node("Add", ["at", "one_int"], ["trips"]),
+    ]
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("ReduceMean", ["r"], ["m"], keepdims=1),
         helper.make_node("Add", ["m", "one"], ["s"]),
         helper.make_node("Concat", ["ones", "s", "s"], ["scales"], axis=0),
+        *(counted if trips_from_data else []),
         helper.make_node("Loop", ["trips", "go"], ["stacked"], body=body, name="per_box"),
         helper.make_node("ReduceSum", ["stacked"], ["y"], keepdims=0),
     ]
@@ -468,10 +470,19 @@ def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked
         "one": np.ones(1, np.float32),
         "ones": np.ones(2, np.float32),
         "img": np.ones((1, 1, 2, 2), np.float32),
-        "trips": np.array(3, np.int64),
         "go": np.array(True),
+        **({"one_int": np.array(1, np.int64)} if trips_from_data else {"trips": np.array(3, np.int64)}),
     }
-    processed = process_proto(build_model(nodes, [("x", F, [8])], [("y", F, None)], inits))
+    return build_model(nodes, [("x", F, [8])], [("y", F, None)], inits)
+
+
+def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked_on_its_values(
+    build_model, process_proto
+):
+    """A Keypoint R-CNN's per-box Loop resizes by the boxes' sizes: on synthetic values ONNX Runtime refused
+    it ("Scale value should be greater than 0") and it, and all after it, had no shape. Like a data-decided
+    If, it is shaped by the model's run and benchmarked on what it read there."""
+    processed = process_proto(resizing_loop(build_model))
     assert processed.graph.unsupported == ()
     (loop,) = [layer for layer in processed.graph.layers if layer.op_type == "Loop"]
     assert loop.data_decided
@@ -512,39 +523,7 @@ def test_a_loop_whose_trip_count_the_data_decides_is_benchmarked_at_its_runs_cou
     the model's run, carried into its benchmark like the rest. A trip count fed as a model input stays a runtime
     value (``test_control_flow``): that is its caller's setting, not data; so does a Loop that synthetic values
     run and whose length follows them (a Range's expansion, to its limit: ONNX's conformance cases)."""
-    body = helper.make_graph(
-        [
-            helper.make_node("Resize", ["img", "", "scales"], ["big"], mode="linear"),
-            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-        ],
-        "body",
-        [
-            helper.make_tensor_value_info("i", TensorProto.INT64, []),
-            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-        ],
-        [
-            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-            helper.make_tensor_value_info("big", F, None),
-        ],
-    )
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"]),
-        helper.make_node("ReduceMean", ["r"], ["m"], keepdims=1),
-        helper.make_node("Add", ["m", "one"], ["s"]),
-        helper.make_node("Concat", ["ones", "s", "s"], ["scales"], axis=0),
-        helper.make_node("ArgMax", ["x"], ["at"], keepdims=0),
-        helper.make_node("Add", ["at", "one_int"], ["trips"]),
-        helper.make_node("Loop", ["trips", "go"], ["stacked"], body=body, name="per_row"),
-        helper.make_node("ReduceSum", ["stacked"], ["y"], keepdims=0),
-    ]
-    inits = {
-        "one": np.ones(1, np.float32),
-        "ones": np.ones(2, np.float32),
-        "img": np.ones((1, 1, 2, 2), np.float32),
-        "one_int": np.array(1, np.int64),
-        "go": np.array(True),
-    }
-    processed = process_proto(build_model(nodes, [("x", F, [8])], [("y", F, None)], inits))
+    processed = process_proto(resizing_loop(build_model, trips_from_data=True))
     assert processed.graph.unsupported == ()
     (loop,) = [layer for layer in processed.graph.layers if layer.op_type == "Loop"]
     (trips,) = [i.value for i in loop.inputs if i.tensor.name == "trips"]
