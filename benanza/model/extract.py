@@ -213,6 +213,7 @@ def extract(
 
     used = {x for n in model.graph.node for x in n.input} | {o.name for o in model.graph.output}
     by_run = set(shapes.decided)  # lengths (and If branches) the model's data decided, taken from its run
+    branch_values = dict(shapes.branch_values)  # what data-decided control flow read in that run
     nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
     for pos, node in enumerate(nodes):
         present = [x for x in node.input if x]
@@ -243,7 +244,7 @@ def extract(
                 _make_layer, len(layers), node, node_name, domain, opsets, types, constants, const_protos, used, shapes
             )
             if any(o in shapes.data_branches for o in node.output):  # benchmarked on its values in the run
-                layer = made({**computed, **_branch_values(node, shapes, constants, types)}, by_run=True)
+                layer = made({**computed, **_branch_values(node, branch_values, constants, types)}, by_run=True)
                 try:  # its identity without them; a Loop whose trip count the run gave has none without
                     identity = made(computed)
                 except _UnsupportedNode:
@@ -292,7 +293,7 @@ BRANCH_VALUE_MAX_ELEMENTS = 1 << 20
 
 def _branch_values(
     node: onnx.NodeProto,
-    shapes: ShapeReport,
+    values: Mapping[str, Any],
     constants: set[str],
     types: Mapping[str, tuple[tuple[int, ...] | None, str]],
 ) -> dict[str, tuple[Any, ...]]:
@@ -306,7 +307,6 @@ def _branch_values(
         _UnsupportedNode: a value the run did not give (a bfloat16 tensor, a failed run), one of another shape
             than the model's, or more than ``BRANCH_VALUE_MAX_ELEMENTS`` elements in all.
     """
-    values = dict(shapes.branch_values)
     reads = [x for x in dict.fromkeys(node_reads(node)) if x and x not in constants]
     total = sum(math.prod(shape) for x in reads if (shape := types.get(x, (None, ""))[0]) is not None)
     if total > BRANCH_VALUE_MAX_ELEMENTS:  # the run keeps none of them then (``resolve``)

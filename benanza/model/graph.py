@@ -83,8 +83,14 @@ class LayerInput:
         values = self.value or ()
         if self.kind is not InputKind.ACTIVATION or len(values) <= SHOWN_VALUES:
             return {"value": list(values)}
-        data = np.asarray(values, dtype=np.dtype(self.tensor.dtype).newbyteorder("<")).tobytes()
-        return {"value_elements": len(values), "value_sha256": hashlib.sha256(data).hexdigest()[:16]}
+        digest = hashlib.sha256(little_endian_bytes(values, self.tensor.dtype)).hexdigest()[:16]
+        return {"value_elements": len(values), "value_sha256": digest}
+
+
+def little_endian_bytes(values: Sequence[Any], dtype: str) -> bytes:
+    """``values`` as the little-endian bytes of their ``dtype`` (numpy name): what a digest or a packed
+    document of them is made of."""
+    return np.asarray(values, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
 
 
 @dataclass(frozen=True, slots=True)

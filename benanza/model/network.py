@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from benanza.model.graph import InputKind, ModelGraph
+from benanza.model.graph import InputKind, ModelGraph, little_endian_bytes
 from benanza.model.keys import equal_scales_field, stable_id
 
 Shape = tuple[int, ...]
@@ -115,8 +115,7 @@ PACKED_MIN_ELEMENTS = 1024
 def pack_values(values: Sequence[Any], dtype: str) -> str:
     """``values`` as the base64 of their zlib-compressed little-endian bytes in ``dtype`` (exact: they were of
     that dtype)."""
-    array = np.asarray(values, dtype=np.dtype(dtype).newbyteorder("<"))
-    return base64.b64encode(zlib.compress(array.tobytes())).decode("ascii")
+    return base64.b64encode(zlib.compress(little_endian_bytes(values, dtype))).decode("ascii")
 
 
 def unpack_values(packed: str, dtype: str) -> list[Any]:

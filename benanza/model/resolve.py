@@ -575,13 +575,9 @@ class _Walk:
         why = {o: self.length_by_data.pop(o) for o in wanted}
         weights = sum(proto_bytes(t) for t in self.model.graph.initializer)
         inits = {t.name for t in self.model.graph.initializer}
-        fed = sum(
-            tensor_bytes(self.shape[i.name], dtype_name(self.elem[i.name]))
-            for i in self.model.graph.input
-            if i.name not in inits
-        )
+        input_bytes = sum(tensor_bytes(self.shape[x], dtype_name(self.elem[x])) for x in self.model_inputs)
         # the weights twice (the copy that runs), the inputs and activations as a node's run counts them
-        refused = refusal(2 * weights + fed * RUN_COPIES, (self.memory or system_memory)())
+        refused = refusal(2 * weights + input_bytes * RUN_COPIES, (self.memory or system_memory)())
         if refused is not None:
             for o in wanted:
                 self.reasons[o] = f"{why[o]}; the model was not run to see its length: {refused.reason}"
@@ -593,14 +589,13 @@ class _Walk:
             model.CopyFrom(self.model)  # outputs are added to it
         # what an If whose branch the data decides reads: its values in this run are what it is benchmarked on,
         # where they are few enough to carry (``BRANCH_VALUE_MAX_ELEMENTS``; extract says why not where not)
-        runtime_inputs = {i.name for i in self.model.graph.input} - inits
         reads = set()
         for o in wanted:
             branch = set(self.branch_reads.get(o, ())) - inits
             sizes = [math.prod(self.shape[x]) if x in self.shape else None for x in branch]
             if None not in sizes and sum(sizes) <= BRANCH_VALUE_MAX_ELEMENTS:
                 reads |= branch
-        captured = sorted(reads - runtime_inputs - set(wanted))
+        captured = sorted(reads - self.model_inputs - set(wanted))
         outputs = {o.name for o in model.graph.output}
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in (*wanted, *captured) if o not in outputs)
         # drawn for every input, then the given ones substituted: the random values the end to end gets too
@@ -613,7 +608,7 @@ class _Walk:
             shapes, kept, error = {}, {}, exc
         if error is None:
             self.branch_values.update(kept)
-            read_inputs = {x: fed[x] for x in reads & runtime_inputs if x in fed and fed[x].dtype.kind in "biuf"}
+            read_inputs = {x: fed[x] for x in reads & self.model_inputs if x in fed and fed[x].dtype.kind in "biuf"}
             self.branch_values.update(read_inputs)
         shaped = False
         for o in wanted:

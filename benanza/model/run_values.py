@@ -163,10 +163,10 @@ def run_values(
     return {x: tuple(v.ravel().tolist()) for x, v in values.items()}
 
 
-def _integer(name: str, types: Types, at_most: int = MAX_RUN_ELEMENTS) -> bool:
-    """Whether tensor ``name`` is an integer (or boolean) tensor of a known shape and at most ``at_most`` elements."""
+def _integer(name: str, types: Types) -> bool:
+    """Whether tensor ``name`` is an integer (or boolean) tensor of a known shape and at most ``MAX_RUN_ELEMENTS``."""
     shape, dtype = types.get(name, (None, ""))
-    return shape is not None and dtype in _INTEGERS and int(np.prod(shape, dtype=np.int64)) <= at_most
+    return shape is not None and dtype in _INTEGERS and int(np.prod(shape, dtype=np.int64)) <= MAX_RUN_ELEMENTS
 
 
 def carried_by_value(shape: tuple[int, ...] | None, dtype: str) -> bool:

@@ -87,9 +87,13 @@ def plan_warnings(report: Mapping[str, Any]) -> list[str]:
         f"{p['model']}: {p['node']} ({p['op_type']}) not benchmarked: {p['reason']}"
         for p in report.get("not_benchmarked", ())
     ]
-    return lines + [f"{n['model']}: {n['note']}" for n in report.get("planning_warnings", ())]
+    return lines + _model_lines(report, "planning_warnings")
 
 
 def plan_notes(report: Mapping[str, Any]) -> list[str]:
     """One line per planning note of ``bench.generate.plan_report`` (what was decided, for the record)."""
-    return [f"{n['model']}: {n['note']}" for n in report.get("planning_notes", ())]
+    return _model_lines(report, "planning_notes")
+
+
+def _model_lines(report: Mapping[str, Any], kind: str) -> list[str]:
+    return [f"{n['model']}: {n['note']}" for n in report.get(kind, ())]

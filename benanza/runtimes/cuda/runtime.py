@@ -46,7 +46,7 @@ from benanza.bench.records import MeasurementStats
 from benanza.bench.spec import BenchmarkSpec, SpecKind, model_binding
 from benanza.bench.stats import describe
 from benanza.errors import GpuError, UnsupportedLayer, UsageError, one_line
-from benanza.model.given_inputs import missing_input_file
+from benanza.model.given_inputs import given_feeds, missing_input_file
 from benanza.model.graph import ModelGraph
 from benanza.runtimes.base import Measured, Prepared, Runtime, register_runtime
 from benanza.runtimes.cuda.candidate import Candidate, CandidateResult, dedupe, mark_default, summarise
@@ -390,7 +390,6 @@ class CudnnRuntime(Runtime):
 
     def prepare(self, spec: BenchmarkSpec) -> Any:
         if spec.kind is SpecKind.MODEL:
-            from benanza.model.given_inputs import given_feeds
             from benanza.model.load import with_synthetic_weights
             from benanza.model.process import process_model
             from benanza.runtimes.onnxruntime import OrtCudaModel, cuda_provider_missing, feeds_for
