@@ -298,7 +298,7 @@ def test_an_if_whose_branch_the_data_decides_is_shaped_by_the_run_and_benchmarke
     work."""
     processed = process_proto(batched_nms(build_model))
     assert processed.graph.unsupported == ()
-    assert processed.shapes.data_branches == ("chosen",)
+    assert processed.shapes.data_work == ("chosen",)
     (matmul,) = [layer for layer in processed.graph.layers if layer.op_type == "MatMul"]
     assert matmul.inputs[0].tensor.shape[1] == 4 and matmul.output_shapes[0][1] == 8
     (branch,) = [layer for layer in processed.graph.layers if layer.op_type == "If"]
@@ -372,7 +372,7 @@ def test_the_values_a_data_decided_if_read_are_in_its_key_but_not_in_the_models(
 
     processed = process_proto(batched_nms(build_model))
     report = processed.shapes
-    other = dataclasses.replace(report, branch_values=tuple((x, v * 0.999) for x, v in report.branch_values))
+    other = dataclasses.replace(report, work_values=tuple((x, v * 0.999) for x, v in report.work_values))
     graphs = [extract(processed.proto, "m", "mem.onnx", shapes=r) for r in (report, other)]
     ifs = [next(layer for layer in g.layers if layer.op_type == "If") for g in graphs]
     assert ifs[0].layer_key != ifs[1].layer_key
@@ -399,10 +399,10 @@ def test_what_a_data_decided_if_reads_beyond_the_limit_is_not_kept_and_the_if_sa
 ):
     from benanza.model import extract, resolve
 
-    monkeypatch.setattr(resolve, "BRANCH_VALUE_MAX_ELEMENTS", 8)
-    monkeypatch.setattr(extract, "BRANCH_VALUE_MAX_ELEMENTS", 8)
+    monkeypatch.setattr(resolve, "WORK_VALUE_MAX_ELEMENTS", 8)
+    monkeypatch.setattr(extract, "WORK_VALUE_MAX_ELEMENTS", 8)
     processed = process_proto(batched_nms(build_model))
-    assert processed.shapes.branch_values == ()  # nothing kept that would not be carried
+    assert processed.shapes.work_values == ()  # nothing kept that would not be carried
     (missing,) = processed.graph.unsupported
     assert missing.op_type == "If" and "more than benanza carries into a benchmark (8)" in missing.reason
     assert any(layer.op_type == "MatMul" for layer in processed.graph.layers)  # what reads it, still measured

@@ -213,7 +213,7 @@ def extract(
 
     used = {x for n in model.graph.node for x in n.input} | {o.name for o in model.graph.output}
     by_run = set(shapes.decided)  # lengths (and If branches) the model's data decided, taken from its run
-    branch_values = dict(shapes.branch_values)  # what data-decided control flow read in that run
+    work_values = dict(shapes.work_values)  # what data-decided control flow read in that run
     nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
     for pos, node in enumerate(nodes):
         present = [x for x in node.input if x]
@@ -243,8 +243,8 @@ def extract(
             made = functools.partial(
                 _make_layer, len(layers), node, node_name, domain, opsets, types, constants, const_protos, used, shapes
             )
-            if any(o in shapes.data_branches for o in node.output):  # benchmarked on its values in the run
-                layer = made({**computed, **_branch_values(node, branch_values, constants, types)}, by_run=True)
+            if any(o in shapes.data_work for o in node.output):  # benchmarked on its values in the run
+                layer = made({**computed, **_work_values(node, work_values, constants, types)}, by_run=True)
                 try:  # its identity without them; a Loop whose trip count the run gave has none without
                     identity = made(computed)
                 except _UnsupportedNode:
@@ -283,43 +283,43 @@ def extract(
     )
 
 
-DATA_BRANCH_REASON = (
+DATA_WORK_REASON = (
     "the model's data decides what it runs (an NMS of the boxes it is given), and its run gave no "
     "values of what it reads to benchmark it on (synthetic data would measure other work)"
 )
 # what an If whose branch the data decides may read, in elements, to be carried into its benchmark by value
-BRANCH_VALUE_MAX_ELEMENTS = 1 << 20
+WORK_VALUE_MAX_ELEMENTS = 1 << 20
 
 
-def _branch_values(
+def _work_values(
     node: onnx.NodeProto,
     values: Mapping[str, Any],
     constants: set[str],
     types: Mapping[str, tuple[tuple[int, ...] | None, str]],
 ) -> dict[str, tuple[Any, ...]]:
     """What an ``If`` whose branch the model's data decides reads (its condition, what its branches read of
-    the outer graph), with the values the model's run gave them (``ShapeReport.branch_values``): carried into
+    the outer graph), with the values the model's run gave them (``ShapeReport.work_values``): carried into
     its key and its benchmark, which then takes the branch and does the work the model did (torchvision's
     ``batched_nms``: an NMS of the boxes the model kept; on synthetic boxes an SSDlite's took 423 ms, five
     times the whole model).
 
     Raises:
         _UnsupportedNode: a value the run did not give (a bfloat16 tensor, a failed run), one of another shape
-            than the model's, or more than ``BRANCH_VALUE_MAX_ELEMENTS`` elements in all.
+            than the model's, or more than ``WORK_VALUE_MAX_ELEMENTS`` elements in all.
     """
     reads = [x for x in dict.fromkeys(node_reads(node)) if x and x not in constants]
     total = sum(math.prod(shape) for x in reads if (shape := types.get(x, (None, ""))[0]) is not None)
-    if total > BRANCH_VALUE_MAX_ELEMENTS:  # the run keeps none of them then (``resolve``)
+    if total > WORK_VALUE_MAX_ELEMENTS:  # the run keeps none of them then (``resolve``)
         raise _UnsupportedNode(
             f"the model's data decides what it runs, and what it reads holds {total} values, more than "
-            f"benanza carries into a benchmark ({BRANCH_VALUE_MAX_ELEMENTS})"
+            f"benanza carries into a benchmark ({WORK_VALUE_MAX_ELEMENTS})"
         )
     missing = [x for x in reads if x not in values]
     if missing:
-        raise _UnsupportedNode(f"{DATA_BRANCH_REASON}: {', '.join(repr(x) for x in missing)}")
+        raise _UnsupportedNode(f"{DATA_WORK_REASON}: {', '.join(repr(x) for x in missing)}")
     wrong = [x for x in reads if types.get(x, (None, ""))[0] != tuple(values[x].shape)]
     if wrong:
-        raise _UnsupportedNode(f"{DATA_BRANCH_REASON}: the run's {wrong[0]!r} has another shape than the model's")
+        raise _UnsupportedNode(f"{DATA_WORK_REASON}: the run's {wrong[0]!r} has another shape than the model's")
     return {x: tuple(values[x].ravel().tolist()) for x in reads}
 
 
@@ -363,7 +363,7 @@ def _make_layer(
     computed: Mapping[str, tuple[Any, ...]],
     by_run: bool = False,
 ) -> Layer:
-    """One node as a layer; ``by_run``: ``computed`` holds what it read in the model's run (``_branch_values``),
+    """One node as a layer; ``by_run``: ``computed`` holds what it read in the model's run (``_work_values``),
     a Loop's trip count among them."""
     op_type = node.op_type
     opset = opsets.get(domain)

@@ -199,19 +199,19 @@ class ShapeReport:
     it shaped. ``unresolved``: tensor -> why its shape is unknown (a runtime value decides it,
     ONNX Runtime cannot run its node, the memory guard refused to). ``by_data``: tensor -> how its
     length, which its data decides, was taken from the model's own run (``walks.LENGTH_BY_DATA``).
-    ``data_branches``: outputs of an ``If`` whose branch the model's data decides, shaped by that run too.
-    ``branch_values``: what such an ``If`` reads (its inputs, and what its branches read of the outer graph),
+    ``data_work``: outputs of an ``If`` whose branch the model's data decides, shaped by that run too.
+    ``work_values``: what such an ``If`` reads (its inputs, and what its branches read of the outer graph),
     with its value in that run: the ``If`` is benchmarked on them (``extract``), its work being its data's.
     """
 
     shaped_by: tuple[tuple[str, int], ...] = ()
     unresolved: tuple[tuple[str, str], ...] = ()
     by_data: tuple[tuple[str, str], ...] = ()
-    data_branches: tuple[str, ...] = ()
+    data_work: tuple[str, ...] = ()
     # of ``by_data``: what the model's data decides (a NonZero's count, an If's branch), not what given integers
     # alone decide (a benchmark carries those by value): such a layer only starts a sequence (``Layer.data_decided``)
     decided: tuple[str, ...] = ()
-    branch_values: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # tensor -> numpy array
+    work_values: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # tensor -> numpy array
 
     @property
     def method(self) -> str:

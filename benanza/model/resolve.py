@@ -23,8 +23,8 @@ in topological order, with the first tool that shapes the node:
    model's synthetic weights where the file holds none, memory guarded as a node's run; the
    length it gives is the one benchmarked, and ``ShapeReport.by_data`` says so per tensor. The same
    run shapes a shape that inputs given their values alone decide (``--input``: ``_carried``) and the
-   outputs of an ``If`` whose branch the data decides (``ShapeReport.data_branches``: what reads them is
-   benchmarked, and the ``If`` itself on what it read in that run, ``ShapeReport.branch_values``).
+   outputs of an ``If`` whose branch the data decides (``ShapeReport.data_work``: what reads them is
+   benchmarked, and the ``If`` itself on what it read in that run, ``ShapeReport.work_values``).
 
 A tensor is *runtime* when its value depends on a graph input's value. ``Shape`` and ``Size``
 read only shapes, so once inputs are bound their outputs, and everything computed from them
@@ -53,9 +53,9 @@ from benanza.model.constants import constant_value
 from benanza.model.control_flow import unbounded_loop_reason
 from benanza.model.dtypes import proto_bytes, tensor_bytes
 from benanza.model.extract import (
-    BRANCH_VALUE_MAX_ELEMENTS,
     RANDOM_OPS,
     SHAPE_READERS,
+    WORK_VALUE_MAX_ELEMENTS,
     dtype_name,
     node_reads,
     schema_of,
@@ -122,9 +122,9 @@ def shape_report(
     *,
     shapes: Mapping[str, tuple[int, ...]] | None = None,
     by_data: Mapping[str, str] | None = None,
-    data_branches: Iterable[str] = (),
+    data_work: Iterable[str] = (),
     decided: Iterable[str] = (),
-    branch_values: Mapping[str, np.ndarray] | None = None,
+    work_values: Mapping[str, np.ndarray] | None = None,
 ) -> ShapeReport:
     """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named).
 
@@ -141,9 +141,9 @@ def shape_report(
         shaped_by=tuple((m, n) for m, n in counts.items() if n),
         unresolved=tuple(sorted((reasons or {}).items())),
         by_data=tuple(sorted((by_data or {}).items())),
-        data_branches=tuple(sorted(data_branches)),
+        data_work=tuple(sorted(data_work)),
         decided=tuple(sorted(decided)),
-        branch_values=tuple(sorted((branch_values or {}).items())),
+        work_values=tuple(sorted((work_values or {}).items())),
     )
 
 
@@ -188,9 +188,9 @@ def resolve_shapes(
         walk.method,
         walk.unresolved(),
         by_data=walk.by_data,
-        data_branches=walk.data_branches & set(walk.shape),
+        data_work=walk.data_work & set(walk.shape),
         decided=walk.decided & set(walk.by_data),
-        branch_values=walk.branch_values,
+        work_values=walk.work_values,
     )
     if report.unresolved:
         log.info("%s: %d tensors have no shape after resolution", path, len(report.unresolved))
@@ -256,10 +256,10 @@ class _Walk:
         self.evaluated: set[str] = set()  # constants whose values this walk computed
         self.length_by_data: dict[str, str] = {}  # tensor -> why: its length its data decides, to run for
         self.by_data: dict[str, str] = {}  # tensor -> how the model's run shaped it
-        self.data_branches: set[str] = set()  # outputs of an If whose branch the data decides (``_by_data``)
+        self.data_work: set[str] = set()  # outputs of an If whose branch the data decides (``_by_data``)
         self.decided: set[str] = set()  # outputs whose length or branch the model's data decides (``_by_data``)
-        self.branch_reads: dict[str, list[str]] = {}  # such an output -> what its If reads (its subgraphs too)
-        self.branch_values: dict[str, np.ndarray] = {}  # what such an If reads -> its value in the model's run
+        self.work_reads: dict[str, list[str]] = {}  # such an output -> what its If reads (its subgraphs too)
+        self.work_values: dict[str, np.ndarray] = {}  # what such an If reads -> its value in the model's run
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
         self.producer = {o: node for node in self.nodes for o in node.output if o}
 
@@ -509,7 +509,7 @@ class _Walk:
 
         Such an ``If`` (torchvision's ``batched_nms``: "no box left?", then an NMS of the boxes) is shaped by
         the run so that what reads it (a two-stage detector's whole second stage) is benchmarked, and what it
-        reads is kept from that run (``branch_reads``, ``branch_values``): its work is its data's, and on
+        reads is kept from that run (``work_reads``, ``work_values``): its work is its data's, and on
         synthetic boxes an SSDlite's (an NMS of 27,000 candidates) took 423 ms, five times the whole model, so
         its benchmark is fed the run's values (``extract``)."""
         data = LENGTH_BY_DATA.get(node.op_type) if _is_onnx_domain(node) else None
@@ -532,9 +532,9 @@ class _Walk:
         if by_length or by_branch:  # not a length given integers alone decide: a benchmark carries those
             self.decided.update(outs)
         if by_branch and not (by_length or by_given):
-            self.data_branches.update(outs)
+            self.data_work.update(outs)
             reads = [x for x in node_reads(node) if x]
-            self.branch_reads.update((o, reads) for o in outs)
+            self.work_reads.update((o, reads) for o in outs)
 
     def _carried(self, tensor: str) -> bool:
         """Whether ``tensor`` is a small integer tensor whose value is computed from given inputs and constants
@@ -588,12 +588,12 @@ class _Walk:
             model = onnx.ModelProto()
             model.CopyFrom(self.model)  # outputs are added to it
         # what an If whose branch the data decides reads: its values in this run are what it is benchmarked on,
-        # where they are few enough to carry (``BRANCH_VALUE_MAX_ELEMENTS``; extract says why not where not)
+        # where they are few enough to carry (``WORK_VALUE_MAX_ELEMENTS``; extract says why not where not)
         reads = set()
         for o in wanted:
-            branch = set(self.branch_reads.get(o, ())) - inits
+            branch = set(self.work_reads.get(o, ())) - inits
             sizes = [math.prod(self.shape[x]) if x in self.shape else None for x in branch]
-            if None not in sizes and sum(sizes) <= BRANCH_VALUE_MAX_ELEMENTS:
+            if None not in sizes and sum(sizes) <= WORK_VALUE_MAX_ELEMENTS:
                 reads |= branch
         captured = sorted(reads - self.model_inputs - set(wanted))
         outputs = {o.name for o in model.graph.output}
@@ -607,9 +607,9 @@ class _Walk:
         except Exception as exc:
             shapes, kept, error = {}, {}, exc
         if error is None:
-            self.branch_values.update(kept)
+            self.work_values.update(kept)
             read_inputs = {x: fed[x] for x in reads & self.model_inputs if x in fed and fed[x].dtype.kind in "biuf"}
-            self.branch_values.update(read_inputs)
+            self.work_values.update(read_inputs)
         shaped = False
         for o in wanted:
             found = shapes.get(o) if error is None else None
@@ -621,7 +621,7 @@ class _Walk:
             self.method[o] = "model"
             shape = "x".join(map(str, found[0])) or "a scalar"
             on = "the given inputs (--input)" if self.given else "the benchmark inputs"
-            if o in self.data_branches:
+            if o in self.data_work:
                 self.by_data[o] = (
                     f"{why[o]}, and so does what it runs: shaped by its run on {on}, {shape}; what reads it "
                     f"is benchmarked at that length, the {self.producer[o].op_type} itself on the values its inputs "
