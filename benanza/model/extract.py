@@ -213,7 +213,7 @@ def extract(
 
     used = {x for n in model.graph.node for x in n.input} | {o.name for o in model.graph.output}
     by_run = set(shapes.decided)  # lengths (and If branches) the model's data decided, taken from its run
-    work_values = dict(shapes.work_values)  # what data-decided control flow read in that run
+    work_values = dict(shapes.work_values)  # what layers whose work the data decides read in that run
     nodes = topological_nodes(model.graph.node, constants | {vi.name for vi in runtime_inputs})
     for pos, node in enumerate(nodes):
         present = [x for x in node.input if x]
@@ -284,10 +284,10 @@ def extract(
 
 
 DATA_WORK_REASON = (
-    "the model's data decides what it runs (an NMS of the boxes it is given), and its run gave no "
+    "the model's data decides its work (an If's branch, the boxes an NMS compares), and its run gave no "
     "values of what it reads to benchmark it on (synthetic data would measure other work)"
 )
-# what an If whose branch the data decides may read, in elements, to be carried into its benchmark by value
+# what a layer whose work the data decides may read, in elements, to be carried into its benchmark by value
 WORK_VALUE_MAX_ELEMENTS = 1 << 20
 
 
@@ -297,11 +297,12 @@ def _work_values(
     constants: set[str],
     types: Mapping[str, tuple[tuple[int, ...] | None, str]],
 ) -> dict[str, tuple[Any, ...]]:
-    """What an ``If`` whose branch the model's data decides reads (its condition, what its branches read of
-    the outer graph), with the values the model's run gave them (``ShapeReport.work_values``): carried into
-    its key and its benchmark, which then takes the branch and does the work the model did (torchvision's
-    ``batched_nms``: an NMS of the boxes the model kept; on synthetic boxes an SSDlite's took 423 ms, five
-    times the whole model).
+    """What a layer whose work the model's data decides reads, with the values the model's run gave them
+    (``ShapeReport.work_values``): an ``If`` whose branch the data decides (its condition, what its branches
+    read of the outer graph), a ``NonMaxSuppression`` (its boxes and scores, ``walks.WORK_BY_DATA``). Carried
+    into its key and its benchmark, which then does the work the model did (torchvision's ``batched_nms``:
+    an NMS of the boxes the model kept; on synthetic boxes an SSDlite's took 423 ms, five times the whole
+    model, and a YOLO11's top-level NMS 18 ms, twice its model).
 
     Raises:
         _UnsupportedNode: a value the run did not give (a bfloat16 tensor, a failed run), one of another shape
@@ -311,7 +312,7 @@ def _work_values(
     total = sum(math.prod(shape) for x in reads if (shape := types.get(x, (None, ""))[0]) is not None)
     if total > WORK_VALUE_MAX_ELEMENTS:  # the run keeps none of them then (``resolve``)
         raise _UnsupportedNode(
-            f"the model's data decides what it runs, and what it reads holds {total} values, more than "
+            f"the model's data decides its work, and what it reads holds {total} values, more than "
             f"benanza carries into a benchmark ({WORK_VALUE_MAX_ELEMENTS})"
         )
     missing = [x for x in reads if x not in values]

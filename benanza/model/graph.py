@@ -199,9 +199,10 @@ class ShapeReport:
     it shaped. ``unresolved``: tensor -> why its shape is unknown (a runtime value decides it,
     ONNX Runtime cannot run its node, the memory guard refused to). ``by_data``: tensor -> how its
     length, which its data decides, was taken from the model's own run (``walks.LENGTH_BY_DATA``).
-    ``data_work``: outputs of an ``If`` whose branch the model's data decides, shaped by that run too.
-    ``work_values``: what such an ``If`` reads (its inputs, and what its branches read of the outer graph),
-    with its value in that run: the ``If`` is benchmarked on them (``extract``), its work being its data's.
+    ``data_work``: outputs of a layer whose work the model's data decides, shaped by that run too: an ``If``
+    whose branch it decides, a ``NonMaxSuppression`` (``walks.WORK_BY_DATA``: the boxes it compares).
+    ``work_values``: what such a layer reads (its inputs, and what an If's branches read of the outer graph),
+    with its value in that run: the layer is benchmarked on them (``extract``), its work being its data's.
     """
 
     shaped_by: tuple[tuple[str, int], ...] = ()

@@ -24,7 +24,8 @@ in topological order, with the first tool that shapes the node:
    length it gives is the one benchmarked, and ``ShapeReport.by_data`` says so per tensor. The same
    run shapes a shape that inputs given their values alone decide (``--input``: ``_carried``) and the
    outputs of an ``If`` whose branch the data decides (``ShapeReport.data_work``: what reads them is
-   benchmarked, and the ``If`` itself on what it read in that run, ``ShapeReport.work_values``).
+   benchmarked, and the ``If`` itself on what it read in that run, ``ShapeReport.work_values``), as a
+   ``NonMaxSuppression`` is on the boxes and scores of that run (``WORK_BY_DATA``: its work is theirs).
 
 A tensor is *runtime* when its value depends on a graph input's value. ``Shape`` and ``Size``
 read only shapes, so once inputs are bound their outputs, and everything computed from them
@@ -68,7 +69,7 @@ from benanza.model.keys import MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
 from benanza.model.load import has_data, held_apart, on_file
 from benanza.model.run_values import INTEGER_TYPES, carried_by_value, model_feeds
 from benanza.model.schemas import Differentiation
-from benanza.model.walks import LENGTH_BY_DATA
+from benanza.model.walks import LENGTH_BY_DATA, WORK_BY_DATA
 
 log = logging.getLogger(__name__)
 
@@ -256,10 +257,11 @@ class _Walk:
         self.evaluated: set[str] = set()  # constants whose values this walk computed
         self.length_by_data: dict[str, str] = {}  # tensor -> why: its length its data decides, to run for
         self.by_data: dict[str, str] = {}  # tensor -> how the model's run shaped it
-        self.data_work: set[str] = set()  # outputs of an If whose branch the data decides (``_by_data``)
+        # outputs of a layer whose work the data decides: an If's branch, an NMS's boxes (``_by_data``)
+        self.data_work: set[str] = set()
         self.decided: set[str] = set()  # outputs whose length or branch the model's data decides (``_by_data``)
-        self.work_reads: dict[str, list[str]] = {}  # such an output -> what its If reads (its subgraphs too)
-        self.work_values: dict[str, np.ndarray] = {}  # what such an If reads -> its value in the model's run
+        self.work_reads: dict[str, list[str]] = {}  # such an output -> what its layer reads (subgraphs too)
+        self.work_values: dict[str, np.ndarray] = {}  # what such a layer reads -> its value in the model's run
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
         self.producer = {o: node for node in self.nodes for o in node.output if o}
 
@@ -531,7 +533,9 @@ class _Walk:
                 self.length_by_data[o] = why or self._depends_on(deciders)
         if by_length or by_branch:  # not a length given integers alone decide: a benchmark carries those
             self.decided.update(outs)
-        if by_branch and not (by_length or by_given):
+        # an NMS's work is its boxes' as an If's is its branch's: benchmarked on what it read in the run
+        by_work = by_length and node.op_type in WORK_BY_DATA and not by_given
+        if (by_branch and not (by_length or by_given)) or by_work:
             self.data_work.update(outs)
             reads = [x for x in node_reads(node) if x]
             self.work_reads.update((o, reads) for o in outs)
@@ -621,7 +625,13 @@ class _Walk:
             self.method[o] = "model"
             shape = "x".join(map(str, found[0])) or "a scalar"
             on = "the given inputs (--input)" if self.given else "the benchmark inputs"
-            if o in self.data_work:
+            if o in self.data_work and self.producer[o].op_type in WORK_BY_DATA:
+                self.by_data[o] = (
+                    f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}, and on the values its "
+                    "inputs had in that run where they can be carried (its work is theirs; else it is reported not "
+                    "benchmarked, with the reason)"
+                )
+            elif o in self.data_work:
                 self.by_data[o] = (
                     f"{why[o]}, and so does what it runs: shaped by its run on {on}, {shape}; what reads it "
                     f"is benchmarked at that length, the {self.producer[o].op_type} itself on the values its inputs "
