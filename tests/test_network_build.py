@@ -422,6 +422,31 @@ def test_a_dequantized_output_gets_a_sink_qdq_propagation_does_not_move_past(bui
     assert [n.op_type for n in build_onnx(plain, sink=True).graph.node][-1] == "Slice"
 
 
+def test_an_empty_dequantized_output_gets_a_sink_that_runs(build_model, process_proto):
+    """A quantized detector's boxes after a NonZero the model's run found nothing for (a YOLO11 quantized by ONNX
+    Runtime, on a random image): its GatherElements sink read one element along an axis of none, and ONNX Runtime
+    refused the unit ("'indices' shape should have values within bounds of 'data' shape"): 33 layers failed."""
+    model = build_model(
+        [
+            helper.make_node("Slice", ["x", "zero", "zero"], ["none"]),  # no box kept: (0, 4)
+            helper.make_node("QuantizeLinear", ["none", "s", "z"], ["q"]),
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"]),
+        ],
+        [("x", TensorProto.FLOAT, [8, 4])],
+        [("d", TensorProto.FLOAT, None)],
+        {"s": np.array(0.05, np.float32), "z": np.array(3, np.int8), "zero": np.array([0], np.int64)},
+    )
+    graph = process_proto(model).graph
+    assert [layer.op_type for layer in graph.layers] == ["Slice", "QuantizeLinear", "DequantizeLinear"]
+    assert graph.layers[1].inputs[0].tensor.shape == (0, 4)
+    _, network = network_of(graph, [1, 2])
+    built = build_onnx(network, sink=True)
+    assert [n.op_type for n in built.graph.node][-1] == "GatherElements"
+    session = ort.InferenceSession(built.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, feeds_for(built))
+    assert out.shape == (0, 1)
+
+
 @pytest.mark.parametrize("then", ["Reshape", "Transpose", "Unsqueeze"])
 def test_every_unit_of_an_opset21_int8_graph_dequantized_through_a_reshape_runs(build_model, process_proto, then):
     """The runtime's sessions (timed and profiled) leave QDQ propagation out for such a unit:

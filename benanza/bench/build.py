@@ -225,7 +225,7 @@ def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] 
             past = _dequantized(network, o) if default_opset >= _GATHER_SINK_MIN_OPSET else None
             gather = past is not None
             propagation_crosses = propagation_crosses or bool(past)
-            _sink(out_name[(o.node, o.output)], f"out{j}", len(spec.shape), nodes, inputs, initializers, gather)
+            _sink(out_name[(o.node, o.output)], f"out{j}", spec.shape, nodes, inputs, initializers, gather)
             outputs.append(
                 helper.make_tensor_value_info(f"out{j}", _elem_type(spec.dtype), [min(d, 1) for d in spec.shape])
             )
@@ -256,20 +256,25 @@ def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] 
 def _sink(
     tensor: str,
     output: str,
-    rank: int,
+    shape: tuple[int, ...],
     nodes: list[onnx.NodeProto],
     inputs: list[onnx.ValueInfoProto],
     initializers: list[onnx.TensorProto],
     gather: bool = False,
 ) -> None:
-    """Append the sink that reads ``tensor`` and writes ``output``; its rank's axes input and bounds once.
+    """Append the sink that reads ``tensor`` (of ``shape``) and writes ``output``; its rank's axes input and
+    bounds once.
 
-    ``gather``: a ``GatherElements`` sink (a dequantized output, see the module docstring).
+    ``gather``: a ``GatherElements`` sink (a dequantized output, see the module docstring). Its indices hold
+    one element per axis, none along an empty one: indices of 1 along an axis of 0 made ONNX Runtime refuse
+    the unit (a quantized YOLO's boxes, none above its threshold on a random image: 33 layers failed).
     """
+    rank = len(shape)
     if gather:
-        index = f"{_SINK_INDEX}{rank}"
+        dims = [min(d, 1) for d in shape]
+        index = f"{_SINK_INDEX}{rank}" + ("" if all(dims) else "_" + "x".join(map(str, dims)))
         if all(vi.name != index for vi in inputs):
-            inputs.append(helper.make_tensor_value_info(index, TensorProto.INT64, [1] * rank))
+            inputs.append(helper.make_tensor_value_info(index, TensorProto.INT64, dims))
         nodes.append(helper.make_node("GatherElements", [tensor, index], [output], name=f"{SINK_PREFIX}_{output}"))
         return
     axes, starts, ends = (f"{SINK_PREFIX}_{what}{rank}" for what in ("axes", "starts", "ends"))
