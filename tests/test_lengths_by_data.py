@@ -559,6 +559,72 @@ def test_a_loop_whose_work_the_data_decides_is_shaped_by_the_run_and_benchmarked
     assert out.shape == loop.outputs[0].shape
 
 
+def per_image_nms_loop(build_model) -> onnx.ModelProto:
+    """A per-image NMS in a Loop over the batch, what it keeps concatenated in a loop-carried tensor (TF's
+    ``map_fn`` as tf2onnx exports it): synthetic values run it, and its length follows them."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Gather", ["boxes", "i"], ["b_i"], axis=0),
+            helper.make_node("Gather", ["scores", "i"], ["s_i"], axis=0),
+            helper.make_node("Unsqueeze", ["b_i", "zero"], ["b1"]),
+            helper.make_node("Unsqueeze", ["s_i", "zero"], ["s1"]),
+            helper.make_node("NonMaxSuppression", ["b1", "s1", "max_boxes", "iou", "score_min"], ["sel"]),
+            helper.make_node("Concat", ["kept_in", "sel"], ["kept_out"], axis=0),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "per_image",
+        [
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("kept_in", I64, ["K", 3]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("kept_out", I64, ["K2", 3]),
+        ],
+    )
+    nodes = [
+        helper.make_node("Conv", ["images", "w"], ["f"]),
+        helper.make_node("Sigmoid", ["f"], ["p"]),
+        helper.make_node("Reshape", ["p", "to_boxes"], ["boxes"]),  # [N, 64, 4]
+        helper.make_node("Reshape", ["p", "to_scores"], ["scores"]),  # [N, 4, 64]
+        helper.make_node("Shape", ["images"], ["dims"]),
+        helper.make_node("Gather", ["dims", "first"], ["n"], axis=0),
+        helper.make_node("Loop", ["n", "true", "none"], ["kept"], name="per_image", body=body),
+        helper.make_node("Cast", ["kept"], ["y"], to=F),
+    ]
+    inits = {
+        "w": np.random.default_rng(0).standard_normal((4, 3, 1, 1)).astype(np.float32),
+        "to_boxes": np.array([0, -1, 4], np.int64),
+        "to_scores": np.array([0, 4, -1], np.int64),
+        "zero": np.array([0], np.int64),
+        "first": np.array(0, np.int64),
+        "true": np.array(True),
+        "none": np.zeros((0, 3), np.int64),
+        "max_boxes": np.array([10], np.int64),
+        "iou": np.array([0.5], np.float32),
+        "score_min": np.array([0.3], np.float32),
+    }
+    return build_model(nodes, [("images", F, ["N", 3, 8, 8])], [("y", F, ["K", 3])], inits, check=False)
+
+
+def test_a_per_image_nms_in_a_loop_is_shaped_by_the_run_and_benchmarked_on_its_values(build_model, process_proto):
+    """Before: synthetic values ran the Loop and changed its length, so it was taken as a length a setting
+    decides, and it and all after it had no shape ("its shape depends on the value of runtime input"): no bound.
+    Its body holds an op whose length its data decides (``walks.LENGTH_BY_DATA``): the model's run shapes it,
+    and its benchmark gets the boxes and scores of that run, so it keeps what the model kept."""
+    processed = process_proto(per_image_nms_loop(build_model), 2)
+    assert processed.graph.unsupported == ()
+    (loop,) = [layer for layer in processed.graph.layers if layer.op_type == "Loop"]
+    assert loop.data_decided
+    carried = {i.tensor.name for i in loop.inputs if i.kind is InputKind.ACTIVATION and i.value is not None}
+    assert carried == {"boxes", "scores"}  # what its body reads of the outer graph, by value
+    kept = _run_values(processed.proto, ["kept"], model_feeds(processed.proto))[0]
+    assert loop.outputs[0].shape == kept.shape and kept.shape[0] > 0
+    (out,) = _benchmark_outputs(processed, "Loop")
+    np.testing.assert_array_equal(out, kept)  # the model's work, not synthetic boxes'
+
+
 def test_a_length_given_integers_decide_is_carried_and_starts_no_sequence(build_model, tmp_path):
     """``--input n=30`` shapes a Range to n + 1, and the length travels by value into every benchmark that
     computes it: unlike a count the data decides, nothing forces that Range to start a sequence."""

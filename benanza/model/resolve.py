@@ -69,7 +69,7 @@ from benanza.model.keys import MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
 from benanza.model.load import has_data, held_apart, on_file
 from benanza.model.run_values import INTEGER_TYPES, carried_by_value, model_feeds
 from benanza.model.schemas import Differentiation
-from benanza.model.walks import LENGTH_BY_DATA, WORK_BY_DATA
+from benanza.model.walks import LENGTH_BY_DATA, WORK_BY_DATA, subgraphs_hold
 
 log = logging.getLogger(__name__)
 
@@ -522,9 +522,12 @@ class _Walk:
         # decides, benchmarked alone on synthetic data), nor a setting computed from data (synthetic alone)
         by_given = bool(self.given) and not _has_subgraph(node) and bool(deciders)
         by_given = by_given and all(self._carried(x) for x in deciders)
-        # an If the data steers; a Loop only where no synthetic value ran it at all (``why``): one that ran
-        # and changed with its inputs (a Range's expansion, to its limit) is decided by a setting, as before
-        control = node.op_type == "If" or (node.op_type == "Loop" and why is not None)
+        # an If the data steers; a Loop where no synthetic value ran it at all (``why``), or whose body holds an
+        # op whose length its data decides (a per-image NMS in a Loop over the batch, as tf2onnx exports TF's
+        # ``map_fn``): one that ran and changed with its inputs otherwise (a Range's expansion, to its limit) is
+        # decided by a setting, as before
+        looped = node.op_type == "Loop" and (why is not None or subgraphs_hold(node, LENGTH_BY_DATA))
+        control = node.op_type == "If" or looped
         by_branch = control and _is_onnx_domain(node) and bool(sources) and "random" not in sources
         if node.op_type == "Loop":  # a trip count fed as a model input is a setting its caller gives, not data
             by_branch = by_branch and not any(x in self.model_inputs for x in deciders)

@@ -59,6 +59,18 @@ def all_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
                 yield from all_graphs(sub)
 
 
+def subgraphs_hold(node: onnx.NodeProto, op_types: Iterable[str]) -> bool:
+    """Whether a subgraph of ``node``, all the way down, holds a node of ONNX's own domain of ``op_types``."""
+    wanted = frozenset(op_types)
+    return any(
+        n.op_type in wanted and domain_of(n) == ""
+        for attr in subgraph_attributes(node)
+        for top in graphs_of(attr)
+        for graph in all_graphs(top)
+        for n in graph.node
+    )
+
+
 def domain_of(node: onnx.NodeProto) -> str:
     """A node's domain, ``""`` for ONNX's own (also written ``ai.onnx``)."""
     return "" if node.domain in ("", "ai.onnx") else node.domain
