@@ -655,3 +655,28 @@ def test_a_loop_whose_trip_count_the_data_decides_is_benchmarked_at_its_runs_cou
     (loop,) = [layer for layer in processed.graph.layers if layer.op_type == "Loop"]
     (trips,) = [i.value for i in loop.inputs if i.tensor.name == "trips"]
     assert loop.outputs[0].shape[0] == trips[0] >= 1
+
+
+def test_a_zeros_accumulator_keeps_its_zeros_in_the_run_that_gives_lengths(build_model, tmp_path):
+    """A MoE's torch.zeros accumulator (a float ConstantOfShape) was filled with random values in the model's
+    run, as a weight stand-in is: its routing's NonZero counted other tokens than the model does, and its end
+    to end failed ("Shape mismatch attempting to re-use buffer"). Fed 0.4 everywhere, 0.4 + 0 > 0.5 nowhere."""
+    model = build_model(
+        [
+            helper.make_node(
+                "ConstantOfShape", ["shape"], ["acc"], value=onnx.numpy_helper.from_array(np.zeros(1, np.float32))
+            ),
+            helper.make_node("Add", ["x", "acc"], ["s"]),
+            helper.make_node("Greater", ["s", "half"], ["g"]),
+            helper.make_node("NonZero", ["g"], ["at"]),
+        ],
+        [("x", F, [64])],
+        [("at", I64, None)],
+        {"shape": np.array([64], np.int64), "half": np.array(0.5, np.float32)},
+    )
+    path = tmp_path / "acc.onnx"
+    onnx.save(model, path)
+    np.save(tmp_path / "x.npy", np.full(64, 0.4, np.float32))
+    processed = process_model(path, None, BindingRequest.parse(inputs=[f"x={tmp_path / 'x.npy'}"]))
+    (nonzero,) = [layer for layer in processed.graph.layers if layer.op_type == "NonZero"]
+    assert nonzero.outputs[0].shape == (1, 0)

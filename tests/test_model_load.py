@@ -340,3 +340,48 @@ def test_folding_a_constant_that_is_infinite_is_quiet(build_model):
         graph = process_model("t5.onnx", proto=model).graph
     assert [w.message for w in caught if issubclass(w.category, RuntimeWarning)] == []
     assert [layer.op_type for layer in graph.layers] == ["Max"]  # the constant folded away
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "inception_v2"])
+def test_every_fill_of_a_model_shared_without_its_weights_stands_in_for_a_weight(zoo_path, name):
+    from benanza.model.load import weight_stand_ins
+
+    model = onnx.load(zoo_path(name))
+    fills = [n for n in model.graph.node if n.op_type == "ConstantOfShape"]
+    assert len(weight_stand_ins(model.graph)) == len(fills) > 0
+
+
+def _filled(build_model, fill: float | None, weight_elements: int) -> onnx.ModelProto:
+    value = {} if fill is None else {"value": onnx.numpy_helper.from_array(np.array([fill], np.float32))}
+    return build_model(
+        [
+            helper.make_node("ConstantOfShape", ["shape"], ["acc"], **value),
+            helper.make_node("Add", ["x", "acc"], ["s"]),
+            helper.make_node("MatMul", ["s", "w"], ["y"]),
+        ],
+        [("x", TensorProto.FLOAT, [16, 128])],
+        [("y", TensorProto.FLOAT, None)],
+        {
+            "shape": np.array([16, 128], np.int64),
+            "w": np.ones((128, weight_elements // 128), np.float32),
+        },
+    )
+
+
+@pytest.mark.parametrize(
+    ("fill", "weight_elements", "stands_in"),
+    [
+        (0.5, 128, True),  # onnx.tools.replace_constants: every weight above its threshold a fill of 0.5
+        (0.0, 128, False),  # a zeros accumulator (torch.zeros): the model's computation
+        (None, 128, False),  # the operator's default fill, zero
+        (1.0, 128 * 128, False),  # no larger than a weight the model holds: not a model without its weights
+    ],
+)
+def test_a_fill_is_a_weight_stand_in_only_where_no_weight_is_held_and_it_is_not_zero(
+    build_model, fill, weight_elements, stands_in
+):
+    """A Qwen3-MoE export's torch.zeros accumulator was taken for a weight and filled with random values in the
+    model's run: the NonZero lengths its routing gave were other experts' (2x11 where the model gives 2x0)."""
+    from benanza.model.load import weight_stand_ins
+
+    assert bool(weight_stand_ins(_filled(build_model, fill, weight_elements).graph)) is stands_in

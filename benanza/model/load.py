@@ -290,8 +290,19 @@ def weight_stand_ins(graph: onnx.GraphProto) -> dict[str, tuple[list[int], int]]
     ran 110 nodes where its layers ran 115, 3% of its latency missing from its end to end.
     The extractor already takes such a fill for a weight (a layer input of kind weight,
     synthesised when the layer is built); ``with_synthetic_weights`` does the same for the model.
+
+    Not a fill of zero (ONNX's default value; ``replace_constants`` fills 0.5 unless told otherwise, the zoo
+    0.02), nor one no larger than a float weight the graph holds with its data (``replace_constants`` replaced
+    every weight above its threshold): such a fill is the model's own computation. A Qwen3-MoE export's
+    ``torch.zeros`` accumulator, filled with random values, made the model's run count other experts' tokens
+    than the model does (its NonZero lengths came out 2x11 where the model gives 2x0), and its end to end failed.
     """
     shapes = {t.name: t for t in graph.initializer}
+    # the largest float weight the graph holds with its data (in the proto, or on file): a stand-in is larger
+    held = max(
+        (math.prod(t.dims) for t in graph.initializer if t.data_type in _FLOAT_TYPES and (has_data(t) or on_file(t))),
+        default=0,
+    )
     stand_ins: dict[str, tuple[list[int], int]] = {}
     for node in graph.node:
         if node.op_type != "ConstantOfShape" or node.domain not in ("", "ai.onnx") or not node.input:
@@ -299,9 +310,13 @@ def weight_stand_ins(graph: onnx.GraphProto) -> dict[str, tuple[list[int], int]]
         shape = shapes.get(node.input[0])
         value = next((a.t for a in node.attribute if a.name == "value"), None)
         elem_type = value.data_type if value is not None else TensorProto.FLOAT  # the operator's default
-        if shape is None or elem_type not in _FLOAT_TYPES or not has_data(shape):
+        if shape is None or elem_type not in _FLOAT_TYPES or not has_data(shape) or value is None:
             continue
-        stand_ins[node.output[0]] = ([int(d) for d in numpy_helper.to_array(shape)], elem_type)
+        dims = [int(d) for d in numpy_helper.to_array(shape)]
+        fill = numpy_helper.to_array(value).ravel()
+        if fill.size == 0 or not fill[0] or math.prod(dims) <= held:
+            continue
+        stand_ins[node.output[0]] = (dims, elem_type)
     return stand_ins
 
 
