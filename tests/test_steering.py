@@ -118,6 +118,62 @@ def test_the_end_to_end_runs_the_model_as_shipped_its_if_on_the_value_bound(buil
     np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("value", [0, 1])
+def test_a_merged_decoder_at_another_batch_keeps_its_flag_one_element(build_model, value):
+    """``--batch 2`` rewrote every fixed leading dimension, ``use_cache_branch [1]`` too: two elements made the If's
+    condition no scalar, the If stayed one layer reading the whole cache, unbenchmarked, and a Whisper decoder at
+    batch 2 had no layer at all. A flag that chooses a branch is a setting, not a batch of data."""
+    processed = process_model(
+        "mem.onnx", 2, BindingRequest(values={"use_cache_branch": value}), proto=merged(build_model)
+    )
+    assert processed.binding.shapes["use_cache_branch"] == (1,) and processed.binding.shapes["x"][0] == 2
+    assert "use_cache_branch" not in processed.binding.rebatch
+    assert _ops(processed) == (["MatMul", "Relu", "Identity"] if value else ["MatMul", "Tanh", "Sigmoid", "Identity"])
+
+
+def test_the_end_to_end_of_a_merged_decoder_has_the_shapes_of_the_branch_the_value_chose(build_model):
+    """Optimum's merged decoder: the cache branch outputs an empty placeholder ([0, 4, 1, 32]), the other the
+    present keys. The run that shapes the If's outputs for the end to end took the branch synthetic feeds chose
+    (ones), not ``--value use_cache_branch=0``: the model was written with the placeholder's shape and ONNX
+    Runtime refused it ("invalid dimensions for output"), so a Whisper decoder had no end to end."""
+    import onnxruntime as ort
+
+    from benanza.runtimes.onnxruntime import feeds_for
+
+    placeholder = helper.make_node(
+        "Constant", [], ["none"], value=onnx.numpy_helper.from_array(np.zeros((0, 4, 1, 8), np.float32))
+    )
+    model = build_model(
+        [
+            helper.make_node("Squeeze", ["use_cache_branch"], ["cond"]),
+            helper.make_node(
+                "If",
+                ["cond"],
+                ["present"],
+                then_branch=helper.make_graph(
+                    [placeholder], "cache", [], [helper.make_tensor_value_info("none", F, None)]
+                ),
+                else_branch=helper.make_graph(
+                    [helper.make_node("Relu", ["x"], ["keys"])],
+                    "no_cache",
+                    [],
+                    [helper.make_tensor_value_info("keys", F, None)],
+                ),
+            ),
+        ],
+        [("x", F, ["batch", 4, "seq", 8]), ("use_cache_branch", B, [1])],
+        [("present", F, ["batch", 4, "seq", 8])],
+        opset=17,
+    )
+    request = BindingRequest(values={"use_cache_branch": 0}, dims={"seq": 5})
+    shipped = process_model("mem.onnx", 2, request, proto=model, keep_branches=True)
+    (present,) = [vi for vi in shipped.proto.graph.output if vi.name == "present"]
+    assert [d.dim_value for d in present.type.tensor_type.shape.dim] == [2, 4, 5, 8]
+    session = ort.InferenceSession(shipped.proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (out,) = session.run(None, feeds_for(shipped.proto))
+    assert out.shape == (2, 4, 5, 8)
+
+
 def test_a_condition_computed_from_small_integer_inputs_steers_and_one_from_data_does_not(build_model):
     step = [
         helper.make_node("ReduceSum", ["past_length"], ["n"], keepdims=0),

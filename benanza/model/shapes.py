@@ -39,7 +39,7 @@ from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
 from benanza.model.load import fold_policy, has_data, keep_on_file
 from benanza.model.request import NO_REQUEST, BindingRequest
-from benanza.model.steering import constant_inputs, default_inputs, steered_values
+from benanza.model.steering import constant_inputs, default_inputs, steered_values, steering_inputs, value_arrays
 from benanza.model.walks import node_reads, topological_nodes
 
 log = logging.getLogger(__name__)
@@ -118,7 +118,9 @@ def bind_shapes(
     ``SessionOptions.add_free_dimension_override_by_name`` do; an input given its values by ``request.inputs``
     is bound to its array's shape, and its symbolic dimensions so bind every input that has them);
     ``batch`` then sets a symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
-    dimension that differs (a "rebatch"). A name in ``dims`` that a model does not have binds
+    dimension that differs (a "rebatch"), but for an input that chooses an ``If``'s branch (a merged decoder's
+    ``use_cache_branch [1]``: at batch 2 its two elements made the If's condition no scalar, the If was left
+    unfolded and unbenchmarked, and the model had no layer). A name in ``dims`` that a model does not have binds
     nothing there (one run binds models of several kinds). Anything left symbolic is an
     ``UnboundDimensionError`` naming every such dimension and the flags that bind them, at once. With ``fits_here`` (the
     models are benchmarked on this machine), an input larger than this machine's physical
@@ -180,6 +182,11 @@ def bind_shapes(
         bound[vi.name] = tuple(dims_out)
     if unbound:
         raise UnboundDimensionError(path, _unbound_message(unbound))
+    if rebatch:  # a flag that chooses an If's branch (a merged decoder's use_cache_branch, [1]) is no batch of data
+        exported_shapes = {n: (rebatch[n][0], *s[1:]) if n in rebatch else s for n, s in bound.items()}
+        for name in set(rebatch) & set(steering_inputs(model, exported_shapes)):
+            bound[name] = exported_shapes[name]
+            del rebatch[name]
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
     exported = _runs_as_exported(inputs, bound)
@@ -570,7 +577,10 @@ def prepare_model(
     inferred = fold_and_infer(apply_binding(model, binding, keep_branches=keep_branches), path)
     from benanza.model.resolve import resolve_if_needed
 
-    resolved, report = resolve_if_needed(inferred, path, given=given_arrays(binding.given))
+    given = given_arrays(binding.given)
+    if keep_branches:  # the run that shapes what the data decides takes the branch the values chose, as fed
+        given = {**value_arrays(inferred, binding.shapes, binding.values), **given}
+    resolved, report = resolve_if_needed(inferred, path, given=given)
     if keep_branches:
         default_inputs(resolved, binding.shapes, binding.values)
     return PreparedModel(resolved, binding, report)

@@ -162,7 +162,16 @@ def default_inputs(model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]]
     """Give each input of ``values`` an initializer of its bound shape filled with its value (in place), the
     input kept: a default it may be fed over, which ONNX Runtime does not fold, and which synthetic feeds
     leave to it (``runtimes.onnxruntime.feeds_for``)."""
-    types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
-    for name, value in values.items():
-        array = np.full(shapes[name], value, onnx.helper.tensor_dtype_to_np_dtype(types[name]))
+    for name, array in value_arrays(model, shapes, values).items():
         model.graph.initializer.append(onnx.numpy_helper.from_array(array, name))
+
+
+def value_arrays(
+    model: onnx.ModelProto, shapes: Mapping[str, tuple[int, ...]], values: Mapping[str, int]
+) -> dict[str, np.ndarray]:
+    """Each input of ``values`` as an array of its bound shape and type filled with its value."""
+    types = {vi.name: vi.type.tensor_type.elem_type for vi in model.graph.input}
+    return {
+        name: np.full(shapes[name], value, onnx.helper.tensor_dtype_to_np_dtype(types[name]))
+        for name, value in values.items()
+    }
