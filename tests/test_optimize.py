@@ -28,7 +28,11 @@ def plan(conv_chain, process_proto):
     return plan_model(process_proto(conv_chain("maxpool")), CudnnRuntime(), ())
 
 
-def records(plan, *, scale: float = 1.0, e2e_ms: float = 10.0):
+# what the GPU runtime's records list of their candidates (``stats.extras["algorithms"]``), here by name only
+PICKS = {"algorithms": {"default": "cudnn-graph:heuristic", "best": "cudnn-graph:eng0"}}
+
+
+def records(plan, *, scale: float = 1.0, e2e_ms: float = 10.0, extras=PICKS):
     out = {}
     runtime = CudnnRuntime()
     for spec in specs_for_plan(plan, runtime.name, runtime.variant(), e2e=True):
@@ -50,7 +54,7 @@ def records(plan, *, scale: float = 1.0, e2e_ms: float = 10.0):
             stack_id=STACK,
             outcome="ok",
             samples=calls,
-            stats=MeasurementStats.of(describe(calls)),
+            stats=MeasurementStats.of(describe(calls), extras=extras if spec.kind is not SpecKind.MODEL else {}),
             kernel_samples=kernels,
             kernel_stats=describe(kernels),
         )
@@ -133,3 +137,16 @@ def test_the_end_to_end_framework_is_named(plan):
     row = optimizations(plan, results, system=SYSTEM, stack_id=STACK, runtime="cudnn", variant="v")
     assert row.e2e_framework == "pytorch" and row.to_dict()["e2e_framework"] == "pytorch"
     assert "PyTorch" in METHOD["framework_gap"]
+
+
+def test_a_runtime_that_picks_no_algorithm_has_no_algorithm_selection_figure(plan):
+    """ONNX Runtime's records list no candidates and their ``stats`` are call latencies: read as a default pick
+    over the kernel time, a Qwen3 of Adds and MatMuls showed a 5.4x algorithm choice (Add 8-16x). One figure
+    for both: each layer's kernel time; the model's algorithm selection is no figure."""
+    row = optimizations(
+        plan, records(plan, extras={}), system=SYSTEM, stack_id=STACK, runtime="onnxruntime", variant="v"
+    )
+    assert row.bound.sequential_ms == pytest.approx(3.5)
+    assert row.heuristic_ms is None and row.algorithm_selection is None
+    assert all(entry["default_over_best"] == pytest.approx(1.0) for entry in row.by_op_type.values())
+    assert row.fusion == pytest.approx(4.0 / 3.5)  # the other analyses stand

@@ -42,7 +42,10 @@ def _kernel_ms(record: BenchmarkRecord | None, which: str) -> float | None:
     """A record's kernel figure in ms: ``best`` candidate or ``default`` (the framework's pick).
 
     Both are device-timed kernel samples on the GPU runtime, so both take the lower bound's
-    statistic (``KERNEL_STATISTIC``) and their ratio compares like with like.
+    statistic (``KERNEL_STATISTIC``) and their ratio compares like with like. A record that lists no
+    candidates (``extras["algorithms"]``: a runtime that picks none, ONNX Runtime) has one figure for
+    both: its kernel time (its ``stats`` are call latencies there, and their ratio to kernel times
+    read as a 5.4x algorithm choice for a Qwen3 of Adds and MatMuls).
     """
     if record is None or record.outcome != "ok":
         return None
@@ -52,7 +55,7 @@ def _kernel_ms(record: BenchmarkRecord | None, which: str) -> float | None:
     algorithms = extras.get("algorithms")
     if which == "default" and algorithms is not None and not algorithms.get("default"):
         return None  # the framework's library ran no candidate: there is no default pick to compare
-    stats = record.kernel_stats if which == "best" else record.stats
+    stats = record.kernel_stats if which == "best" or algorithms is None else record.stats
     figure = stats.statistic(KERNEL_STATISTIC) if stats is not None else None
     return float(figure) * 1e3 if figure is not None else None
 
@@ -165,8 +168,10 @@ def optimizations(
     graph = plan.graph
     heuristic: float | None = 0.0
     by_op: dict[str, dict[str, float]] = {}
+    picks = False  # whether any record chose among candidates: else algorithm selection is no figure
     for members, key in zip(plan.units, plan.unit_keys, strict=True):
         rec = results.get(key)
+        picks = picks or (rec is not None and rec.stats is not None and "algorithms" in rec.stats.extras)
         best, default = _kernel_ms(rec, "best"), _kernel_ms(rec, "default")
         if default is None or heuristic is None:
             heuristic = None
@@ -193,7 +198,7 @@ def optimizations(
         variant=variant,
         batch_size=plan.batch_size,
         bound=bound,
-        heuristic_ms=heuristic if bound.coverage == 1.0 else None,
+        heuristic_ms=heuristic if bound.coverage == 1.0 and picks else None,
         no_tensor_cores_ms=no_tc,
         by_op_type=by_op,
         e2e_framework=framework,
