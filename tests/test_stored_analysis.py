@@ -164,6 +164,11 @@ def test_systems_and_optimizations_from_the_database_alone(measured, no_runtime,
     assert done.returncode == 0, done.stderr
     (row,) = json.loads(done.stdout)
     assert row["model"] == "chain" and row["system"] == SYSTEM
+    assert row["speedups"]["algorithm_selection"] is None  # ONNX Runtime picks no algorithm: no figure
+    # its default runtime is the GPU's, which measured nothing here: the warning names what is stored
+    done = benanza("analyze", "optimizations", "--system", SYSTEM, "--db", uri, blocked=no_runtime, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "for runtime cudnn (stored for onnxruntime: pass --runtime onnxruntime)" in done.stderr
 
 
 def test_the_report_covers_every_stored_model_from_the_database_alone(measured, no_runtime, tmp_path):

@@ -104,13 +104,15 @@ def config_prices(config: Path | None) -> dict[str, float | None]:
     return {s.name: s.price_per_hour for s in load_fleet_config(config).systems}
 
 
-def _warn_nothing_stored(store, systems) -> None:
-    print(
-        f"warning: {store.shown_uri}: no stored plan of these models on {', '.join(systems)} "
-        "(measure them first with benanza run or benanza fleet run; a database from before plans "
-        "were stored needs a new run, which reuses its results)",
-        file=sys.stderr,
+def _warn_nothing_stored(store, systems, runtime: str | None = None) -> None:
+    others = sorted({p.runtime for p in store.plans()} - {runtime}) if runtime else []
+    hint = (
+        f" for runtime {runtime} (stored for {', '.join(others)}: pass --runtime {others[0]})"
+        if others
+        else " (measure them first with benanza run or benanza fleet run; a database from before plans "
+        "were stored needs a new run, which reuses its results)"
     )
+    print(f"warning: {store.shown_uri}: no stored plan of these models on {', '.join(systems)}{hint}", file=sys.stderr)
 
 
 @app.command("lower-bound")
@@ -221,7 +223,14 @@ def optimizations_cmd(
     db_file: DbFileOpt = None,
     system: SystemsOpt = None,
     stack: StackOpt = "latest",
-    runtime: StoredRuntimeOpt = "cudnn",
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime",
+            help="only this runtime's results (cudnn, onnxruntime); cudnn's records hold every candidate, "
+            "so algorithm choice is a figure there only",
+        ),
+    ] = "cudnn",
     precision: PrecisionOpt = None,
     tensor_cores: TensorCoresOpt = None,
     by_op: Annotated[bool, typer.Option("--by-op", help="also the default-vs-best table per op type")] = False,
@@ -237,7 +246,7 @@ def optimizations_cmd(
         selection = _selection(store, models, wanted, runtime, precision=precision, tensor_cores=tensor_cores)
         analyses = stored_analyses(store, _systems(system), stack=stack, selection=selection)
         if not analyses:
-            _warn_nothing_stored(store, _systems(system))
+            _warn_nothing_stored(store, _systems(system), runtime)
     rows = [stored_optimizations(a) for a in analyses]
     if emit(format, [r.to_dict() for r in rows]):
         return
