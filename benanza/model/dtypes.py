@@ -53,3 +53,19 @@ def dtype_name(elem_type: int) -> str:
 def proto_bytes(tensor: onnx.TensorProto) -> int:
     """``tensor_bytes`` of a ``TensorProto``, from its dims and element type (not its data, which it may not hold)."""
     return tensor_bytes(tensor.dims, dtype_name(tensor.data_type))
+
+
+def ort_value(array: np.ndarray, elem: int | None = None):
+    """An ONNX Runtime ``OrtValue`` of ``array`` as ONNX element type ``elem`` (default: ``array``'s own).
+
+    ``OrtValue.ortvalue_from_numpy`` takes numpy's own types only: a bfloat16 or float8 array (an
+    ``ml_dtypes`` type, as ONNX's helpers give) goes as its bits, typed by ``elem``.
+    """
+    import onnxruntime as ort
+
+    if array.dtype.kind in "biufc":
+        return ort.OrtValue.ortvalue_from_numpy(array)
+    bits = np.ascontiguousarray(array).view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
+    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+        bits, helper.np_dtype_to_tensor_dtype(array.dtype) if elem is None else elem
+    )

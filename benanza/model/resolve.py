@@ -52,7 +52,7 @@ from benanza.errors import one_line
 from benanza.host_memory import refusal, system_memory
 from benanza.model.constants import constant_value
 from benanza.model.control_flow import unbounded_loop_reason
-from benanza.model.dtypes import proto_bytes, tensor_bytes
+from benanza.model.dtypes import ort_value, proto_bytes, tensor_bytes
 from benanza.model.extract import (
     RANDOM_OPS,
     SHAPE_READERS,
@@ -880,7 +880,7 @@ def _run_outputs(
                 kept[name] = value
         return out, kept, error
     try:
-        fed = {x: _ort_value(array, elem) for x, (array, elem) in feeds.items()}
+        fed = {x: ort_value(array, elem) for x, (array, elem) in feeds.items()}
         values = session.run_with_ort_values(names, fed, quiet)
     except Exception as exc:
         return {}, {}, exc
@@ -895,16 +895,6 @@ def _run_outputs(
             if array.dtype.kind in "biuf":
                 kept[name] = array
     return out, kept, None
-
-
-def _ort_value(array: np.ndarray, elem: int):
-    """An ``OrtValue`` of ``array`` as ONNX element type ``elem`` (a bfloat16 array goes as its bits)."""
-    import onnxruntime as ort
-
-    if array.dtype.kind in "biufc":
-        return ort.OrtValue.ortvalue_from_numpy(array)
-    bits = np.ascontiguousarray(array).view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
-    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, elem)
 
 
 def _synthetic(shape: tuple[int, ...], elem: int, rng: np.random.Generator, *, variant: bool) -> np.ndarray:

@@ -35,7 +35,7 @@ import shutil
 import stat
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +57,7 @@ from benanza.bench.build import (
 from benanza.bench.memory import spec_memory
 from benanza.bench.spec import EXPORTED, RUNTIME_DEFAULTS, BenchmarkSpec, SpecKind, model_binding
 from benanza.errors import BenanzaError, PlanningError, UsageError, one_line
+from benanza.model.dtypes import ort_value
 from benanza.model.given_inputs import given_feeds, missing_input_file
 from benanza.model.graph import InputKind, ModelGraph
 from benanza.model.held_weights import HeldModel, hold_weights
@@ -226,13 +227,43 @@ def bound_call(session: Any, feeds: dict[str, np.ndarray]) -> Any:
     numpy at 2 threads, 3 us bound (206 and 109 us at 1 thread). The arrays in ``feeds`` must
     outlive the binding: the tensors share their memory.
     """
-    ort = _ort()
     binding = session.io_binding()
     for name, array in feeds.items():
-        binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array))
+        binding.bind_ortvalue_input(name, ort_value(array))  # a bfloat16 array too
     for output in session.get_outputs():
         binding.bind_output(output.name)
     return binding
+
+
+def _runner(session: Any, feeds: dict[str, np.ndarray]) -> Callable[[], object]:
+    """One run of ``session`` on ``feeds``, as the profiled runs have always been made (``session.run``),
+    but where a feed or an output is of a type numpy has none of (bfloat16, float8: ``ml_dtypes``
+    arrays): through an IO binding (``bound_call``), its outputs left as ONNX Runtime tensors. A bfloat16
+    Transpose failed to be fed ("Creation of OrtValues is currently only supported from non-string numpy
+    arrays"), a Cast to bfloat16 to be read back ("No corresponding Numpy type for Tensor Type")."""
+    numpy_types = all(a.dtype.kind in "biufcOSU" for a in feeds.values()) and not any(
+        o.type in _NO_NUMPY_TYPES for o in session.get_outputs()
+    )
+    if numpy_types:
+        return functools.partial(session.run, None, feeds)
+    binding = bound_call(session, feeds)
+    return functools.partial(session.run_with_iobinding, binding)
+
+
+# ONNX Runtime's names of the element types numpy has no type of (``NodeArg.type``)
+_NO_NUMPY_TYPES = frozenset(
+    f"tensor({t})"
+    for t in (
+        "bfloat16",
+        "float8e4m3fn",
+        "float8e4m3fnuz",
+        "float8e5m2",
+        "float8e5m2fnuz",
+        "float4e2m1",
+        "int4",
+        "uint4",
+    )
+)
 
 
 class _OrtPrepared(Prepared):
@@ -410,19 +441,20 @@ class _OrtProfiler(KernelProfiler):
         self.left_out: list[float] = []
         self.node_floor_s = node_floor_s(model.opt_level, model.threads)
         self._session = model.session(profile_prefix=str(_profile_dir() / f"ort-{next(_PROFILES)}"))
+        self._run = _runner(self._session, self._feeds)
         try:
             for _ in range(PROFILE_WARMUP):
-                self._session.run(None, self._feeds)
+                self._run()
         except BaseException:
             self.close()
             raise
 
     def run(self) -> None:
         for _ in range(self._every - 1):
-            self._session.run(None, self._feeds)
+            self._run()
         if self._evict_bytes:
             evict_caches(self._model.opt_level, self._model.threads, self._feeds, self._evict_bytes)
-        self._session.run(None, self._feeds)
+        self._run()
 
     def finish(self) -> list[float]:
         """Kernel time (seconds) of every kept run, in order; ends profiling.
