@@ -69,3 +69,13 @@ def test_an_opset_23_attention_block_is_measured_whole_and_layer_by_layer(build_
     assert all(r.outcome == "ok" for r in records), [(r.label, r.reason) for r in records if r.outcome != "ok"]
     ops = {r.label.split("[")[0].split(" ")[0] for r in records if r.kind == "layer"}
     assert {"RMSNormalization", "RotaryEmbedding", "Attention"} <= ops, ops
+
+
+def test_onnx_s_own_attention_and_rotary_embedding_have_their_flops(build_model, process_proto) -> None:
+    """Registered under com.microsoft only, ONNX's opset-23 Attention (torch's export of scaled_dot_product_attention
+    at opset 23) had no FLOPs: a model's roofline and its layer table showed "-" for its attention."""
+    processed = process_proto(attention_block(build_model), None, {"x": (2, 16, HIDDEN), "pos": (2, 16)})
+    layers = {layer.op_type: layer for layer in processed.graph.layers}
+    # Q.K^T and the weighted sum: 2 x 2 x B x H x S x S x d, d = HIDDEN / HEADS (the output is B x S x HIDDEN)
+    assert layers["Attention"].flops == 4 * (2 * 16 * HIDDEN) * 16
+    assert layers["RotaryEmbedding"].flops == 3 * 2 * 16 * HIDDEN

@@ -488,6 +488,10 @@ register(
     OpInfo(None, _separate_attention_flops(present=1, key=1)),
     MS,
 )
+# ONNX's own (opset 23), what torch.onnx emits for scaled_dot_product_attention at opset 23: Q [B, H, S, d] or
+# [B, S, H*d], its present key (output 1) or key input giving the length attended over; RoPE per element
+register(["Attention"], OpInfo(None, _separate_attention_flops(present=1, key=1)))
+register(["RotaryEmbedding"], OpInfo(None, _per_output_element(3)))
 register(["SkipLayerNormalization"], OpInfo(None, _per_input_element(6)), MS)
 register(["SkipSimplifiedLayerNormalization"], OpInfo(None, _per_input_element(5)), MS)
 register(["SimplifiedLayerNormalization"], OpInfo(None, _per_input_element(4)))  # ORT's RMS norm, default domain
