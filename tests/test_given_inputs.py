@@ -434,6 +434,16 @@ def test_a_given_batch_that_is_not_the_one_asked_is_said(tmp_path, build_model):
     assert "input 'x' is fed its file's leading dimension, 2, not the batch size asked, 8" in processed.warnings()
 
 
+def test_a_given_array_the_file_fixes_the_leading_dimension_of_is_no_batch_departure(tmp_path, build_model):
+    """``x [64]`` fixed in the file, fed 64 values at ``run``'s default batch 1: it warned "fed its file's leading
+    dimension, 64, not the batch size asked, 1", of a dimension that is no batch and no batch that was asked."""
+    model = build_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [64])], [("y", F, None)])
+    onnx.save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones(64, np.float32))
+    processed = process_model(tmp_path / "m.onnx", 1, BindingRequest.parse(inputs=[f"x={tmp_path / 'x.npy'}"]))
+    assert processed.binding.shapes == {"x": (64,)} and processed.warnings() == []
+
+
 def test_an_empty_file_for_an_input_that_chooses_a_branch_is_refused(tmp_path, build_model):
     save_merged(build_model, tmp_path / "merged.onnx", ["k"])
     np.save(tmp_path / "none.npy", np.zeros(0, bool))

@@ -190,10 +190,12 @@ def bind_shapes(
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
     exported = _runs_as_exported(inputs, bound)
+    # a given array whose leading dimension the file fixes at its own is as exported, no batch the run departs from
+    fixed = {vi.name: _fixed_leading(vi) for vi in inputs}
     unbatched = {
         name: (g.array.shape[0], batch)
         for name, g in fed.items()
-        if batch is not None and g.array.ndim and g.array.shape[0] != batch
+        if batch is not None and g.array.ndim and g.array.shape[0] != batch and fixed[name] != g.array.shape[0]
     }
     return Binding(bound, rebatch, given=fed, not_inputs=not_inputs, unbatched=unbatched, exported=exported)
 
@@ -584,6 +586,13 @@ def prepare_model(
     if keep_branches:
         default_inputs(resolved, binding.shapes, binding.values)
     return PreparedModel(resolved, binding, report)
+
+
+def _fixed_leading(vi: onnx.ValueInfoProto) -> int | None:
+    """The leading dimension an input's file fixes, None where it is symbolic, absent or the input a scalar."""
+    tt = tensor_type_of(vi.type)
+    dims = tt.shape.dim if tt is not None and tt.HasField("shape") else ()
+    return dims[0].dim_value if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0 else None
 
 
 def _rebatch_reshapes(model: onnx.ModelProto, inferred: onnx.ModelProto, olds: set[int], new: int) -> onnx.ModelProto:
