@@ -137,7 +137,9 @@ def session_options(opt_level: str, threads: int, profile: bool = False, optimiz
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    so.log_severity_level = 3
+    # fatal only: a run that fails is an answer benanza reports per layer (its exception's message); ORT's own
+    # error line for it (a red "[E:onnxruntime:...] Non-zero status code") repeated it on stderr
+    so.log_severity_level = 4
     for key, value in NO_SPINNING.items():
         so.add_session_config_entry(key, value)
     if profile:
