@@ -326,3 +326,21 @@ def test_a_coverage_note_says_no_composition_only_where_there_is_none():
     (without,) = coverage_notes(missing, 3, 0.5)
     assert with_composition.startswith("no bound: 1 of its 3 nodes has no figure, conv (Conv): its record")
     assert without.startswith("no bound and no composition: 1 of its 3 nodes")
+
+
+def test_a_model_with_many_nodes_not_benchmarked_lists_ten_then_counts_the_rest():
+    """A GPT-OSS export whose traced routing failed printed 214 warning lines, one per node; all stay in JSON."""
+    from benanza.report.bench import NODES_LISTED, plan_warnings
+
+    report = {
+        "not_benchmarked": [
+            {"model": m, "node": f"split_{i}", "op_type": "Split", "reason": "Split size 1 exceeds the remaining size"}
+            for m, n in (("gptoss", 214), ("small", 2))
+            for i in range(n)
+        ]
+    }
+    lines = plan_warnings(report)
+    assert sum(line.startswith("gptoss: split_") for line in lines) == NODES_LISTED == 10
+    assert sum(line.startswith("small: split_") for line in lines) == 2
+    assert "gptoss: and 204 more nodes not benchmarked (each with its reason: JSON's missing" in lines[-1]
+    assert len(lines) == 13

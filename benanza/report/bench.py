@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -81,11 +82,24 @@ def lower_bound_table(rows: Sequence[LowerBound], by_system: bool = False) -> Ta
     )
 
 
+# nodes not benchmarked listed per model before the rest is counted in one line (all are in JSON's ``missing``)
+NODES_LISTED = 10
+
+
 def plan_warnings(report: Mapping[str, Any]) -> list[str]:
-    """One line per node not benchmarked and per planning warning of ``bench.generate.plan_report``."""
-    lines = [
-        f"{p['model']}: {p['node']} ({p['op_type']}) not benchmarked: {p['reason']}"
-        for p in report.get("not_benchmarked", ())
+    """A line per node not benchmarked (the first ``NODES_LISTED`` of a model, then how many more: a GPT-OSS
+    export whose traced routing failed printed 214 such lines) and per planning warning of
+    ``bench.generate.plan_report``."""
+    lines, per_model = [], Counter()
+    for p in report.get("not_benchmarked", ()):
+        per_model[p["model"]] += 1
+        if per_model[p["model"]] <= NODES_LISTED:
+            lines.append(f"{p['model']}: {p['node']} ({p['op_type']}) not benchmarked: {p['reason']}")
+    lines += [
+        f"{model}: and {count - NODES_LISTED} more nodes not benchmarked (each with its reason: JSON's missing, "
+        "or benanza models inspect)"
+        for model, count in per_model.items()
+        if count > NODES_LISTED
     ]
     return lines + _model_lines(report, "planning_warnings")
 
