@@ -323,6 +323,67 @@ def test_a_loop_whose_body_computes_its_condition_from_data_is_reported(build_mo
     assert counted.unsupported == () and [layer.op_type for layer in counted.layers] == ["Relu", "Loop"]
 
 
+def tf_while_loop(build_model, counter_start: str) -> onnx.ModelProto:
+    """A TensorFlow ``while_loop`` as tf2onnx exports it (``tf.map_fn`` over a batch of 2): the loop carries its
+    own counter, from ``counter_start``, and a limit passed through; ``cond = counter + 1 < limit``; each
+    iteration gathers a row and writes its sum as a scan output. The counter and the limit are never read."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Add", ["k_in", "one"], ["k_out"]),
+            helper.make_node("Gather", ["x", "k_in"], ["row"], axis=0),
+            helper.make_node("ReduceSum", ["row", "axes"], ["total"], keepdims=0),
+            helper.make_node("Less", ["k_out", "limit_in"], ["cond_out"]),
+            helper.make_node("Identity", ["limit_in"], ["limit_out"]),
+        ],
+        "body",
+        [_vi("i", I64, []), _vi("cond_in", BOOL, []), _vi("k_in", I64, []), _vi("limit_in", I64, [])],
+        [_vi("cond_out", BOOL, []), _vi("k_out", I64, []), _vi("limit_out", I64, []), _vi("total", F, [])],
+        [
+            numpy_helper.from_array(np.array(1, np.int64), "one"),
+            numpy_helper.from_array(np.array([0], np.int64), "axes"),
+        ],
+    )
+    return build_model(
+        [
+            helper.make_node("Relu", ["data"], ["x"], name="relu"),
+            helper.make_node(
+                "Loop", ["m", "go", counter_start, "n"], ["k_final", "n_final", "totals"], body=body, name="map_fn"
+            ),
+            helper.make_node("Neg", ["totals"], ["y"], name="neg"),
+        ],
+        [("data", F, [2, 8]), ("start", I64, [])],
+        [("y", F, [2])],
+        {"m": np.array(2, np.int64), "go": np.array(True), "zero": np.array(0, np.int64), "n": np.array(2, np.int64)},
+    )
+
+
+def test_a_tensorflow_while_loop_that_counts_is_one_layer_and_its_unit_runs(build_model, process_proto, tmp_path):
+    """tf2onnx exports every TensorFlow while loop so: before, "Loop's body computes its condition from data (an
+    early exit)", as if its counter were data; and once a layer, its unit left the unread counter and limit
+    unnamed, which crashed ONNX Runtime (a segmentation fault: the process gone, the whole run with it)."""
+    import subprocess
+    import sys
+
+    graph = process_proto(tf_while_loop(build_model, "zero")).graph
+    assert graph.unsupported == () and [layer.op_type for layer in graph.layers] == ["Relu", "Loop", "Neg"]
+    _, network = network_of(graph, [1])
+    path = tmp_path / "unit.onnx"
+    onnx.save(build_onnx(network, sink=True), path)
+    run = (
+        "import onnx, onnxruntime as ort; from benanza.runtimes.onnxruntime import feeds_for;"
+        f"m = onnx.load({str(path)!r});"
+        "s = ort.InferenceSession(m.SerializeToString(), providers=['CPUExecutionProvider']);"
+        "print([o.shape for o in s.run(None, feeds_for(m))])"
+    )
+    done = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr[-500:])
+    assert done.stdout.strip() == "[(1,)]"
+    # a counter that starts from data is an early exit on the data, as before
+    unsupported = process_proto(tf_while_loop(build_model, "start"), None, {"start": ()}).graph.unsupported
+    assert [u.node for u in unsupported] == ["map_fn", "neg"]  # the iterations, so its output's length
+    assert "early exit" in unsupported[0].reason
+
+
 def test_a_body_with_weights_and_a_nested_loop_is_carried_without_its_weights(build_model, process_proto):
     """The body's 16x16 weight travels as shape and dtype (its 1x16 constant by value); the nested Loop reads
     a tensor two scopes up; the one-layer model still validates and runs."""

@@ -57,6 +57,9 @@ from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
 from benanza.model.walks import LENGTH_BY_DATA, graphs_of, subgraph_attributes
 
+# ONNX's ops whose outputs are one variadic list (control flow): none of them may go unnamed (``_built``)
+_VARIADIC_OUTPUTS = frozenset({"Loop", "Scan", "If"})
+
 # IR version written for built models: old enough for any onnxruntime we support.
 IR_VERSION = 8
 
@@ -199,7 +202,12 @@ def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] 
                     initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i, copy, held))
                 names.append(name)
         slots = node.output_slots or tuple(range(len(node.outputs)))
-        outs = [""] * (max(slots, default=-1) + 1)  # a skipped output stays unnamed, as in the model
+        # a skipped output stays unnamed, as in the model; but control flow's are named (left dangling): they
+        # are computed all the same, and ONNX Runtime 1.2x crashed the process (a segmentation fault) running a
+        # Loop whose unread carried values had no name (a tf2onnx tf.map_fn's counter and limit)
+        skipped = "" if node.op_type not in _VARIADIC_OUTPUTS or node.domain not in ("", "ai.onnx") else None
+        top = max(slots, default=-1) + 1
+        outs = [f"n{pos}_skipped{k}" if skipped is None else skipped for k in range(top)]
         for j, slot in enumerate(slots):
             out_name[(pos, j)] = f"n{pos}_o{j}"
             outs[slot] = out_name[(pos, j)]

@@ -93,28 +93,49 @@ def loop_trip_reason(
     if cond and values.get(cond) is None:
         return f"Loop's condition '{cond}' is a runtime value; whether it runs at all depends on it"
     body = next(a.g for a in subgraph_attributes(node) if a.name == "body")
-    if not _condition_is_fixed(body, outer_constants):
+    # which loop-carried values start from a constant (a counter's 0, a limit passed through)
+    initial = [bool(x) and (values.get(x) is not None or x in outer_constants) for x in node.input[2:]]
+    if not _condition_is_fixed(body, outer_constants, initial):
         limit = int(values[trip][0])
         return f"Loop's body computes its condition from data (an early exit): they decide how many of its {limit} run"
     return None
 
 
-def _condition_is_fixed(body: onnx.GraphProto, outer_constants: Collection[str]) -> bool:
+def _condition_is_fixed(
+    body: onnx.GraphProto, outer_constants: Collection[str], initial_fixed: Sequence[bool] = ()
+) -> bool:
     """Whether the body's condition output follows from the iteration number and constants alone.
 
-    Then the iterations are the same whatever the data (``cond = i < 3``). A condition that
-    reads a loop-carried value, a scan input or an outer activation (an early exit on the data)
-    is not, nor one drawn at random.
+    Then the iterations are the same whatever the data (``cond = i < 3``). So is a loop-carried value
+    that starts from a constant (``initial_fixed``, per carried value) and that each iteration computes from
+    such values, the iteration number and constants alone: a counter and the limit a ``while`` loop carries,
+    as tf2onnx exports every TensorFlow ``while_loop`` (``tf.map_fn``: ``cond = i + 1 < n``), which was
+    refused as "an early exit on the data". A condition that reads any other carried value, a scan input or
+    an outer activation (an early exit on the data) is not, nor one drawn at random.
     """
     if len(body.input) < 2 or not body.output:
         return True
-    fixed = {body.input[0].name, body.input[1].name} | {t.name for t in body.initializer}
+    base = {body.input[0].name, body.input[1].name} | {t.name for t in body.initializer}
+    carried = [vi.name for vi in body.input[2:]]
+    nexts = [o.name for o in body.output[1 : 1 + len(carried)]]
+    candidates = {name for name, fixed0 in zip(carried, initial_fixed, strict=False) if fixed0}
+    while True:  # drop the carried values whose next one is not fixed, until none is dropped
+        fixed = _fixed_tensors(body, base | candidates, outer_constants)
+        kept = {name for name, nxt in zip(carried, nexts, strict=False) if name in candidates and nxt in fixed}
+        if kept == candidates:
+            return body.output[0].name in fixed
+        candidates = kept
+
+
+def _fixed_tensors(body: onnx.GraphProto, fixed: set[str], outer_constants: Collection[str]) -> set[str]:
+    """``fixed`` and every tensor of ``body`` computed from them and constants alone (no random op)."""
+    fixed = set(fixed)
     available = {vi.name for vi in body.input} | {t.name for t in body.initializer}
     for node in topological_nodes(body.node, available):
         reads = node_reads(node)
         if node.op_type not in RANDOM_OPS and all(x in fixed or x in outer_constants for x in reads):
             fixed.update(o for o in node.output if o)
-    return body.output[0].name in fixed
+    return fixed
 
 
 class _KeyScope(GraphScope):
