@@ -625,6 +625,42 @@ def test_a_per_image_nms_in_a_loop_is_shaped_by_the_run_and_benchmarked_on_its_v
     np.testing.assert_array_equal(out, kept)  # the model's work, not synthetic boxes'
 
 
+def test_a_loop_whose_body_holds_an_nms_is_benchmarked_on_its_runs_values_though_its_length_is_fixed(
+    build_model, process_proto
+):
+    """What the Loop writes per image (how many boxes its NMS kept, summed) has a fixed length: nothing sent it to
+    the model's run, and its benchmark ran the NMS on synthetic boxes, other work than the model's (as a top-level
+    NMS did). Its body holds an op whose work its data decides (``walks.WORK_BY_DATA``): it is benchmarked on
+    what it read in the run, and gives what the model gave."""
+    model = per_image_nms_loop(build_model)
+    body = next(a.g for a in model.graph.node[6].attribute if a.name == "body")
+    # per image: the boxes kept, counted (a scan output of one value each), no loop-carried concatenation
+    del body.node[5:]
+    body.node.extend(
+        [
+            helper.make_node("Cast", ["sel"], ["self"], to=F),
+            helper.make_node("ReduceSum", ["self"], ["count"], keepdims=0),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ]
+    )
+    del body.input[2:], body.output[1:]
+    body.output.append(helper.make_tensor_value_info("count", F, []))
+    loop = model.graph.node[6]
+    del loop.input[2:]
+    model.graph.node[7].input[0] = "kept"
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("y", F, ["N"]))
+    processed = process_proto(model, 2)
+    assert processed.graph.unsupported == ()
+    (layer,) = [layer for layer in processed.graph.layers if layer.op_type == "Loop"]
+    assert layer.data_decided and layer.outputs[0].shape == (2,)
+    carried = {i.tensor.name for i in layer.inputs if i.kind is InputKind.ACTIVATION and i.value is not None}
+    assert carried == {"boxes", "scores"}
+    kept = _run_values(processed.proto, ["kept"], model_feeds(processed.proto))[0]
+    (out,) = _benchmark_outputs(processed, "Loop")
+    np.testing.assert_array_equal(out, kept)  # per image, the boxes the model's NMS kept
+
+
 def test_a_length_given_integers_decide_is_carried_and_starts_no_sequence(build_model, tmp_path):
     """``--input n=30`` shapes a Range to n + 1, and the length travels by value into every benchmark that
     computes it: unlike a count the data decides, nothing forces that Range to start a sequence."""

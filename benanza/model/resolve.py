@@ -571,13 +571,45 @@ class _Walk:
     def _sources(self, tensors: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.runtime.get(x, frozenset()) for x in tensors))
 
+    def _work_in_subgraphs(self) -> list[str]:
+        """Outputs of control flow whose subgraphs hold an op whose work its data decides (``WORK_BY_DATA``: a
+        per-image NMS in a ``Loop`` over the batch, as tf2onnx exports ``tf.map_fn``), shaped already (its
+        output's length fixed: a sum of the boxes kept), reading runtime data not drawn at random: marked as
+        the data decides its work (``data_work``, ``decided``), for the model's run to give what it reads.
+        On synthetic boxes its NMS would do other work, as a top-level one does."""
+        found = []
+        for node in self.nodes:
+            outs = [o for o in node.output if o and o in self.used]  # a Loop's unread carried values: unshaped
+            if not outs or any(o in self.data_work or o not in self.shape for o in outs):
+                continue
+            if not (_is_onnx_domain(node) and _has_subgraph(node) and subgraphs_hold(node, WORK_BY_DATA)):
+                continue
+            reads = [x for x in node_reads(node) if x]
+            sources = self._sources(reads)
+            if not sources or "random" in sources:
+                continue
+            op = next(n for n in WORK_BY_DATA if subgraphs_hold(node, [n]))
+            for o in outs:
+                self.data_work.add(o)
+                self.decided.add(o)
+                self.work_reads[o] = reads
+                self.by_data[o] = (
+                    f"the {op} in its {node.op_type}'s body does the work its data decides: benchmarked on the "
+                    "values its inputs had in the model's run where they can be carried (else reported not "
+                    "benchmarked, with the reason)"
+                )
+            found += outs
+        return found
+
     def lengths_from_a_run(self) -> bool:
         """Shape the tensors whose length their data decides (``LENGTH_BY_DATA``) by running the model once,
         as its benchmarks are fed (``run_values.model_feeds``; synthetic weights where the file holds none);
         True when it shaped any. A run that fails, or that the memory guard refuses, leaves them unshaped,
-        with that reason."""
+        with that reason. The same run gives what control flow whose work the data decides reads
+        (``_work_in_subgraphs``)."""
         wanted = [o for o in self.length_by_data if o not in self.shape]
-        if not wanted:
+        work = self._work_in_subgraphs()
+        if not wanted and not work:
             return False
         why = {o: self.length_by_data.pop(o) for o in wanted}
         weights = sum(proto_bytes(t) for t in self.model.graph.initializer)
@@ -597,7 +629,7 @@ class _Walk:
         # what an If whose branch the data decides reads: its values in this run are what it is benchmarked on,
         # where they are few enough to carry (``WORK_VALUE_MAX_ELEMENTS``; extract says why not where not)
         reads = set()
-        for o in wanted:
+        for o in (*wanted, *work):
             branch = set(self.work_reads.get(o, ())) - inits
             sizes = [math.prod(self.shape[x]) if x in self.shape else None for x in branch]
             if None not in sizes and sum(sizes) <= WORK_VALUE_MAX_ELEMENTS:
