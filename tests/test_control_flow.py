@@ -27,7 +27,7 @@ from benanza.model.graph import InputKind, Layer, ModelGraph
 from benanza.model.load import has_data
 from benanza.model.network import Network, network_of
 from benanza.model.subgraphs import find_model_subgraphs, sequence_model, synthetic_inputs
-from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, session_options
+from benanza.runtimes.onnxruntime import OnnxRuntimeCPU, feeds_for, session_options
 
 F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 WIDTH = 96  # above the value limit: the captured weight ``w`` is synthesised, not carried
@@ -323,7 +323,7 @@ def test_a_loop_whose_body_computes_its_condition_from_data_is_reported(build_mo
     assert counted.unsupported == () and [layer.op_type for layer in counted.layers] == ["Relu", "Loop"]
 
 
-def tf_while_loop(build_model, counter_start: str) -> onnx.ModelProto:
+def tf_while_loop(build_model, counter_start: str, trip: str = "m", read: str = "totals") -> onnx.ModelProto:
     """A TensorFlow ``while_loop`` as tf2onnx exports it (``tf.map_fn`` over a batch of 2): the loop carries its
     own counter, from ``counter_start``, and a limit passed through; ``cond = counter + 1 < limit``; each
     iteration gathers a row and writes its sum as a scan output. The counter and the limit are never read."""
@@ -347,12 +347,12 @@ def tf_while_loop(build_model, counter_start: str) -> onnx.ModelProto:
         [
             helper.make_node("Relu", ["data"], ["x"], name="relu"),
             helper.make_node(
-                "Loop", ["m", "go", counter_start, "n"], ["k_final", "n_final", "totals"], body=body, name="map_fn"
+                "Loop", [trip, "go", counter_start, "n"], ["k_final", "n_final", "totals"], body=body, name="map_fn"
             ),
-            helper.make_node("Neg", ["totals"], ["y"], name="neg"),
+            helper.make_node("Neg", [read], ["y"], name="neg"),
         ],
         [("data", F, [2, 8]), ("start", I64, [])],
-        [("y", F, [2])],
+        [("y", F if read == "totals" else I64, None)],
         {"m": np.array(2, np.int64), "go": np.array(True), "zero": np.array(0, np.int64), "n": np.array(2, np.int64)},
     )
 
@@ -378,7 +378,19 @@ def test_a_tensorflow_while_loop_that_counts_is_one_layer_and_its_unit_runs(buil
     done = subprocess.run([sys.executable, "-c", run], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stderr[-500:])
     assert done.stdout.strip() == "[(1,)]"
+    # its final counter read, its scan output not: a unit with fewer outputs than its body, refused by ORT
+    # ("output index 1 is out of range; node has 1 outputs")
+    graph = process_proto(tf_while_loop(build_model, "zero", read="k_final")).graph
+    _, network = network_of(graph, [1])
+    session = ort.InferenceSession(
+        build_onnx(network, sink=True).SerializeToString(), providers=["CPUExecutionProvider"]
+    )
+    assert session.run(None, feeds_for(build_onnx(network, sink=True)))[0].shape == ()
     # a counter that starts from data is an early exit on the data, as before
+    # a while loop with no trip count M stays unbenchmarked even where its condition counts: one that is the same
+    # whatever the data may never turn false, and no run is made that may not end
+    (tripless, _) = process_proto(tf_while_loop(build_model, "zero", trip="")).graph.unsupported
+    assert "Loop without a trip count M" in tripless.reason
     unsupported = process_proto(tf_while_loop(build_model, "start"), None, {"start": ()}).graph.unsupported
     assert [u.node for u in unsupported] == ["map_fn", "neg"]  # the iterations, so its output's length
     assert "early exit" in unsupported[0].reason

@@ -42,7 +42,7 @@ unseen int8 LeViT's DLBricks sequences). The built model then names the transfor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -201,16 +201,6 @@ def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] 
                 else:
                     initializers.append(weight_tensor(name, ref.shape, ref.dtype, seed, i, copy, held))
                 names.append(name)
-        slots = node.output_slots or tuple(range(len(node.outputs)))
-        # a skipped output stays unnamed, as in the model; but control flow's are named (left dangling): they
-        # are computed all the same, and ONNX Runtime 1.2x crashed the process (a segmentation fault) running a
-        # Loop whose unread carried values had no name (a tf2onnx tf.map_fn's counter and limit)
-        skipped = "" if node.op_type not in _VARIADIC_OUTPUTS or node.domain not in ("", "ai.onnx") else None
-        top = max(slots, default=-1) + 1
-        outs = [f"n{pos}_skipped{k}" if skipped is None else skipped for k in range(top)]
-        for j, slot in enumerate(slots):
-            out_name[(pos, j)] = f"n{pos}_o{j}"
-            outs[slot] = out_name[(pos, j)]
         allowed = _schema_attributes(node.op_type, node.opset, domain)
         subgraphs = dict(node.subgraphs)
         attrs = {k: _attr(v) for k, v in node.attributes if allowed is None or k in allowed}
@@ -221,6 +211,16 @@ def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] 
         for k, encoded in subgraphs.items():
             graphs = [decode_subgraph(g, bound) for g in ([encoded] if isinstance(encoded, str) else encoded)]
             attrs[k] = graphs[0] if isinstance(encoded, str) else graphs
+        slots = node.output_slots or tuple(range(len(node.outputs)))
+        outs = [""] * (max(slots, default=-1) + 1)  # a skipped output stays unnamed, as in the model
+        if node.op_type in _VARIADIC_OUTPUTS and domain in ("", "ai.onnx"):
+            # but control flow's outputs are all named (unread ones left dangling): they are computed all the same,
+            # ONNX Runtime crashed the process (a segmentation fault) running a Loop whose unread carried values had
+            # no name (a tf2onnx tf.map_fn's counter and limit), and refuses one with fewer outputs than its body
+            outs = [f"n{pos}_skipped{k}" for k in range(max(len(outs), _control_flow_outputs(node.op_type, attrs)))]
+        for j, slot in enumerate(slots):
+            out_name[(pos, j)] = f"n{pos}_o{j}"
+            outs[slot] = out_name[(pos, j)]
         nodes.append(helper.make_node(node.op_type, node_inputs, outs, name=f"n{pos}", domain=domain or None, **attrs))
     outputs = []
     rename = []
@@ -259,6 +259,14 @@ def _built(network: Network, seed: int, sink: bool, held: dict[str, np.ndarray] 
     if propagation_crosses:
         helper.set_model_props(model, {DISABLED_OPTIMIZERS_KEY: QDQ_PROPAGATION})
     return model  # a subgraph's large constants travel as shape and dtype: the callers fill them
+
+
+def _control_flow_outputs(op_type: str, attrs: Mapping[str, Any]) -> int:
+    """How many outputs a control-flow node has, from its subgraph: a Loop's body outputs but its condition, a
+    Scan's body outputs, an If's branch outputs."""
+    graph = attrs.get("body") if op_type in ("Loop", "Scan") else attrs.get("then_branch")
+    count = len(graph.output) if isinstance(graph, onnx.GraphProto) else 0
+    return count - 1 if op_type == "Loop" else count
 
 
 def _sink(

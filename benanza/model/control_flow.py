@@ -63,6 +63,10 @@ def subgraph_domains(node: onnx.NodeProto) -> set[str]:
 def unbounded_loop_reason(node: onnx.NodeProto, values: Mapping[str, Sequence | None]) -> str | None:
     """Why a ``Loop`` has no bound on its iterations but its body's condition (so running it may not end), or None.
 
+    Also where that condition counts (``counts``: a TensorFlow ``while_loop`` with a Python bound and no
+    ``maximum_iterations``, ``cond = i < 10``): a condition that is the same whatever the data may still never
+    turn false (one passed through), and a run to find out may not end.
+
     Args:
         values: input name -> its flattened values when it is a constant, else absent or None.
     """
@@ -92,13 +96,25 @@ def loop_trip_reason(
         return f"Loop's trip count M '{trip}' is a runtime value; its iterations, and its cost, depend on it"
     if cond and values.get(cond) is None:
         return f"Loop's condition '{cond}' is a runtime value; whether it runs at all depends on it"
-    body = next(a.g for a in subgraph_attributes(node) if a.name == "body")
-    # which loop-carried values start from a constant (a counter's 0, a limit passed through)
-    initial = [bool(x) and (values.get(x) is not None or x in outer_constants) for x in node.input[2:]]
-    if not _condition_is_fixed(body, outer_constants, initial):
+    if not counts(node, values, outer_constants):
         limit = int(values[trip][0])
         return f"Loop's body computes its condition from data (an early exit): they decide how many of its {limit} run"
     return None
+
+
+def counts(node: onnx.NodeProto, values: Mapping[str, Sequence | None], outer_constants: Collection[str]) -> bool:
+    """Whether a ``Loop`` runs as many iterations whatever the data: its first condition a constant (or none)
+    and its body's computed from the iteration number, constants and loop-carried values that start from
+    constants and follow from such values alone (``_condition_is_fixed``)."""
+    cond = node.input[1] if len(node.input) > 1 else ""
+    if cond and values.get(cond) is None and cond not in outer_constants:
+        return False
+    body = next((a.g for a in subgraph_attributes(node) if a.name == "body"), None)
+    if body is None:
+        return False
+    # which loop-carried values start from a constant (a counter's 0, a limit passed through)
+    initial = [bool(x) and (values.get(x) is not None or x in outer_constants) for x in node.input[2:]]
+    return _condition_is_fixed(body, outer_constants, initial)
 
 
 def _condition_is_fixed(
