@@ -260,6 +260,9 @@ class _Walk:
         # outputs of a layer whose work the data decides: an If's branch, an NMS's boxes (``_by_data``)
         self.data_work: set[str] = set()
         self.decided: set[str] = set()  # outputs whose length or branch the model's data decides (``_by_data``)
+        # of ``data_work``: outputs of a layer whose work (not branch) the data decides, an NMS's or a Loop's holding
+        # one: benchmarked on synthetic values, as before, where its run's cannot be carried (not left out)
+        self.work_kind: set[str] = set()
         self.work_reads: dict[str, list[str]] = {}  # such an output -> what its layer reads (subgraphs too)
         self.work_values: dict[str, np.ndarray] = {}  # what such a layer reads -> its value in the model's run
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
@@ -540,6 +543,8 @@ class _Walk:
         by_work = by_length and node.op_type in WORK_BY_DATA and not by_given
         if (by_branch and not (by_length or by_given)) or by_work:
             self.data_work.update(outs)
+            if by_work:
+                self.work_kind.update(outs)
             reads = [x for x in node_reads(node) if x]
             self.work_reads.update((o, reads) for o in outs)
 
@@ -588,16 +593,11 @@ class _Walk:
             sources = self._sources(reads)
             if not sources or "random" in sources:
                 continue
-            op = next(n for n in WORK_BY_DATA if subgraphs_hold(node, [n]))
             for o in outs:
                 self.data_work.add(o)
+                self.work_kind.add(o)
                 self.decided.add(o)
                 self.work_reads[o] = reads
-                self.by_data[o] = (
-                    f"the {op} in its {node.op_type}'s body does the work its data decides: benchmarked on the "
-                    "values its inputs had in the model's run where they can be carried (else reported not "
-                    "benchmarked, with the reason)"
-                )
             found += outs
         return found
 
@@ -620,6 +620,8 @@ class _Walk:
         if refused is not None:
             for o in wanted:
                 self.reasons[o] = f"{why[o]}; the model was not run to see its length: {refused.reason}"
+            for o in work:
+                self._work_on_synthetic_values(o, f"the model was not run: {refused.reason}")
             return False
         held = held_apart(self.model)  # a copy where it fills or holds weights; the model itself where none
         model = held.proto
@@ -649,22 +651,36 @@ class _Walk:
             self.work_values.update(kept)
             read_inputs = {x: fed[x] for x in reads & self.model_inputs if x in fed and fed[x].dtype.kind in "biuf"}
             self.work_values.update(read_inputs)
+        on = "the given inputs (--input)" if self.given else "the benchmark inputs"
+        for o in (*wanted, *work):
+            if o not in self.work_kind:
+                continue
+            why_not = self._not_carried(o, inits, error)
+            if why_not is not None:
+                self._work_on_synthetic_values(o, why_not)
+            elif o in work:
+                op = next(n for n in WORK_BY_DATA if subgraphs_hold(self.producer[o], [n]))
+                self.by_data[o] = (
+                    f"the {op} in its {self.producer[o].op_type}'s body does the work its data decides: benchmarked "
+                    f"on the values its inputs had in the model's run on {on}"
+                )
         shaped = False
         for o in wanted:
             found = shapes.get(o) if error is None else None
             if found is None:
                 failure = one_line(error) if error is not None else "its value is not a tensor"
                 self.reasons[o] = f"{why[o]}; the model's run did not give its length: {failure}"
+                self.by_data.pop(o, None)  # unshaped: what it would have been benchmarked on is moot
                 continue
             self.shape[o], self.elem[o] = found
             self.method[o] = "model"
             shape = "x".join(map(str, found[0])) or "a scalar"
-            on = "the given inputs (--input)" if self.given else "the benchmark inputs"
-            if o in self.data_work and self.producer[o].op_type in WORK_BY_DATA:
-                self.by_data[o] = (
-                    f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}, and on the values its "
-                    "inputs had in that run where they can be carried (its work is theirs; else it is reported not "
-                    "benchmarked, with the reason)"
+            if o in self.work_kind:
+                carried = o in self.data_work
+                self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}, " + (
+                    "and on the values its inputs had in that run (its work is theirs)"
+                    if carried
+                    else f"on synthetic values ({self.by_data.pop(o)}): the figure is of other work than the model's"
                 )
             elif o in self.data_work:
                 self.by_data[o] = (
@@ -676,6 +692,35 @@ class _Walk:
                 self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
             shaped = True
         return shaped
+
+    def _not_carried(self, out: str, inits: set[str], error: BaseException | None) -> str | None:
+        """Why what the layer writing ``out`` reads was not kept from the model's run, or None where it all was."""
+        reads = set(self.work_reads.get(out, ())) - inits
+        sizes = [math.prod(self.shape[x]) if x in self.shape else None for x in reads]
+        if None not in sizes and sum(sizes) > WORK_VALUE_MAX_ELEMENTS:
+            return (
+                f"what it reads holds {sum(sizes)} values, more than benanza carries into a benchmark "
+                f"({WORK_VALUE_MAX_ELEMENTS})"
+            )
+        if error is not None:
+            return f"the model's run gave none of them: {one_line(error)}"
+        missing = sorted(x for x in reads if x not in self.work_values)
+        return f"the model's run gave no value of {', '.join(repr(x) for x in missing)}" if missing else None
+
+    def _work_on_synthetic_values(self, out: str, why: str) -> None:
+        """``out``'s layer benchmarked on synthetic values, as before its run's were carried: not left out, with
+        ``why`` said. Its length still the run's where the data decides it (a top-level NMS's, ``decided``)."""
+        self.data_work.discard(out)
+        node = self.producer[out]
+        if _has_subgraph(node):  # a Loop holding an NMS: its length was never the data's
+            self.decided.discard(out)
+            op = next(n for n in WORK_BY_DATA if subgraphs_hold(node, [n]))
+            self.by_data[out] = (
+                f"the {op} in its {node.op_type}'s body does the work its data decides: benchmarked on synthetic "
+                f"values ({why}): the figure is of other work than the model's"
+            )
+        else:
+            self.by_data[out] = why  # completed with its length below
 
     # ------------------------------------------------------------------ reasons
 
