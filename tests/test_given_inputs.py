@@ -444,6 +444,18 @@ def test_a_given_array_the_file_fixes_the_leading_dimension_of_is_no_batch_depar
     assert processed.binding.shapes == {"x": (64,)} and processed.warnings() == []
 
 
+def test_a_given_array_of_the_files_batch_is_said_where_other_inputs_take_the_batch_asked(tmp_path, build_model):
+    """x [1, 3] fed (1, 3) beside z [1, 3] rebatched to 8: x is not at the batch asked, though its file fixes it."""
+    model = build_model(
+        [helper.make_node("Add", ["x", "z"], ["y"])], [("x", F, [1, 3]), ("z", F, [1, 3])], [("y", F, None)]
+    )
+    onnx.save(model, tmp_path / "m.onnx")
+    np.save(tmp_path / "x.npy", np.ones((1, 3), np.float32))
+    processed = process_model(tmp_path / "m.onnx", 8, BindingRequest.parse(inputs=[f"x={tmp_path / 'x.npy'}"]))
+    assert processed.binding.shapes == {"x": (1, 3), "z": (8, 3)}
+    assert "input 'x' is fed its file's leading dimension, 1, not the batch size asked, 8" in processed.warnings()
+
+
 def test_an_empty_file_for_an_input_that_chooses_a_branch_is_refused(tmp_path, build_model):
     save_merged(build_model, tmp_path / "merged.onnx", ["k"])
     np.save(tmp_path / "none.npy", np.zeros(0, bool))

@@ -131,6 +131,32 @@ def test_a_merged_decoder_at_another_batch_keeps_its_flag_one_element(build_mode
     assert _ops(processed) == (["MatMul", "Relu", "Identity"] if value else ["MatMul", "Tanh", "Sigmoid", "Identity"])
 
 
+def test_token_ids_that_a_condition_reads_are_rebatched_all_the_same(build_model):
+    """Only a one-element flag keeps its shape: ids [1, 8] that steer an If (their maximum over a cut) and feed the
+    model are a batch like the mask beside them."""
+    then_g = helper.make_graph(
+        [helper.make_node("Identity", ["m"], ["a"])], "t", [], [helper.make_tensor_value_info("a", F, None)]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["m"], ["b"])], "e", [], [helper.make_tensor_value_info("b", F, None)]
+    )
+    model = build_model(
+        [
+            helper.make_node("ReduceMax", ["ids"], ["top"], keepdims=0),
+            helper.make_node("Greater", ["top", "cut"], ["big"]),
+            helper.make_node("Cast", ["ids"], ["idsf"], to=F),
+            helper.make_node("Mul", ["idsf", "mask"], ["m"]),
+            helper.make_node("If", ["big"], ["y"], then_branch=then_g, else_branch=else_g),
+        ],
+        [("ids", TensorProto.INT64, [1, 8]), ("mask", F, [1, 8])],
+        [("y", F, None)],
+        {"cut": np.array(5, np.int64)},
+        opset=17,
+    )
+    processed = process_model("mem.onnx", 2, BindingRequest(), proto=model)
+    assert processed.binding.shapes == {"ids": (2, 8), "mask": (2, 8)}
+
+
 def test_the_end_to_end_of_a_merged_decoder_has_the_shapes_of_the_branch_the_value_chose(build_model):
     """Optimum's merged decoder: the cache branch outputs an empty placeholder ([0, 4, 1, 32]), the other the
     present keys. The run that shapes the If's outputs for the end to end took the branch synthetic feeds chose

@@ -119,9 +119,9 @@ def bind_shapes(
     is bound to its array's shape, and its symbolic dimensions so bind every input that has them);
     ``batch`` then sets a symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
     dimension that differs (a "rebatch"), but for an input that chooses an ``If``'s branch (a merged decoder's
-    ``use_cache_branch [1]``: at batch 2 its two elements made the If's condition no scalar, the If was left
-    unfolded and unbenchmarked, and the model had no layer). A name in ``dims`` that a model does not have binds
-    nothing there (one run binds models of several kinds). Anything left symbolic is an
+    ``use_cache_branch [1]``, one element: at batch 2 its two elements made the If's condition no scalar, the If
+    was left unfolded and unbenchmarked, and the model had no layer). A name in ``dims`` that a model does not
+    have binds nothing there (one run binds models of several kinds). Anything left symbolic is an
     ``UnboundDimensionError`` naming every such dimension and the flags that bind them, at once. With ``fits_here`` (the
     models are benchmarked on this machine), an input larger than this machine's physical
     memory is refused here, before anything allocates it; a fleet driver or an analysis of
@@ -147,6 +147,7 @@ def bind_shapes(
     shapes.update((name, tuple(g.array.shape)) for name, g in fed.items())
     bound: dict[str, tuple[int, ...]] = {}
     rebatch: dict[str, tuple[int, int]] = {}
+    took_batch: set[str] = set()  # inputs whose leading dimension the batch sets
     unbound: list[_Unbound] = []
     for vi in inputs:
         tt = tensor_type_of(vi.type)  # an optional tensor is bound as the tensor it holds
@@ -172,6 +173,7 @@ def bind_shapes(
             elif i == 0 and batch is not None:
                 if fixed is not None and fixed != batch:
                     rebatch[vi.name] = (fixed, batch)
+                took_batch.add(vi.name)
                 dims_out.append(batch)
             elif fixed is not None:
                 dims_out.append(fixed)
@@ -184,18 +186,25 @@ def bind_shapes(
         raise UnboundDimensionError(path, _unbound_message(unbound))
     if rebatch:  # a flag that chooses an If's branch (a merged decoder's use_cache_branch, [1]) is no batch of data
         exported_shapes = {n: (rebatch[n][0], *s[1:]) if n in rebatch else s for n, s in bound.items()}
-        for name in set(rebatch) & set(steering_inputs(model, exported_shapes)):
+        flags = {n for n in steering_inputs(model, exported_shapes) if math.prod(exported_shapes[n]) == 1}
+        for name in set(rebatch) & flags:  # not token ids a condition reads too: those are a batch
             bound[name] = exported_shapes[name]
             del rebatch[name]
+            took_batch.discard(name)
     if fits_here:
         _refuse_inputs_larger_than_memory(path, inputs, bound)
     exported = _runs_as_exported(inputs, bound)
-    # a given array whose leading dimension the file fixes at its own is as exported, no batch the run departs from
+    # a given array whose leading dimension the file fixes at its own is as exported: no departure where no other
+    # input takes the batch either (a fixed x [64] fed 64 values at run's default batch 1)
     fixed = {vi.name: _fixed_leading(vi) for vi in inputs}
+    batched = bool(took_batch)
     unbatched = {
         name: (g.array.shape[0], batch)
         for name, g in fed.items()
-        if batch is not None and g.array.ndim and g.array.shape[0] != batch and fixed[name] != g.array.shape[0]
+        if batch is not None
+        and g.array.ndim
+        and g.array.shape[0] != batch
+        and (batched or fixed[name] != g.array.shape[0])
     }
     return Binding(bound, rebatch, given=fed, not_inputs=not_inputs, unbatched=unbatched, exported=exported)
 
