@@ -619,3 +619,54 @@ def test_a_bfloat16_graph_is_fed_and_read_through_onnx_runtime_tensors(build_mod
     (row,) = json_command(env, "run", path, "--db", f"sqlite:///{tmp_path / 'b.db'}", *fast)
     assert row["missing"] == [] and row["coverage"] == 1.0
     assert row["sequential_ms"] is not None and row["e2e_ms"] is not None
+
+
+@pytest.mark.parametrize("device", [None, ("cpu", 0)])
+def test_a_bfloat16_value_goes_to_onnx_runtime_as_its_bits_on_the_host_and_on_a_device(device):
+    """On a device (the GPU end to end's inputs: ``("cuda", 0)``; here the host as a device) it is a tensor of its
+    type the bits are copied into: ``ortvalue_from_numpy(array, "cuda", 0)`` refused a bfloat16 array."""
+    import onnxruntime as ort
+
+    from benanza.model.dtypes import ort_value
+
+    bf16 = helper.tensor_dtype_to_np_dtype(TensorProto.BFLOAT16)
+    array = np.array([[1.5, -2.0, 3.25]], np.float32).astype(bf16)
+    value = ort_value(array, device=device)
+    assert value.data_type() == "tensor(bfloat16)" and value.shape() == [1, 3]
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+            "cast",
+            [helper.make_tensor_value_info("x", TensorProto.BFLOAT16, [1, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        ),
+        opset_imports=[helper.make_opsetid("", 18)],
+    )
+    model.ir_version = 9
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = session.run_with_ort_values(["y"], {"x": value})
+    assert y.numpy().tolist() == [[1.5, -2.0, 3.25]]
+
+
+def test_a_binding_holds_a_non_contiguous_feed_as_a_contiguous_array_its_feeds_keep():
+    """A bound value is a view: a copy made for it alone (a Fortran-order array) would be freed under the binding."""
+    import onnxruntime as ort
+
+    from benanza.runtimes.onnxruntime import bound_call
+
+    model = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("Neg", ["x"], ["y"])],
+            "neg",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    fortran = np.asfortranarray(np.arange(6, dtype=np.float32).reshape(3, 2))
+    feeds = {"x": fortran}
+    binding = bound_call(session, feeds)
+    assert feeds["x"].flags.c_contiguous and feeds["x"] is not fortran
+    session.run_with_iobinding(binding)
+    np.testing.assert_array_equal(binding.get_outputs()[0].numpy(), -fortran)

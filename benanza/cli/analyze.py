@@ -105,7 +105,9 @@ def config_prices(config: Path | None) -> dict[str, float | None]:
 
 
 def _warn_nothing_stored(store, systems, runtime: str | None = None) -> None:
-    others = sorted({p.runtime for p in store.plans()} - {runtime}) if runtime else []
+    names = {n for s in systems for n in s.split(",")}
+    stored = [p for p in store.plans() if "all" in names or p.system in names] if runtime else []
+    others = sorted({p.runtime for p in stored} - {runtime})  # of the systems asked: the flag then finds them
     hint = (
         f" for runtime {runtime} (stored for {', '.join(others)}: pass --runtime {others[0]})"
         if others

@@ -55,17 +55,29 @@ def proto_bytes(tensor: onnx.TensorProto) -> int:
     return tensor_bytes(tensor.dims, dtype_name(tensor.data_type))
 
 
-def ort_value(array: np.ndarray, elem: int | None = None):
+def ort_value(array: np.ndarray, elem: int | None = None, device: tuple[str, int] | None = None):
     """An ONNX Runtime ``OrtValue`` of ``array`` as ONNX element type ``elem`` (default: ``array``'s own).
 
     ``OrtValue.ortvalue_from_numpy`` takes numpy's own types only: a bfloat16 or float8 array (an
-    ``ml_dtypes`` type, as ONNX's helpers give) goes as its bits, typed by ``elem``.
+    ``ml_dtypes`` type, as ONNX's helpers give) goes as its bits, typed by ``elem``. On the host (``device``
+    None) the value is a view of ``array``, which must be C-contiguous and outlive it; on a device
+    (``("cuda", 0)``) it is a copy there.
     """
     import onnxruntime as ort
 
-    if array.dtype.kind in "biufc":
-        return ort.OrtValue.ortvalue_from_numpy(array)
-    bits = np.ascontiguousarray(array).view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
-    return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-        bits, helper.np_dtype_to_tensor_dtype(array.dtype) if elem is None else elem
-    )
+    native = array.dtype.kind in "biufc"
+    onnx_type = helper.np_dtype_to_tensor_dtype(array.dtype) if elem is None else elem
+    if not native:
+        if device is None and not array.flags.c_contiguous:
+            raise ValueError("a bfloat16 or float8 array is viewed, not copied: it must be C-contiguous")
+        bits = np.ascontiguousarray(array).view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
+    if device is None:
+        if native:
+            return ort.OrtValue.ortvalue_from_numpy(array)
+        return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, onnx_type)
+    kind, index = device
+    if native:
+        return ort.OrtValue.ortvalue_from_numpy(array, kind, index)
+    value = ort.OrtValue.ortvalue_from_shape_and_type(list(array.shape), onnx_type, kind, index)
+    value.update_inplace(bits)  # its bits copied into a tensor of its type there
+    return value

@@ -230,7 +230,9 @@ def bound_call(session: Any, feeds: dict[str, np.ndarray]) -> Any:
     outlive the binding: the tensors share their memory.
     """
     binding = session.io_binding()
-    for name, array in feeds.items():
+    for name in feeds:
+        # bound as a view: held contiguous in ``feeds`` itself, which outlives the binding (not a copy that would not)
+        feeds[name] = array = np.ascontiguousarray(feeds[name])
         binding.bind_ortvalue_input(name, ort_value(array))  # a bfloat16 array too
     for output in session.get_outputs():
         binding.bind_output(output.name)
@@ -616,7 +618,7 @@ class OrtCudaModel(Prepared):
         self._binding = self._session.io_binding()
         self._inputs = []  # the device copies of the inputs live as long as the binding
         for name, array in (feeds_for(model) if feeds is None else feeds).items():
-            value = ort.OrtValue.ortvalue_from_numpy(array, "cuda", device)
+            value = ort_value(array, device=("cuda", device))  # a bfloat16 array too
             self._inputs.append(value)
             self._binding.bind_ortvalue_input(name, value)
         for out in self._session.get_outputs():
