@@ -70,7 +70,8 @@ def ort_value(array: np.ndarray, elem: int | None = None, device: tuple[str, int
     if not native:
         if device is None and not array.flags.c_contiguous:
             raise ValueError("a bfloat16 or float8 array is viewed, not copied: it must be C-contiguous")
-        bits = np.ascontiguousarray(array).view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
+        contiguous = array if array.flags.c_contiguous else np.ascontiguousarray(array)  # a scalar stays one
+        bits = contiguous.view(np.dtype(f"uint{8 * array.dtype.itemsize}"))
     if device is None:
         if native:
             return ort.OrtValue.ortvalue_from_numpy(array)

@@ -232,7 +232,9 @@ def bound_call(session: Any, feeds: dict[str, np.ndarray]) -> Any:
     binding = session.io_binding()
     for name in feeds:
         # bound as a view: held contiguous in ``feeds`` itself, which outlives the binding (not a copy that would not)
-        feeds[name] = array = np.ascontiguousarray(feeds[name])
+        array = feeds[name]
+        if not array.flags.c_contiguous:  # (``np.ascontiguousarray`` of a scalar is 1-D: a scalar is contiguous)
+            feeds[name] = array = np.ascontiguousarray(array)
         binding.bind_ortvalue_input(name, ort_value(array))  # a bfloat16 array too
     for output in session.get_outputs():
         binding.bind_output(output.name)
