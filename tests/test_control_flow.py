@@ -387,9 +387,14 @@ def test_a_tensorflow_while_loop_that_counts_is_one_layer_and_its_unit_runs(buil
     )
     assert session.run(None, feeds_for(build_onnx(network, sink=True)))[0].shape == ()
     # a counter that starts from data is an early exit on the data, as before
-    # a while loop with no trip count M stays unbenchmarked even where its condition counts: one that is the same
-    # whatever the data may never turn false, and no run is made that may not end
-    (tripless, _) = process_proto(tf_while_loop(build_model, "zero", trip="")).graph.unsupported
+    # a tf.while_loop without maximum_iterations has no trip count M at all: its counter's chain, followed alone,
+    # gives its iterations (2), and it is a layer; its condition passed through never turns false: reported
+    counted = process_proto(tf_while_loop(build_model, "zero", trip="")).graph
+    assert counted.unsupported == () and counted.layers[1].outputs[0].shape == (2,)
+    endless = tf_while_loop(build_model, "zero", trip="")
+    body = next(a.g for a in endless.graph.node[1].attribute if a.name == "body")
+    body.node[3].CopyFrom(helper.make_node("Identity", ["cond_in"], ["cond_out"]))
+    (tripless, _) = process_proto(endless).graph.unsupported
     assert "Loop without a trip count M" in tripless.reason
     unsupported = process_proto(tf_while_loop(build_model, "start"), None, {"start": ()}).graph.unsupported
     assert [u.node for u in unsupported] == ["map_fn", "neg"]  # the iterations, so its output's length

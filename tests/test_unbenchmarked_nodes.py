@@ -45,16 +45,19 @@ def invoke(*args: str | Path):
 
 
 def loop_body(op: str = "Add", trip: int = 3) -> onnx.GraphProto:
-    """A while-loop body: adds the captured ``r`` to its carried value while ``i < trip``.
+    """A while-loop body: adds the captured ``r`` to its carried value while the sum stays below ``trip``.
 
-    Its Loop has no trip count M: the body's condition decides the iterations at run time, so a
-    benchmark could not repeat them and the Loop is not benchmarked.
+    Its Loop has no trip count M, and the body's condition reads the data (an early exit): the data decides
+    the iterations at run time, so a benchmark could not repeat them and the Loop is not benchmarked. (One
+    whose condition counts, ``i < trip``, is a layer: ``control_flow.counted_iterations``.)
     """
     return helper.make_graph(
         [
             helper.make_node(op, ["acc_in", "r"], ["acc_out"]),
-            helper.make_node("Constant", [], ["last"], value=numpy_helper.from_array(np.array(trip - 1))),
-            helper.make_node("Less", ["i", "last"], ["cond_out"]),
+            helper.make_node("ReduceSum", ["acc_out"], ["total"], keepdims=0),
+            helper.make_node("Cast", ["total"], ["count"], to=TensorProto.INT64),
+            helper.make_node("Constant", [], ["last"], value=numpy_helper.from_array(np.array(trip))),
+            helper.make_node("Less", ["count", "last"], ["cond_out"]),
         ],
         "body",
         [

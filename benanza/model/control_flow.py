@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 
+import numpy as np
 import onnx
 from onnx import AttributeProto, numpy_helper
 from onnx.external_data_helper import set_external_data
@@ -40,7 +41,14 @@ from onnx.external_data_helper import set_external_data
 from benanza.model.identity import MODEL_KEY_VERSION, GraphScope
 from benanza.model.keys import VALUE_MAX_ELEMENTS, stable_id
 from benanza.model.load import has_data
-from benanza.model.walks import RANDOM_OPS, graphs_of, node_reads, subgraph_attributes, topological_nodes
+from benanza.model.walks import (
+    RANDOM_OPS,
+    captured_reads,
+    graphs_of,
+    node_reads,
+    subgraph_attributes,
+    topological_nodes,
+)
 
 CAPTURE_PREFIX = "benanza_capture"
 SUBGRAPH_KEY_VERSION = 1  # bump when the description or its canonical form changes
@@ -60,37 +68,54 @@ def subgraph_domains(node: onnx.NodeProto) -> set[str]:
     return out
 
 
-def unbounded_loop_reason(node: onnx.NodeProto, values: Mapping[str, Sequence | None]) -> str | None:
+def unbounded_loop_reason(
+    node: onnx.NodeProto,
+    values: Mapping[str, Sequence | None],
+    value_of: Callable[[str], np.ndarray | None] | None = None,
+    opset: int = 0,
+) -> str | None:
     """Why a ``Loop`` has no bound on its iterations but its body's condition (so running it may not end), or None.
 
-    Also where that condition counts (``counts``: a TensorFlow ``while_loop`` with a Python bound and no
-    ``maximum_iterations``, ``cond = i < 10``): a condition that is the same whatever the data may still never
-    turn false (one passed through), and a run to find out may not end.
+    None too where that condition counts and its iterations are found without running the loop
+    (``counted_iterations``, given ``value_of`` and the ``opset``): a TensorFlow ``tf.while_loop`` with a
+    Python bound and no ``maximum_iterations`` (``cond = i < 10``). A condition that is the same whatever the
+    data may still never turn false (one passed through): it is followed alone, up to a cap, never run whole.
 
     Args:
         values: input name -> its flattened values when it is a constant, else absent or None.
     """
     trip = node.input[0] if node.input else ""
+    m = values.get(trip) if trip else None
+    unbounded = not trip or (m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT)
+    if unbounded and value_of is not None and counted_iterations(node, value_of, opset) is not None:
+        return None
     if not trip:
         return "Loop without a trip count M: the body's condition decides the iterations at run time"
-    m = values.get(trip)
     if m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT:
         return f"Loop's trip count M is {int(m[0])} (no limit): the body's condition decides the iterations at run time"
     return None
 
 
 def loop_trip_reason(
-    node: onnx.NodeProto, values: Mapping[str, tuple | None], outer_constants: Collection[str] = ()
+    node: onnx.NodeProto,
+    values: Mapping[str, tuple | None],
+    outer_constants: Collection[str] = (),
+    value_of: Callable[[str], np.ndarray | None] | None = None,
+    opset: int = 0,
 ) -> str | None:
     """Why a ``Loop`` cannot be benchmarked as one layer (its iterations are not fixed), or None.
 
     Args:
         values: input name -> its flattened values when it is a constant value, else None.
         outer_constants: the enclosing graph's constants (its body's condition may read them).
+        value_of, opset: for a while loop whose condition counts (``unbounded_loop_reason``).
     """
-    if (why := unbounded_loop_reason(node, values)) is not None:
+    if (why := unbounded_loop_reason(node, values, value_of, opset)) is not None:
         return why
-    trip = node.input[0]
+    trip = node.input[0] if node.input else ""
+    m = values.get(trip) if trip else None
+    if not trip or (m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT):
+        return None  # a while loop whose iterations its counting condition gave
     cond = node.input[1] if len(node.input) > 1 else ""
     if values.get(trip) is None:
         return f"Loop's trip count M '{trip}' is a runtime value; its iterations, and its cost, depend on it"
@@ -131,6 +156,14 @@ def _condition_is_fixed(
     """
     if len(body.input) < 2 or not body.output:
         return True
+    return _fixed_carried(body, outer_constants, initial_fixed) is not None
+
+
+def _fixed_carried(
+    body: onnx.GraphProto, outer_constants: Collection[str], initial_fixed: Sequence[bool]
+) -> tuple[set[str], set[str]] | None:
+    """(the carried values that follow from constants alone, every tensor that does) where the body's condition
+    is among those tensors, else None (``_condition_is_fixed``)."""
     base = {body.input[0].name, body.input[1].name} | {t.name for t in body.initializer}
     carried = [vi.name for vi in body.input[2:]]
     nexts = [o.name for o in body.output[1 : 1 + len(carried)]]
@@ -139,8 +172,67 @@ def _condition_is_fixed(
         fixed = _fixed_tensors(body, base | candidates, outer_constants)
         kept = {name for name, nxt in zip(carried, nexts, strict=False) if name in candidates and nxt in fixed}
         if kept == candidates:
-            return body.output[0].name in fixed
+            return (candidates, fixed) if body.output[0].name in fixed else None
         candidates = kept
+
+
+# the iterations a while loop's counting condition is followed for, at most (``counted_iterations``)
+COUNTED_ITERATIONS_CAP = 10_000
+
+
+def counted_iterations(node: onnx.NodeProto, value_of: Callable[[str], np.ndarray | None], opset: int) -> int | None:
+    """How many iterations a ``Loop`` runs whose condition counts (``counts``), its trip count absent or no limit
+    (a TensorFlow ``tf.while_loop(lambda i, ...: i < 10, ...)`` without ``maximum_iterations``, as tf2onnx
+    exports it): the body's condition and the carried values it follows from, evaluated alone (ONNX's reference
+    evaluator) from their constant starts. None where a value it reads is not known here, or where it is still
+    true after ``COUNTED_ITERATIONS_CAP`` iterations (a condition passed through never turns false).
+
+    Args:
+        value_of: a constant's value by name (the node's inputs, the outer tensors its body reads), else None.
+        opset: the model's default-domain opset (the body's).
+    """
+    from onnx.reference import ReferenceEvaluator
+
+    body = next((a.g for a in subgraph_attributes(node) if a.name == "body"), None)
+    cond_name = node.input[1] if len(node.input) > 1 else ""
+    starts = [value_of(x) if x else None for x in node.input[2:]]
+    if body is None or len(body.input) < 2 or (cond_name and value_of(cond_name) is None):
+        return None
+    outer = {x for x in captured_reads(body) if value_of(x) is not None}
+    found = _fixed_carried(body, outer, [v is not None for v in starts])
+    if found is None:
+        return None
+    candidates, fixed = found
+    carried = [vi.name for vi in body.input[2:]]
+    nexts = {name: o.name for name, o in zip(carried, body.output[1:], strict=False)}
+    nodes = [n for n in body.node if all(o in fixed for o in n.output if o)]
+    reads = {x for n in nodes for x in node_reads(n)}
+    inner = {vi.name for vi in body.input} | {o for n in nodes for o in n.output} | {t.name for t in body.initializer}
+    graph = onnx.helper.make_graph(
+        nodes,
+        "counter",
+        [body.input[0], body.input[1], *(vi for vi in body.input[2:] if vi.name in candidates)],
+        [
+            onnx.ValueInfoProto(name=body.output[0].name),
+            *(onnx.ValueInfoProto(name=nexts[c]) for c in sorted(candidates)),
+        ],
+        [*body.initializer, *(numpy_helper.from_array(value_of(x), x) for x in sorted(reads - inner))],
+    )
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    try:
+        evaluator = ReferenceEvaluator(onnx.helper.make_model(graph, opset_imports=opsets))
+        state = {c: np.asarray(starts[carried.index(c)]) for c in candidates}
+        cond = bool(np.asarray(value_of(cond_name)).ravel()[0]) if cond_name else True
+        count = 0
+        while cond and count < COUNTED_ITERATIONS_CAP:
+            feeds = {body.input[0].name: np.array(count, np.int64), body.input[1].name: np.array(cond), **state}
+            out = evaluator.run(None, feeds)
+            cond = bool(np.asarray(out[0]).ravel()[0])
+            state = {c: np.asarray(v) for c, v in zip(sorted(candidates), out[1:], strict=True)}
+            count += 1
+    except Exception:  # an op the reference evaluator lacks, a shape it refuses: not known here
+        return None
+    return None if cond else count
 
 
 def _fixed_tensors(body: onnx.GraphProto, fixed: set[str], outer_constants: Collection[str]) -> set[str]:

@@ -22,6 +22,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
@@ -407,7 +408,12 @@ def _make_layer(
                 for x, i in zip(node.input, inputs, strict=False)
                 if i.kind is InputKind.VALUE or (by_run and i.kind is InputKind.ACTIVATION and i.value is not None)
             }
-            if (why := control_flow.loop_trip_reason(node, values, constants)) is not None:
+
+            def value_of(x: str) -> np.ndarray | None:  # a constant's value, for a while loop that counts
+                proto = const_protos.get(x)
+                return numpy_helper.to_array(proto) if proto is not None and has_data(proto) else None
+
+            if (why := control_flow.loop_trip_reason(node, values, constants, value_of, opset)) is not None:
                 raise _UnsupportedNode(why)
     outputs: list[TensorSpec] = []
     slots: list[int] = []  # each output's position among the node's

@@ -438,7 +438,8 @@ class _Walk:
             return
         if node.op_type == "Loop" and _is_onnx_domain(node):  # synthetic data may never end a while loop
             trips = {x: self.values[x].ravel().tolist() for x in node.input[:1] if x in self.values}
-            if (why := unbounded_loop_reason(node, trips)) is not None:
+            opset = self.opsets.get("", 0)
+            if (why := unbounded_loop_reason(node, trips, self.values.get, opset)) is not None:
                 self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {why}")
                 return
         fed = [x for x in reads if x not in self.values]
