@@ -84,16 +84,21 @@ def unbounded_loop_reason(
     Args:
         values: input name -> its flattened values when it is a constant, else absent or None.
     """
+    if not _unbounded(node, values):
+        return None
+    if value_of is not None and counted_iterations(node, value_of, opset) is not None:
+        return None
+    if not node.input or not node.input[0]:
+        return "Loop without a trip count M: the body's condition decides the iterations at run time"
+    m = int(values[node.input[0]][0])
+    return f"Loop's trip count M is {m} (no limit): the body's condition decides the iterations at run time"
+
+
+def _unbounded(node: onnx.NodeProto, values: Mapping[str, Sequence | None]) -> bool:
+    """Whether a ``Loop`` has no trip count M, or one that means no limit (``UNBOUNDED_TRIP_COUNT`` and above)."""
     trip = node.input[0] if node.input else ""
     m = values.get(trip) if trip else None
-    unbounded = not trip or (m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT)
-    if unbounded and value_of is not None and counted_iterations(node, value_of, opset) is not None:
-        return None
-    if not trip:
-        return "Loop without a trip count M: the body's condition decides the iterations at run time"
-    if m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT:
-        return f"Loop's trip count M is {int(m[0])} (no limit): the body's condition decides the iterations at run time"
-    return None
+    return not trip or (m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT)
 
 
 def loop_trip_reason(
@@ -112,10 +117,9 @@ def loop_trip_reason(
     """
     if (why := unbounded_loop_reason(node, values, value_of, opset)) is not None:
         return why
-    trip = node.input[0] if node.input else ""
-    m = values.get(trip) if trip else None
-    if not trip or (m is not None and int(m[0]) >= UNBOUNDED_TRIP_COUNT):
+    if _unbounded(node, values):
         return None  # a while loop whose iterations its counting condition gave
+    trip = node.input[0]
     cond = node.input[1] if len(node.input) > 1 else ""
     if values.get(trip) is None:
         return f"Loop's trip count M '{trip}' is a runtime value; its iterations, and its cost, depend on it"
@@ -205,7 +209,8 @@ def counted_iterations(node: onnx.NodeProto, value_of: Callable[[str], np.ndarra
     candidates, fixed = found
     carried = [vi.name for vi in body.input[2:]]
     nexts = {name: o.name for name, o in zip(carried, body.output[1:], strict=False)}
-    nodes = [n for n in body.node if all(o in fixed for o in n.output if o)]
+    available = {vi.name for vi in body.input} | {t.name for t in body.initializer}
+    nodes = [n for n in topological_nodes(body.node, available) if all(o in fixed for o in n.output if o)]
     reads = {x for n in nodes for x in node_reads(n)}
     inner = {vi.name for vi in body.input} | {o for n in nodes for o in n.output} | {t.name for t in body.initializer}
     graph = onnx.helper.make_graph(

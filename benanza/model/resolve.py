@@ -622,7 +622,7 @@ class _Walk:
             for o in wanted:
                 self.reasons[o] = f"{why[o]}; the model was not run to see its length: {refused.reason}"
             for o in work:
-                self._work_on_synthetic_values(o, f"the model was not run: {refused.reason}")
+                self._say_work_in_body(o, f"the model was not run: {refused.reason}")
             return False
         held = held_apart(self.model)  # a copy where it fills or holds weights; the model itself where none
         model = held.proto
@@ -653,35 +653,27 @@ class _Walk:
             read_inputs = {x: fed[x] for x in reads & self.model_inputs if x in fed and fed[x].dtype.kind in "biuf"}
             self.work_values.update(read_inputs)
         on = "the given inputs (--input)" if self.given else "the benchmark inputs"
-        for o in (*wanted, *work):
-            if o not in self.work_kind:
-                continue
-            why_not = self._not_carried(o, inits, error)
-            if why_not is not None:
-                self._work_on_synthetic_values(o, why_not)
-            elif o in work:
-                op = next(n for n in WORK_BY_DATA if subgraphs_hold(self.producer[o], [n]))
-                self.by_data[o] = (
-                    f"the {op} in its {self.producer[o].op_type}'s body does the work its data decides: benchmarked "
-                    f"on the values its inputs had in the model's run on {on}"
-                )
+        # why what a layer whose work the data decides reads was not kept (None: it was): on synthetic values then
+        not_carried = {o: self._not_carried(o, inits, error) for o in (*wanted, *work) if o in self.work_kind}
+        for o in work:
+            self._say_work_in_body(o, not_carried[o], on)
         shaped = False
         for o in wanted:
             found = shapes.get(o) if error is None else None
             if found is None:
                 failure = one_line(error) if error is not None else "its value is not a tensor"
                 self.reasons[o] = f"{why[o]}; the model's run did not give its length: {failure}"
-                self.by_data.pop(o, None)  # unshaped: what it would have been benchmarked on is moot
                 continue
             self.shape[o], self.elem[o] = found
             self.method[o] = "model"
             shape = "x".join(map(str, found[0])) or "a scalar"
             if o in self.work_kind:
-                carried = o in self.data_work
+                if not_carried[o] is not None:
+                    self.data_work.discard(o)  # its length still the run's (``decided``)
                 self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}, " + (
                     "and on the values its inputs had in that run (its work is theirs)"
-                    if carried
-                    else f"on synthetic values ({self.by_data.pop(o)}): the figure is of other work than the model's"
+                    if not_carried[o] is None
+                    else f"on synthetic values ({not_carried[o]}): the figure is of other work than the model's"
                 )
             elif o in self.data_work:
                 self.by_data[o] = (
@@ -708,20 +700,19 @@ class _Walk:
         missing = sorted(x for x in reads if x not in self.work_values)
         return f"the model's run gave no value of {', '.join(repr(x) for x in missing)}" if missing else None
 
-    def _work_on_synthetic_values(self, out: str, why: str) -> None:
-        """``out``'s layer benchmarked on synthetic values, as before its run's were carried: not left out, with
-        ``why`` said. Its length still the run's where the data decides it (a top-level NMS's, ``decided``)."""
-        self.data_work.discard(out)
+    def _say_work_in_body(self, out: str, why_not: str | None, on: str = "") -> None:
+        """How control flow holding an NMS (``_work_in_subgraphs``) writing ``out`` is benchmarked: on the values
+        its inputs had in the model's run on ``on``, or, where ``why_not`` they were not carried, on synthetic ones
+        as before (not left out), and then no data-decided layer (its length was never the data's)."""
         node = self.producer[out]
-        if _has_subgraph(node):  # a Loop holding an NMS: its length was never the data's
-            self.decided.discard(out)
-            op = next(n for n in WORK_BY_DATA if subgraphs_hold(node, [n]))
-            self.by_data[out] = (
-                f"the {op} in its {node.op_type}'s body does the work its data decides: benchmarked on synthetic "
-                f"values ({why}): the figure is of other work than the model's"
-            )
-        else:
-            self.by_data[out] = why  # completed with its length below
+        op = next(n for n in WORK_BY_DATA if subgraphs_hold(node, [n]))
+        said = f"the {op} in its {node.op_type}'s body does the work its data decides: benchmarked on"
+        if why_not is None:
+            self.by_data[out] = f"{said} the values its inputs had in the model's run on {on}"
+            return
+        self.data_work.discard(out)
+        self.decided.discard(out)
+        self.by_data[out] = f"{said} synthetic values ({why_not}): the figure is of other work than the model's"
 
     # ------------------------------------------------------------------ reasons
 

@@ -197,14 +197,13 @@ def bind_shapes(
     # a given array whose leading dimension the file fixes at its own is as exported: no departure where no other
     # input takes the batch either (a fixed x [64] fed 64 values at run's default batch 1)
     fixed = {vi.name: _fixed_leading(vi) for vi in inputs}
-    batched = bool(took_batch)
     unbatched = {
         name: (g.array.shape[0], batch)
         for name, g in fed.items()
         if batch is not None
         and g.array.ndim
         and g.array.shape[0] != batch
-        and (batched or fixed[name] != g.array.shape[0])
+        and (took_batch or fixed[name] != g.array.shape[0])
     }
     return Binding(bound, rebatch, given=fed, not_inputs=not_inputs, unbatched=unbatched, exported=exported)
 

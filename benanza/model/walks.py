@@ -28,12 +28,12 @@ LENGTH_BY_DATA: dict[str, frozenset[int]] = {
     "Compress": frozenset({1}),  # the condition
 }
 
-# ONNX ops whose work, not only their output's length, their data's values decide, with the slots that are
-# that data: NonMaxSuppression compares each box above its threshold with the boxes kept before it, so how
-# many boxes pass, how many are kept and how they overlap are its cost. On synthetic boxes a YOLO11's NMS took
-# 18 ms, twice the whole model on its own boxes. Such a layer is benchmarked on the values its data had in
-# the model's run (``resolve._Walk.lengths_from_a_run``, ``extract``), as an If whose branch the data decides.
-WORK_BY_DATA: dict[str, frozenset[int]] = {"NonMaxSuppression": frozenset({0, 1})}
+# ONNX ops whose work, not only their output's length, their data's values decide: NonMaxSuppression
+# compares each box above its threshold with the boxes kept before it, so how many boxes pass, how many are
+# kept and how they overlap are its cost. On synthetic boxes a YOLO11's NMS took 18 ms, twice the whole model
+# on its own boxes. Such a layer is benchmarked on the values its data had in the model's run
+# (``resolve._Walk.lengths_from_a_run``, ``extract``), as an If whose branch the data decides.
+WORK_BY_DATA = frozenset({"NonMaxSuppression"})
 
 # Generators without inputs that still produce new values each run: layers, not constants.
 RANDOM_OPS = frozenset(
