@@ -1,5 +1,5 @@
 """`python -m benanza`: the same as the `benanza` command."""
 
-from benanza.cli import main
+from benanza.supervisor import main
 
 main()

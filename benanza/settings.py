@@ -170,6 +170,9 @@ class Settings(BaseSettings):
     keep_repeats: int = Field(DEFAULT_KEEP_REPEATS, ge=0, description="earlier runs kept per benchmark identity")
     db_retry_window_s: float = Field(DEFAULT_RETRY_WINDOW_S, ge=0, description="MongoDB: the last retry starts by then")
     spill_dir: str | None = Field(None, description="fleet workers' spill folder; None: ./benanza-spill")
+    supervise: bool = Field(
+        True, description="run a command in a child process whose crashes in native code it survives (supervisor)"
+    )
     harness: HarnessFromEnv = Field(
         default_factory=HarnessFromEnv, description="BENANZA_HARNESS_* (only the fields set count as set)"
     )

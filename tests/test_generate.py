@@ -168,6 +168,8 @@ def test_a_runtime_without_groups_plans_single_layers(chain):
 class _DisorderedGroups:
     """A runtime whose grouping does not respect the layer order (Conv with Relu, BN apart)."""
 
+    name = "disordered"
+
     def execution_groups(self, graph, proto):
         return [[0, 2], [1], [3], [4]]
 

@@ -35,6 +35,7 @@ from benanza.bench.reference import HostReference, reference_figure, reference_s
 from benanza.bench.remeasure import RemeasureBudget
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import Interval, describe
+from benanza.crashes import measured_alone, native
 from benanza.errors import UnsupportedLayer, one_line
 from benanza.host_memory import MemoryReader, MemoryRefusal, refusal, system_memory
 
@@ -101,30 +102,32 @@ def run_spec(
     else:
         prepared = None
         try:
-            prepared = runtime.prepare(spec)
-            extra = dict(prepared.provenance)  # which framework ran a model, say
-            measured = prepared.measure(settings)  # on a device: several candidates, device timers
-            if measured is not None:
-                samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
-                extra.update(measured.settings)
-            else:
-                at_cap = samples_at_cap([spec], settings)
-                threads = runtime.cpu_threads()
-                evict_bytes = eviction_bytes(spec, prepared, settings)
-                timing = measure(
-                    prepared.call,
-                    settings,
-                    threads=threads,
-                    min_samples_at_cap=at_cap,
-                    budget=budget,
-                    before=_evicting(prepared, evict_bytes),
-                )
-                samples, stats = timing.samples, _timing_stats(timing)
-                wanted = takes_kernel_times(spec, settings)
-                kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, evict_bytes=evict_bytes)
-                if how is not None:
-                    extra["kernel_time"] = how
-                extra.update(_eviction_provenance(evict_bytes))
+            # a crash of the process in here is survived (``benanza.crashes``): a failed record when run again
+            with native("benchmark", spec.spec_id, benchmark_label(spec)):
+                prepared = runtime.prepare(spec)
+                extra = dict(prepared.provenance)  # which framework ran a model, say
+                measured = prepared.measure(settings)  # on a device: several candidates, device timers
+                if measured is not None:
+                    samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
+                    extra.update(measured.settings)
+                else:
+                    at_cap = samples_at_cap([spec], settings)
+                    threads = runtime.cpu_threads()
+                    evict_bytes = eviction_bytes(spec, prepared, settings)
+                    timing = measure(
+                        prepared.call,
+                        settings,
+                        threads=threads,
+                        min_samples_at_cap=at_cap,
+                        budget=budget,
+                        before=_evicting(prepared, evict_bytes),
+                    )
+                    samples, stats = timing.samples, _timing_stats(timing)
+                    wanted = takes_kernel_times(spec, settings)
+                    kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, evict_bytes=evict_bytes)
+                    if how is not None:
+                        extra["kernel_time"] = how
+                    extra.update(_eviction_provenance(evict_bytes))
             outcome = Outcome.OK
         except UnsupportedLayer as exc:  # found only once the libraries were asked: a skip, with why
             outcome, reason = Outcome.SKIPPED, one_line(exc)
@@ -136,6 +139,11 @@ def run_spec(
     return _record(
         spec, runtime, settings, outcome, reason, samples, stats, kernel, system, stack_id, host, started, extra
     )
+
+
+def benchmark_label(spec: BenchmarkSpec) -> str:
+    """How a crash's line names a benchmark: its kind, what it is, and its id."""
+    return f"the {spec.kind} benchmark {spec.label or '?'} ({spec.spec_id[:12]})"
 
 
 def _record(
@@ -632,17 +640,29 @@ class Measurer:
     ) -> Iterator[tuple[BenchmarkSpec, BenchmarkRecord | None, MemoryRefusal | None]]:
         """``(spec, record, None)`` per spec measured, ``(spec, None, why)`` per spec deferred for memory."""
         runtime, settings, memory = self.runtime, self.settings, self._memory
-        where = {"system": self.system, "stack_id": self.stack_id}
         if interleaving(runtime, settings):
+            # a group that crashed the process when sampled in rounds: its benchmarks one at a time (``crashes``)
+            alone = [s for s in specs if measured_alone(s.spec_id)]
+            if alone:
+                specs = [s for s in specs if not measured_alone(s.spec_id)]
+                yield from self._one_at_a_time(alone)
             for group in _partition(specs, groups):
                 for chunk in group_chunks(group, interleave_budget(settings, memory), interleave_max_specs(settings)):
                     chunk, deferred, refused = admit(chunk, runtime, memory) if self._admit else (chunk, [], None)
                     yield from ((spec, None, refused) for spec in deferred)
                     if chunk:
-                        records = self._interleaved(chunk)
+                        with native("group", ",".join(s.spec_id for s in chunk), _group_label(chunk)):
+                            records = self._interleaved(chunk)
                         yield from ((spec, record, None) for spec, record in zip(chunk, records, strict=True))
             yield from ((spec, record, None) for spec, record in self.recheck())
             return
+        yield from self._one_at_a_time(specs)
+
+    def _one_at_a_time(
+        self, specs: Sequence[BenchmarkSpec]
+    ) -> Iterator[tuple[BenchmarkSpec, BenchmarkRecord | None, MemoryRefusal | None]]:
+        runtime, settings, memory = self.runtime, self.settings, self._memory
+        where = {"system": self.system, "stack_id": self.stack_id}
         for spec in specs:
             if self._admit:
                 _, deferred, refused = admit([spec], runtime, memory)
@@ -733,7 +753,8 @@ class Measurer:
                 yield from zip(group.chunk, (_marked(r, note) for r in group.records), strict=True)
                 continue
             log.info("%s: measuring an earlier group of %d again: its reference is slow", self.system, len(group.chunk))
-            steady = self._until_steady(reference, group.chunk, without=index, again=True)
+            with native("group", ",".join(s.spec_id for s in group.chunk), _group_label(group.chunk)):
+                steady = self._until_steady(reference, group.chunk, without=index, again=True)
             reference.replace(index, steady.figure)
             group.marked = steady.reason is not None
             run = reference.run_figure(without=index)
@@ -752,6 +773,11 @@ class Measurer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _group_label(chunk: Sequence[BenchmarkSpec]) -> str:
+    first = chunk[0]
+    return f"{len(chunk)} benchmarks together (the first: {first.kind} {first.label or '?'})"
 
 
 @dataclass

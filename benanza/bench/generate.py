@@ -28,6 +28,7 @@ from benanza.bench.spec import (
     requested_binding,
     runtime_defaults_key,
 )
+from benanza.crashes import NativeCrash, native
 from benanza.errors import PlanningError
 from benanza.model.graph import InputKind, Layer, LayerInput, ModelGraph
 from benanza.model.identity import MODEL_KEY_VERSION
@@ -254,10 +255,13 @@ def plan_model(
     groups: list[list[int]] = [[i] for i in range(len(graph.layers))]
     warnings = processed.warnings()
     if graph.layers:
-        try:
-            groups = runtime.execution_groups(graph, processed.proto) or groups
+        try:  # a crash of the process building the runtime's graph is survived (``benanza.crashes``)
+            with native("graph", f"{graph.path}|batch={batch}|{runtime.name}", graph.path):
+                groups = runtime.execution_groups(graph, processed.proto) or groups
         except PlanningError as exc:  # the layers can still be measured, each alone: said, not hidden
             warnings.append(f"{exc.reason}; planned without its fusion groups, each layer alone")
+        except NativeCrash as exc:
+            warnings.append(f"building the runtime's optimized graph: {exc}; planned without its fusion groups")
     networks: dict[str, Network] = {}
     unit_keys = []
     for members in groups:

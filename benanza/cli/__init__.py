@@ -37,8 +37,9 @@ def _root(
 
 
 def main() -> None:
-    """The ``benanza`` command; a URI with a password on its command line is masked in the process title first."""
+    """The ``benanza`` command in the process that does the work (``benanza.supervisor`` starts it); a URI
+    with a password on its command line is masked in the process title first."""
     from benanza.cli.store_options import hide_credentials_in_title
 
     hide_credentials_in_title()
-    app()
+    app(prog_name="benanza")

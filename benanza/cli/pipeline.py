@@ -16,6 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from benanza.bench.generate import ModelPlan, plan_report
 from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_int_list, parse_threads
+from benanza.crashes import first_time
 from benanza.errors import UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
 from benanza.model.request import BindingRequest
@@ -103,10 +104,10 @@ def warn_plans(plans: Sequence[ModelPlan]) -> None:
     """What planning decided, for the record (``note:``), then every node no benchmark covers and every way a
     plan departs from what was asked (``warning:``): one line each."""
     said = plan_report(plans)
-    for line in plan_notes(said):
-        print(f"note: {line}", file=sys.stderr)
-    for line in plan_warnings(said):
-        print(f"warning: {line}", file=sys.stderr)
+    lines = [f"note: {line}" for line in plan_notes(said)] + [f"warning: {line}" for line in plan_warnings(said)]
+    for line in lines:
+        if first_time(line):  # printed once where the command ran again after a crash (``benanza.crashes``)
+            print(line, file=sys.stderr)
 
 
 def bench_with_progress(

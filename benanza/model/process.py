@@ -8,6 +8,8 @@ from pathlib import Path
 import onnx
 
 from benanza.collector import collection_paused
+from benanza.crashes import NativeCrash, native
+from benanza.errors import ModelError
 from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph, ShapeReport
 from benanza.model.load import load_model
@@ -91,9 +93,15 @@ def process_model(
     ``fits_here``: the model is benchmarked on this machine, so an input larger than its memory is
     refused; False where other systems run it (both: ``shapes.bind_shapes``).
     """
-    with collection_paused():  # its objects live until the model is done (benanza.collector)
-        model = proto if proto is not None else load_model(path)
-        prepared = prepare_model(model, path, batch, request, keep_branches=keep_branches, fits_here=fits_here)
-        proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
-        graph = extract(proto, model_name(path), str(path), prepared.shapes, prepared.binding.given)
+    # a crash of the process in here (ONNX's shape inference, ONNX Runtime) is survived (``benanza.crashes``):
+    # the runs that find shapes say so when run again, a crash elsewhere is this model's error
+    subject = f"{path}|batch={batch}"  # the request is the command's, one for all
+    try:
+        with collection_paused(), native("model", subject, str(path)):  # collection: see benanza.collector
+            model = proto if proto is not None else load_model(path)
+            prepared = prepare_model(model, path, batch, request, keep_branches=keep_branches, fits_here=fits_here)
+            proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
+            graph = extract(proto, model_name(path), str(path), prepared.shapes, prepared.binding.given)
+    except NativeCrash as exc:
+        raise ModelError(path, f"processing it: {exc}") from None
     return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)

@@ -48,6 +48,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
+from benanza.crashes import native
 from benanza.errors import one_line
 from benanza.host_memory import refusal, system_memory
 from benanza.model.constants import constant_value
@@ -346,11 +347,12 @@ class _Walk:
             return  # a large constant (a weight): shaped, not evaluated
         model = self._node_model(node, embed=set(present))
         try:
-            values, error = _run_values(_session(model), {}, node.output)
+            with native("run", f"constant {outs[0]}", f"the constant {node.op_type} {outs[0]!r} alone"):
+                values, error = _run_values(_session(model), {}, node.output)
             if error is not None:
                 raise error
             results = [values[o] for o in node.output if o]
-        except Exception:  # ONNX Runtime lacks the kernel: ONNX's reference evaluator has every op
+        except Exception:  # ONNX Runtime lacks the kernel (or crashed: ``crashes``): ONNX's evaluator has every op
             try:
                 from onnx.reference import ReferenceEvaluator
 
@@ -472,21 +474,23 @@ class _Walk:
         if refusal is not None:
             self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {refusal}")
             return
-        try:
-            session = _session(self._node_model(node, embed=set(reads) - set(fed)))
+        deciders: dict[str, list[str]] = {o: [] for o in needed}  # output -> runtime inputs deciding it
+        try:  # the session cannot be built, or it crashed the process when run earlier (``crashes``)
+            named = next((o for o in node.output if o), node.name)
+            with native("run", f"node {named}", f"the {node.op_type} {node.name or named!r} alone"):
+                session = _session(self._node_model(node, embed=set(reads) - set(fed)))
+                rng = np.random.default_rng(0)
+                base = {x: (_synthetic(self.shape[x], self.elem[x], rng, variant=False), self.elem[x]) for x in fed}
+                shapes, error = _run_shapes(session, base, node.output)
+                for x in varied:
+                    variant = {**base, x: (_synthetic(self.shape[x], self.elem[x], rng, variant=True), self.elem[x])}
+                    changed, changed_error = _run_shapes(session, variant, node.output)
+                    for o in needed:
+                        if (error is None) != (changed_error is None) or (error is None and changed[o] != shapes[o]):
+                            deciders[o].append(x)
         except Exception as exc:
             self._unresolved(needed, self._failure(node, varied, exc))
             return
-        rng = np.random.default_rng(0)
-        base = {x: (_synthetic(self.shape[x], self.elem[x], rng, variant=False), self.elem[x]) for x in fed}
-        shapes, error = _run_shapes(session, base, node.output)
-        deciders: dict[str, list[str]] = {o: [] for o in needed}  # output -> runtime inputs deciding it
-        for x in varied:
-            variant = {**base, x: (_synthetic(self.shape[x], self.elem[x], rng, variant=True), self.elem[x])}
-            changed, changed_error = _run_shapes(session, variant, node.output)
-            for o in needed:
-                if (error is None) != (changed_error is None) or (error is None and changed[o] != shapes[o]):
-                    deciders[o].append(x)
         for o in needed:
             if deciders[o]:
                 self._unresolved([o], self._depends_on(deciders[o]))
@@ -643,9 +647,10 @@ class _Walk:
         # drawn for every input, then the given ones substituted: the random values the end to end gets too
         fed = {**model_feeds(model), **self.given}
         feeds = {name: (value, self.elem[name]) for name, value in fed.items()}
-        try:
-            session = _session(model, held.weights, held.folder)
-            shapes, kept, error = _run_outputs(session, feeds, (*wanted, *captured), keep=reads)
+        try:  # the session cannot be built, or the run crashed the process earlier (``crashes``)
+            with native("run", "model", "the model to find its shapes"):
+                session = _session(model, held.weights, held.folder)
+                shapes, kept, error = _run_outputs(session, feeds, (*wanted, *captured), keep=reads)
         except Exception as exc:
             shapes, kept, error = {}, {}, exc
         if error is None:

@@ -37,6 +37,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from benanza.crashes import native
 from benanza.errors import one_line
 from benanza.model.dtypes import dtype_name
 from benanza.model.keys import INDEX_DTYPES, INTEGER_DTYPES, MAX_RUN_ELEMENTS, VALUE_MAX_ELEMENTS
@@ -152,8 +153,9 @@ def run_values(
     values = {x: np.asarray(feeds[x]) for x in wanted if x in feeds}
     if computed:
         try:
-            values.update(_run(model, _needed(nodes, computed), inits, feeds, computed, types))
-        except Exception as exc:  # any failure leaves these values to synthetic feeds
+            with native("run", "integer values", "the part of the model that computes its integer values"):
+                values.update(_run(model, _needed(nodes, computed), inits, feeds, computed, types))
+        except Exception as exc:  # any failure (a crash earlier: ``crashes``) leaves these values to synthetic feeds
             log.warning(
                 "%s: the integer values it computes could not be run, its layers are fed synthetic ones: %s",
                 model.graph.name,
