@@ -38,10 +38,10 @@ from benanza.errors import BenanzaError
 
 # the files of a supervised command's folder, which the supervisor names on its child's command line (never
 # in the environment: no process the child starts, a Ray worker or a benchmark's own process, writes there)
-ARGV_FILE = "argv.json"  # the command's arguments: in a file, so that a password in one is on no command line
 JOURNAL_FILE = "journal"  # what the running child has open
 KNOWN_FILE = "known.json"  # the crashes known so far (``Crash.to_dict``), written before each child starts
 SAID_FILE = "said"  # the lines printed once over the command's runs (``first_time``)
+STORED_FILE = "stored"  # the benchmarks the command's runs stored so far, an id a line (``stored_earlier``)
 
 # signals a fault in native code ends a process with; others (SIGKILL from the kernel's out-of-memory
 # killer, SIGTERM, SIGINT) are not crashes of the work and are not run around
@@ -161,10 +161,12 @@ def open_entries(lines: Iterable[str]) -> tuple[Entry, ...]:
 class Journal:
     """The child's side: where it writes what it enters and leaves, and the crashes already known."""
 
-    def __init__(self, fd: int | None, known: Sequence[Crash] = (), said: str | None = None) -> None:
+    def __init__(self, fd: int | None, known: Sequence[Crash] = (), folder: str | None = None) -> None:
         self._fd = fd
-        self._said_path = said  # the lines every run of the command printed so far, one a line
+        self._said_path = os.path.join(folder, SAID_FILE) if folder else None  # lines printed so far, JSON a line
         self._said: set[str] | None = None
+        self._stored_path = os.path.join(folder, STORED_FILE) if folder else None
+        self.stored_earlier = frozenset(_lines(self._stored_path)) if self._stored_path else frozenset()
         self._open: list[Entry] = []
         self._known = {c.work: c for c in known}
         # the benchmarks of every group known to crash: measured one at a time
@@ -186,12 +188,7 @@ class Journal:
             return True
         if self._said is None:
             self._said = set()
-            try:
-                with open(self._said_path, encoding="utf-8") as f:
-                    lines = f.read().splitlines()
-            except OSError:
-                lines = []
-            for said in lines:
+            for said in _lines(self._said_path):
                 try:
                     self._said.add(json.loads(said))
                 except ValueError:  # cut short by a crash
@@ -205,6 +202,17 @@ class Journal:
         except OSError:
             pass  # printed again by a run after a crash, at worst
         return True
+
+    def note_stored(self, spec_ids: Iterable[str]) -> None:
+        """Keep that these benchmarks' records are stored: a run of the command after a crash takes them as
+        measured (``--repeat`` and ``--retry-failed`` would measure them again)."""
+        if self._stored_path is None:
+            return
+        try:
+            with open(self._stored_path, "a", encoding="utf-8") as f:
+                f.writelines(f"{spec_id}\n" for spec_id in spec_ids)
+        except OSError:
+            pass  # measured again after a crash, at worst
 
     def known(self, entry: Entry) -> Crash | None:
         """The crash of ``entry`` entered where the journal stands now, if one is known."""
@@ -237,7 +245,15 @@ def activate(folder: str) -> None:
     except FileNotFoundError:
         pass
     fd = os.open(os.path.join(folder, JOURNAL_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    _journal = Journal(fd, known, os.path.join(folder, SAID_FILE))
+    _journal = Journal(fd, known, folder)
+
+
+def _lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except OSError:
+        return []
 
 
 @contextmanager
@@ -255,6 +271,21 @@ def first_time(line: str) -> bool:
     """Whether ``line`` is new to this command: a run after a crash does not print again what the runs
     before it printed (the notes and warnings of planning the same models). True where not supervised."""
     return _journal.first_time(line)
+
+
+def crashed(kind: str, subject: str) -> Crash | None:
+    """The known crash of this work entered where the journal stands now (``native`` would raise it)."""
+    return _journal.known(Entry(kind, subject))
+
+
+def stored_earlier() -> frozenset[str]:
+    """The benchmarks that runs of this command before a crash stored (none where not supervised)."""
+    return _journal.stored_earlier
+
+
+def note_stored(spec_ids: Iterable[str]) -> None:
+    """Keep that these benchmarks are stored (``Journal.note_stored``)."""
+    _journal.note_stored(spec_ids)
 
 
 def measured_alone(spec_id: str) -> bool:

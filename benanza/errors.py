@@ -6,6 +6,7 @@ Every failure a user can cause (a bad file, a bad flag, an unreachable database)
     BenanzaError
     +-- ModelError            a model file cannot be read, validated or bound
     |   +-- UnboundDimensionError   an input dimension is symbolic and was not given
+    |   +-- CrashedModelError       processing it crashed the process earlier in the command (left out)
     +-- UsageError            a flag or argument is malformed (also a ValueError)
     +-- RegistryError         an unknown name was asked of a registry (also a KeyError)
     +-- SplitError            a layer range cannot be written as a runnable model
@@ -38,6 +39,10 @@ class ModelError(BenanzaError):
 
 class UnboundDimensionError(ModelError):
     """An input has a symbolic dimension that no ``--batch``/``--shape`` bound."""
+
+
+class CrashedModelError(ModelError):
+    """Processing the model crashed the process earlier in this command (``benanza.crashes``): left out."""
 
 
 class UsageError(BenanzaError, ValueError):

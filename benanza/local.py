@@ -24,6 +24,7 @@ from benanza.bench.plans import stored_plans
 from benanza.bench.records import BenchmarkRecord
 from benanza.bench.repro import ReproTarget
 from benanza.bench.spec import BenchmarkSpec, variant_id, whole_model_keys
+from benanza.errors import CrashedModelError
 from benanza.fingerprint import StackFingerprint
 from benanza.model.names import NamedModel
 from benanza.model.request import NO_REQUEST, BindingRequest
@@ -94,11 +95,22 @@ def plan_models(
     granularities: Iterable[int] = (),
     *,
     known: Iterable[NamedModel] = (),
+    on_crash: Callable[[CrashedModelError], None] | None = None,
 ) -> list[ModelPlan]:
     """One plan per model and batch size, the models named apart from each other and from ``known``
     (the store's: ``Store.model_names``; see ``benanza.model.names``). ``request``: the ``--shape``,
-    ``--dim`` and ``--value`` flags (``benanza.model.request``)."""
-    plans = [plan for path in paths for plan in plan_model_file(path, [runtime], batches, request, granularities)[0]]
+    ``--dim`` and ``--value`` flags (``benanza.model.request``).
+
+    ``on_crash``: told of each model whose processing crashed the process earlier in a supervised
+    command (``benanza.crashes``), which is then left out and the rest planned; None: raised."""
+    plans = []
+    for path in paths:
+        try:
+            plans.extend(plan_model_file(path, [runtime], batches, request, granularities)[0])
+        except CrashedModelError as exc:
+            if on_crash is None:
+                raise
+            on_crash(exc)
     return with_distinct_names(plans, known)
 
 

@@ -4,15 +4,23 @@ A crash in native code (ONNX Runtime) kills the process that runs it (``benanza.
 process runs the command as a child, with a journal; when a signal ends the child it reads what the
 child had open, says where the crash happened in one line, and runs the command again telling the
 new child every crash known so far: what is stored stays stored and is reused, the crashed work is
-recorded (a failed benchmark) or done without (a run that shapes a model). It gives up, with a line
-and the signal's exit status, when a crash names nothing new (no open entry, or one known already).
+recorded (a failed benchmark) or done without (a run that shapes a model). A benchmark is taken for
+crashing once it crashed twice (it is stored as failed, so a crash of something else at the same time,
+a race, must not be blamed on it); the rest at once. It gives up, with a line and the signal's exit
+status, when a crash names nothing new (no open entry, or work known to crash already).
 
-It imports nothing heavy: the child does the work. The child is ``python -m benanza.supervisor FOLDER``,
-the folder (private to this user) of the command's arguments, the journal and the known crashes: never
-in the environment, which every process the child starts (Ray's workers) would inherit, and no password
-of a ``--db`` URI on the child's command line (this process masks its own title, as the CLI does).
-``BENANZA_SUPERVISE=0`` runs the command in this process (a crash then ends it, as any Python program).
-Ctrl-C reaches the child from the terminal; SIGTERM and SIGHUP sent to this process are passed on to it.
+It imports nothing heavy: the child does the work. The child is ``python -P -m benanza.supervisor
+FOLDER FD``: the folder (private to this user) of the journal and the known crashes, and a pipe it
+reads the command's arguments from, so that a ``--db`` password is on no command line and in no file
+(this process masks its own title, as the CLI does), and nothing in the environment, which every
+process the child starts (Ray's workers) would inherit. ``-P``: the working directory is not put
+first on the child's module path (an ``onnx.py`` there would hide the library).
+
+Signals: in a terminal's foreground the child shares this process's group, so Ctrl-C, Ctrl-Z and a
+window's resize reach it from the terminal as they reach any command; elsewhere (CI, a container, a
+background job) the child has a group of its own and every signal this process gets (SIGINT, SIGTERM,
+SIGHUP, SIGQUIT) is passed on once. ``BENANZA_SUPERVISE=0`` runs the command in this process (a crash
+then ends it, as it ends any Python program); so does a system without POSIX processes.
 """
 
 from __future__ import annotations
@@ -28,8 +36,10 @@ from pathlib import Path
 
 from benanza import crashes
 
-# the most times a command is run again: each run must name a crash not known before
+# the most times a command is run: each run after the first must name a crash not known before
 MAX_RUNS = 50
+# the signals passed on to a child in a group of its own (the terminal sends none then)
+_PASSED = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT") if hasattr(signal, name))
 
 
 def main() -> None:
@@ -46,10 +56,11 @@ def main() -> None:
     sys.exit(supervise(sys.argv[1:]))
 
 
-def child(folder: str) -> None:
-    """The command's work, in the supervisor's child: its arguments and journal in ``folder``."""
+def child(folder: str, argv_fd: int) -> None:
+    """The command's work, in the supervisor's child: its journal in ``folder``, its arguments from ``argv_fd``."""
+    with os.fdopen(argv_fd, encoding="utf-8") as pipe:
+        argv = json.load(pipe)
     crashes.activate(folder)
-    argv = json.loads(Path(folder, crashes.ARGV_FILE).read_text(encoding="utf-8"))
     sys.argv = ["benanza", *argv]
     from benanza.cli import app
     from benanza.cli.store_options import hide_credentials_in_title
@@ -60,6 +71,8 @@ def child(folder: str) -> None:
 
 def _supervises() -> bool:
     """``BENANZA_SUPERVISE`` (a variable that does not validate is the child's to report: supervised)."""
+    if os.name != "posix":  # no process groups to pass signals to, no inherited pipes
+        return False
     from benanza.errors import BenanzaError
     from benanza.settings import load_settings
 
@@ -72,21 +85,26 @@ def _supervises() -> bool:
 def supervise(argv: Sequence[str], command: Sequence[str] = ()) -> int:
     """Run ``benanza argv`` in a child until it ends other than by a crash: its exit status.
 
-    ``command``: what runs in the child instead of ``python -m benanza.supervisor`` (the folder follows it).
+    ``command``: what runs in the child instead of ``python -P -m benanza.supervisor`` (the folder and the
+    pipe's descriptor follow it).
     """
-    command = list(command) or [sys.executable, "-m", "benanza.supervisor"]
+    command = list(command) or [sys.executable, "-P", "-m", "benanza.supervisor"]
+    arguments = json.dumps(list(argv)).encode()
     known: list[crashes.Crash] = []
-    with tempfile.TemporaryDirectory(prefix="benanza-journal-") as folder:  # readable by this user only
+    once: list[crashes.Crash] = []  # benchmarks that crashed once: run again before they are stored as failed
+    with tempfile.TemporaryDirectory(prefix="benanza-journal-") as folder, _Children() as children:
         journal, known_file = Path(folder, crashes.JOURNAL_FILE), Path(folder, crashes.KNOWN_FILE)
-        Path(folder, crashes.ARGV_FILE).write_text(json.dumps(list(argv)), encoding="utf-8")
         for _ in range(MAX_RUNS):
             journal.write_text("")
             known_file.write_text(json.dumps([c.to_dict() for c in known]))
-            status = _run_child([*command, folder])
+            status = children.run(command, folder, arguments)
             if status >= 0:
                 return status
             number = -status
             _restore_terminal()
+            if children.asked:  # stopped from outside: whatever ended the child, nothing runs again
+                _say(f"the command was stopped ({crashes.signal_text(children.asked[0])}); what was stored is kept")
+                return 128 + children.asked[0]
             stack = crashes.open_entries(journal.read_text(encoding="utf-8", errors="replace").splitlines())
             crash = crashes.Crash(stack, number)
             if number not in crashes.CRASH_SIGNALS:
@@ -101,12 +119,19 @@ def supervise(argv: Sequence[str], command: Sequence[str] = ()) -> int:
             if any(c.work == crash.work for c in known):
                 _say(f"the process crashed ({crash.signal_text()}) {crash.where()} again; what was stored is kept")
                 return 128 + number
+            if stack[-1].kind == "benchmark" and not any(c.work == crash.work for c in once):
+                once.append(crash)
+                _say(
+                    f"the process crashed ({crash.signal_text()}) {crash.where()}; running the command again, "
+                    "that benchmark once more before it is stored as failed"
+                )
+                continue
             known.append(crash)
             _say(
                 f"the process crashed ({crash.signal_text()}) {crash.where()}; running the command again without "
                 "it (what is stored is reused)"
             )
-        _say(f"the command crashed {MAX_RUNS} times; what was stored is kept")
+        _say(f"the command was run {MAX_RUNS} times, each ended by a crash; what was stored is kept")
         return 1
 
 
@@ -114,24 +139,59 @@ def _say(line: str) -> None:
     print(f"benanza: {line}", file=sys.stderr, flush=True)
 
 
-def _run_child(args: list[str]) -> int:
-    """The child's exit status (negative: the signal that ended it), signals to this process passed on."""
-    process = subprocess.Popen(args)
-    passed = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+class _Children:
+    """Runs the command's children one at a time, this process's signals passed on to the one running.
 
-    def pass_on(number: int, _frame: object) -> None:
-        process.send_signal(number)
+    In a terminal's foreground the child gets Ctrl-C (and Ctrl-\\) from the terminal itself: those are not
+    passed on. A signal passed on, or one that came while no child ran, is ``asked``: no child starts after it.
+    """
 
-    # Ctrl-C in a terminal reaches the child as well (one process group): passed on, it would come twice
-    interrupt = signal.SIG_IGN if _in_terminal_foreground() else pass_on
-    passed[signal.SIGINT] = signal.getsignal(signal.SIGINT)
-    for number in passed:
-        signal.signal(number, interrupt if number == signal.SIGINT else pass_on)
-    try:
-        return process.wait()
-    finally:
-        for number, handler in passed.items():
+    def __init__(self) -> None:
+        self.foreground = _in_terminal_foreground()
+        self.asked: list[int] = []
+        self._running: subprocess.Popen | None = None
+        self._previous: dict[int, object] = {}
+
+    def _pass_on(self, number: int, _frame: object) -> None:
+        self.asked.append(number)
+        if self._running is not None:
+            self._running.send_signal(number)
+
+    def __enter__(self) -> _Children:
+        own = {signal.SIGINT, getattr(signal, "SIGQUIT", None)} if self.foreground else set()
+        for number in _PASSED:
+            # a handler, never SIG_IGN: an ignored signal stays ignored in the child (Ctrl-C would do nothing there)
+            self._previous[number] = signal.signal(number, _not_passed if number in own else self._pass_on)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for number, handler in self._previous.items():
             signal.signal(number, handler)
+
+    def run(self, command: Sequence[str], folder: str, arguments: bytes) -> int:
+        """One child's exit status (negative: the signal that ended it); -the signal asked, if one was."""
+        if self.asked:
+            return -self.asked[0]
+        read, write = os.pipe()
+        try:
+            self._running = subprocess.Popen(
+                [*command, folder, str(read)], pass_fds=(read,), process_group=None if self.foreground else 0
+            )
+        finally:
+            os.close(read)
+        try:
+            with os.fdopen(write, "wb") as pipe:  # after the start: a long command line cannot fill the pipe
+                pipe.write(arguments)
+        except BrokenPipeError:  # the child ended before it read them: its status says how
+            pass
+        try:
+            return self._running.wait()
+        finally:
+            self._running = None
+
+
+def _not_passed(_number: int, _frame: object) -> None:
+    """Ctrl-C in a terminal: the child got it from the terminal too, and this process waits for it to end."""
 
 
 def _in_terminal_foreground() -> bool:
@@ -156,4 +216,4 @@ def _restore_terminal() -> None:
 
 
 if __name__ == "__main__":
-    child(sys.argv[1])
+    child(sys.argv[1], int(sys.argv[2]))

@@ -468,7 +468,8 @@ def test_a_killed_driver_restarted_finishes_only_the_rest_without_waiting_out_ol
     # the cluster's token in a file, as the README tells users joining a cluster to do
     token = tmp_path / "ray-token"
     token.touch(mode=0o600)
-    token.write_text(os.environ["RAY_AUTH_TOKEN"])
+    # the one this process's cluster was given, or the user's own where Ray found one (``new_cluster_auth``)
+    token.write_text(os.environ.get("RAY_AUTH_TOKEN") or (Path.home() / ".ray" / "auth_token").read_text())
     env = cli_env(RAY_AUTH_TOKEN_PATH=str(token))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path, env=env)
     deadline = time.monotonic() + 90

@@ -35,7 +35,7 @@ from benanza.bench.reference import HostReference, reference_figure, reference_s
 from benanza.bench.remeasure import RemeasureBudget
 from benanza.bench.spec import BenchmarkSpec, SpecKind
 from benanza.bench.stats import Interval, describe
-from benanza.crashes import measured_alone, native
+from benanza.crashes import measured_alone, native, note_stored, stored_earlier
 from benanza.errors import UnsupportedLayer, one_line
 from benanza.host_memory import MemoryReader, MemoryRefusal, refusal, system_memory
 
@@ -102,40 +102,44 @@ def run_spec(
     else:
         prepared = None
         try:
-            # a crash of the process in here is survived (``benanza.crashes``): a failed record when run again
+            # a crash of the process in here, its sessions' teardown too, is survived (``benanza.crashes``):
+            # a failed record when the command runs again
             with native("benchmark", spec.spec_id, benchmark_label(spec)):
-                prepared = runtime.prepare(spec)
-                extra = dict(prepared.provenance)  # which framework ran a model, say
-                measured = prepared.measure(settings)  # on a device: several candidates, device timers
-                if measured is not None:
-                    samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
-                    extra.update(measured.settings)
-                else:
-                    at_cap = samples_at_cap([spec], settings)
-                    threads = runtime.cpu_threads()
-                    evict_bytes = eviction_bytes(spec, prepared, settings)
-                    timing = measure(
-                        prepared.call,
-                        settings,
-                        threads=threads,
-                        min_samples_at_cap=at_cap,
-                        budget=budget,
-                        before=_evicting(prepared, evict_bytes),
-                    )
-                    samples, stats = timing.samples, _timing_stats(timing)
-                    wanted = takes_kernel_times(spec, settings)
-                    kernel, how = _kernel_figures(prepared, None, (), settings, timing, wanted, evict_bytes=evict_bytes)
-                    if how is not None:
-                        extra["kernel_time"] = how
-                    extra.update(_eviction_provenance(evict_bytes))
+                try:
+                    prepared = runtime.prepare(spec)
+                    extra = dict(prepared.provenance)  # which framework ran a model, say
+                    measured = prepared.measure(settings)  # on a device: several candidates, device timers
+                    if measured is not None:
+                        samples, stats, kernel = measured.samples, measured.stats, tuple(measured.kernel_samples)
+                        extra.update(measured.settings)
+                    else:
+                        at_cap = samples_at_cap([spec], settings)
+                        threads = runtime.cpu_threads()
+                        evict_bytes = eviction_bytes(spec, prepared, settings)
+                        timing = measure(
+                            prepared.call,
+                            settings,
+                            threads=threads,
+                            min_samples_at_cap=at_cap,
+                            budget=budget,
+                            before=_evicting(prepared, evict_bytes),
+                        )
+                        samples, stats = timing.samples, _timing_stats(timing)
+                        wanted = takes_kernel_times(spec, settings)
+                        kernel, how = _kernel_figures(
+                            prepared, None, (), settings, timing, wanted, evict_bytes=evict_bytes
+                        )
+                        if how is not None:
+                            extra["kernel_time"] = how
+                        extra.update(_eviction_provenance(evict_bytes))
+                finally:
+                    if prepared is not None:
+                        prepared.close()
             outcome = Outcome.OK
         except UnsupportedLayer as exc:  # found only once the libraries were asked: a skip, with why
             outcome, reason = Outcome.SKIPPED, one_line(exc)
         except Exception as exc:  # a spec that cannot run is a stored failure, not a crash
             outcome, reason = Outcome.FAILED, _failure(exc)
-        finally:
-            if prepared is not None:
-                prepared.close()
     return _record(
         spec, runtime, settings, outcome, reason, samples, stats, kernel, system, stack_id, host, started, extra
     )
@@ -564,6 +568,7 @@ def run_specs(
     """
     settings = effective_settings(runtime, settings)
     present = set() if repeat else reusable_spec_ids(store, system, stack_id, retry_failed)
+    present |= stored_earlier()  # what this command stored before a crash ran it again (``benanza.crashes``)
     todo = missing(specs, present)
     summary = RunSummary(reused=len(specs) - len(todo))
     pending: list[BenchmarkRecord] = []
@@ -584,6 +589,7 @@ def run_specs(
             progress(spec, record)
         if len(pending) >= batch:
             store.upsert(pending)
+            note_stored(r.spec_id for r in pending)
             pending = []
 
     with Measurer(runtime, settings, system=system, stack_id=stack_id, memory=memory) as measurer:
@@ -595,6 +601,7 @@ def run_specs(
         summary.remeasure_note = measurer.remeasures.summary_note()
     if pending:
         store.upsert(pending)
+        note_stored(r.spec_id for r in pending)
     return summary
 
 
@@ -645,7 +652,7 @@ class Measurer:
             alone = [s for s in specs if measured_alone(s.spec_id)]
             if alone:
                 specs = [s for s in specs if not measured_alone(s.spec_id)]
-                yield from self._one_at_a_time(alone)
+                yield from self._one_at_a_time(alone, settings.model_copy(update={"schedule": "sequential"}))
             for group in _partition(specs, groups):
                 for chunk in group_chunks(group, interleave_budget(settings, memory), interleave_max_specs(settings)):
                     chunk, deferred, refused = admit(chunk, runtime, memory) if self._admit else (chunk, [], None)
@@ -656,12 +663,12 @@ class Measurer:
                         yield from ((spec, record, None) for spec, record in zip(chunk, records, strict=True))
             yield from ((spec, record, None) for spec, record in self.recheck())
             return
-        yield from self._one_at_a_time(specs)
+        yield from self._one_at_a_time(specs, settings)
 
     def _one_at_a_time(
-        self, specs: Sequence[BenchmarkSpec]
+        self, specs: Sequence[BenchmarkSpec], settings: HarnessSettings
     ) -> Iterator[tuple[BenchmarkSpec, BenchmarkRecord | None, MemoryRefusal | None]]:
-        runtime, settings, memory = self.runtime, self.settings, self._memory
+        runtime, memory = self.runtime, self._memory
         where = {"system": self.system, "stack_id": self.stack_id}
         for spec in specs:
             if self._admit:

@@ -95,6 +95,7 @@ def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -
         wanted.request,
         wanted.granularities,
         known=ctx.store.model_names(),
+        on_crash=lambda exc: print(f"warning: {exc}; left out", file=sys.stderr),  # the rest of the corpus goes on
     )
     warn_plans(plans)
     return plans

@@ -9,7 +9,7 @@ import onnx
 
 from benanza.collector import collection_paused
 from benanza.crashes import NativeCrash, native
-from benanza.errors import ModelError
+from benanza.errors import CrashedModelError
 from benanza.model.extract import extract
 from benanza.model.graph import ModelGraph, ShapeReport
 from benanza.model.load import load_model
@@ -95,7 +95,7 @@ def process_model(
     """
     # a crash of the process in here (ONNX's shape inference, ONNX Runtime) is survived (``benanza.crashes``):
     # the runs that find shapes say so when run again, a crash elsewhere is this model's error
-    subject = f"{path}|batch={batch}"  # the request is the command's, one for all
+    subject = f"{path}|batch={batch}|branches={keep_branches}"  # the request is the command's, one for all
     try:
         with collection_paused(), native("model", subject, str(path)):  # collection: see benanza.collector
             model = proto if proto is not None else load_model(path)
@@ -103,5 +103,5 @@ def process_model(
             proto = unique_dequantize(prepared.proto)  # as ONNX Runtime arranges QDQ graphs to fuse them
             graph = extract(proto, model_name(path), str(path), prepared.shapes, prepared.binding.given)
     except NativeCrash as exc:
-        raise ModelError(path, f"processing it: {exc}") from None
+        raise CrashedModelError(path, f"processing it: {exc}") from None
     return ProcessedModel(graph, proto, prepared.binding, prepared.shapes)

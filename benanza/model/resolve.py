@@ -48,7 +48,7 @@ import numpy as np
 import onnx
 from onnx import AttributeProto, helper, numpy_helper
 
-from benanza.crashes import native
+from benanza.crashes import crashed, native
 from benanza.errors import one_line
 from benanza.host_memory import refusal, system_memory
 from benanza.model.constants import constant_value
@@ -474,23 +474,28 @@ class _Walk:
         if refusal is not None:
             self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {refusal}")
             return
-        deciders: dict[str, list[str]] = {o: [] for o in needed}  # output -> runtime inputs deciding it
-        try:  # the session cannot be built, or it crashed the process when run earlier (``crashes``)
-            named = next((o for o in node.output if o), node.name)
-            with native("run", f"node {named}", f"the {node.op_type} {node.name or named!r} alone"):
-                session = _session(self._node_model(node, embed=set(reads) - set(fed)))
-                rng = np.random.default_rng(0)
-                base = {x: (_synthetic(self.shape[x], self.elem[x], rng, variant=False), self.elem[x]) for x in fed}
-                shapes, error = _run_shapes(session, base, node.output)
-                for x in varied:
-                    variant = {**base, x: (_synthetic(self.shape[x], self.elem[x], rng, variant=True), self.elem[x])}
-                    changed, changed_error = _run_shapes(session, variant, node.output)
-                    for o in needed:
-                        if (error is None) != (changed_error is None) or (error is None and changed[o] != shapes[o]):
-                            deciders[o].append(x)
-        except Exception as exc:
-            self._unresolved(needed, self._failure(node, varied, exc))
+        named = next((o for o in node.output if o), node.name)
+        probe = ("run", f"node {named}")
+        if (crash := crashed(*probe)) is not None:  # it crashed the process when run earlier (``benanza.crashes``)
+            self._unresolved(needed, f"not run by ONNX Runtime to find its shape: {crash.reason()}")
             return
+        deciders: dict[str, list[str]] = {o: [] for o in needed}  # output -> runtime inputs deciding it
+        with native(*probe, f"the {node.op_type} {node.name or named!r} alone"):
+            try:
+                session = _session(self._node_model(node, embed=set(reads) - set(fed)))
+            except Exception as exc:
+                self._unresolved(needed, self._failure(node, varied, exc))
+                return
+            rng = np.random.default_rng(0)
+            base = {x: (_synthetic(self.shape[x], self.elem[x], rng, variant=False), self.elem[x]) for x in fed}
+            shapes, error = _run_shapes(session, base, node.output)
+            for x in varied:
+                variant = {**base, x: (_synthetic(self.shape[x], self.elem[x], rng, variant=True), self.elem[x])}
+                changed, changed_error = _run_shapes(session, variant, node.output)
+                for o in needed:
+                    if (error is None) != (changed_error is None) or (error is None and changed[o] != shapes[o]):
+                        deciders[o].append(x)
+            del session  # its teardown is native work too
         for o in needed:
             if deciders[o]:
                 self._unresolved([o], self._depends_on(deciders[o]))
@@ -651,6 +656,7 @@ class _Walk:
             with native("run", "model", "the model to find its shapes"):
                 session = _session(model, held.weights, held.folder)
                 shapes, kept, error = _run_outputs(session, feeds, (*wanted, *captured), keep=reads)
+                del session  # its teardown is native work too
         except Exception as exc:
             shapes, kept, error = {}, {}, exc
         if error is None:
