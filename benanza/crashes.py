@@ -30,9 +30,10 @@ from __future__ import annotations
 import json
 import os
 import signal as signals
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from benanza.errors import BenanzaError
 
@@ -42,6 +43,7 @@ JOURNAL_FILE = "journal"  # what the running child has open
 KNOWN_FILE = "known.json"  # the crashes known so far (``Crash.to_dict``), written before each child starts
 SAID_FILE = "said"  # the lines printed once over the command's runs (``first_time``)
 STORED_FILE = "stored"  # the benchmarks the command's runs stored so far, an id a line (``stored_earlier``)
+DECIDED_FILE = "decided.json"  # what the command's first run decided from the moment (``decided``)
 
 # signals a fault in native code ends a process with; others (SIGKILL from the kernel's out-of-memory
 # killer, SIGTERM, SIGINT) are not crashes of the work and are not run around
@@ -163,6 +165,7 @@ class Journal:
 
     def __init__(self, fd: int | None, known: Sequence[Crash] = (), folder: str | None = None) -> None:
         self._fd = fd
+        self._folder = folder
         self._said_path = os.path.join(folder, SAID_FILE) if folder else None  # lines printed so far, JSON a line
         self._said: set[str] | None = None
         self._stored_path = os.path.join(folder, STORED_FILE) if folder else None
@@ -202,6 +205,25 @@ class Journal:
         except OSError:
             pass  # printed again by a run after a crash, at worst
         return True
+
+    def decided(self, name: str, decide: Callable[[], Any]) -> Any:
+        """What the command's first run took for ``name`` (JSON), else ``decide()``, kept for the runs after it."""
+        path = os.path.join(self._folder, DECIDED_FILE) if self._folder else None
+        if path is None:
+            return decide()
+        try:
+            with open(path, encoding="utf-8") as f:
+                decisions = json.load(f)
+        except (OSError, ValueError):
+            decisions = {}
+        if name not in decisions:
+            decisions[name] = decide()
+            try:
+                with open(path, "w", encoding="utf-8") as f:
+                    json.dump(decisions, f)
+            except OSError:
+                pass
+        return decisions[name]
 
     def note_stored(self, spec_ids: Iterable[str]) -> None:
         """Keep that these benchmarks' records are stored: a run of the command after a crash takes them as
@@ -276,6 +298,13 @@ def first_time(line: str) -> bool:
 def crashed(kind: str, subject: str) -> Crash | None:
     """The known crash of this work entered where the journal stands now (``native`` would raise it)."""
     return _journal.known(Entry(kind, subject))
+
+
+def decided(name: str, decide: Callable[[], Any]) -> Any:
+    """``decide()`` (JSON), taken once per command: a run after a crash takes what the first run decided
+    from the moment (the threads ``auto`` saw free: another count would be another variant, and the first
+    run's records, and its known crashes, would not be this run's). Where not supervised, ``decide()``."""
+    return _journal.decided(name, decide)
 
 
 def stored_earlier() -> frozenset[str]:

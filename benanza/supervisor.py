@@ -19,7 +19,8 @@ first on the child's module path (an ``onnx.py`` there would hide the library).
 Signals: in a terminal's foreground the child shares this process's group, so Ctrl-C, Ctrl-Z and a
 window's resize reach it from the terminal as they reach any command; elsewhere (CI, a container, a
 background job) the child has a group of its own and every signal this process gets (SIGINT, SIGTERM,
-SIGHUP, SIGQUIT) is passed on once. ``BENANZA_SUPERVISE=0`` runs the command in this process (a crash
+SIGHUP, SIGQUIT) is passed on once. On Linux the child is killed when this process dies (``kill -9`` of
+the command, the out-of-memory killer), as the command was before it had a child. ``BENANZA_SUPERVISE=0`` runs the command in this process (a crash
 then ends it, as it ends any Python program); so does a system without POSIX processes.
 """
 
@@ -175,7 +176,11 @@ class _Children:
         read, write = os.pipe()
         try:
             self._running = subprocess.Popen(
-                [*command, folder, str(read)], pass_fds=(read,), process_group=None if self.foreground else 0
+                [*command, folder, str(read)],
+                pass_fds=(read,),
+                process_group=None if self.foreground else 0,
+                env=child_environment(_package_root(), sys.path, os.getcwd(), os.environ),
+                preexec_fn=_dies_with(os.getpid()) if _PRCTL is not None else None,
             )
         finally:
             os.close(read)
@@ -188,6 +193,48 @@ class _Children:
             return self._running.wait()
         finally:
             self._running = None
+
+
+def _load_prctl():
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _dies_with(parent: int):
+    """What the child runs before its program: it is killed when this process dies, as the command was
+    before it had a child (``kill -9`` of the command, the kernel's out-of-memory killer): never left running
+    alone. Linux only; elsewhere the child outlives a killed supervisor."""
+
+    def die_with_parent() -> None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # it died before the line above
+            os._exit(1)
+
+    return die_with_parent
+
+
+def _package_root() -> str:
+    return str(Path(crashes.__file__).resolve().parents[1])
+
+
+def child_environment(root: str, path: Sequence[str], cwd: str, environ: dict[str, str]) -> dict[str, str] | None:
+    """The child's environment: this one, with ``root`` (the folder this benanza is imported from) first on
+    ``PYTHONPATH`` where only the working folder made it importable (a checkout run as ``python -m benanza``
+    from its root, not installed), which ``-P`` leaves off the child's path; else None (this one as it is)."""
+    others = {str(Path(p).resolve()) for p in path if p and Path(p).resolve() != Path(cwd).resolve()}
+    if str(Path(root).resolve()) in others:
+        return None
+    return {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, environ.get("PYTHONPATH")]))}
 
 
 def _not_passed(_number: int, _frame: object) -> None:

@@ -105,6 +105,13 @@ def test_the_benchmarks_of_a_group_that_crashed_are_measured_one_at_a_time(tmp_p
     ]
 
 
+def test_what_the_first_run_decided_from_the_moment_holds_for_the_runs_after_a_crash(tmp_path):
+    first, second = Journal(None, folder=str(tmp_path)), Journal(None, folder=str(tmp_path))
+    assert first.decided("free cores", lambda: {"threads": 2}) == {"threads": 2}
+    assert second.decided("free cores", lambda: {"threads": 1}) == {"threads": 2}  # the load moved: not the count
+    assert Journal(None).decided("free cores", lambda: {"threads": 1}) == {"threads": 1}
+
+
 def test_a_line_is_printed_once_over_the_runs_of_a_command(tmp_path):
     said = str(tmp_path)
     first, second = Journal(None, folder=said), Journal(None, folder=said)
@@ -325,3 +332,50 @@ def test_a_signal_to_the_supervisors_group_reaches_a_child_without_a_terminal_on
     assert proc.wait(timeout=60) == 130
     # its own group: the signal came once, from the supervisor (two may merge into one, so the group is checked)
     assert (tmp_path / "count").read_text() == "1 False"
+
+
+def test_a_checkout_run_from_its_root_is_what_the_child_imports(tmp_path):
+    from benanza.supervisor import child_environment
+
+    checkout, site = tmp_path / "checkout", tmp_path / "site-packages"
+    env = {"HOME": "/h"}
+    # installed: the child finds benanza where this process did, its environment untouched
+    assert child_environment(str(site), ["", str(site)], str(checkout), env) is None
+    # a checkout not installed, run from its root: only the working folder held it
+    assert child_environment(str(checkout), [str(checkout), str(site)], str(checkout), env) == {
+        "HOME": "/h",
+        "PYTHONPATH": str(checkout),
+    }
+    assert child_environment(str(checkout), ["", str(site)], str(checkout), {"PYTHONPATH": "/x"})["PYTHONPATH"] == (
+        f"{checkout}{os.pathsep}/x"
+    )
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the child dies with its supervisor on Linux only")
+def test_a_supervisor_killed_takes_its_child_with_it(tmp_path):
+    sleeper = "import os, sys, time; open(os.path.join(sys.argv[1], '..', 'pid'), 'w').write(str(os.getpid()))\n"
+    sleeper += "time.sleep(120)"
+    script = textwrap.dedent(
+        f"""
+        import sys, tempfile
+        from benanza import supervisor
+        tempfile.tempdir = {str(tmp_path)!r}
+        sys.exit(supervisor.supervise([], command=[sys.executable, "-c", {sleeper!r}]))
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    child = int((tmp_path / "pid").read_text())
+    proc.kill()  # as kill -9 of the command, or the out-of-memory killer: the work must not go on alone
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the child went on after its supervisor was killed")

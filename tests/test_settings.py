@@ -26,7 +26,14 @@ PACKAGE = ROOT / "benanza"
 # Where the process environment may be read: the settings themselves; a fleet file's ``${VAR}``
 # references; Ray's own variables (RAY_TMPDIR, Ray's auth token) around ``ray.init``; and the CUDA
 # libraries' own NVIDIA_TF32_OVERRIDE, which the cuDNN runtime reports as the library will behave.
-MAY_READ_ENVIRONMENT = {"settings.py", "config.py", "fleet/systems.py", "runtimes/cuda/cudnn_legacy.py"}
+# supervisor.py hands its child this environment whole (with PYTHONPATH where a checkout needs it), reading none
+MAY_READ_ENVIRONMENT = {
+    "settings.py",
+    "config.py",
+    "fleet/systems.py",
+    "runtimes/cuda/cudnn_legacy.py",
+    "supervisor.py",
+}
 # Variables the README names that are not benanza's settings: test switches and the deploy files' own.
 NOT_SETTINGS = re.compile(r"BENANZA_(TEST_\w+|MONGO_\w+)")
 

@@ -21,6 +21,7 @@ beside a neighbour burning one of 2 cores in 0.3 s bursts, the zoo's layers comp
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -29,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from benanza.crashes import decided
 from benanza.settings import HarnessSettings
 
 PROC_STAT = Path("/proc/stat")
@@ -186,6 +188,7 @@ def free_cores(window_s: float = FREE_CORES_WINDOW_S, tolerance: float = FREE_CO
 
 @functools.cache
 def free_cores_once() -> FreeCores:
-    """``free_cores``, read once per process: every runtime a process builds runs the same threads, so its
-    records stay one variant however the load moves during the run."""
-    return free_cores()
+    """``free_cores``, read once per command: every runtime a process builds runs the same threads, so its
+    records stay one variant however the load moves during the run; a run of the command after a crash
+    (``benanza.crashes``) takes the first run's, whose records it reuses."""
+    return FreeCores(**decided("free cores", lambda: dataclasses.asdict(free_cores())))

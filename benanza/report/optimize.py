@@ -15,8 +15,10 @@ SPEEDUPS = ("algorithm_selection", "tensor_cores", "fusion", "parallel", "framew
 def optimizations_table(rows: Sequence[Optimizations]) -> Table:
     """One line per model and variant: the bounds (ms) and what each optimization is worth (x)."""
     header, variants = variant_column(r.variant for r in rows)
+    runtimes = ", ".join(sorted({r.bound.runtime for r in rows})) or "no runtime"
     return table(
-        "GPU lower bounds (ms, best candidates, hot) and what each optimization is worth (x)",
+        f"lower bounds on {runtimes} (ms, each layer's best candidate where it has several, hot) and what each "
+        "optimization is worth (x)",
         [
             "model",
             *([header] if variants else []),
