@@ -20,8 +20,9 @@ Signals: in a terminal's foreground the child shares this process's group, so Ct
 window's resize reach it from the terminal as they reach any command; elsewhere (CI, a container, a
 background job) the child has a group of its own and every signal this process gets (SIGINT, SIGTERM,
 SIGHUP, SIGQUIT) is passed on once. On Linux the child is killed when this process dies (``kill -9`` of
-the command, the out-of-memory killer), as the command was before it had a child. ``BENANZA_SUPERVISE=0`` runs the command in this process (a crash
-then ends it, as it ends any Python program); so does a system without POSIX processes.
+the command, the out-of-memory killer), as the command was before it had a child.
+``BENANZA_SUPERVISE=0`` runs the command in this process (a crash then ends it, as it ends any Python
+program); so does a system without POSIX processes.
 """
 
 from __future__ import annotations
@@ -63,10 +64,11 @@ def child(folder: str, argv_fd: int) -> None:
         argv = json.load(pipe)
     crashes.activate(folder)
     sys.argv = ["benanza", *argv]
-    from benanza.cli import app
+    from benanza.cli import app, configure_logging
     from benanza.cli.store_options import hide_credentials_in_title
 
     hide_credentials_in_title(sys.argv)
+    configure_logging()
     app(prog_name="benanza")
 
 

@@ -105,3 +105,42 @@ def test_a_bad_shape_is_one_line_and_exit_2(path, value, model, tmp_path, monkey
 def test_a_bad_thread_count_is_one_line_and_exit_2(path, value, model, tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     one_line_error(_invoke(path, "--threads", value, model, tmp_path), "--threads")
+
+
+def test_benanzas_log_warnings_are_warning_lines_naming_the_file(capsys, build_model) -> None:
+    """A part of a model ONNX Runtime could not run printed a bare ``main_graph: ...`` line: now ``warning:``
+    and the file, as the command's other lines."""
+    import logging
+
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from benanza.cli import configure_logging
+    from benanza.model.run_values import run_values
+
+    logger = logging.getLogger("benanza")
+    before = list(logger.handlers)
+    try:
+        configure_logging()
+        configure_logging()  # once per process, however often asked
+        assert len(logger.handlers) == len(before) + 1
+        # a Range ONNX Runtime refuses (a zero delta), on the integers the model computes
+        model = build_model(
+            [
+                helper.make_node("Shape", ["x"], ["s"]),
+                helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+                helper.make_node("Range", ["zero", "n", "zero"], ["r"]),
+                helper.make_node("Reshape", ["x", "r"], ["y"]),
+            ],
+            [("x", TensorProto.FLOAT, [4])],
+            [("y", TensorProto.FLOAT, None)],
+            initializers={"zero": np.int64(0)},
+        )
+        types = {"x": ((4,), "float32"), "s": ((1,), "int64"), "n": ((), "int64"), "zero": ((), "int64")}
+        types["r"] = ((4,), "int64")
+        run_values(model, types, {"x": np.zeros(4, "float32")}, "models/m.onnx")
+    finally:
+        for handler in logger.handlers[len(before) :]:
+            logger.removeHandler(handler)
+    err = capsys.readouterr().err
+    assert err.startswith("warning: models/m.onnx: the integer values it computes could not be run"), err

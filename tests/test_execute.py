@@ -236,8 +236,10 @@ def test_retry_failed_measures_only_the_failures_again(store, fast_harness):
     run_specs(specs, _FlakyRuntime(faults), store, fast_harness, system=SYSTEM, stack_id=STACK)
     again = run_specs(specs, _FlakyRuntime({}), store, fast_harness, system=SYSTEM, stack_id=STACK)
     assert again.to_dict() == {"measured": 0, "reused": 5, "failed": 0, "skipped": 0, "deferred": 0}
+    assert again.reused_failed == 2  # the summary's line says them: "failed 0" alone hid them
     retried = run_specs(specs, _FlakyRuntime({}), store, fast_harness, system=SYSTEM, stack_id=STACK, retry_failed=True)
     assert retried.to_dict() == {"measured": 2, "reused": 3, "failed": 0, "skipped": 0, "deferred": 0}
+    assert retried.reused_failed == 0
     assert {r.outcome for r in store.records(system=SYSTEM, stack_id=STACK)} == {Outcome.OK}
     assert len(store.records(system=SYSTEM, stack_id=STACK)) == 5
 

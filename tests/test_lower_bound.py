@@ -473,3 +473,19 @@ def test_the_lower_bound_says_which_compositions_are_no_estimate(branching, all_
         return 0.00046 if spec.kind is SpecKind.MODEL else call_seconds(spec)
 
     assert bound(branching, fake_records(branching, close_to_whole, kernel_seconds)).departures == ()
+
+
+def test_a_whole_model_run_that_failed_says_why_its_figure_is_empty(branching):
+    """A text-to-speech model whose output length changes per call had no end to end and nothing said why."""
+    records = fake_records(branching, call_seconds, lambda spec: 1e-5)
+    e2e = records[branching.model_key]
+    records[branching.model_key] = dataclasses.replace(
+        e2e, outcome=Outcome.FAILED, reason="Fail: output OrtValue has shape {1,848}, the run computed {1,1440}"
+    )
+    row = lower_bound(branching, records, system=SYSTEM, stack_id=STACK, runtime="null", variant="")
+    assert row.e2e_ms is None and row.sequential_ms is not None
+    assert row.whole_model_notes == (
+        "its end to end failed: Fail: output OrtValue has shape {1,848}, the run computed {1,1440}",
+    )
+    assert row.to_dict()["whole_model_notes"] == list(row.whole_model_notes)
+    assert bound(branching, fake_records(branching, call_seconds, lambda spec: 1e-5)).whole_model_notes == ()

@@ -267,7 +267,7 @@ def test_a_fixed_leading_dimension_other_than_one_rewritten_to_the_batch_is_said
     (warning,) = rebatched.warnings()
     assert (
         warning.startswith("input 'image': its file fixes its leading dimension at 3, bound here to 1")
-        and "--batch 3" in warning
+        and "--shape image=3x8x8 binds the input as its file is" in warning
     )
     assert rebatched.notes() == []  # a departure from the file is a warning, not a note for the record
     assert process_proto(model).warnings() == [] and process_proto(model, batch=3).warnings() == []

@@ -670,3 +670,35 @@ def test_a_binding_holds_a_non_contiguous_feed_as_a_contiguous_array_its_feeds_k
     assert feeds["x"].flags.c_contiguous and feeds["x"] is not fortran
     session.run_with_iobinding(binding)
     np.testing.assert_array_equal(binding.get_outputs()[0].numpy(), -fortran)
+
+
+def test_a_model_whose_output_length_changes_per_call_is_timed_its_outputs_bound_anew():
+    """VITS (text to speech) draws its durations at random: its audio's length changes from call to call, and
+    ONNX Runtime refused a second call into the output it allocated on the first, so the model had no end to
+    end, silently. Here NonZero of random draws (seeded: one sequence per session)."""
+    import onnx
+
+    from benanza.runtimes.onnxruntime import OUTPUTS_REBOUND, _OrtPrepared
+
+    graph = helper.make_graph(
+        [
+            helper.make_node("RandomUniformLike", ["x"], ["r"], seed=3.0),
+            helper.make_node("Less", ["r", "half"], ["keep"]),
+            helper.make_node("NonZero", ["keep"], ["where"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16])],
+        [helper.make_tensor_value_info("where", TensorProto.INT64, [1, None])],
+        [helper.make_tensor("half", TensorProto.FLOAT, [], [0.5])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    prepared = _OrtPrepared(model.SerializeToString(), {"x": np.zeros(16, np.float32)}, "extended", 1)
+    lengths = set()
+    call = prepared.call  # as the harness holds it
+    for _ in range(10):
+        call()
+        lengths.add(prepared.outputs()[0].shape[1])
+    assert len(lengths) > 1  # the length did change from call to call
+    assert prepared.provenance["outputs"] == OUTPUTS_REBOUND
+    prepared.close()

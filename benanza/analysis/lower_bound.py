@@ -141,6 +141,8 @@ class LowerBound:
     exported_notes: tuple[str, ...] = ()  # what the export's free dimensions cost (``free_dims_cost``)
     # why the bounds are missing, and the sum of what is present (``coverage_notes``)
     coverage_notes: tuple[str, ...] = ()
+    # why a whole-model figure is missing: its run failed or was skipped (``whole_model_notes``)
+    whole_model_notes: tuple[str, ...] = ()
     # conversions the runtime inserts at each unit's edges run alone, left out of its kernel time (None: none)
     units_left_out_ms: float | None = None
 
@@ -182,6 +184,7 @@ class LowerBound:
             "exported_e2e_ms": self.exported_e2e_ms,
             "exported_notes": list(self.exported_notes),
             "coverage_notes": list(self.coverage_notes),
+            "whole_model_notes": list(self.whole_model_notes),
             "units_left_out_ms": self.units_left_out_ms,
             "intervals": {
                 **{name: {"low": i.low, "high": i.high} for name, i in self.intervals.items()},
@@ -371,6 +374,20 @@ def lower_bound(
         exported_e2e_ms=None if exported_figure is None else exported_figure.value,
         exported_notes=free_dims_cost(intervals.get("exported_e2e_ms"), intervals.get("e2e_ms")),
         coverage_notes=coverage_notes(missing, n, partial, any(v is not None for v in composed.values())),
+        whole_model_notes=whole_model_notes(
+            {"its end to end": e2e, "at the runtime's defaults": at_defaults, "as exported": as_exported}
+        ),
+    )
+
+
+def whole_model_notes(records: Mapping[str, Any]) -> tuple[str, ...]:
+    """One message per whole-model figure whose run failed or was skipped, with its record's reason: the
+    figure is empty in every table, and nothing else says why (a text-to-speech model whose output length
+    changes from call to call had no end to end, silently)."""
+    return tuple(
+        f"{what} {'failed' if r.outcome == 'failed' else 'was skipped'}: {r.reason or 'no reason stored'}"
+        for what, r in records.items()
+        if r is not None and r.outcome != "ok"
     )
 
 

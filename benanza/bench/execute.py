@@ -132,6 +132,7 @@ def run_spec(
                         if how is not None:
                             extra["kernel_time"] = how
                         extra.update(_eviction_provenance(evict_bytes))
+                        extra.update(prepared.provenance)  # what the calls found out while measured
                 finally:
                     if prepared is not None:
                         prepared.close()
@@ -492,6 +493,7 @@ class RunSummary:
 
     measured: int = 0
     reused: int = 0
+    reused_failed: int = 0  # of those reused, stored failures (``--retry-failed`` measures them again)
     failed: int = 0
     skipped: int = 0
     deferred: int = 0
@@ -571,6 +573,10 @@ def run_specs(
     present |= stored_earlier()  # what this command stored before a crash ran it again (``benanza.crashes``)
     todo = missing(specs, present)
     summary = RunSummary(reused=len(specs) - len(todo))
+    if summary.reused and not retry_failed:
+        left = {s.spec_id for s in specs} - {s.spec_id for s in todo}
+        failed = {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
+        summary.reused_failed = len(left & failed)
     pending: list[BenchmarkRecord] = []
     taken: dict[str, int] = {}  # spec id -> its record's place in summary.records
 

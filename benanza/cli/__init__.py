@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import sys
+
 import typer
 
 from benanza import __version__
@@ -36,10 +39,29 @@ def _root(
     """benanza: lower-bound latencies from per-layer benchmarks."""
 
 
+class _Lines(logging.Formatter):
+    """A log record as the command's other lines on stderr: ``warning: MESSAGE``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"{record.levelname.lower()}: {record.getMessage()}"
+
+
+def configure_logging() -> None:
+    """benanza's warnings and errors on stderr as ``warning:`` lines (bare, Python printed them without a
+    prefix), once per process."""
+    logger = logging.getLogger("benanza")
+    if not any(isinstance(h.formatter, _Lines) for h in logger.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_Lines())
+        handler.setLevel(logging.WARNING)
+        logger.addHandler(handler)
+
+
 def main() -> None:
     """The ``benanza`` command in the process that does the work (``benanza.supervisor`` starts it); a URI
     with a password on its command line is masked in the process title first."""
     from benanza.cli.store_options import hide_credentials_in_title
 
     hide_credentials_in_title()
+    configure_logging()
     app(prog_name="benanza")

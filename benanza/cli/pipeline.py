@@ -136,10 +136,12 @@ def bench_with_progress(
 
 def print_summary(ctx, summary) -> None:
     deferred = f", deferred {summary.deferred}" if summary.deferred else ""
+    failures = summary.reused_failed
+    reused_failed = f" ({failures} of them failures: --retry-failed measures them again)" if failures else ""
     disturbed = f" ({summary.disturbed} disturbed)" if summary.disturbed else ""
     console().print(
         f"[bold]{ctx.system}[/] stack {ctx.stack_id} ({ctx.variant}): measured {summary.measured}{disturbed}, "
-        f"reused {summary.reused}, failed {summary.failed}, skipped {summary.skipped}{deferred}"
+        f"reused {summary.reused}{reused_failed}, failed {summary.failed}, skipped {summary.skipped}{deferred}"
     )
 
 

@@ -199,7 +199,7 @@ def extract(
     types = _tensor_types(model)
     fed = {vi.name: given[vi.name] for vi in model.graph.input if vi.name in (given or {})}
     # the small integer tensors the model computes (lengths, positions), by value: their layers carry them
-    computed = run_values(model, types, {**integer_feeds(model, types), **given_arrays(fed)})
+    computed = run_values(model, types, {**integer_feeds(model, types), **given_arrays(fed)}, path)
     init_values = {i.name: i for i in model.graph.initializer}
     constants: set[str] = set(init_values)
     const_protos: dict[str, onnx.TensorProto] = dict(init_values)

@@ -125,6 +125,7 @@ def run_values(
     model: onnx.ModelProto,
     types: Types,
     feeds: Mapping[str, np.ndarray],
+    path: str = "",
 ) -> dict[str, tuple[Any, ...]]:
     """name -> flattened values of the small integer tensors ``model`` computes by integer operations
     from ``feeds`` (its inputs) and its constants, read by a node (see the module docstring).
@@ -132,6 +133,7 @@ def run_values(
     Args:
         types: every tensor's static shape (None: unknown) and numpy dtype name, as the model was bound.
         feeds: the model's inputs, as it is fed whole.
+        path: the model's file, named where its part cannot run (else the graph's name).
 
     A part ONNX Runtime cannot run leaves its values out (their layers are fed synthetic data, as before).
     """
@@ -158,7 +160,7 @@ def run_values(
         except Exception as exc:  # any failure (a crash earlier: ``crashes``) leaves these values to synthetic feeds
             log.warning(
                 "%s: the integer values it computes could not be run, its layers are fed synthetic ones: %s",
-                model.graph.name,
+                path or model.graph.name,
                 one_line(exc),
             )
             values = {x: v for x, v in values.items() if x not in made}

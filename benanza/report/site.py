@@ -595,6 +595,7 @@ class _Site:
             for c in (
                 *f.row.checks,
                 *f.row.coverage_notes,
+                *f.row.whole_model_notes,
                 *f.row.departures,
                 *f.row.defaults_notes,
                 *f.row.exported_notes,
