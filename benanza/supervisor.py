@@ -134,7 +134,7 @@ def supervise(argv: Sequence[str], command: Sequence[str] = ()) -> int:
                 f"the process crashed ({crash.signal_text()}) {crash.where()}; running the command again without "
                 "it (what is stored is reused)"
             )
-        _say(f"the command was run {MAX_RUNS} times, each ended by a crash; what was stored is kept")
+        _say(f"the command was run {MAX_RUNS} times, each ended by a crash; what was stored is kept (exit status 1)")
         return 1
 
 
@@ -158,13 +158,23 @@ class _Children:
     def _pass_on(self, number: int, _frame: object) -> None:
         self.asked.append(number)
         if self._running is not None:
-            self._running.send_signal(number)
+            try:  # to its group where it has one: what it started (a benchmark's own process) too
+                if self.foreground:
+                    self._running.send_signal(number)
+                else:
+                    os.killpg(self._running.pid, number)
+            except ProcessLookupError:
+                pass
+
+    def _not_passed(self, number: int, _frame: object) -> None:
+        """Ctrl-C in a terminal: the child got it from the terminal too; nothing runs after it."""
+        self.asked.append(number)
 
     def __enter__(self) -> _Children:
         own = {signal.SIGINT, getattr(signal, "SIGQUIT", None)} if self.foreground else set()
         for number in _PASSED:
             # a handler, never SIG_IGN: an ignored signal stays ignored in the child (Ctrl-C would do nothing there)
-            self._previous[number] = signal.signal(number, _not_passed if number in own else self._pass_on)
+            self._previous[number] = signal.signal(number, self._not_passed if number in own else self._pass_on)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -184,6 +194,10 @@ class _Children:
                 env=child_environment(_package_root(), sys.path, os.getcwd(), os.environ),
                 preexec_fn=_dies_with(os.getpid()) if _PRCTL is not None else None,
             )
+        except OSError as exc:
+            os.close(write)
+            _say(f"cannot start the command's process: {exc}")
+            return 1  # an exit status: the command ends with it
         finally:
             os.close(read)
         try:
@@ -237,10 +251,6 @@ def child_environment(root: str, path: Sequence[str], cwd: str, environ: dict[st
     if str(Path(root).resolve()) in others:
         return None
     return {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, environ.get("PYTHONPATH")]))}
-
-
-def _not_passed(_number: int, _frame: object) -> None:
-    """Ctrl-C in a terminal: the child got it from the terminal too, and this process waits for it to end."""
 
 
 def _in_terminal_foreground() -> bool:

@@ -7,6 +7,7 @@ before anything else happens (no store opened, no GPU library asked, no Ray star
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,24 @@ def test_benanzas_log_warnings_are_warning_lines_naming_the_file(capsys, build_m
             logger.removeHandler(handler)
     err = capsys.readouterr().err
     assert err.startswith("warning: models/m.onnx: the integer values it computes could not be run"), err
+
+
+def test_a_log_warning_goes_to_stderr_as_it_is_when_said(monkeypatch) -> None:
+    """A progress bar swaps ``sys.stderr`` for its own stream while it draws: a handler holding the stream of
+    its start wrote past it, and the line stuck onto the bar."""
+    import io
+    import logging
+
+    from benanza.cli import configure_logging
+
+    logger = logging.getLogger("benanza")
+    before = list(logger.handlers)
+    try:
+        configure_logging()
+        swapped = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", swapped)
+        logging.getLogger("benanza.store.spill").warning("store write failed")
+    finally:
+        for handler in logger.handlers[len(before) :]:
+            logger.removeHandler(handler)
+    assert swapped.getvalue() == "warning: store write failed\n"

@@ -379,3 +379,13 @@ def test_a_supervisor_killed_takes_its_child_with_it(tmp_path):
         time.sleep(0.05)
     os.kill(child, signal.SIGKILL)
     pytest.fail("the child went on after its supervisor was killed")
+
+
+def test_a_signal_asked_stops_the_command_before_any_other_child_and_a_child_that_cannot_start_is_a_line(capfd):
+    from benanza.supervisor import _Children
+
+    children = _Children()
+    children._not_passed(int(signal.SIGINT), None)  # Ctrl-C in a terminal: the child had it from the terminal
+    assert children.run([sys.executable, "-c", "raise SystemExit(5)"], "/nonexistent", b"[]") == -int(signal.SIGINT)
+    assert supervise([], command=["/nonexistent/python"]) == 1
+    assert "benanza: cannot start the command's process:" in capfd.readouterr().err

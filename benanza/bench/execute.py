@@ -573,8 +573,8 @@ def run_specs(
     present |= stored_earlier()  # what this command stored before a crash ran it again (``benanza.crashes``)
     todo = missing(specs, present)
     summary = RunSummary(reused=len(specs) - len(todo))
-    if summary.reused and not retry_failed:
-        left = {s.spec_id for s in specs} - {s.spec_id for s in todo}
+    if summary.reused and not retry_failed:  # this command's own failures (a run before a crash's) left out
+        left = {s.spec_id for s in specs} - {s.spec_id for s in todo} - stored_earlier()
         failed = {r.spec_id for r in store.records(system=system, stack_id=stack_id, outcome="failed")}
         summary.reused_failed = len(left & failed)
     pending: list[BenchmarkRecord] = []

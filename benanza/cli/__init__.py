@@ -46,12 +46,28 @@ class _Lines(logging.Formatter):
         return f"{record.levelname.lower()}: {record.getMessage()}"
 
 
+class _Stderr(logging.StreamHandler):
+    """A handler that writes to ``sys.stderr`` as it is at each message: a progress bar swaps in its own
+    stream while it draws, which keeps a line from being stuck onto the bar (as Python's own last resort)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure_logging() -> None:
     """benanza's warnings and errors on stderr as ``warning:`` lines (bare, Python printed them without a
-    prefix), once per process."""
+    prefix), once per process (the command's: a Ray worker's are Ray's to show)."""
     logger = logging.getLogger("benanza")
     if not any(isinstance(h.formatter, _Lines) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _Stderr()
         handler.setFormatter(_Lines())
         handler.setLevel(logging.WARNING)
         logger.addHandler(handler)

@@ -17,7 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from benanza.bench.generate import ModelPlan, plan_report
 from benanza.cli.common import cli_settings, model_paths, parse_batches, parse_int_list, parse_threads
 from benanza.crashes import first_time
-from benanza.errors import UsageError
+from benanza.errors import BenanzaError, UsageError
 from benanza.local import LocalContext, bench, open_local, plan_models, specs_for
 from benanza.model.request import BindingRequest
 from benanza.report.bench import plan_notes, plan_warnings
@@ -95,10 +95,16 @@ def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -
         wanted.request,
         wanted.granularities,
         known=ctx.store.model_names(),
-        on_crash=lambda exc: print(f"warning: {exc}; left out", file=sys.stderr),  # the rest of the corpus goes on
+        on_crash=_left_out,  # the rest of the corpus goes on
     )
     warn_plans(plans)
     return plans
+
+
+def _left_out(exc: BenanzaError) -> None:
+    line = f"warning: {exc}; left out"
+    if first_time(line):  # once over the runs of a command after crashes (``benanza.crashes``)
+        print(line, file=sys.stderr)
 
 
 def warn_plans(plans: Sequence[ModelPlan]) -> None:

@@ -63,7 +63,8 @@ class ProcessedModel:
                 f"input '{name}': its file fixes its leading dimension at {old}, bound here to {new}, the batch size "
                 f"asked (--batch, which benanza run sets to 1 unless given); where that dimension is not a batch, "
                 f"--shape {name}={'x'.join(map(str, (old, *self.binding.shapes[name][1:])))} binds the input as its "
-                "file is (--batch would bind every input's leading dimension)"
+                "file is (--batch would bind every input's leading dimension; --shape binds every model of a run: "
+                "run this one alone)"
                 for name, (old, new) in self.binding.rebatch.items()
                 if old != 1  # a file exported at batch 1 is rebatched by design (--batch 8)
             ),

@@ -277,8 +277,10 @@ OUTPUTS_REBOUND = "bound anew before each call: their lengths change from call t
 
 
 def _output_shape_changed(exc: BaseException) -> bool:
-    """ONNX Runtime refusing an output of another shape than the one it allocated on an earlier call."""
-    return "computed output shape" in str(exc)
+    """ONNX Runtime refusing an output of another shape than the one it allocated on an earlier call (1.32's
+    words, and earlier releases')."""
+    text = str(exc)
+    return "computed output shape" in text or "shape verification failed" in text
 
 
 class _OrtPrepared(Prepared):
