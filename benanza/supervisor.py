@@ -64,12 +64,9 @@ def child(folder: str, argv_fd: int) -> None:
         argv = json.load(pipe)
     crashes.activate(folder)
     sys.argv = ["benanza", *argv]
-    from benanza.cli import app, configure_logging
-    from benanza.cli.store_options import hide_credentials_in_title
+    from benanza.cli import main as cli_main
 
-    hide_credentials_in_title(sys.argv)
-    configure_logging()
-    app(prog_name="benanza")
+    cli_main(sys.argv)
 
 
 def _supervises() -> bool:

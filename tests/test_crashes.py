@@ -315,19 +315,26 @@ SIGNALLED = textwrap.dedent(
 )
 
 
-def test_a_signal_to_the_supervisors_group_reaches_a_child_without_a_terminal_once(tmp_path):
+def _supervising(tmp_path, child: str, ready) -> subprocess.Popen:
+    """A supervisor in a session of its own (no terminal) whose child runs ``child``, once ``ready()``; its
+    journal's folder in ``tmp_path``."""
     script = textwrap.dedent(
         f"""
         import sys, tempfile
         from benanza import supervisor
         tempfile.tempdir = {str(tmp_path)!r}
-        sys.exit(supervisor.supervise([], command=[sys.executable, "-c", {SIGNALLED!r}]))
+        sys.exit(supervisor.supervise([], command=[sys.executable, "-c", {child!r}]))
         """
     )
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
-    while not list(tmp_path.glob("*/ready")) and time.monotonic() < deadline:
+    while not ready() and time.monotonic() < deadline:
         time.sleep(0.02)
+    return proc
+
+
+def test_a_signal_to_the_supervisors_group_reaches_a_child_without_a_terminal_once(tmp_path):
+    proc = _supervising(tmp_path, SIGNALLED, lambda: list(tmp_path.glob("*/ready")))
     os.killpg(proc.pid, signal.SIGINT)  # CI cancelling a job: the whole group, no terminal
     assert proc.wait(timeout=60) == 130
     # its own group: the signal came once, from the supervisor (two may merge into one, so the group is checked)
@@ -355,18 +362,7 @@ def test_a_checkout_run_from_its_root_is_what_the_child_imports(tmp_path):
 def test_a_supervisor_killed_takes_its_child_with_it(tmp_path):
     sleeper = "import os, sys, time; open(os.path.join(sys.argv[1], '..', 'pid'), 'w').write(str(os.getpid()))\n"
     sleeper += "time.sleep(120)"
-    script = textwrap.dedent(
-        f"""
-        import sys, tempfile
-        from benanza import supervisor
-        tempfile.tempdir = {str(tmp_path)!r}
-        sys.exit(supervisor.supervise([], command=[sys.executable, "-c", {sleeper!r}]))
-        """
-    )
-    proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while not (tmp_path / "pid").exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
+    proc = _supervising(tmp_path, sleeper, (tmp_path / "pid").exists)
     child = int((tmp_path / "pid").read_text())
     proc.kill()  # as kill -9 of the command, or the out-of-memory killer: the work must not go on alone
     proc.wait(timeout=30)

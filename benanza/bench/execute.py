@@ -664,7 +664,7 @@ class Measurer:
                     chunk, deferred, refused = admit(chunk, runtime, memory) if self._admit else (chunk, [], None)
                     yield from ((spec, None, refused) for spec in deferred)
                     if chunk:
-                        with native("group", ",".join(s.spec_id for s in chunk), _group_label(chunk)):
+                        with _in_rounds(chunk):
                             records = self._interleaved(chunk)
                         yield from ((spec, record, None) for spec, record in zip(chunk, records, strict=True))
             yield from ((spec, record, None) for spec, record in self.recheck())
@@ -766,7 +766,7 @@ class Measurer:
                 yield from zip(group.chunk, (_marked(r, note) for r in group.records), strict=True)
                 continue
             log.info("%s: measuring an earlier group of %d again: its reference is slow", self.system, len(group.chunk))
-            with native("group", ",".join(s.spec_id for s in group.chunk), _group_label(group.chunk)):
+            with _in_rounds(group.chunk):
                 steady = self._until_steady(reference, group.chunk, without=index, again=True)
             reference.replace(index, steady.figure)
             group.marked = steady.reason is not None
@@ -788,9 +788,11 @@ class Measurer:
         self.close()
 
 
-def _group_label(chunk: Sequence[BenchmarkSpec]) -> str:
+def _in_rounds(chunk: Sequence[BenchmarkSpec]):
+    """The journal's entry of a group sampled in rounds (``benanza.crashes``): its benchmarks' ids."""
     first = chunk[0]
-    return f"{len(chunk)} benchmarks together (the first: {first.kind} {first.label or '?'})"
+    label = f"{len(chunk)} benchmarks together (the first: {first.kind} {first.label or '?'})"
+    return native("group", ",".join(s.spec_id for s in chunk), label)
 
 
 @dataclass

@@ -73,11 +73,12 @@ def configure_logging() -> None:
         logger.addHandler(handler)
 
 
-def main() -> None:
-    """The ``benanza`` command in the process that does the work (``benanza.supervisor`` starts it); a URI
-    with a password on its command line is masked in the process title first."""
+def main(argv: list[str] | None = None) -> None:
+    """The ``benanza`` command in the process that does the work (``benanza.supervisor`` starts it, passing
+    ``argv``: ``["benanza", ARGS...]``; None: this process's own); a URI with a password on its command line is
+    masked in the process title first."""
     from benanza.cli.store_options import hide_credentials_in_title
 
-    hide_credentials_in_title()
+    hide_credentials_in_title(argv)
     configure_logging()
-    app(prog_name="benanza")
+    app(args=None if argv is None else argv[1:], prog_name="benanza")

@@ -101,10 +101,14 @@ def plans_for(ctx: LocalContext, models: list[Path] | None, wanted: Requested) -
     return plans
 
 
-def _left_out(exc: BenanzaError) -> None:
-    line = f"warning: {exc}; left out"
-    if first_time(line):  # once over the runs of a command after crashes (``benanza.crashes``)
+def _say_once(line: str) -> None:
+    """``line`` on stderr, once over the runs of a command that ran again after a crash (``benanza.crashes``)."""
+    if first_time(line):
         print(line, file=sys.stderr)
+
+
+def _left_out(exc: BenanzaError) -> None:
+    _say_once(f"warning: {exc}; left out")
 
 
 def warn_plans(plans: Sequence[ModelPlan]) -> None:
@@ -113,8 +117,7 @@ def warn_plans(plans: Sequence[ModelPlan]) -> None:
     said = plan_report(plans)
     lines = [f"note: {line}" for line in plan_notes(said)] + [f"warning: {line}" for line in plan_warnings(said)]
     for line in lines:
-        if first_time(line):  # printed once where the command ran again after a crash (``benanza.crashes``)
-            print(line, file=sys.stderr)
+        _say_once(line)
 
 
 def bench_with_progress(
