@@ -421,7 +421,9 @@ class FleetConfig(BaseModel):
     name: str = Field("default", min_length=1)
     systems: list[SystemConfig] = Field(min_length=1)
     models: list[ModelPath] = Field(default_factory=list, description="files or folders; empty = the onnx zoo")
-    batch_sizes: list[PositiveInt] = Field(default_factory=lambda: [1], min_length=1)
+    batch_sizes: list[PositiveInt] | None = Field(
+        None, min_length=1, description="None = each model's own batch, 1 where its file leaves it free"
+    )
     shapes: list[ShapeText] = Field(default_factory=list, description="NAME=DIMS input shape bindings")
     dims: dict[str, Annotated[int, Field(ge=0)]] = Field(
         default_factory=dict, description="symbolic dimensions bound by name in every input (--dim NAME=N)"
@@ -491,6 +493,10 @@ class FleetConfig(BaseModel):
         from benanza.model.zoo import zoo_paths
 
         return expand_model_paths(list(self.models)) if self.models else zoo_paths()
+
+    def batches(self) -> list[int | None]:
+        """The batch sizes to plan each model at; ``[None]``: its own (``batch_sizes`` left out)."""
+        return list(self.batch_sizes) if self.batch_sizes else [None]
 
     def binding_request(self) -> BindingRequest:
         """``shapes``, ``dims``, ``values`` and ``inputs`` as one request (what ``--shape``, ``--dim``, ``--value``

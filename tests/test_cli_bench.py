@@ -179,6 +179,31 @@ def test_run_benchmarks_and_analyzes(model_file, tmp_path):
     assert set(row["composed_ms"]) == {"1", "2"}
 
 
+def test_run_measures_a_static_export_at_its_own_batch(tmp_path, build_model):
+    """A file fixed at batch 2 whose export folded its batch into a Reshape target (2x4 frames -> 8):
+    ``benanza run``'s default batch was 1, which rewrote its input, warned, and left the Reshape failing (a
+    TimeSformer export 75% covered, a DPT one 1%); now a model runs at its file's own batch unless --batch says
+    otherwise, wholly covered, nothing warned."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    path = tmp_path / "frames.onnx"
+    model = build_model(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Reshape", ["r", "folded"], ["y"])],
+        [("x", TensorProto.FLOAT, [2, 4, 6])],
+        [("y", TensorProto.FLOAT, None)],
+        initializers={"folded": np.array([8, 6], np.int64)},
+    )
+    path.write_bytes(model.SerializeToString())
+    uri = f"sqlite:///{tmp_path / 'own.db'}"
+    result = invoke("run", path, "--db", uri, "--granularity", "1", "--format", "json", *FAST_FLAGS)
+    (row,) = json_of(result)
+    assert (row["batch_size"], row["coverage"]) == (2, 1.0) and row["e2e_ms"] is not None
+    assert "warning" not in result.stderr
+    asked = invoke("run", path, "--db", uri, "--batch", "1", "--granularity", "1", "--format", "json", *FAST_FLAGS)
+    assert "its file fixes its leading dimension at 2, bound here to 1" in asked.stderr
+
+
 def test_disturbed_measurements_the_remeasure_budget_declines_stay_marked_and_the_run_says_so(model_file, tmp_path):
     """Every measurement disturbed (a CPU share no process reaches), no budget for re-measures: each is measured
     once, stored marked with why, and the run's note says how many were not measured again."""

@@ -52,8 +52,8 @@ def test_the_tree_holds_the_commands_that_take_a_batch() -> None:
 
 
 def test_every_batch_flag_states_the_default_it_has() -> None:
-    """The main job measures at batch 1 whatever the model's own batch (a model exported at 16 is
-    measured at 1): its help said "the model's own"; a flag without a default says what stands in."""
+    """Every command runs a model at its own batch unless --batch is given (the main job measured at 1 a model
+    exported at 16, and its help once said "the model's own" of it); analyze systems counts its corpus at 1."""
     for path in _taking("--batch"):
         (flag,) = [p for p in dict(COMMANDS)[path].params if "--batch" in p.opts]
         if flag.default == "1":

@@ -116,7 +116,7 @@ def test_defaults_are_this_machine_in_process_ray_default_db_and_the_zoo(monkeyp
     # the cores other processes leave free when the worker starts (host_cpu.free_cores)
     assert system.threads == "auto" and system.runtime_options("onnxruntime") == {"threads": "auto"}
     assert config.ray == RayConfig() and config.ray.address is None and not config.ray.local_cluster
-    assert config.db is None and config.models == [] and config.batch_sizes == [1] and config.dtypes == ["float32"]
+    assert config.db is None and config.models == [] and config.batch_sizes is None and config.dtypes == ["float32"]
     assert config.model_paths() == zoo_paths()
     # the main job's settings, as `benanza run` has them
     assert config.granularities == [1, 3]

@@ -251,6 +251,44 @@ def test_every_record_is_measured_on_its_systems_node_and_a_second_run_measures_
     assert second["reused"] == first["measured"]
 
 
+def test_without_batch_sizes_each_model_runs_at_its_own_and_the_bounds_are_the_runs(
+    cluster, tmp_path: Path, build_model
+) -> None:
+    """A file fixed at batch 2 whose export baked its batch into a Reshape target (frames of a video folded into
+    the batch: 2x4 -> 8): the fleet's default batch 1 rewrote its input (a Reshape that fails); left out of the
+    config, each model is planned at its own batch. The run's bounds are those of the batch sizes it planned,
+    not every one stored of the model (one measured at 4 by an earlier run)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from benanza.fleet.bounds import run_lower_bounds
+
+    path = tmp_path / "frames.onnx"
+    onnx.save(
+        build_model(
+            [
+                helper.make_node("Relu", ["x"], ["r"]),
+                helper.make_node("Reshape", ["r", "folded"], ["y"]),
+            ],
+            [("x", TensorProto.FLOAT, [2, 4, 6])],
+            [("y", TensorProto.FLOAT, None)],
+            initializers={"folded": np.array([8, 6], np.int64)},
+        ),
+        path,
+    )
+    db = f"sqlite:///{tmp_path / 'own.db'}"
+    earlier = fleet_config([path], db, systems=("sys-a",), batch_sizes=[4])
+    assert run_fleet(earlier).to_dict()["measured"] > 0
+    cfg = fleet_config([path], db, systems=("sys-a",))
+    summary = run_fleet(cfg)
+    assert summary.to_dict()["failed"] == 0 and summary.batch_sizes == (2,) and summary.model_errors == []
+    with open_store(db) as store:
+        rows = run_lower_bounds(store, cfg, summary)
+    # the null runtime has no kernel times (no coverage): the real runtime's is ``benanza run``'s test
+    assert [(r.batch_size, r.e2e_ms is not None) for r in rows] == [(2, True)]
+
+
 @pytest.mark.slow
 def test_a_local_cluster_listens_on_loopback_only_and_refuses_a_driver_without_its_token(
     cluster, tmp_path: Path, two_models

@@ -435,7 +435,7 @@ def test_a_given_batch_that_is_not_the_one_asked_is_said(tmp_path, build_model):
 
 
 def test_a_given_array_the_file_fixes_the_leading_dimension_of_is_no_batch_departure(tmp_path, build_model):
-    """``x [64]`` fixed in the file, fed 64 values at ``run``'s default batch 1: it warned "fed its file's leading
+    """``x [64]`` fixed in the file, fed 64 values at ``--batch 1``: it warned "fed its file's leading
     dimension, 64, not the batch size asked, 1", of a dimension that is no batch and no batch that was asked."""
     model = build_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [64])], [("y", F, None)])
     onnx.save(model, tmp_path / "m.onnx")

@@ -173,12 +173,31 @@ def test_expand_empty_folder_and_nothing(tmp_path):
 # ------------------------------------------------------------------ binding shapes
 
 
-def test_unbound_symbolic_batch(symbolic_model, save):
+def test_a_free_batch_is_one_without_batch_and_the_dimensions_left_are_named(symbolic_model, save):
+    """Without --batch a model runs at its own batch, 1 where its file leaves it free: only ``S`` is unbound."""
     path = save(symbolic_model)
     with pytest.raises(UnboundDimensionError) as info:
         process_model(path)
     assert isinstance(info.value, ModelError)
-    assert_model_error(info.value, path, "'x'", "dimension 0", "'N'", "--batch")
+    assert_model_error(info.value, path, "'x'", "dimension 2", "'S'", "--dim S=N")
+    assert "--batch" not in str(info.value) and "dimension 0" not in str(info.value)
+    assert process_model(path, request=BindingRequest(dims={"S": 5})).binding.shapes == {"x": (1, 3, 5)}
+
+
+def test_without_batch_a_fixed_leading_dimension_is_the_files(build_model):
+    """A static export at batch 8, a detector's ``3xHxW`` image, OWLv2's three text queries beside its free
+    image batch: without --batch each input keeps the leading dimension its file fixes (benanza run's default
+    was batch 1, which rewrote them, baked Reshape targets and all) and a free one is 1; nothing is rebatched,
+    nothing warned."""
+    model = build_model(
+        [helper.make_node("Relu", ["ids"], ["a"]), helper.make_node("Relu", ["image"], ["b"])],
+        [("ids", F, [3, 16]), ("image", F, ["batch", 3, 8, 8])],
+        [("a", F, None), ("b", F, None)],
+    )
+    binding = bind_shapes(model, "m.onnx")
+    assert binding.shapes == {"ids": (3, 16), "image": (1, 3, 8, 8)} and binding.rebatch == {}
+    asked = bind_shapes(model, "m.onnx", batch=2)
+    assert asked.shapes == {"ids": (2, 16), "image": (2, 3, 8, 8)} and asked.rebatch == {"ids": (3, 2)}
 
 
 def test_unbound_symbolic_inner_dimension(symbolic_model, save):
@@ -255,9 +274,9 @@ def test_fixed_batch_rebinds_and_records_rebatch(zoo_path):
 
 
 def test_a_fixed_leading_dimension_other_than_one_rewritten_to_the_batch_is_said(build_model, process_proto):
-    """torchvision's detectors take one ``3xHxW`` image, no batch dimension: ``benanza run``'s default batch 1
-    made it a one-channel image (its normalisation broadcast it back to three), silently. A file fixed at batch
-    1 rebatched to 8 is what ``--batch`` is for: nothing said."""
+    """torchvision's detectors take one ``3xHxW`` image, no batch dimension: ``--batch 1`` (``benanza run``'s
+    default once) makes it a one-channel image (its normalisation broadcast it back to three), silently. A file
+    fixed at batch 1 rebatched to 8 is what ``--batch`` is for: nothing said."""
     model = build_model(
         [helper.make_node("Relu", ["image"], ["y"])],
         [("image", TensorProto.FLOAT, [3, 8, 8])],

@@ -18,7 +18,6 @@ from benanza.cli.common import (
     FormatOpt,
     GranOpt,
     InputOpt,
-    MainBatchesOpt,
     MainThreadsOpt,
     MaxTimeOpt,
     MinTimeOpt,
@@ -125,7 +124,7 @@ def bench_run(
 
 def run_command(
     models: ModelsArg = None,
-    batch: MainBatchesOpt = "1",
+    batch: BatchesOpt = None,
     shape: ShapeOpt = None,
     dim: DimOpt = None,
     value: ValueOpt = None,

@@ -63,15 +63,16 @@ FormatOpt = Annotated[
 # Numeric flags are taken as text and parsed by ``parse_count``/``parse_int_list``: a bad value is
 # then a one-line ``UsageError`` like every other error, not click's usage box.
 _BATCH_HELP = "batch sizes, comma-separated: bind the leading dimension of every input"
+_OWN_BATCH = "the model's own, 1 where its file leaves it free"
 BatchesOpt = Annotated[
     str | None,
     typer.Option(
-        "--batch", "-b", metavar="N[,N...]", help=f"{_BATCH_HELP} (default: the model's own)", show_default=False
+        "--batch", "-b", metavar="N[,N...]", help=f"{_BATCH_HELP} (default: {_OWN_BATCH})", show_default=False
     ),
 ]
-# the main job's and the fleet's: batch 1 unless asked (a model exported at batch 16 is measured at 1)
-MainBatchesOpt = Annotated[
-    str, typer.Option("--batch", "-b", metavar="N[,N...]", help=f"{_BATCH_HELP} (default: 1)", show_default=False)
+# analyze systems' corpus, whose coverage is counted at one batch size
+CorpusBatchOpt = Annotated[
+    str, typer.Option("--batch", "-b", metavar="N", help="the corpus's batch size (default: 1)", show_default=False)
 ]
 FleetBatchesOpt = Annotated[
     str | None,
@@ -79,7 +80,7 @@ FleetBatchesOpt = Annotated[
         "--batch",
         "-b",
         metavar="N[,N...]",
-        help=f"{_BATCH_HELP} (default: the config's batch_sizes, 1)",
+        help=f"{_BATCH_HELP} (default: the config's batch_sizes, else {_OWN_BATCH})",
         show_default=False,
     ),
 ]
@@ -232,7 +233,8 @@ def model_paths(models: list[Path] | None) -> list[Path]:
 
 
 def parse_batches(text: str | None) -> list[int | None]:
-    """``--batch``: its batch sizes, or ``[None]`` (the model's own batch dimension) when not given."""
+    """``--batch``: its batch sizes, or ``[None]`` (the model's own batch, 1 where its file leaves it free:
+    ``shapes.bind_shapes``) when not given."""
     return parse_int_list(text, "--batch") if text else [None]
 
 

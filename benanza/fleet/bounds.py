@@ -25,6 +25,7 @@ def run_lower_bounds(store: Store, config: FleetConfig, summary: FleetSummary) -
     paths = [path for path in config.model_paths() if str(path) not in failed]
     if not systems or not paths:
         return []
-    # from the plans the run stored: the model files are not read again
-    selection = PlanSelection.of(models=paths, batches=config.batch_sizes, granularities=config.granularities)
+    # from the plans the run stored: the model files are not read again; at the batch sizes the run planned (each
+    # model's own where none was asked: not every size stored of them)
+    selection = PlanSelection.of(models=paths, batches=summary.batch_sizes, granularities=config.granularities)
     return analyze_stored(store, systems, selection=selection)

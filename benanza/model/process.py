@@ -51,8 +51,8 @@ class ProcessedModel:
     def warnings(self) -> list[str]:
         """Where the binding departs from what was asked or from the file: an input file's array that no input
         of the model takes (not fed), a given input whose leading dimension is not the batch size asked, and a
-        fixed leading dimension other than 1 rewritten to the batch size (a detector exported for one ``3xHxW``
-        image has no batch dimension: ``benanza run``'s default batch 1 made it one channel)."""
+        fixed leading dimension other than 1 rewritten to the batch size asked (a detector exported for one
+        ``3xHxW`` image has no batch dimension: ``--batch 1`` makes it one channel)."""
         return [
             *(f"{g.path} holds '{g.name}', no input of this model: not fed" for g in self.binding.not_inputs),
             *(
@@ -61,7 +61,7 @@ class ProcessedModel:
             ),
             *(
                 f"input '{name}': its file fixes its leading dimension at {old}, bound here to {new}, the batch size "
-                f"asked (--batch, which benanza run sets to 1 unless given); where that dimension is not a batch, "
+                f"asked (--batch); where that dimension is not a batch, "
                 f"--shape {name}={'x'.join(map(str, (old, *self.binding.shapes[name][1:])))} binds the input as its "
                 "file is (--batch would bind every input's leading dimension; --shape binds every model of a run: "
                 "run this one alone)"

@@ -120,7 +120,11 @@ def bind_shapes(
     ``batch`` then sets a symbolic leading dimension that ``dims`` does not name, or rewrites a fixed leading
     dimension that differs (a "rebatch"), but for an input that chooses an ``If``'s branch (a merged decoder's
     ``use_cache_branch [1]``, one element: at batch 2 its two elements made the If's condition no scalar, the If
-    was left unfolded and unbenchmarked, and the model had no layer). A name in ``dims`` that a model does not
+    was left unfolded and unbenchmarked, and the model had no layer). Without ``batch`` (None, every command's
+    default) the model runs at its own batch: a fixed leading dimension as its file has it, a free one 1 (a
+    static export at batch 8, a detector's ``3xHxW`` image and OWLv2's three text queries were rewritten to 1 by
+    ``benanza run``'s default, each a warning, and an export's shapes baked into its ``Reshape`` targets
+    left a third of some models unbenchmarked). A name in ``dims`` that a model does not
     have binds nothing there (one run binds models of several kinds). Anything left symbolic is an
     ``UnboundDimensionError`` naming every such dimension and the flags that bind them, at once. With ``fits_here`` (the
     models are benchmarked on this machine), an input larger than this machine's physical
@@ -175,6 +179,8 @@ def bind_shapes(
                     rebatch[vi.name] = (fixed, batch)
                 took_batch.add(vi.name)
                 dims_out.append(batch)
+            elif i == 0 and fixed is None:  # the model's own batch, which its file leaves free: 1
+                dims_out.append(1)
             elif fixed is not None:
                 dims_out.append(fixed)
             else:
@@ -195,7 +201,7 @@ def bind_shapes(
         _refuse_inputs_larger_than_memory(path, inputs, bound)
     exported = _runs_as_exported(inputs, bound)
     # a given array whose leading dimension the file fixes at its own is as exported: no departure where no other
-    # input takes the batch either (a fixed x [64] fed 64 values at run's default batch 1)
+    # input takes the batch either (a fixed x [64] fed 64 values at --batch 1)
     fixed = {vi.name: _fixed_leading(vi) for vi in inputs}
     unbatched = {
         name: (g.array.shape[0], batch)
@@ -277,14 +283,12 @@ class _Unbound:
         """The ways to bind it (flags that do it together), the most specific last."""
         if self.index is None:
             return [f"--shape {self.input}=DIMS"]
-        ways = ["--batch N"] if self.index == 0 else []
-        ways += [" ".join(f"--dim {name}=N" for name in self.needs)] if self.needs else []
+        ways = [" ".join(f"--dim {name}=N" for name in self.needs)] if self.needs else []
         return [*ways, f"--shape {self.input}=DIMS"]
 
     def flag(self) -> list[str]:
-        """The one flag (or several, for a dimension named by an expression) to suggest among others."""
-        if self.index == 0:
-            return ["--batch N"]
+        """The one flag (or several, for a dimension named by an expression) to suggest among others (a free
+        leading dimension is never unbound: the batch, 1 unless ``--batch`` is given)."""
         return [f"--dim {name}=N" for name in self.needs] or [f"--shape {self.input}=DIMS"]
 
 
