@@ -195,7 +195,7 @@ def report_lower_bounds(store, rows, format, plot, *, compare=False, config=None
         for r in rows:
             for check in r.checks:
                 console().print(f"check: {r.model} (batch {r.batch_size}): {check}")
-            for note in (*r.coverage_notes, *r.whole_model_notes, *r.departures, *r.defaults_notes, *r.exported_notes):
+            for note in r.notes:
                 console().print(f"note: {r.model} (batch {r.batch_size}): {note}")
 
 

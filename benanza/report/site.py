@@ -589,18 +589,7 @@ class _Site:
                 for s_, b, n, o, why in sorted(missing_rows)[:200]
             ],
         }
-        checks = [
-            f"{f.row.system} batch {m.batch_size}: {c}"
-            for m, f in latest
-            for c in (
-                *f.row.checks,
-                *f.row.coverage_notes,
-                *f.row.whole_model_notes,
-                *f.row.departures,
-                *f.row.defaults_notes,
-                *f.row.exported_notes,
-            )
-        ]
+        checks = [f"{f.row.system} batch {m.batch_size}: {c}" for m, f in latest for c in (*f.row.checks, *f.row.notes)]
         self.page(
             rel,
             "model.html",
