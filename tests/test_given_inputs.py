@@ -8,6 +8,7 @@ are fed them: such shapes are the model's own, its end to end is run on them, an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -99,10 +100,12 @@ def test_without_values_a_shape_a_length_input_decides_is_unknown_and_with_them_
     assert any("'idx'" in n and "its run on the given inputs (--input) gave, 30" in n for n in notes)
 
 
-def test_a_setting_computed_from_given_data_stays_unknown_as_its_benchmark_could_not_get_it(tmp_path, build_model):
-    """``Range(0, count of scores above 0.9)``: the model's run on the given scores knows the length, but the
-    Range benchmarked alone would be fed a synthetic limit (a value computed from float data is not carried):
-    it stays unknown, with the reason, rather than shaped and failing or measuring another length."""
+def test_a_setting_computed_from_given_data_is_the_runs_and_its_layer_carries_it(tmp_path, build_model):
+    """``Range(0, count of scores above 0.9)``: the model's run on the given scores knows the length, and the
+    Range benchmarked alone, fed a synthetic limit (a value computed from float data was not carried), would have
+    measured another length: it stayed unknown, and so did all that read it (a VITS's duration-shaped half). Now
+    the limit's value in that run is carried into the Range's key and benchmark, as values computed from integers
+    alone are, and the Range is shaped by the run."""
     model = build_model(
         [
             helper.make_node("Constant", [], ["cut"], value=numpy_helper.from_array(np.array(0.9, np.float32))),
@@ -122,7 +125,58 @@ def test_a_setting_computed_from_given_data_stays_unknown_as_its_benchmark_could
     given = process_model(
         tmp_path / "counted.onnx", None, BindingRequest.parse(inputs=[f"scores={tmp_path / 'scores.npy'}"])
     )
-    assert "runtime input 'scores'" in given.shapes.reason("idx") and given.shapes.by_data == ()
+    assert given.graph.unsupported == () and _shape(given, "idx") == [37] and _shape(given, "top") == [37]
+    (ranged,) = [layer for layer in given.graph.layers if layer.op_type == "Range"]
+    assert [i.value for i in ranged.inputs] == [(0,), (37,), (1,)] and ranged.data_decided
+    by_data = dict(given.shapes.by_data)
+    assert "its run on the given inputs (--input) gave, 37" in by_data["idx"]
+    assert "a setting of Range computed from data" in by_data["count"] and ", [37] (synthetic" in by_data["count"]
+    other = tmp_path / "fewer.npy"
+    np.save(other, scores(5))  # other scores, another length: another Range
+    fewer = process_model(tmp_path / "counted.onnx", None, BindingRequest.parse(inputs=[f"scores={other}"]))
+    (short,) = [layer for layer in fewer.graph.layers if layer.op_type == "Range"]
+    assert short.inputs[1].value == (5,) and short.layer_key != ranged.layer_key
+
+
+def test_a_reshape_to_lengths_durations_decide_is_benchmarked_at_the_runs_values(tmp_path, build_model):
+    """A text-to-speech model's shape: each token's duration computed from float data (``Ceil`` of a predictor's
+    output), their sum the number of frames, a ``Range`` over the frames and a ``Reshape`` to ``[1, frames]``
+    whose target is computed from that sum. A VITS (transformers, random weights) was 50.5% covered with no
+    bound, on its own inputs or synthetic ones: the Range had no shape, and the Reshape, fed a synthetic target
+    alone, failed. Now both take the run's values (on the benchmark inputs, as its end to end)."""
+    i64 = lambda name, value: helper.make_node(  # noqa: E731
+        "Constant", [], [name], value=numpy_helper.from_array(np.array(value, np.int64))
+    )
+    model = build_model(
+        [
+            helper.make_node("Constant", [], ["k"], value=numpy_helper.from_array(np.array(3.0, np.float32))),
+            helper.make_node("Abs", ["x"], ["a"]),
+            helper.make_node("Mul", ["a", "k"], ["scaled"]),
+            helper.make_node("Ceil", ["scaled"], ["up"]),
+            helper.make_node("Cast", ["up"], ["durations"], to=I64),
+            helper.make_node("ReduceSum", ["durations"], ["frames"], keepdims=1),
+            helper.make_node("Squeeze", ["frames"], ["limit"]),
+            i64("zero", 0),
+            i64("step", 1),
+            i64("batch", [1]),
+            helper.make_node("Range", ["zero", "limit", "step"], ["t"]),
+            helper.make_node("Cast", ["t"], ["tf"], to=TensorProto.FLOAT),
+            helper.make_node("Concat", ["batch", "frames"], ["target"], axis=0),
+            helper.make_node("Reshape", ["tf", "target"], ["y"]),
+        ],
+        [("x", F, [8])],
+        [("y", F, None)],
+    )
+    path = tmp_path / "durations.onnx"
+    onnx.save(model, path)
+    db = f"sqlite:///{tmp_path / 'd.db'}"
+    result = CliRunner().invoke(
+        app, ["run", str(path), *fast_flags("given-inputs-test"), "--db", db, "--format", "json"], env=ENV
+    )
+    assert result.exit_code == 0, result.output
+    (row,) = json.loads(result.stdout)
+    assert row["coverage"] == 1.0 and row["missing"] == [] and row["e2e_ms"] is not None
+    assert "output 'target': a setting of Reshape computed from data" in result.stderr
 
 
 def test_an_npz_gives_every_input_it_names_and_a_model_key_tells_values_apart(files):

@@ -200,6 +200,8 @@ def extract(
     fed = {vi.name: given[vi.name] for vi in model.graph.input if vi.name in (given or {})}
     # the small integer tensors the model computes (lengths, positions), by value: their layers carry them
     computed = run_values(model, types, {**integer_feeds(model, types), **given_arrays(fed)}, path)
+    # and those it computes from data, at their values in the model's run (``ShapeReport.setting_values``)
+    computed = {**{x: tuple(v.ravel().tolist()) for x, v in shapes.setting_values}, **computed}
     init_values = {i.name: i for i in model.graph.initializer}
     constants: set[str] = set(init_values)
     const_protos: dict[str, onnx.TensorProto] = dict(init_values)

@@ -203,6 +203,10 @@ class ShapeReport:
     whose branch it decides, a ``NonMaxSuppression`` (``walks.WORK_BY_DATA``: the boxes it compares).
     ``work_values``: what such a layer reads (its inputs, and what an If's branches read of the outer graph),
     with its value in that run: the layer is benchmarked on them (``extract``), its work being its data's.
+    ``setting_values``: small integer tensors an ONNX op reads as a setting (a Reshape's shape, a Range's limit)
+    that the model computes from data (float tensors), with their values in that run: every layer that reads one
+    carries it by value into its key and its benchmark, as those computed from integers alone
+    (``run_values``); fed synthetic integers, a VITS's Reshape to lengths its durations decide failed.
     """
 
     shaped_by: tuple[tuple[str, int], ...] = ()
@@ -213,6 +217,7 @@ class ShapeReport:
     # alone decide (a benchmark carries those by value): such a layer only starts a sequence (``Layer.data_decided``)
     decided: tuple[str, ...] = ()
     work_values: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # tensor -> numpy array
+    setting_values: tuple[tuple[str, Any], ...] = field(default=(), compare=False)  # tensor -> numpy array
 
     @property
     def method(self) -> str:

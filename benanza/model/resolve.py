@@ -26,6 +26,10 @@ in topological order, with the first tool that shapes the node:
    outputs of an ``If`` whose branch the data decides (``ShapeReport.data_work``: what reads them is
    benchmarked, and the ``If`` itself on what it read in that run, ``ShapeReport.work_values``), as a
    ``NonMaxSuppression`` is on the boxes and scores of that run (``WORK_BY_DATA``: its work is theirs).
+   The same run gives the values of the settings the model computes from data (``_data_settings``: a
+   ``Reshape`` to the frames a text-to-speech model's float durations add up to), which every layer that
+   reads one carries (``ShapeReport.setting_values``), and shapes what such a setting decides (a ``Range``
+   to that number of frames).
 
 A tensor is *runtime* when its value depends on a graph input's value. ``Shape`` and ``Size``
 read only shapes, so once inputs are bound their outputs, and everything computed from them
@@ -41,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -127,6 +131,7 @@ def shape_report(
     data_work: Iterable[str] = (),
     decided: Iterable[str] = (),
     work_values: Mapping[str, np.ndarray] | None = None,
+    setting_values: Mapping[str, np.ndarray] | None = None,
 ) -> ShapeReport:
     """Per method, how many node outputs of ``model`` it shaped (``onnx`` where none other is named).
 
@@ -146,6 +151,7 @@ def shape_report(
         data_work=tuple(sorted(data_work)),
         decided=tuple(sorted(decided)),
         work_values=tuple(sorted((work_values or {}).items())),
+        setting_values=tuple(sorted((setting_values or {}).items())),
     )
 
 
@@ -193,6 +199,7 @@ def resolve_shapes(
         data_work=walk.data_work & set(walk.shape),
         decided=walk.decided & set(walk.by_data),
         work_values=walk.work_values,
+        setting_values=walk.setting_values,
     )
     if report.unresolved:
         log.info("%s: %d tensors have no shape after resolution", path, len(report.unresolved))
@@ -266,6 +273,10 @@ class _Walk:
         self.work_kind: set[str] = set()
         self.work_reads: dict[str, list[str]] = {}  # such an output -> what its layer reads (subgraphs too)
         self.work_values: dict[str, np.ndarray] = {}  # what such a layer reads -> its value in the model's run
+        # settings computed from data (``_data_settings``) -> their values in the model's run
+        self.setting_values: dict[str, np.ndarray] = {}
+        self.settings_run: set[str] = set()  # such settings a model's run was asked for (given or not)
+        self.data_deciders: set[str] = set()  # settings from data that a probe saw decide a shape (``_by_data``)
         self.nodes = topological_nodes(model.graph.node, inits | {i.name for i in model.graph.input})
         self.producer = {o: node for node in self.nodes for o in node.output if o}
 
@@ -544,10 +555,16 @@ class _Walk:
         by_branch = control and _is_onnx_domain(node) and bool(sources) and "random" not in sources
         if node.op_type == "Loop":  # a trip count fed as a model input is a setting its caller gives, not data
             by_branch = by_branch and not any(x in self.model_inputs for x in deciders)
-        if by_length or by_given or by_branch:
+        # settings the model computes from data (a Range to the frames a TTS model's durations add up to): the
+        # run shapes it, and its benchmark carries their values from that run (``_data_settings``)
+        by_setting = _is_onnx_domain(node) and not _has_subgraph(node) and bool(deciders)
+        by_setting = by_setting and all(self._from_data(x) for x in deciders)
+        if by_setting:
+            self.data_deciders.update(deciders)
+        if by_length or by_given or by_branch or by_setting:
             for o in outs:
                 self.length_by_data[o] = why or self._depends_on(deciders)
-        if by_length or by_branch:  # not a length given integers alone decide: a benchmark carries those
+        if by_length or by_branch or by_setting:  # not a length given integers alone decide: a benchmark carries those
             self.decided.update(outs)
         # an NMS's work is its boxes' as an If's is its branch's: benchmarked on what it read in the run
         by_work = by_length and node.op_type in WORK_BY_DATA and not by_given
@@ -563,25 +580,74 @@ class _Walk:
         by integer operations alone, as ``run_values`` computes what a layer carries by value into its benchmark
         (a length input, what a ``Range`` to it reads); not a value computed from data, which a benchmark alone
         is fed synthetic."""
-        if tensor not in self.elem or not carried_by_value(self.shape.get(tensor), dtype_name(self.elem[tensor])):
+        if not self._small_integer(tensor):
             return False
+        for x, node in self._ancestry(tensor):
+            if self.elem.get(x) not in INTEGER_TYPES:
+                return False
+            if x in self.given:
+                if self.given[x].size > MAX_RUN_ELEMENTS:
+                    return False
+            elif node is None or _has_subgraph(node):
+                return False
+        return True
+
+    def _from_data(self, tensor: str) -> bool:
+        """Whether ``tensor`` is a small integer tensor (``carried_by_value``) that the model computes from data:
+        from a float tensor, through control flow or from a shape only a run gives (a ``Shape`` of what a
+        ``NonZero`` kept), which ``run_values`` leaves to synthetic values; not from random values."""
+        sources = self.runtime.get(tensor)
+        if not sources or "random" in sources or not self._small_integer(tensor):
+            return False
+        for x, node in self._ancestry(tensor):
+            if self.elem.get(x) not in INTEGER_TYPES:
+                return True
+            if node is not None and (_has_subgraph(node) or (node.op_type in SHAPE_READERS and _is_onnx_domain(node))):
+                return True
+        return False  # integers from the model's inputs alone: run_values computes them
+
+    def _small_integer(self, tensor: str) -> bool:
+        """A tensor whose values a layer carries into its benchmark (``carried_by_value``)."""
+        return tensor in self.elem and carried_by_value(self.shape.get(tensor), dtype_name(self.elem[tensor]))
+
+    def _ancestry(self, tensor: str) -> Iterator[tuple[str, onnx.NodeProto | None]]:
+        """``tensor`` and the runtime tensors it is computed from, each once, with the node that writes it (None:
+        a model input); constants are left out, and so is what a given input (``--input``) is computed from."""
         seen, todo = set(), [tensor]
         while todo:
             x = todo.pop()
             if x in seen or x not in self.runtime:  # a constant
                 continue
             seen.add(x)
-            if self.elem.get(x) not in INTEGER_TYPES:
-                return False
-            if x in self.given:
-                if self.given[x].size > MAX_RUN_ELEMENTS:
-                    return False
-                continue
             node = self.producer.get(x)
-            if node is None or _has_subgraph(node):
-                return False
-            todo.extend(r for r in node_reads(node) if r)
-        return True
+            yield x, node
+            if node is not None and x not in self.given:
+                todo.extend(r for r in node_reads(node) if r)
+
+    def _data_settings(self) -> list[str]:
+        """The settings (a slot ``_setting`` names) of the model's ONNX ops that it computes from data
+        (``_from_data``) and no model's run was asked for yet: a layer alone is fed synthetic integers there, which
+        is another length (a VITS's Reshape to what its durations add up to, fed [1, 1], failed). The model's run
+        gives their values, which every layer that reads one carries (``ShapeReport.setting_values``)."""
+        found = [x for x in sorted(self.data_deciders) if x not in self.settings_run]
+        for node in self.nodes:
+            if not _is_onnx_domain(node) or _has_subgraph(node):
+                continue
+            for x in node.input:
+                if x and x not in found and x not in self.settings_run and x not in self.model_inputs:
+                    if self._shapes_by_value(node, x) and self._from_data(x):
+                        found.append(x)
+        return found
+
+    def _shapes_by_value(self, node: onnx.NodeProto, name: str) -> bool:
+        """Whether ``name`` fills a slot of ``node`` that ONNX types with integers alone and that does not index
+        (a target shape, axes, pads, repeats, k: ``_setting``), whose value the op's output shape follows; not
+        the indices of a Gather, whose values move no shape."""
+        if self._setting(node, name) != 2:
+            return False
+        schema = schema_of(node.op_type, self.opsets.get("", 0), "")
+        slots = [schema.inputs[min(i, len(schema.inputs) - 1)] for i, x in enumerate(node.input) if x == name]
+        return not any(s.name.lower().endswith("indices") for s in slots)
 
     def _sources(self, tensors: Iterable[str]) -> frozenset[str]:
         return frozenset().union(*(self.runtime.get(x, frozenset()) for x in tensors))
@@ -619,7 +685,9 @@ class _Walk:
         (``_work_in_subgraphs``)."""
         wanted = [o for o in self.length_by_data if o not in self.shape]
         work = self._work_in_subgraphs()
-        if not wanted and not work:
+        settings = self._data_settings()
+        self.settings_run.update(settings)
+        if not wanted and not work and not settings:
             return False
         why = {o: self.length_by_data.pop(o) for o in wanted}
         weights = sum(proto_bytes(t) for t in self.model.graph.initializer)
@@ -646,7 +714,7 @@ class _Walk:
             sizes = [math.prod(self.shape[x]) if x in self.shape else None for x in branch]
             if None not in sizes and sum(sizes) <= WORK_VALUE_MAX_ELEMENTS:
                 reads |= branch
-        captured = sorted(reads - self.model_inputs - set(wanted))
+        captured = sorted((reads | set(settings)) - self.model_inputs - set(wanted))
         outputs = {o.name for o in model.graph.output}
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in (*wanted, *captured) if o not in outputs)
         # drawn for every input, then the given ones substituted: the random values the end to end gets too
@@ -655,15 +723,17 @@ class _Walk:
         try:  # the session cannot be built, or the run crashed the process earlier (``crashes``)
             with native("run", "model", "the model to find its shapes"):
                 session = _session(model, held.weights, held.folder)
-                shapes, kept, error = _run_outputs(session, feeds, (*wanted, *captured), keep=reads)
+                shapes, kept, error = _run_outputs(session, feeds, (*wanted, *captured), keep=reads | set(settings))
                 del session  # its teardown is native work too
         except Exception as exc:
             shapes, kept, error = {}, {}, exc
         if error is None:
-            self.work_values.update(kept)
+            self.work_values.update((x, value) for x, value in kept.items() if x in reads)
             read_inputs = {x: fed[x] for x in reads & self.model_inputs if x in fed and fed[x].dtype.kind in "biuf"}
             self.work_values.update(read_inputs)
         on = "the given inputs (--input)" if self.given else "the benchmark inputs"
+        for x in settings:
+            self._setting_from_run(x, kept.get(x) if error is None else None, on)
         # why what a layer whose work the data decides reads was not kept (None: it was): on synthetic values then
         not_carried = {o: self._not_carried(o, inits, error) for o in (*wanted, *work) if o in self.work_kind}
         for o in work:
@@ -696,6 +766,20 @@ class _Walk:
                 self.by_data[o] = f"{why[o]}: benchmarked at the length its run on {on} gave, {shape}"
             shaped = True
         return shaped
+
+    def _setting_from_run(self, tensor: str, value: np.ndarray | None, on: str) -> None:
+        """Keep a setting computed from data (``_data_settings``) at its value in the model's run, said per tensor
+        (``by_data``); a run that gave none of the model's shape leaves its readers fed synthetic integers."""
+        if value is None or tuple(value.shape) != self.shape.get(tensor):
+            return
+        readers = sorted({n.op_type for n in self.nodes if tensor in n.input})
+        shown = str(value.ravel().tolist()) if value.size <= 8 else f"{value.size} values"
+        self.setting_values[tensor] = value
+        self.by_data.setdefault(
+            tensor,
+            f"a setting of {', '.join(readers)} computed from data: its readers are benchmarked at its value in "
+            f"the model's run on {on}, {shown} (synthetic integers would shape it otherwise)",
+        )
 
     def _not_carried(self, out: str, inits: set[str], error: BaseException | None) -> str | None:
         """Why what the layer writing ``out`` reads was not kept from the model's run, or None where it all was."""
