@@ -29,6 +29,7 @@ from benanza.model.given_inputs import GivenInput, parse_input_flags, read_input
 from benanza.model.process import process_model
 from benanza.model.request import BindingRequest
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
+from benanza.store import open_store
 
 F, I64, B = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
 ENV = {**FAST_ENV, "BENANZA_SYSTEM": "given-inputs-test"}
@@ -130,7 +131,10 @@ def test_a_setting_computed_from_given_data_is_the_runs_and_its_layer_carries_it
     assert [i.value for i in ranged.inputs] == [(0,), (37,), (1,)] and ranged.data_decided
     by_data = dict(given.shapes.by_data)
     assert "its run on the given inputs (--input) gave, 37" in by_data["idx"]
-    assert "a setting of Range computed from data" in by_data["count"] and ", [37] (synthetic" in by_data["count"]
+    assert by_data["count"] == (
+        "a setting of Range computed from data, carried at its value in the model's run on the given inputs (--input): "
+        "[37]"
+    )
     other = tmp_path / "fewer.npy"
     np.save(other, scores(5))  # other scores, another length: another Range
     fewer = process_model(tmp_path / "counted.onnx", None, BindingRequest.parse(inputs=[f"scores={other}"]))
@@ -176,7 +180,14 @@ def test_a_reshape_to_lengths_durations_decide_is_benchmarked_at_the_runs_values
     assert result.exit_code == 0, result.output
     (row,) = json.loads(result.stdout)
     assert row["coverage"] == 1.0 and row["missing"] == [] and row["e2e_ms"] is not None
-    assert "output 'target': a setting of Reshape computed from data" in result.stderr
+    assert "output 'target': a setting of Reshape computed from data, carried at its value" in result.stderr
+    # what a setting is computed from is carried too, unsaid: a unit that computes the setting inside it is fed
+    # that (a FastSpeech2's frame count, unsqueezed into a Slice's end in one ONNX Runtime unit, failed the unit)
+    assert "output 'frames'" not in result.stderr and None not in row["composed_ms"].values()
+    with open_store(db, create=False) as store:
+        assert [r.key for r in store.records(outcome="failed")] == []
+    (concat,) = [layer for layer in process_model(path).graph.layers if layer.op_type == "Concat"]
+    assert concat.inputs[1].tensor.name == "frames" and concat.inputs[1].value is not None
 
 
 def test_an_npz_gives_every_input_it_names_and_a_model_key_tells_values_apart(files):

@@ -637,6 +637,12 @@ class _Walk:
                 if x and x not in found and x not in self.settings_run and x not in self.model_inputs:
                     if self._shapes_by_value(node, x) and self._from_data(x):
                         found.append(x)
+        # and the integers they are computed from: a unit that computes a setting inside it (a Slice's end
+        # unsqueezed from a frame count) is fed what the setting is computed from, not the setting
+        for x in list(found):
+            for a, _ in self._ancestry(x):
+                if a not in found and a not in self.settings_run and a not in self.model_inputs and self._from_data(a):
+                    found.append(a)
         return found
 
     def _shapes_by_value(self, node: onnx.NodeProto, name: str) -> bool:
@@ -715,6 +721,10 @@ class _Walk:
             if None not in sizes and sum(sizes) <= WORK_VALUE_MAX_ELEMENTS:
                 reads |= branch
         captured = sorted((reads | set(settings)) - self.model_inputs - set(wanted))
+        # what reads a setting, shaped already: the run says whether its value shapes them so (``_setting_from_run``)
+        readers = {x: [o for n in self.nodes if x in n.input for o in n.output if o in self.shape] for x in settings}
+        checked = sorted({o for outs in readers.values() for o in outs} - set(captured) - self.model_inputs)
+        captured += checked
         outputs = {o.name for o in model.graph.output}
         model.graph.output.extend(onnx.ValueInfoProto(name=o) for o in (*wanted, *captured) if o not in outputs)
         # drawn for every input, then the given ones substituted: the random values the end to end gets too
@@ -733,7 +743,8 @@ class _Walk:
             self.work_values.update(read_inputs)
         on = "the given inputs (--input)" if self.given else "the benchmark inputs"
         for x in settings:
-            self._setting_from_run(x, kept.get(x) if error is None else None, on)
+            found = {o: shapes.get(o) for o in readers[x]}
+            self._setting_from_run(x, kept.get(x) if error is None else None, on, found)
         # why what a layer whose work the data decides reads was not kept (None: it was): on synthetic values then
         not_carried = {o: self._not_carried(o, inits, error) for o in (*wanted, *work) if o in self.work_kind}
         for o in work:
@@ -767,19 +778,38 @@ class _Walk:
             shaped = True
         return shaped
 
-    def _setting_from_run(self, tensor: str, value: np.ndarray | None, on: str) -> None:
+    def _setting_from_run(
+        self, tensor: str, value: np.ndarray | None, on: str, read: Mapping[str, tuple[tuple[int, ...], int] | None]
+    ) -> None:
         """Keep a setting computed from data (``_data_settings``) at its value in the model's run, said per tensor
-        (``by_data``); a run that gave none of the model's shape leaves its readers fed synthetic integers."""
+        (``by_data``); a run that gave none of the model's shape leaves its readers fed synthetic integers. So does
+        one where what reads it, shaped before the run (``read``: its outputs' shapes in the run), came out of
+        another shape: their shapes, and all that follows from them, are not that value's (a FastSpeech2's
+        Slices, shaped on synthetic values that the probe saw shape them alike), and carried into them it
+        failed their benchmarks; said too."""
         if value is None or tuple(value.shape) != self.shape.get(tensor):
             return
-        readers = sorted({n.op_type for n in self.nodes if tensor in n.input})
-        shown = str(value.ravel().tolist()) if value.size <= 8 else f"{value.size} values"
+        nodes = [n for n in self.nodes if tensor in n.input]
+        readers = sorted({n.op_type for n in nodes})
+        # said where an op reads it as a setting; the integers it is computed from are carried unsaid
+        said = tensor in self.data_deciders or any(self._shapes_by_value(n, tensor) for n in nodes)
+        if any(found is None or found[0] != self.shape[o] for o, found in read.items()):
+            if not said:
+                return
+            self.by_data.setdefault(
+                tensor,
+                f"a setting of {', '.join(readers)} computed from data: what reads it is shaped here otherwise than "
+                f"the model's run on {on} shapes it, and is benchmarked on synthetic values at those shapes",
+            )
+            return
         self.setting_values[tensor] = value
-        self.by_data.setdefault(
-            tensor,
-            f"a setting of {', '.join(readers)} computed from data: its readers are benchmarked at its value in "
-            f"the model's run on {on}, {shown} (synthetic integers would shape it otherwise)",
-        )
+        if said:
+            shown = str(value.ravel().tolist()) if value.size <= 8 else f"{value.size} values"
+            self.by_data.setdefault(
+                tensor,
+                f"a setting of {', '.join(readers)} computed from data, carried at its value in the model's "
+                f"run on {on}: {shown}",
+            )
 
     def _not_carried(self, out: str, inits: set[str], error: BaseException | None) -> str | None:
         """Why what the layer writing ``out`` reads was not kept from the model's run, or None where it all was."""
