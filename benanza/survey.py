@@ -193,10 +193,7 @@ def survey(
     selected = [p for p, s in zip(plans, shown, strict=True) if selection.admits(p, s.model)]
     first = batches[0] if batches else None
     corpus = corpus_plans(selected, first)
-    coverage_batch = first if first is not None else (min(p.batch_size for p in corpus) if corpus else 1)
-    reports = (
-        system_reports(store, [ALL], batch=coverage_batch, top=top, selection=selection, plans=plans) if systems else []
-    )
+    reports = system_reports(store, [ALL], batch=first, top=top, selection=selection, plans=plans) if systems else []
     latest_rows = [f.row for m in models_figures for f in m.latest]
     comparisons = compare_systems(latest_rows, prices(store)) if latest_rows else []
     known = {key for p in plans for key in whole_model_keys(p.model_key)}

@@ -59,7 +59,12 @@ def test_every_batch_flag_states_the_default_it_has() -> None:
         if flag.default == "1":
             assert flag.help.endswith("(default: 1)"), (path, flag.help)
         else:
-            assert flag.default is None and ("the model's own" in flag.help or "the config's" in flag.help), path
+            assert flag.default is None and (
+                "the model's own" in flag.help
+                or "the config's" in flag.help
+                or "every stored batch" in flag.help
+                or "each model's smallest stored batch" in flag.help
+            ), path
     assert (
         "the config's batch_sizes" in next(p for p in dict(COMMANDS)[("fleet", "run")].params if p.name == "batch").help
     )

@@ -337,8 +337,8 @@ def test_analyze_systems_json(fleet_db, models):
     assert all(s["ms"] == pytest.approx(1.0) and s["kernel_ms"] == pytest.approx(0.5) for s in b["slowest_layers"])
     assert c["slowest_layers"][0]["ms"] == pytest.approx(100.0) and c["slowest_layers"][0]["variant"] == THREADS_1
     assert {"key", "label", "ms"} <= set(b["slowest_layers"][0])
-    # coverage of the two-model corpus at batch 1: 6 unique layers (all but the tails are shared)
-    assert a["coverage"] == {"batch_size": 1, "models": 2, "unique_layers": 6, "covered": 6, "share": 1.0}
+    # coverage of the two-model corpus at each model's own batch (1): 6 unique layers (all but the tails are shared)
+    assert a["coverage"] == {"batch_size": None, "models": 2, "unique_layers": 6, "covered": 6, "share": 1.0}
     assert (c["coverage"]["covered"], c["coverage"]["share"]) == (5, pytest.approx(5 / 6))
     assert a["latest_stack_id"] == stack_a
 

@@ -256,8 +256,9 @@ def test_without_batch_sizes_each_model_runs_at_its_own_and_the_bounds_are_the_r
 ) -> None:
     """A file fixed at batch 2 whose export baked its batch into a Reshape target (frames of a video folded into
     the batch: 2x4 -> 8): the fleet's default batch 1 rewrote its input (a Reshape that fails); left out of the
-    config, each model is planned at its own batch. The run's bounds are those of the batch sizes it planned,
-    not every one stored of the model (one measured at 4 by an earlier run)."""
+    config, each model is planned at its own batch. The run's bounds are each model's at the batch it planned it
+    at: not every one stored of it, nor another model's (an earlier run measured both at 2, and the one fixed
+    at 1 is at 1 in this run)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper
@@ -277,16 +278,27 @@ def test_without_batch_sizes_each_model_runs_at_its_own_and_the_bounds_are_the_r
         ),
         path,
     )
+    one = tmp_path / "one.onnx"
+    onnx.save(
+        build_model(
+            [helper.make_node("Relu", ["x"], ["y"])],
+            [("x", TensorProto.FLOAT, [1, 6])],
+            [("y", TensorProto.FLOAT, None)],
+        ),
+        one,
+    )
     db = f"sqlite:///{tmp_path / 'own.db'}"
-    earlier = fleet_config([path], db, systems=("sys-a",), batch_sizes=[4])
+    earlier = fleet_config([path, one], db, systems=("sys-a",), batch_sizes=[2])
     assert run_fleet(earlier).to_dict()["measured"] > 0
-    cfg = fleet_config([path], db, systems=("sys-a",))
+    cfg = fleet_config([path, one], db, systems=("sys-a",))
     summary = run_fleet(cfg)
-    assert summary.to_dict()["failed"] == 0 and summary.batch_sizes == (2,) and summary.model_errors == []
+    assert summary.to_dict()["failed"] == 0 and summary.model_errors == []
+    assert summary.planned == tuple(sorted([(str(path), 2), (str(one), 1)]))
     with open_store(db) as store:
         rows = run_lower_bounds(store, cfg, summary)
     # the null runtime has no kernel times (no coverage): the real runtime's is ``benanza run``'s test
-    assert [(r.batch_size, r.e2e_ms is not None) for r in rows] == [(2, True)]
+    found = sorted((r.model, r.batch_size, r.e2e_ms is not None) for r in rows)
+    assert found == [("frames", 2, True), ("one", 1, True)]
 
 
 @pytest.mark.slow

@@ -393,7 +393,7 @@ def test_fused_units_slower_than_their_layers_alone_are_said(conv_chain, process
     assert note.startswith(
         "its fused Conv+BatchNormalization+Relu unit takes 1.80x the kernel time of its layers run alone: "
         "12600.0 us against 7000.0 us"
-    ) and note.endswith("5600.0 us of its sequential bound: the runtime's fusion of it costs time here")
+    ) and note.endswith("5600.0 us more of its units' kernel time: the runtime's fusion of it costs time here")
     assert note in lb.notes and lb.to_dict()["fusion_notes"] == [note]
     del results[plan.graph.layers[1].layer_key]  # a layer alone without a figure: nothing to compare
     assert (

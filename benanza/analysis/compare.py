@@ -253,9 +253,10 @@ class SlowLayer:
 
 @dataclass(frozen=True)
 class CorpusCoverage:
-    """Share of the corpus's unique layer keys (at one batch size) with an ok result."""
+    """Share of the corpus's unique layer keys (at one batch size, or each model's smallest: None) with an ok
+    result."""
 
-    batch_size: int
+    batch_size: int | None
     models: int
     unique_layers: int
     covered: int
@@ -305,7 +306,8 @@ class SystemReport:
             "fingerprint": dict(self.fingerprint),
             "method": {
                 "slowest_layers": f"ok layer records of the latest stack by {LAYER_STATISTIC} call latency",
-                "coverage": "unique corpus layer keys at batch_size with an ok record of the latest stack",
+                "coverage": "unique corpus layer keys at batch_size (null: each model's smallest stored batch size) "
+                "with an ok record of the latest stack",
             },
         }
 
@@ -369,7 +371,7 @@ def system_report(
     corpus_keys: set[str],
     covered_keys: set[str],
     corpus_models: int,
-    batch_size: int,
+    batch_size: int | None,
     top: int = 10,
 ) -> SystemReport:
     """One system's report from what the store holds for it.

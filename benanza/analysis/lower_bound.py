@@ -447,8 +447,9 @@ def fusion_notes(
             f"{what} {together.value / apart.value:.2f}x the kernel time of {their} layers run alone: "
             f"{together.value * 1e3 / n:.1f} us{each} against {apart.value * 1e3 / n:.1f} us "
             f"({together.low * 1e3 / n:.1f}-{together.high * 1e3 / n:.1f} against "
-            f"{apart.low * 1e3 / n:.1f}-{apart.high * 1e3 / n:.1f}), {(together.value - apart.value) * 1e3:.1f} us of "
-            f"its sequential bound: the runtime's fusion of {them} costs time here"
+            f"{apart.low * 1e3 / n:.1f}-{apart.high * 1e3 / n:.1f}), "
+            f"{(together.value - apart.value) * 1e3:.1f} us more of its units' kernel time: "
+            f"the runtime's fusion of {them} costs time here"
         )
     return tuple(notes)
 

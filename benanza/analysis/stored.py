@@ -366,14 +366,15 @@ def system_reports(
     store: Store,
     systems: Iterable[str] = (ALL,),
     *,
-    batch: int = 1,
+    batch: int | None = None,
     top: int = 10,
     selection: PlanSelection | None = None,
     plans: Sequence[StoredPlan] | None = None,
 ) -> list[SystemReport]:
     """Per system: hardware, stacks over time, record counts, slowest layers and corpus coverage.
 
-    The corpus is every stored model (or those ``selection`` names) at ``batch``, from the
+    The corpus is every stored model (or those ``selection`` names) at ``batch`` (None: each at its smallest
+    stored batch size, a model's own batch being the default of every command), from the
     stored plans; coverage is the share of its unique layer keys with an ok record (any
     runtime and variant) of the system's latest stack. ``plans``: ``store.plans()`` already read.
     """
@@ -393,7 +394,7 @@ def system_reports(
         if latest is not None:
             sid = latest["stack_id"]
             layers = store.records(system=name, stack_id=sid, kind=str(SpecKind.LAYER), outcome="ok", payload=False)
-            covered = {r.key for r in layers if r.batch_size == batch and r.key in corpus_keys}
+            covered = {r.key for r in layers if (batch is None or r.batch_size == batch) and r.key in corpus_keys}
         reports.append(
             system_report(
                 documents[name],

@@ -30,7 +30,6 @@ from benanza.analysis.stored_regressions import regressions
 from benanza.bench.repro import write_repro
 from benanza.cli.common import (
     BaseStackOpt,
-    BatchesOpt,
     BenanzaGroup,
     ConfidenceOpt,
     CorpusBatchOpt,
@@ -45,6 +44,7 @@ from benanza.cli.common import (
     ReproOpt,
     ShapeOpt,
     StackOpt,
+    StoredBatchesOpt,
     StoredModelsArg,
     SystemsOpt,
     TensorCoresOpt,
@@ -120,7 +120,7 @@ def _warn_nothing_stored(store, systems, runtime: str | None = None) -> None:
 @app.command("lower-bound")
 def lower_bound_cmd(
     models: StoredModelsArg = None,
-    batch: BatchesOpt = None,
+    batch: StoredBatchesOpt = None,
     shape: ShapeOpt = None,
     granularity: GranOpt = "",
     db: DbOpt = None,
@@ -219,7 +219,7 @@ def _plot(rows, plot, several_systems):
 @app.command("optimizations")
 def optimizations_cmd(
     models: StoredModelsArg = None,
-    batch: BatchesOpt = None,
+    batch: StoredBatchesOpt = None,
     shape: ShapeOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
@@ -266,7 +266,7 @@ def systems_cmd(
     system: SystemsOpt = None,
     db: DbOpt = None,
     db_file: DbFileOpt = None,
-    batch: CorpusBatchOpt = "1",
+    batch: CorpusBatchOpt = None,
     shape: ShapeOpt = None,
     top: Annotated[str, typer.Option("--top", metavar="N", help="slowest layers to list per system")] = "10",
     format: FormatOpt = OutputFormat.table,
@@ -275,7 +275,7 @@ def systems_cmd(
 
     The corpus (for coverage) is the stored models (or MODELS) at one batch size, from their stored plans.
     """
-    batch_size = one_batch(batch, "analyze systems") or 1
+    batch_size = one_batch(batch, "analyze systems")
     slowest = parse_count(top, "--top", minimum=0)
     overrides = requested(None, shape, "").request.shapes
     with open_read_only(db, db_file) as store:

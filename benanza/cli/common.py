@@ -70,9 +70,27 @@ BatchesOpt = Annotated[
         "--batch", "-b", metavar="N[,N...]", help=f"{_BATCH_HELP} (default: {_OWN_BATCH})", show_default=False
     ),
 ]
+# the commands that read stored plans: a filter, every stored batch size unless given
+StoredBatchesOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--batch",
+        "-b",
+        metavar="N[,N...]",
+        help="only the plans of these batch sizes, comma-separated (default: every stored batch size)",
+        show_default=False,
+    ),
+]
 # analyze systems' corpus, whose coverage is counted at one batch size
 CorpusBatchOpt = Annotated[
-    str, typer.Option("--batch", "-b", metavar="N", help="the corpus's batch size (default: 1)", show_default=False)
+    str | None,
+    typer.Option(
+        "--batch",
+        "-b",
+        metavar="N",
+        help="the corpus's batch size (default: each model's smallest stored batch size)",
+        show_default=False,
+    ),
 ]
 FleetBatchesOpt = Annotated[
     str | None,

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from benanza.cli.common import BatchesOpt, GranOpt, StoredModelsOpt, model_names, parse_batches, parse_int_list
+from benanza.cli.common import GranOpt, StoredBatchesOpt, StoredModelsOpt, model_names, parse_batches, parse_int_list
 from benanza.cli.store_options import DbFileOpt, DbOpt, open_read_only
 from benanza.report.output import OutputFormat, emit
 from benanza.report.site import write_site
@@ -20,7 +20,7 @@ def report_command(
         Path, typer.Option("--out", "-o", help="folder for the site (created; its report files replaced)")
     ] = Path("site"),
     models: StoredModelsOpt = None,
-    batch: BatchesOpt = None,
+    batch: StoredBatchesOpt = None,
     granularity: GranOpt = "",
     db: DbOpt = None,
     db_file: DbFileOpt = None,

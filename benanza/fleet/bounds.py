@@ -21,11 +21,13 @@ def run_lower_bounds(store: Store, config: FleetConfig, summary: FleetSummary) -
     problems name them.
     """
     systems = [name for name, result in summary.systems.items() if result.stack_id and not result.error]
-    failed = {error["model"] for error in summary.model_errors}
-    paths = [path for path in config.model_paths() if str(path) not in failed]
-    if not systems or not paths:
+    if not systems or not summary.planned:
         return []
-    # from the plans the run stored: the model files are not read again; at the batch sizes the run planned (each
-    # model's own where none was asked: not every size stored of them)
-    selection = PlanSelection.of(models=paths, batches=summary.batch_sizes, granularities=config.granularities)
-    return analyze_stored(store, systems, selection=selection)
+    # from the plans the run stored (the model files are not read again), each model at the batch sizes the run
+    # planned it at (its own where none was asked): not every size stored of it, nor another model's
+    rows: list[LowerBound] = []
+    for batch in sorted({b for _, b in summary.planned}):
+        paths = [path for path, b in summary.planned if b == batch]
+        selection = PlanSelection.of(models=paths, batches=[batch], granularities=config.granularities)
+        rows += analyze_stored(store, systems, selection=selection)
+    return rows

@@ -119,7 +119,7 @@ class FleetSummary:
     duration_s: float = 0.0
     dispatch_s: float = 0.0  # from the first lease to the last result
     plan_report: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # ``generate.plan_report``
-    batch_sizes: tuple[int, ...] = ()  # ``CorpusPlan.batch_sizes``
+    planned: tuple[tuple[str, int], ...] = ()  # ``CorpusPlan.planned``
 
     def count(self, what: str) -> int:
         return sum(getattr(s, what) for s in self.systems.values())
@@ -187,7 +187,8 @@ class CorpusPlan:
     model_errors: list[dict[str, str]]  # models that could not be processed, with the reason
     runtime_errors: dict[tuple, str]  # planning keys whose runtime is not available here
     plan_report: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # nodes not benchmarked, notes
-    batch_sizes: tuple[int, ...] = ()  # those the models were planned at (each model's own where none was asked)
+    # (model file, batch size) of each plan: each model's own batch where none was asked
+    planned: tuple[tuple[str, int], ...] = ()
 
     def by_runtime(self) -> dict[str, CorpusWork]:
         """Work by runtime name (one planning key per runtime name in the usual configs)."""
@@ -251,10 +252,8 @@ def plan_corpus(config: FleetConfig, known: Callable[[], Iterable[NamedModel]] =
             stored[key].extend(StoredPlan.of(plan, name, "", exported=exported) for plan in model_plans)
         plans.extend(plan for model_plans in per_runtime for plan in model_plans)
     works = {key: _work(runtimes[key].name, found, owners[key], stored[key]) for key, found in specs.items()}
-    batch_sizes = tuple(sorted({p.batch_size for p in plans}))
-    return CorpusPlan(
-        works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans), batch_sizes
-    )
+    pairs = tuple(sorted({(p.path, p.batch_size) for p in plans}))
+    return CorpusPlan(works, len(paths) - len(model_errors), model_errors, runtime_errors, plan_report(plans), pairs)
 
 
 def _renamed(per_runtime: list[list[ModelPlan]], names: Sequence[str]) -> list[list[ModelPlan]]:
@@ -407,7 +406,7 @@ class FleetDriver:
             elapsed,
             dispatch_s,
             corpus.plan_report,
-            corpus.batch_sizes,
+            corpus.planned,
         )
 
     # -- start ---------------------------------------------------------------------------------

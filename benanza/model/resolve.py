@@ -593,18 +593,22 @@ class _Walk:
         return True
 
     def _from_data(self, tensor: str) -> bool:
-        """Whether ``tensor`` is a small integer tensor (``carried_by_value``) that the model computes from data:
-        from a float tensor, through control flow or from a shape only a run gives (a ``Shape`` of what a
-        ``NonZero`` kept), which ``run_values`` leaves to synthetic values; not from random values."""
+        """Whether ``tensor`` is a small integer tensor (``carried_by_value``) that the model computes from float
+        data by plain ops, everything it is computed from shaped: ``run_values`` leaves it to synthetic values. Not
+        from random values; not from integers alone (``run_values`` computes those); not through a ``Shape`` of a
+        tensor still unshaped (a detector's ``NonZero`` count: constant once the model's run gives that length,
+        folded then) nor through control flow (a while-``Loop`` the probe would not run may never end)."""
         sources = self.runtime.get(tensor)
         if not sources or "random" in sources or not self._small_integer(tensor):
             return False
+        floats = False
         for x, node in self._ancestry(tensor):
-            if self.elem.get(x) not in INTEGER_TYPES:
-                return True
+            if x not in self.shape:
+                return False
             if node is not None and (_has_subgraph(node) or (node.op_type in SHAPE_READERS and _is_onnx_domain(node))):
-                return True
-        return False  # integers from the model's inputs alone: run_values computes them
+                return False
+            floats = floats or self.elem.get(x) not in INTEGER_TYPES
+        return floats
 
     def _small_integer(self, tensor: str) -> bool:
         """A tensor whose values a layer carries into its benchmark (``carried_by_value``)."""

@@ -86,7 +86,13 @@ def system_tables(report: SystemReport) -> Group:
         ("last seen", _when(report.last_seen)),
         ("latest stack", report.latest_stack_id),
         (
-            f"corpus coverage (batch {cov.batch_size})" if cov else "corpus coverage",
+            (
+                f"corpus coverage (batch {cov.batch_size})"
+                if cov.batch_size is not None
+                else "corpus coverage (own batch)"
+            )
+            if cov
+            else "corpus coverage",
             f"{cov.covered}/{cov.unique_layers} unique layers ({fmt_coverage(cov.share)})"
             if cov and cov.share is not None
             else None,
