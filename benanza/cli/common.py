@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import click
 import typer
@@ -64,44 +64,21 @@ FormatOpt = Annotated[
 # then a one-line ``UsageError`` like every other error, not click's usage box.
 _BATCH_HELP = "batch sizes, comma-separated: bind the leading dimension of every input"
 _OWN_BATCH = "the model's own, 1 where its file leaves it free"
-BatchesOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--batch", "-b", metavar="N[,N...]", help=f"{_BATCH_HELP} (default: {_OWN_BATCH})", show_default=False
-    ),
-]
+
+
+def _batch_option(help: str, metavar: str = "N[,N...]") -> Any:
+    """A ``--batch`` flag taken as text (None when not given), its default said in its help."""
+    return Annotated[str | None, typer.Option("--batch", "-b", metavar=metavar, help=help, show_default=False)]
+
+
+BatchesOpt = _batch_option(f"{_BATCH_HELP} (default: {_OWN_BATCH})")
 # the commands that read stored plans: a filter, every stored batch size unless given
-StoredBatchesOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--batch",
-        "-b",
-        metavar="N[,N...]",
-        help="only the plans of these batch sizes, comma-separated (default: every stored batch size)",
-        show_default=False,
-    ),
-]
+StoredBatchesOpt = _batch_option(
+    "only the plans of these batch sizes, comma-separated (default: every stored batch size)"
+)
 # analyze systems' corpus, whose coverage is counted at one batch size
-CorpusBatchOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--batch",
-        "-b",
-        metavar="N",
-        help="the corpus's batch size (default: each model's smallest stored batch size)",
-        show_default=False,
-    ),
-]
-FleetBatchesOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--batch",
-        "-b",
-        metavar="N[,N...]",
-        help=f"{_BATCH_HELP} (default: the config's batch_sizes, else {_OWN_BATCH})",
-        show_default=False,
-    ),
-]
+CorpusBatchOpt = _batch_option("the corpus's batch size (default: each model's smallest stored batch size)", "N")
+FleetBatchesOpt = _batch_option(f"{_BATCH_HELP} (default: the config's batch_sizes, else {_OWN_BATCH})")
 GranOpt = Annotated[str, typer.Option("--granularity", "-g", help="DLBricks sequence sizes G, comma-separated")]
 ShapeOpt = Annotated[
     list[str] | None,

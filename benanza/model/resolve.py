@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -726,7 +726,8 @@ class _Walk:
                 reads |= branch
         captured = sorted((reads | set(settings)) - self.model_inputs - set(wanted))
         # what reads a setting, shaped already: the run says whether its value shapes them so (``_setting_from_run``)
-        readers = {x: [o for n in self.nodes if x in n.input for o in n.output if o in self.shape] for x in settings}
+        reading = {x: [n for n in self.nodes if x in n.input] for x in settings}
+        readers = {x: [o for n in nodes for o in n.output if o in self.shape] for x, nodes in reading.items()}
         checked = sorted({o for outs in readers.values() for o in outs} - set(captured) - self.model_inputs)
         captured += checked
         outputs = {o.name for o in model.graph.output}
@@ -748,7 +749,7 @@ class _Walk:
         on = "the given inputs (--input)" if self.given else "the benchmark inputs"
         for x in settings:
             found = {o: shapes.get(o) for o in readers[x]}
-            self._setting_from_run(x, kept.get(x) if error is None else None, on, found)
+            self._setting_from_run(x, kept.get(x) if error is None else None, on, reading[x], found)
         # why what a layer whose work the data decides reads was not kept (None: it was): on synthetic values then
         not_carried = {o: self._not_carried(o, inits, error) for o in (*wanted, *work) if o in self.work_kind}
         for o in work:
@@ -783,17 +784,22 @@ class _Walk:
         return shaped
 
     def _setting_from_run(
-        self, tensor: str, value: np.ndarray | None, on: str, read: Mapping[str, tuple[tuple[int, ...], int] | None]
+        self,
+        tensor: str,
+        value: np.ndarray | None,
+        on: str,
+        nodes: Sequence[onnx.NodeProto],
+        read: Mapping[str, tuple[tuple[int, ...], int] | None],
     ) -> None:
         """Keep a setting computed from data (``_data_settings``) at its value in the model's run, said per tensor
-        (``by_data``); a run that gave none of the model's shape leaves its readers fed synthetic integers. So does
+        (``by_data``; ``nodes``: those that read it); a run that gave none of the model's shape leaves its
+        readers fed synthetic integers. So does
         one where what reads it, shaped before the run (``read``: its outputs' shapes in the run), came out of
         another shape: their shapes, and all that follows from them, are not that value's (a FastSpeech2's
         Slices, shaped on synthetic values that the probe saw shape them alike), and carried into them it
         failed their benchmarks; said too."""
         if value is None or tuple(value.shape) != self.shape.get(tensor):
             return
-        nodes = [n for n in self.nodes if tensor in n.input]
         readers = sorted({n.op_type for n in nodes})
         # said where an op reads it as a setting; the integers it is computed from are carried unsaid
         said = tensor in self.data_deciders or any(self._shapes_by_value(n, tensor) for n in nodes)
