@@ -28,16 +28,15 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from benanza.errors import ModelError, UnboundDimensionError, UsageError, one_line
 from benanza.host_memory import memory_bytes
-from benanza.model.constants import constant_value
 from benanza.model.extract import tensor_type_of
 from benanza.model.given_inputs import GivenInput, by_position, given_arrays
 from benanza.model.graph import ShapeReport
 from benanza.model.keys import VALUE_MAX_ELEMENTS
-from benanza.model.load import fold_policy, has_data, keep_on_file
+from benanza.model.load import fold_policy, keep_on_file
+from benanza.model.rebatch import rebatched
 from benanza.model.request import NO_REQUEST, BindingRequest
 from benanza.model.steering import constant_inputs, default_inputs, steered_values, steering_inputs, value_arrays
 from benanza.model.walks import node_reads, topological_nodes
@@ -564,13 +563,12 @@ def prepare_model(
     keep_branches: bool = False,
     fits_here: bool = True,
 ) -> PreparedModel:
-    """Bind, fold, infer and resolve what inference left; a rebatched model also gets its batch-bound Reshapes fixed.
+    """Bind, fold, infer and resolve what inference left; a rebatched model also gets what bakes its batch rewritten.
 
-    Exports with a fixed batch often hard-code it in ``Reshape`` targets (``[1, 9216]``).
-    When ``batch`` rewrites a fixed leading dimension B, a constant Reshape target whose
-    first entry is B, applied to a tensor whose leading dimension is B at the original
-    batch, is rewritten to the new batch. Shapes computed from ``Shape`` chains adapt
-    without help.
+    Exports with a fixed batch hard-code it in ``Reshape`` and ``Expand`` targets (``[1, 9216]``, ``[4, 16, 16]``
+    with the batch folded into the heads) and, at batch 1, concatenate a class token unexpanded: when ``batch``
+    rewrites a fixed leading dimension, ``benanza.model.rebatch`` rewrites them. Shapes computed from ``Shape``
+    chains adapt without help.
 
     An input that chooses an ``If``'s branch is bound to ``request.values``' value for it (``--value``) or
     the one it is fed, and the ``If`` folds to that branch (``benanza.model.steering``); with
@@ -581,13 +579,7 @@ def prepare_model(
     binding = bind_shapes(model, path, batch, request, fits_here=fits_here)
     binding = replace(binding, values=steered_values(model, path, binding.shapes, request.values, binding.given))
     if binding.rebatch:
-        original = Binding(
-            {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()},
-            values=binding.values,
-        )
-        at_original = fold_and_infer(apply_binding(model, original, keep_branches=keep_branches), path)
-        olds = {old for old, _ in binding.rebatch.values()}
-        model = _rebatch_reshapes(model, at_original, olds, batch)
+        model = _rebatched(model, path, binding, batch, keep_branches=keep_branches)
     inferred = fold_and_infer(apply_binding(model, binding, keep_branches=keep_branches), path)
     from benanza.model.resolve import resolve_if_needed
 
@@ -607,74 +599,23 @@ def _fixed_leading(vi: onnx.ValueInfoProto) -> int | None:
     return dims[0].dim_value if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0 else None
 
 
-def _rebatch_reshapes(model: onnx.ModelProto, inferred: onnx.ModelProto, olds: set[int], new: int) -> onnx.ModelProto:
-    shapes = _shape_table(inferred)
-    consts = {i.name: i for i in inferred.graph.initializer}
-    const_nodes = {n.output[0]: n for n in inferred.graph.node if n.op_type == "Constant" and n.output}
-    live = _runtime_tensors(inferred)
-    targets: set[str] = set()
-    for node in inferred.graph.node:
-        if node.op_type != "Reshape" or len(node.input) < 2 or node.input[0] not in live:
-            continue  # not a Reshape, or reshaping a weight: it has no batch dimension
-        target = _constant_array(node.input[1], consts, const_nodes)
-        if target is None or target.ndim != 1 or not target.size:
-            continue
-        data = shapes.get(node.input[0])
-        if int(target[0]) in olds and data and data[0] == int(target[0]):
-            targets.add(node.output[0])
-    if not targets:
-        return model
-    m = copy.deepcopy(model)
-    inits = {i.name: i for i in m.graph.initializer}
-    const_nodes = {n.output[0]: n for n in m.graph.node if n.op_type == "Constant" and n.output}
-    for node in m.graph.node:
-        if node.op_type != "Reshape" or node.output[0] not in targets:
-            continue
-        src = node.input[1]
-        arr = _constant_array(src, inits, const_nodes)
-        if arr is None:
-            continue  # computed at run time: adapts by itself
-        arr = arr.copy()
-        arr[0] = new
-        name = f"{src}__benanza_batch{new}"
-        if name not in inits:
-            tensor = numpy_helper.from_array(arr.astype(np.int64), name)
-            m.graph.initializer.append(tensor)
-            inits[name] = tensor
-        node.input[1] = name
-    return m
+def _rebatched(model: onnx.ModelProto, path: object, binding: Binding, batch: int, *, keep_branches: bool):
+    """``model`` with what its export bakes of its old batch rewritten to ``batch`` (``benanza.model.rebatch``)."""
+    if model.functions:
+        from onnx import inliner
+
+        model = inliner.inline_local_functions(model)
+    original = Binding(
+        {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()},
+        values=binding.values,
+    )
+    at_original = fold_and_infer(apply_binding(model, original, keep_branches=keep_branches), path)
+    result = rebatched(model, at_original, binding.shapes, batch)
+    for line in result.unresolved:
+        if (str(path), batch, line) not in _SAID_UNRESOLVED:  # once, not again for the model's end to end
+            _SAID_UNRESOLVED.add((str(path), batch, line))
+            log.warning("%s: --batch %d: %s", path, batch, line)
+    return result.model
 
 
-def _constant_array(
-    name: str, inits: Mapping[str, onnx.TensorProto], const_nodes: Mapping[str, onnx.NodeProto]
-) -> np.ndarray | None:
-    """The value of an initializer or of a ``Constant`` node's output; None for anything else."""
-    if name in inits:
-        return numpy_helper.to_array(inits[name]) if has_data(inits[name]) else None
-    node = const_nodes.get(name)
-    return constant_value(node) if node is not None else None
-
-
-def _runtime_tensors(model: onnx.ModelProto) -> set[str]:
-    """Tensors computed from a runtime input; every other tensor is a constant."""
-    inits = {i.name for i in model.graph.initializer}
-    live = {i.name for i in model.graph.input if i.name not in inits}
-    changed = True
-    while changed:  # one pass for a sorted graph; repeats cover unsorted exports
-        changed = False
-        for node in model.graph.node:
-            outs = [o for o in node.output if o]
-            if any(x in live for x in node_reads(node)) and not live.issuperset(outs):
-                live.update(outs)
-                changed = True
-    return live
-
-
-def _shape_table(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
-    out: dict[str, tuple[int, ...]] = {}
-    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            dims = vi.type.tensor_type.shape.dim
-            if all(d.HasField("dim_value") for d in dims):
-                out[vi.name] = tuple(d.dim_value for d in dims)
-    return out
+_SAID_UNRESOLVED: set[tuple[str, int, str]] = set()

@@ -1,0 +1,654 @@
+"""A static export run at another batch: the shapes its graph bakes at the batch it was exported at, rewritten.
+
+``torch.onnx.export(..., dynamo=True)`` without ``dynamic_shapes`` (its default) and TorchScript exports traced at a
+fixed shape bake the batch they were traced at into constants: ``Reshape`` targets (``[1, 17, -1, 16]`` before
+attention, ``[4, 16, 16]`` with the batch folded into the heads, ``[1, 4, 16, 16]`` unfolding it again), ``Expand``
+targets (a ViT's class token expanded to ``[4, 1, 64]``) and, exported at batch 1, a class token concatenated to the
+patches as it is (the exporter drops its ``Expand`` to 1). ``--batch N`` binds the inputs at ``N``; ONNX's shape
+inference then shapes every layer upstream of the first such constant and fails, or shapes wrongly, after it.
+
+``rebatched`` walks the graph once, in order, carrying each tensor's shape at the new batch (ONNX's per-node
+inference does every op but a few) and, for a tensor the batch reaches, where the batch sits in it: the axis, and
+within the axis how many elements each sample's digit spans inside it (``[B*H, S, D]``: the batch is the outer
+factor of axis 0). Then, in the file's model:
+
+* a ``Reshape``'s output takes the batch on the axis whose stride divides the batch digit's and which holds the
+  whole digit (row-major order: ``[S, B, E] -> [S, B*H, D]`` scales ``B*H``, ``[B*H, S, S] -> [B, H, S, S]`` the
+  ``B``, ``[S, B, E] -> [S*B, E]`` the ``S*B``; at batch 1, where any axis holds a digit of one, the axis where it is
+  innermost); its target becomes that shape where the target as it is gives another one at the new input;
+* an ``Expand`` whose input grew takes the input's new dimensions; an ``Expand`` of a constant whose leading 1 it
+  expands to the old batch (above 1), read beside a tensor whose leading axis grew from it (a class token), takes
+  the new batch;
+* a constant read by a broadcasting op or a ``Concat`` beside a tensor that grew along an axis, of that axis's old
+  extent: its equal slices become one (a folded broadcast: it broadcasts again; the class token ``[B, 1, E]``, an
+  attention mask of ones), its integer slices that step by one difference become as many as the new batch (indices
+  counting the samples; the indices of a gather along the batch likewise); ``GatherND`` indices made at batch 1 that
+  pick sample 0 become one grid per sample (transformers' mask ``mask[batch_idx, kv_idx]``);
+* a ``Concat`` of grown tensors with one whose dimension is 1 where theirs grew: an ``Expand`` before the ``Concat``.
+
+What the file computes at run time (a target from ``Shape -> Gather -> Concat``, a mask from ``ConstantOfShape``)
+is left: it follows the new batch by itself. What the walk cannot rewrite (a ``Reshape`` whose input grew along two
+axes or no axis of which holds the batch, an ``Expand`` that broadcasts an axis the batch grew, a rewrite whose
+node folding changed) is named in ``Rebatched.unresolved`` and left as exported.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import AttributeProto, helper, numpy_helper
+
+from benanza.model.constants import constant_value
+from benanza.model.extract import schema_of, tensor_type_of
+from benanza.model.load import has_data
+from benanza.model.walks import node_reads
+
+Shape = tuple[int, ...]
+
+# integer tensors up to this many elements are passed to ONNX's per-node inference as values (axes, pads, repeats,
+# targets): what shape inference reads; weights are not
+_VALUE_ELEMENTS = 64
+# a constant the exporter broadcast to the old batch is read whole to compare its slices, up to this many elements
+_SLICED_ELEMENTS = 1 << 22
+
+
+@dataclass(frozen=True)
+class Rebatched:
+    """``model`` with what bakes the old batch rewritten; ``unresolved``: one line per node left as exported."""
+
+    model: onnx.ModelProto
+    unresolved: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Plan:
+    old: Mapping[str, Shape]  # every tensor's shape at the old batch
+    now: Mapping[str, Shape | None]  # the shapes the batch changed, at the new batch (None: not carried there)
+    targets: dict[str, Shape]  # a Reshape's output -> the explicit target a shape not carried here still gets
+    broadcasts: dict[tuple[str, int], Shape]  # (a Concat's output, its input's position) -> the shape to expand to
+    slices: dict[tuple[str, int], np.ndarray]  # (a node's output, its input's position) -> the constant it reads
+    arity: dict[str, int]  # a node with a slice or a broadcast -> its inputs' count at the old batch
+    unresolved: tuple[str, ...]
+
+
+def rebatched(model: onnx.ModelProto, at_old: onnx.ModelProto, new_inputs: Mapping[str, Shape], new: int) -> Rebatched:
+    """``model`` run at ``new_inputs`` (every rebatched input at batch ``new``), what bakes its old batch rewritten.
+
+    ``at_old``: ``model`` bound at the shapes it was exported at, folded, its nodes in topological order and every
+    tensor shaped by ONNX's inference. A node of ``model`` is found there by its first output's name; what folding
+    made constant is read there as the constant it is (a class token's ``Expand`` of a ``Where`` of shapes, in a
+    TorchScript export) and rewritten in ``model`` where a node reads it.
+    """
+    plan = _Walk(at_old, new_inputs, new).plan()
+    rewritten, missed = _rewritten(model, plan, new)
+    unfound = tuple(
+        f"node {out}'s rewrite for the new batch found no node of the file with that output and inputs (folding "
+        "changed it); left as exported"
+        for out in missed
+    )
+    return Rebatched(rewritten, plan.unresolved + unfound)
+
+
+class _Walk:
+    """One pass over ``at_old``'s nodes carrying each tensor's shape at the new batch."""
+
+    def __init__(self, at_old: onnx.ModelProto, new_inputs: Mapping[str, Shape], new: int) -> None:
+        self.graph = at_old.graph
+        self.opsets = {o.domain or "": o.version for o in at_old.opset_import}
+        self.opset_imports = list(at_old.opset_import)
+        self.ir_version = at_old.ir_version
+        self.old, self.elem = _shapes_and_types(at_old)
+        self.values = _small_integer_constants(at_old)
+        self.live = _runtime_tensors(at_old)
+        self.new = new
+        self.olds = {self.old[n][0] for n, s in new_inputs.items() if self.old.get(n) and self.old[n] != s}
+        self.now: dict[str, Shape | None] = {n: tuple(s) for n, s in new_inputs.items()}
+        # where the batch sits in a tensor it reached: (axis, old batch, elements of the axis per sample's digit)
+        self.layout: dict[str, tuple[int, int, int]] = {
+            n: (0, self.old[n][0], 1)
+            for n, s in self.now.items()
+            if self.old.get(n) and s and s != self.old[n] and s[1:] == self.old[n][1:]
+        }
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        for node in self.graph.node:
+            for x in node_reads(node):
+                self.readers.setdefault(x, []).append(node)
+        self.arity: dict[str, int] = {}
+        self.targets: dict[str, Shape] = {}
+        self.broadcasts: dict[tuple[str, int], Shape] = {}
+        self.slices: dict[tuple[str, int], np.ndarray] = {}
+        self.unresolved: list[str] = []
+        self.constants: dict[str, onnx.TensorProto | onnx.NodeProto] = {i.name: i for i in self.graph.initializer}
+        self.constants.update((n.output[0], n) for n in self.graph.node if n.op_type == "Constant" and n.output)
+
+    def plan(self) -> _Plan:
+        for node in self.graph.node:
+            if not any(x in self.now or x in self.live for x in node_reads(node)):
+                if node.op_type == "Expand" and node.domain in ("", "ai.onnx"):
+                    self._expand(node)  # a constant expanded to the batch (a class token)
+                continue
+            if all(self._at_new(x) == self.old.get(x) for x in node_reads(node)):
+                self._same(node)  # nothing the batch changed reaches it
+            elif node.domain not in ("", "ai.onnx"):
+                self._infer(node)
+            elif node.op_type in ("Reshape", "Flatten"):
+                self._reshape(node)
+            elif node.op_type == "Expand":
+                self._expand(node)
+            elif node.op_type == "Concat":
+                self._concat(node, self._unfolded(node))
+            else:
+                self._infer(node, self._unfolded(node))
+        return _Plan(self.old, self.now, self.targets, self.broadcasts, self.slices, self.arity, tuple(self.unresolved))
+
+    def _at_new(self, name: str) -> Shape | None:
+        """A tensor's shape at the new batch: None where the walk could not carry it there."""
+        if name in self.now:
+            return self.now[name]
+        return None if name in self.live else self.old.get(name)
+
+    def _same(self, node: onnx.NodeProto) -> None:
+        for o in node.output:
+            if o:
+                self.now[o] = self.old.get(o)
+
+    def _unknown(self, node: onnx.NodeProto) -> None:
+        for o in node.output:
+            if o:
+                self.now[o] = None
+
+    def _reshape(self, node: onnx.NodeProto) -> None:
+        """A ``Reshape`` (or a ``Flatten``, the same in memory) of a tensor the batch reached."""
+        x, out = node.input[0], node.output[0]
+        before, after, shaped = self.old.get(x), self._at_new(x), self.old.get(out)
+        if before is None or shaped is None:
+            return self._unknown(node)
+        target = node.input[1] if node.op_type == "Reshape" and len(node.input) > 1 else ""
+        layout = self.layout.get(x)
+        if after is None or layout is None:  # not carried here: a leading old batch kept is the new batch
+            if target and target not in self.live and before[:1] == shaped[:1] and shaped and shaped[0] in self.olds:
+                self.targets[out] = (self.new, *shaped[1:])
+            return self._unknown(node)
+        moved = self._chosen(out, before, after, layout, shaped)
+        if moved is None:
+            self.unresolved.append(
+                f"node {node.name or out} ({node.op_type}) of {list(before)} to {list(shaped)}: its input is "
+                f"{list(after)} at the new batch and no axis of its output holds the batch; left as exported"
+            )
+            return self._unknown(node)
+        j, inner, self.now[out] = moved
+        self.layout[out] = (j, layout[1], inner)
+
+    def _chosen(
+        self, out: str, before: Shape, after: Shape, layout: tuple[int, int, int], shaped: Shape
+    ) -> tuple[int, int, Shape] | None:
+        """``_moved``'s first axis whose shape every reader of ``out`` that the walk can shape accepts (at batch 1
+        ``[S, 1, E] -> [S, E]`` is ``[S*B, E]`` before a ``MatMul`` by ``[E, E]``, not ``[S, B*E]``)."""
+        a, batch, _ = layout
+        new_batch = after[a] * batch // before[a]
+        chosen = None
+        for j, inner in _moved(before, layout, shaped):
+            shape = (*shaped[:j], shaped[j] // batch * new_batch, *shaped[j + 1 :])
+            chosen = chosen or (j, inner, shape)
+            if all(self._accepts(reader, out, shape) for reader in self.readers.get(out, ())):
+                return j, inner, shape
+        return chosen
+
+    def _accepts(self, node: onnx.NodeProto, name: str, shape: Shape) -> bool:
+        """Whether ONNX's inference of ``node`` accepts ``name`` at ``shape`` (True where it cannot tell)."""
+        schema = self._schema(node)
+        if schema is None or _has_subgraph(node):
+            return True
+        types = {}
+        for x in node.input:
+            given = shape if x == name else self._at_new(x)
+            if not x:
+                continue
+            if given is None or x not in self.elem:
+                return True  # an input not carried yet: nothing to tell
+            types[x] = helper.make_tensor_type_proto(self.elem[x], given)
+        data = {x: self.values[x] for x in node.input if x in self.values}
+        try:
+            onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=self.opset_imports, ir_version=self.ir_version
+            )
+        except Exception:
+            return False
+        return True
+
+    def _schema(self, node: onnx.NodeProto) -> onnx.defs.OpSchema | None:
+        domain = "" if node.domain in ("", "ai.onnx") else node.domain
+        described = schema_of(node.op_type, self.opsets.get(domain, 0), domain)
+        return described.onnx_schema if described is not None else None
+
+    def _expand(self, node: onnx.NodeProto) -> None:
+        x, out = node.input[0], node.output[0]
+        before, after, shaped = self.old.get(x), self._at_new(x), self.old.get(out)
+        target = node.input[1] if len(node.input) > 1 else ""
+        if before is None or shaped is None or after is None or target in self.live:
+            if after == before and target not in self.live:
+                return self._same(node)
+            return self._unknown(node)  # a target the model computes follows its shapes: not carried here
+        want = list(shaped)
+        offset = len(shaped) - len(before)
+        if after == before:  # a constant (a class token [1, 1, E]) expanded to the old batch on its leading axis
+            if offset == 0 and before and before[0] == 1 and shaped[0] in self.olds - {1} and self._beside_batch(out):
+                want[0] = self.new
+                self.layout[out] = (0, shaped[0], 1)
+        else:
+            for k, (b, a) in enumerate(zip(before, after, strict=True)):
+                if b == a or offset + k < 0:
+                    continue
+                if shaped[offset + k] != b:  # it broadcast this axis (1 -> K): K beams per sample has no new target
+                    self.unresolved.append(
+                        f"node {node.name or out} (Expand) of {list(before)} to {list(shaped)}: it broadcasts the "
+                        f"axis the batch grew ({b} -> {a}); left as exported"
+                    )
+                    return self._unknown(node)
+                want[offset + k] = a
+        self.now[out] = tuple(want)
+        self._carry_layout(node)
+
+    def _beside_batch(self, name: str) -> bool:
+        """Whether a node that reads ``name`` reads beside it a tensor of the model's run of its rank and leading
+        extent (the old batch): a class token concatenated to the patches, not a ``[1, S, S]`` mask expanded to the
+        heads (read beside ``[B, H, S, S]`` scores, whose second axis it aligns with)."""
+        shape = self.old.get(name, ())
+        for reader in self.readers.get(name, ()):
+            for y in reader.input:
+                beside = self.old.get(y)
+                if y != name and y in self.live and beside and len(beside) == len(shape) and beside[0] == shape[0]:
+                    return True
+        return False
+
+    def _unfolded(self, node: onnx.NodeProto) -> list[Shape | None]:
+        """The node's inputs' shapes at the new batch, each constant that its exporter made at the old batch made
+        at the new one (``_unbaked``), along an axis whose extent, the old batch, grew in another input: the same
+        axis counted from the last (the axes broadcasting aligns) or, of indices that pick samples, the leading one.
+
+        A static export folds ``cls_token.expand(B, -1, -1)`` into a ``[B, 1, E]`` constant, an attention mask of ones
+        into ``[B, 1, S, S]`` and a mask's gather into ``[B, 1, 1, S, 2]`` indices counting the batch: at another
+        batch they no longer broadcast or index, or broadcast wrongly (``[4, 1, S, S]`` beside ``[1, H, S, S]`` at
+        batch 1 gives ``[4, H, S, S]``)."""
+        from_last: dict[int, tuple[int, int]] = {}  # an axis counted from the last -> (old extent, new extent)
+        leading: dict[int, int] = {}  # a grown leading axis's old extent -> its new
+        for x in node.input:
+            before, after = self.old.get(x), self._at_new(x)
+            if before is None or after is None or len(before) != len(after) or before == after:
+                continue
+            for k, (b, a) in enumerate(zip(before, after, strict=True)):
+                if b != a:
+                    from_last[len(before) - k] = (b, a)
+            if before and before[0] != after[0]:
+                leading[before[0]] = after[0]
+        shapes = [self._at_new(x) if x else None for x in node.input]
+        if node.op_type not in _BROADCASTING and not (node.op_type in ("Gather", "GatherND") and len(node.input) > 1):
+            return shapes  # a setting (axes, pads, repeats) as long as the old batch is no batch
+        for i, x in enumerate(node.input):
+            shape = shapes[i]
+            if not x or x in self.live or x in self.now or not shape:
+                continue
+            axes = {len(shape) - back: grew for back, grew in from_last.items() if back <= len(shape)}
+            if node.op_type not in _BROADCASTING:
+                axes = {}  # a gather's data is read, not broadcast; its indices follow
+            if shape[0] in leading and i == 1 and _indexes_the_batch(node):  # indices: their leading axis
+                axes.setdefault(0, (shape[0], leading[shape[0]]))
+            value = None
+            if node.op_type == "GatherND" and i == 1 and shape[0] == 1 and 1 in leading and shape[0] in leading:
+                value = _index_grid(self._constant(x), leading[1], _int_attr(node, "batch_dims", 0))
+            for k, (b, a) in sorted(axes.items()):
+                if b < 2 or shape[k] != b:
+                    continue
+                value = self._constant(x) if value is None else value
+                made = _unbaked(value, k, b, a) if value is not None else None
+                if made is not None:
+                    value = made
+            if value is not None and tuple(value.shape) != shape:
+                self.slices[(node.output[0], i)] = value
+                self.arity[node.output[0]] = len(node.input)
+                shapes[i] = tuple(value.shape)
+        return shapes
+
+    def _constant(self, name: str) -> np.ndarray | None:
+        """The value of an initializer (up to ``_SLICED_ELEMENTS``) or a ``Constant`` node's output; else None."""
+        tensor = self.constants.get(name)
+        if isinstance(tensor, onnx.NodeProto):
+            return _constant_value(tensor)
+        if tensor is None or not has_data(tensor) or math.prod(tensor.dims) > _SLICED_ELEMENTS:
+            return None
+        return numpy_helper.to_array(tensor)
+
+    def _concat(self, node: onnx.NodeProto, shapes: list[Shape | None]) -> None:
+        olds = [self.old.get(x) for x in node.input]
+        if any(s is None for s in shapes) or any(s is None for s in olds) or len({len(s) for s in shapes}) != 1:
+            return self._infer(node)
+        rank = len(shapes[0])
+        axis = _int_attr(node, "axis", 0) % rank if rank else 0
+        carried = [x in self.live or x in self.now for x in node.input]
+        grown = [s for s, o, c in zip(shapes, olds, carried, strict=True) if c and s != o]
+        if not grown:
+            return self._infer(node, shapes)
+        for i, s in enumerate(shapes):
+            if carried[i] and s != olds[i]:
+                continue
+            to = tuple(w if k != axis and d == 1 else d for k, (d, w) in enumerate(zip(s, grown[0], strict=True)))
+            if to != s:
+                self.broadcasts[(node.output[0], i)] = to
+                self.arity[node.output[0]] = len(node.input)
+                shapes[i] = to
+        self._infer(node, shapes)
+
+    def _infer(self, node: onnx.NodeProto, shapes: Sequence[Shape | None] | None = None) -> None:
+        """ONNX's per-node inference at the inputs' new shapes (``shapes``: the node's inputs', where changed)."""
+        if _has_subgraph(node):
+            return self._unknown(node)  # a subgraph reads what its body computes: not carried through
+        schema = self._schema(node)
+        given = dict(zip(node.input, shapes, strict=False)) if shapes is not None else {}
+        types = {}
+        for x in node.input:
+            if not x:
+                continue
+            shape = given.get(x, self._at_new(x))
+            if shape is None or x not in self.elem:
+                return self._unknown(node)
+            types[x] = helper.make_tensor_type_proto(self.elem[x], shape)
+        if schema is None:
+            return self._unknown(node)
+        data = {x: self.values[x] for x in node.input if x in self.values}
+        try:
+            inferred = onnx.shape_inference.infer_node_outputs(
+                schema, node, types, data, opset_imports=self.opset_imports, ir_version=self.ir_version
+            )
+        except Exception:  # ONNX's inference refuses the node at these shapes: not carried past it
+            return self._unknown(node)
+        for o in node.output:
+            if not o:
+                continue
+            tensor = tensor_type_of(inferred[o]) if o in inferred else None
+            dims = tensor.shape.dim if tensor is not None and tensor.HasField("shape") else None
+            known = dims is not None and all(d.HasField("dim_value") for d in dims)
+            self.now[o] = tuple(d.dim_value for d in dims) if known else None
+        self._carry_layout(node)
+
+    def _carry_layout(self, node: onnx.NodeProto) -> None:
+        """Where the batch sits in each output the batch grew along one axis: as in the input whose axis of that
+        extent grew (the same axis moved: a transpose, a squeeze), else the outer factor of the axis."""
+        grown = [self.layout[x] + (self.old[x],) for x in node.input if x in self.layout]
+        if not grown:
+            return
+        for o in node.output:
+            before, after = self.old.get(o), self.now.get(o)
+            if not o or before is None or after is None or len(before) != len(after):
+                continue
+            changed = [k for k, (b, a) in enumerate(zip(before, after, strict=True)) if b != a]
+            if len(changed) != 1:
+                continue
+            k = changed[0]
+            same = next(((batch, inner) for a, batch, inner, shape in grown if shape[a] == before[k]), None)
+            batch = grown[0][1]
+            if same is not None:
+                self.layout[o] = (k, *same)
+            elif before[k] % batch == 0:
+                self.layout[o] = (k, batch, before[k] // batch)
+
+
+def _unbaked(value: np.ndarray, axis: int, old: int, new: int) -> np.ndarray | None:
+    """A constant made along ``axis`` at the old batch, at the new: one slice where its ``old`` slices are equal
+    (a broadcast folded; it broadcasts again), ``new`` slices where an integer one steps by the same difference
+    from slice to slice (an index counting the batch); None for any other constant (data of its own per sample)."""
+    slices = np.split(value, old, axis=axis)
+    if all(np.array_equal(s, slices[0]) for s in slices[1:]):
+        return slices[0]
+    if value.dtype.kind not in "iu":
+        return None
+    step = slices[1] - slices[0]
+    if not all(np.array_equal(s, slices[0] + j * step) for j, s in enumerate(slices)):
+        return None
+    if old == 2 and step.ndim and not np.all(step == step.reshape(-1, step.shape[-1])[:1].reshape(-1)):
+        return None  # two rows always step by their difference: only one step at every position counts them
+    return np.concatenate([slices[0] + j * step for j in range(new)], axis=axis).astype(value.dtype)
+
+
+def _indexes_the_batch(node: onnx.NodeProto) -> bool:
+    """Whether a gather's indices pick along its data's leading axis, their own leading axis the output's."""
+    if node.op_type == "Gather":
+        return _int_attr(node, "axis", 0) == 0
+    return node.op_type == "GatherND" and _int_attr(node, "batch_dims", 0) == 0
+
+
+def _index_grid(value: np.ndarray | None, new: int, batch_dims: int) -> np.ndarray | None:
+    """``GatherND`` indices made at batch 1 that pick sample 0 of the data for sample 0 (``mask[batch_idx, kv_idx]``
+    traced with ``batch_idx = arange(1)``), made for ``new`` samples each picking its own; None for other indices."""
+    if value is None or batch_dims or value.ndim < 2 or value.shape[0] != 1 or value.dtype.kind not in "iu":
+        return None
+    if np.any(value[..., 0] != 0):
+        return None
+    step = np.zeros(value.shape[-1], value.dtype)
+    step[0] = 1
+    return np.concatenate([value + j * step for j in range(new)], axis=0)
+
+
+def _moved(before: Shape, layout: tuple[int, int, int], shaped: Shape) -> list[tuple[int, int]]:
+    """The output axes of a ``Reshape`` of ``before`` to ``shaped`` that can hold the batch, each with its elements
+    per sample's digit there, the likeliest first; none where no axis holds the whole digit.
+
+    ``layout``: the input's batch axis, old batch and elements per digit in it. In row-major order the batch is a
+    digit of stride ``sigma`` and extent ``batch``; an output axis of stride ``R`` holds it where ``R`` divides
+    ``sigma`` and the digit's span divides the axis's. At batch 1 several can (a digit of one fits anywhere): first
+    the axes after exactly what is above the digit in the input (``[S, 1, E] -> [S, H, D]``: ``B*H``), then the
+    one where it is innermost.
+    """
+    a, batch, inner = layout
+    sigma = inner * math.prod(before[a + 1 :])
+    above = math.prod(before) // (sigma * batch)
+    held = []
+    for j, d in enumerate(shaped):
+        stride = math.prod(shaped[j + 1 :])
+        if stride and sigma % stride == 0 and (stride * d) % (sigma * batch) == 0:
+            held.append((math.prod(shaped[:j]) != above, sigma // stride, j))
+    return [(j, inner_out) for _, inner_out, j in sorted(held)]
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute)
+
+
+def _resolved(target: onnx.TensorProto | None, x: Shape, allowzero: bool) -> Shape | None:
+    """What a constant Reshape target gives at input shape ``x``: -1 and 0 resolved; None where unknown or invalid."""
+    if target is None:
+        return None
+    t = [int(v) for v in numpy_helper.to_array(target).ravel()]
+    dims = [x[k] if v == 0 and not allowzero and k < len(x) else v for k, v in enumerate(t)]
+    if dims.count(-1) > 1:
+        return None
+    if -1 in dims:
+        rest = math.prod(d for d in dims if d != -1)
+        if rest == 0 or math.prod(x) % rest:
+            return None
+        dims[dims.index(-1)] = math.prod(x) // rest
+    return tuple(dims) if math.prod(dims) == math.prod(x) else None
+
+
+def _resolved_expand(target: onnx.TensorProto | None, x: Shape) -> Shape | None:
+    """What a constant Expand target gives at input shape ``x`` (ONNX broadcasting); None where unknown or invalid."""
+    if target is None:
+        return None
+    t = [int(v) for v in numpy_helper.to_array(target).ravel()]
+    try:
+        return tuple(np.broadcast_shapes(tuple(x), tuple(t)))
+    except ValueError:
+        return None
+
+
+def _allowzero(node: onnx.NodeProto) -> bool:
+    return bool(_int_attr(node, "allowzero", 0))
+
+
+def _int_attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    return next((a.i for a in node.attribute if a.name == name), default)
+
+
+def _rewritten(model: onnx.ModelProto, plan: _Plan, new: int) -> tuple[onnx.ModelProto, list[str]]:
+    """A copy of ``model`` with what the plan rewrites; and the outputs, in order, of the planned nodes it did not find
+    (or found with other inputs than where the plan was made).
+
+    A ``Reshape``'s or ``Expand``'s target the file holds as a constant becomes the shape the walk carried its output
+    to, where the target as it is gives another at the new input (one that folding made an ``Identity`` included); a
+    target, a constant read or a ``Concat`` input the file computes at run time is left: it follows by itself.
+    """
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    names = {i.name for i in m.graph.initializer}
+    computed = _runtime_tensors(m)
+    values = _small_integer_constants(m)
+
+    def initializer(name: str, value: np.ndarray) -> str:
+        if name not in names:
+            names.add(name)
+            m.graph.initializer.append(numpy_helper.from_array(value, name))
+        return name
+
+    slices, broadcasts = _by_reader(plan.slices), _by_reader(plan.broadcasts)
+    nodes, missed = [], []
+    for node in m.graph.node:
+        out = node.output[0] if node.output else ""
+        target = _new_target(node, plan, values, computed)
+        if target is not None:
+            node.input[1] = initializer(f"{out}__benanza_batch{new}_shape", np.array(target, np.int64))
+        if (out in slices or out in broadcasts) and len(node.input) != plan.arity[out]:
+            missed.append(out)  # folding dropped an input (an empty one of a Concat): positions no longer match
+            slices.pop(out, None)
+            broadcasts.pop(out, None)
+        for position, value in slices.get(out, {}).items():
+            if node.input[position] not in computed:
+                made = f"{node.input[position]}__benanza_batch{new}_{'x'.join(map(str, value.shape))}"
+                node.input[position] = initializer(made, value)
+        for position, to in broadcasts.get(out, {}).items():
+            if node.input[position] in computed:
+                continue
+            expanded = f"{out}__benanza_batch{new}_input{position}"
+            shape = initializer(f"{expanded}_shape", np.array(to, np.int64))
+            nodes.append(helper.make_node("Expand", [node.input[position], shape], [expanded], name=expanded))
+            node.input[position] = expanded
+        nodes.append(node)
+    if len(nodes) != len(m.graph.node):
+        nodes = [copy.deepcopy(n) for n in nodes]  # detached before the field is cleared
+        del m.graph.node[:]
+        m.graph.node.extend(nodes)
+    found = {n.output[0] for n in nodes if n.output}
+    planned = dict.fromkeys([*plan.targets, *(r for r, _ in plan.slices), *(r for r, _ in plan.broadcasts)])
+    return m, missed + [out for out in planned if out not in found]
+
+
+def _new_target(
+    node: onnx.NodeProto, plan: _Plan, values: Mapping[str, onnx.TensorProto], computed: set[str]
+) -> Shape | None:
+    """The explicit target a ``Reshape`` or ``Expand`` of the file gets at the new batch; None to leave it."""
+    if node.op_type not in ("Reshape", "Expand") or node.domain not in ("", "ai.onnx") or len(node.input) < 2:
+        return None
+    out, x, target = node.output[0], node.input[0], node.input[1]
+    if target in computed:
+        return None  # the file computes it from its shapes: it follows the new batch
+    want = plan.targets.get(out) or plan.now.get(out)
+    if want is None or want == plan.old.get(out):
+        return None
+    given = plan.now.get(x) or plan.old.get(x)
+    if given is not None and target in values:
+        gives = (
+            _resolved(values[target], given, _allowzero(node))
+            if node.op_type == "Reshape"
+            else _resolved_expand(values[target], given)
+        )
+        if gives == want:
+            return None  # a -1 or a 0 that follows the input
+    return want
+
+
+def _by_reader(planned: Mapping[tuple[str, int], object]) -> dict[str, dict[int, object]]:
+    out: dict[str, dict[int, object]] = {}
+    for (reader, position), value in planned.items():
+        out.setdefault(reader, {})[position] = value
+    return out
+
+
+def _shapes_and_types(model: onnx.ModelProto) -> tuple[dict[str, Shape], dict[str, int]]:
+    """Every tensor's fully known shape and every tensor's element type, as inference left them."""
+    shapes: dict[str, Shape] = {}
+    elem: dict[str, int] = {}
+    graph = model.graph
+    for vi in (*graph.input, *graph.value_info, *graph.output):
+        tensor = tensor_type_of(vi.type)
+        if tensor is None:
+            continue
+        if tensor.elem_type:
+            elem[vi.name] = tensor.elem_type
+        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            shapes[vi.name] = tuple(d.dim_value for d in tensor.shape.dim)
+    for init in graph.initializer:
+        shapes[init.name], elem[init.name] = tuple(init.dims), init.data_type
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = _constant_value(node)
+            if value is not None:
+                shapes.setdefault(node.output[0], tuple(value.shape))
+                elem.setdefault(node.output[0], helper.np_dtype_to_tensor_dtype(value.dtype))
+    return shapes, elem
+
+
+def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
+    """A ``Constant`` node's value; None where it has none to read (its data in a file not here)."""
+    if any(a.name == "value" and not has_data(a.t) for a in node.attribute):
+        return None
+    try:
+        return constant_value(node)
+    except Exception:  # a value ONNX cannot read here: unknown, as a weight without its data
+        return None
+
+
+def _small_integer_constants(model: onnx.ModelProto) -> dict[str, onnx.TensorProto]:
+    """Initializers and ``Constant`` outputs of at most ``_VALUE_ELEMENTS`` integers, by name."""
+    out: dict[str, onnx.TensorProto] = {}
+    for init in model.graph.initializer:
+        if init.data_type in _INTEGER_ELEMENTS and math.prod(init.dims) <= _VALUE_ELEMENTS and has_data(init):
+            out[init.name] = init
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            value = _constant_value(node)
+            if value is not None and value.dtype.kind in "iu" and value.size <= _VALUE_ELEMENTS:
+                out[node.output[0]] = numpy_helper.from_array(value, node.output[0])
+    return out
+
+
+# ops whose inputs broadcast against each other (or concatenate): where a constant made at the old batch meets
+# a tensor that grew
+_BROADCASTING = frozenset(
+    {
+        *("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "MatMul"),
+        *("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "BitShift", "Concat"),
+        *("BitwiseAnd", "BitwiseOr", "BitwiseXor"),
+    }
+)
+
+_INTEGER_ELEMENTS = frozenset(
+    (onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8)
+)
+
+
+def _runtime_tensors(model: onnx.ModelProto) -> set[str]:
+    """Tensors computed from a runtime input; every other tensor is a constant."""
+    inits = {i.name for i in model.graph.initializer}
+    live = {i.name for i in model.graph.input if i.name not in inits}
+    changed = True
+    while changed:  # one pass for a sorted graph; repeats cover unsorted exports
+        changed = False
+        for node in model.graph.node:
+            outs = [o for o in node.output if o]
+            if any(x in live for x in node_reads(node)) and not live.issuperset(outs):
+                live.update(outs)
+                changed = True
+    return live

@@ -1,0 +1,119 @@
+"""A static export run at another batch (``--batch N``): does the rebatched model compute what the export computes?
+
+``torch.onnx.export(..., dynamo=True)`` without ``dynamic_shapes`` bakes the batch it was traced at into its graph
+(``benanza.model.rebatch``). For each file and each ``--batch N``, this script
+
+- processes the file at ``N`` as every benanza command does (``process_model``), counting its layers and the
+  nodes left unbenchmarked with a reason (``unsupported``);
+- runs benanza's end-to-end model (``process_model(..., keep_branches=True)``: what ``e2e_ms`` times) in ONNX
+  Runtime on ``lcm(B, N)`` random samples, ``N`` at a time, and the file as exported on the same samples, ``B`` at
+  a time, and compares every output sample by sample (``max_abs_diff``; ``matches`` within 1e-4 relative):
+  a batch mixed into another sample's, or a constant broadcast wrongly, shows here, not only a failure. Floats are
+  random per sample, token ids (an integer input benanza feeds zeros) random below ``--ids``, and a mask (one it
+  feeds ones, ``[batch, length]``) pads each sample after a random length.
+
+Printed and saved to ``benchmarks/results/static_rebatch.json`` (``--tag`` adds a suffix). The models are not in
+the repository (exports of today with random weights; their making is in the note of the commit that added this):
+
+    python benchmarks/static_rebatch.py vit_b1.onnx vit_b4.onnx bert_b1.onnx --batch 1 --batch 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+from side_by_side import save_results
+
+from benanza.errors import BenanzaError, one_line
+from benanza.model.load import load_model, with_synthetic_weights
+from benanza.model.process import process_model
+from benanza.model.shapes import runtime_inputs
+from benanza.runtimes.onnxruntime import feeds_for
+
+
+def session(model) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(with_synthetic_weights(model).SerializeToString(), options, ["CPUExecutionProvider"])
+
+
+def run_in_chunks(sess: ort.InferenceSession, samples: dict[str, np.ndarray], chunk: int) -> list[np.ndarray]:
+    total = next(iter(samples.values())).shape[0]
+    parts = [sess.run(None, {n: a[i : i + chunk] for n, a in samples.items()}) for i in range(0, total, chunk)]
+    return [np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
+
+
+def one(path: Path, batch: int, ids: int) -> dict[str, Any]:
+    shipped = load_model(path)
+    exported_batch = {vi.name: vi.type.tensor_type.shape.dim[0].dim_value for vi in runtime_inputs(shipped)}
+    old = max(exported_batch.values())
+    row: dict[str, Any] = {"model": path.name, "exported_batch": old, "batch": batch}
+    try:
+        processed = process_model(path, batch, proto=shipped)
+        row["layers"] = len(processed.graph.layers)
+        row["unsupported"] = len(processed.graph.unsupported)
+        row["unsupported_first"] = [
+            f"{u.node} ({u.op_type}): {u.reason}"[:200] for u in processed.graph.unsupported[:3]
+        ]
+        bound = process_model(path, batch, proto=shipped, keep_branches=True).proto
+    except BenanzaError as exc:
+        row["error"] = one_line(exc)
+        return row
+    total = math.lcm(old, batch)
+    rng = np.random.default_rng(0)
+    feeds = feeds_for(with_synthetic_weights(bound))  # the types and the value ranges benanza feeds
+    samples = {}
+    for name, value in feeds.items():
+        shape = (total, *value.shape[1:])
+        if value.dtype.kind == "f":
+            samples[name] = rng.standard_normal(shape).astype(value.dtype)
+        elif np.unique(value).tolist() == [0]:  # an index (token ids): ids below --ids, distinct per sample
+            samples[name] = rng.integers(0, ids, size=shape).astype(value.dtype)
+        elif len(shape) == 2 and np.unique(value).tolist() == [1]:  # a mask: each sample padded after its length
+            lengths = rng.integers(1, shape[1] + 1, size=total)
+            samples[name] = (np.arange(shape[1])[None, :] < lengths[:, None]).astype(value.dtype)
+        else:  # as benanza feeds it
+            samples[name] = np.broadcast_to(value[:1], shape).copy()
+    try:
+        ours = run_in_chunks(session(bound), samples, batch)
+    except Exception as exc:  # the rebatched model does not run: the finding
+        row["error"] = f"the rebatched model fails in ONNX Runtime: {one_line(exc)}"
+        return row
+    theirs = run_in_chunks(session(shipped), samples, old)
+    diffs = [
+        float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)))) if a.shape == b.shape else None
+        for a, b in zip(ours, theirs, strict=True)
+    ]
+    row["max_abs_diff"] = max((d for d in diffs if d is not None), default=None)
+    row["shapes_differ"] = [i for i, d in enumerate(diffs) if d is None]
+    scale = max(float(np.max(np.abs(b))) for b in theirs)
+    row["matches"] = (
+        not row["shapes_differ"] and row["max_abs_diff"] is not None and row["max_abs_diff"] <= 1e-4 * max(scale, 1.0)
+    )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", type=Path)
+    parser.add_argument("--batch", type=int, action="append", required=True)
+    parser.add_argument("--ids", type=int, default=100, help="token ids are drawn below this (default: 100)")
+    parser.add_argument("--tag", default="")
+    args = parser.parse_args()
+    rows = [one(path, batch, args.ids) for path in args.models for batch in args.batch]
+    for r in rows:
+        verdict = r.get("error") or (
+            f"{r['layers']} layers, {r['unsupported']} unbenchmarked, outputs {'match' if r['matches'] else 'DIFFER'} "
+            f"(max |diff| {r['max_abs_diff']:.2e})"
+        )
+        print(f"{r['model']:<20} exported at {r['exported_batch']}, --batch {r['batch']}: {verdict}")
+    print(save_results("static_rebatch", args.tag, {"rows": rows}))
+
+
+if __name__ == "__main__":
+    main()

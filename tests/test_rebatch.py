@@ -1,0 +1,289 @@
+"""A static export at another batch (``benanza.model.rebatch``): what it bakes of its batch is rewritten, and the
+rebatched model computes, sample by sample, what the export computes (real ONNX Runtime on both)."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper
+
+from benanza.model.shapes import prepare_model
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+S, H, D = 5, 2, 3  # tokens, heads, head size
+E = H * D
+
+
+def _session(model) -> ort.InferenceSession:
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def _in_chunks(model, samples: dict[str, np.ndarray], chunk: int) -> list[np.ndarray]:
+    sess, total = _session(model), len(next(iter(samples.values())))
+    parts = [sess.run(None, {n: a[i : i + chunk] for n, a in samples.items()}) for i in range(0, total, chunk)]
+    return [np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))]
+
+
+def _same_per_sample(model, old: int, new: int, samples: dict[str, np.ndarray]) -> None:
+    """The model prepared at ``new`` (what benanza's end to end runs) against the file, on the same samples."""
+    rebatched = prepare_model(model, "mem.onnx", new, keep_branches=True).proto
+    ours, theirs = _in_chunks(rebatched, samples, new), _in_chunks(model, samples, old)
+    for a, b in zip(ours, theirs, strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def _attention(build_model, batch: int, *, cls_token: bool = False, mask: bool = False):
+    """A self-attention block as a static export bakes it at ``batch``: ``[B, S, E] -> [B, S, H, D] -> [B*H, S, D]``
+    (the batch folded into the heads) ``-> [B, H, S, S]`` (unfolded again); with ``cls_token`` a class token
+    concatenated first (a ``[B, 1, E]`` constant, or ``[1, 1, E]`` unexpanded at batch 1), with ``mask`` a
+    constant mask of ones broadcast to ``[B, 1, S', S']``."""
+    rng = np.random.default_rng(batch)
+    s = S + 1 if cls_token else S
+    inits = {
+        "wq": rng.standard_normal((E, E)).astype(np.float32),
+        "heads": np.array([batch, s, H, D], np.int64),
+        "folded": np.array([batch * H, s, D], np.int64),
+        "unfolded": np.array([batch, H, s, s], np.int64),
+        "merged": np.array([batch, s, E], np.int64),
+    }
+    nodes = []
+    x = "x"
+    if cls_token:
+        token = rng.standard_normal((1, 1, E)).astype(np.float32)
+        inits["cls"] = np.repeat(token, batch, axis=0)  # the exporter's folded cls_token.expand(B, -1, -1)
+        nodes.append(helper.make_node("Concat", ["cls", "x"], ["xc"], axis=1))
+        x = "xc"
+    nodes += [
+        helper.make_node("MatMul", [x, "wq"], ["q"]),
+        helper.make_node("Reshape", ["q", "heads"], ["q4"]),
+        helper.make_node("Transpose", ["q4"], ["qt"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["qt", "folded"], ["q3"]),
+        helper.make_node("Transpose", ["q3"], ["k3"], perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q3", "k3"], ["scores3"]),
+        helper.make_node("Reshape", ["scores3", "unfolded"], ["scores"]),
+    ]
+    scores = "scores"
+    if mask:
+        inits["mask"] = np.zeros((batch, 1, s, s), np.float32)
+        inits["mask"][..., -1] = -1e4  # the same in every sample: a broadcast the exporter folded
+        nodes.append(helper.make_node("Add", ["scores", "mask"], ["masked"]))
+        scores = "masked"
+    nodes += [
+        helper.make_node("Softmax", [scores], ["p"], axis=-1),
+        helper.make_node("Reshape", ["p", "folded_p"], ["p3"]),
+        helper.make_node("MatMul", ["p3", "q3"], ["o3"]),
+        helper.make_node("Reshape", ["o3", "heads_o"], ["o4"]),
+        helper.make_node("Transpose", ["o4"], ["ot"], perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["ot", "merged"], ["y"]),
+    ]
+    inits["folded_p"] = np.array([batch * H, s, s], np.int64)
+    inits["heads_o"] = np.array([batch, H, s, D], np.int64)
+    return build_model(nodes, [("x", F, [batch, S, E])], [("y", F, [batch, s, E])], inits)
+
+
+def _samples(total: int) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(7).standard_normal((total, S, E)).astype(np.float32)}
+
+
+@pytest.mark.parametrize(("old", "new"), [(1, 3), (2, 1), (2, 3), (2, 4)])
+def test_attention_with_its_batch_folded_into_the_heads_computes_the_same_at_another_batch(build_model, old, new):
+    """``[B*H, S, D]`` and ``[B, H, S, S]`` targets: the old rule (a leading old batch over a leading old batch)
+    rewrote neither (the first's leading dimension is ``B*H``; the second's input's too), and the model failed."""
+    _same_per_sample(_attention(build_model, old), old, new, _samples(math.lcm(old, new)))
+
+
+@pytest.mark.parametrize(("old", "new"), [(1, 4), (2, 1), (2, 3)])
+def test_a_class_token_and_a_mask_the_export_folded_are_broadcast_at_another_batch(
+    build_model, process_proto, old, new
+):
+    """A ``[B, 1, E]`` class token (``[1, 1, E]`` at batch 1, its expand dropped) concatenated to the tokens and a
+    ``[B, 1, S, S]`` mask of equal slices: one slice, broadcast (the token by an ``Expand`` before the ``Concat``)."""
+    model = _attention(build_model, old, cls_token=True, mask=True)
+    _same_per_sample(model, old, new, _samples(math.lcm(old, new)))
+    layers = {layer.op_type: layer for layer in process_proto(model, batch=new).graph.layers}
+    assert layers["Concat"].input_shapes == [[new, 1, E], [new, S, E]]
+    assert layers["Add"].input_shapes == [[new, H, S + 1, S + 1], [1, 1, S + 1, S + 1]]
+
+
+def test_a_sequence_first_reshape_scales_the_axis_the_batch_goes_to(build_model):
+    """``[S, B, E] -> [S, B*H, D]`` (a sequence-first attention's): the batch is on axis 1 of both."""
+    old, new = 2, 3
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xs"], perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["xs", "t"], ["xh"]),
+        helper.make_node("Transpose", ["xh"], ["y"], perm=[1, 0, 2]),
+    ]
+    model = build_model(
+        nodes, [("x", F, [old, S, E])], [("y", F, [old * H, S, D])], {"t": np.array([S, old * H, D], np.int64)}
+    )
+    _same_per_sample(model, old, new, _samples(math.lcm(old, new)))
+
+
+@pytest.mark.parametrize("old", [1, 2])
+def test_mask_gather_indices_that_count_the_batch_count_the_new_one(build_model, old):
+    """``mask[batch_idx, kv_idx]`` traced with ``batch_idx = arange(B)``: ``GatherND`` indices ``[B, S, 2]`` whose
+    first component is the sample; each sample of the new batch must pick its own mask (not the first's)."""
+    grid = np.stack(np.meshgrid(np.arange(old), np.arange(S), indexing="ij"), axis=-1).astype(np.int64)
+    nodes = [
+        helper.make_node("GatherND", ["m", "grid"], ["picked"]),
+        helper.make_node("Cast", ["picked"], ["pf"], to=F),
+        helper.make_node("Unsqueeze", ["pf", "axis"], ["pf3"]),
+        helper.make_node("Mul", ["x", "pf3"], ["y"]),
+    ]
+    model = build_model(
+        nodes,
+        [("x", F, [old, S, E]), ("m", I64, [old, S])],
+        [("y", F, [old, S, E])],
+        {"grid": grid, "axis": np.array([2], np.int64)},
+    )
+    new = 3
+    total = math.lcm(old, new)
+    lengths = np.array([1, 3, 5, 2, 4, 5])[:total]
+    samples = {**_samples(total), "m": (np.arange(S)[None, :] < lengths[:, None]).astype(np.int64)}
+    _same_per_sample(model, old, new, samples)
+
+
+@pytest.mark.parametrize("old", [1, 2])
+def test_a_sequence_first_attention_keeps_each_sample_apart(build_model, old):
+    """torch's ``MultiheadAttention`` out-projection: ``[S, B, E] -> [S*B, E]`` (the batch the inner factor of axis
+    0), a ``MatMul`` by ``[E, E]``, ``-> [S, B, E]``. At batch 1 ``[S, 1, E] -> [S, E]`` could be ``[S, B*E]`` too:
+    the ``MatMul`` that reads it says which."""
+    rng = np.random.default_rng(3)
+    nodes = [
+        helper.make_node("Transpose", ["x"], ["xl"], perm=[1, 0, 2]),
+        helper.make_node("Reshape", ["xl", "t1"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "w"], ["proj"]),
+        helper.make_node("Reshape", ["proj", "t2"], ["yl"]),
+        helper.make_node("Transpose", ["yl"], ["y"], perm=[1, 0, 2]),
+    ]
+    inits = {
+        "t1": np.array([S * old, E], np.int64),
+        "t2": np.array([S, old, E], np.int64),
+        "w": rng.standard_normal((E, E)).astype(np.float32),
+    }
+    model = build_model(nodes, [("x", F, [old, S, E])], [("y", F, [old, S, E])], inits)
+    _same_per_sample(model, old, 3, _samples(math.lcm(old, 3)))
+
+
+def test_a_target_the_file_computes_from_its_shapes_is_left_to_follow(build_model):
+    """``x.view(1, x.size(0) * x.size(1), E)``, a softmax over the leading axis, and back to ``Shape(x)``: the
+    targets follow the new batch at run time; rewritten to the walk's guess, the softmax read other values."""
+    old = 2
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sh"]),
+        helper.make_node("Gather", ["sh", "i0"], ["b"], axis=0),
+        helper.make_node("Gather", ["sh", "i1"], ["s"], axis=0),
+        helper.make_node("Mul", ["b", "s"], ["bs"]),
+        helper.make_node("Concat", ["one", "bs", "e"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["packed"]),
+        helper.make_node("Softmax", ["packed"], ["p"], axis=0),
+        helper.make_node("Mul", ["packed", "p"], ["pm"]),
+        helper.make_node("Reshape", ["pm", "sh"], ["y"]),
+    ]
+    consts = {"i0": [0], "i1": [1], "one": [1], "e": [E]}
+    model = build_model(
+        nodes, [("x", F, [old, S, E])], [("y", F, [old, S, E])], {k: np.array(v, np.int64) for k, v in consts.items()}
+    )
+    _same_per_sample(model, old, 4, _samples(4))
+
+
+def test_a_batch_merged_behind_a_leading_one_goes_where_it_is(build_model):
+    """``[B, S, E] -> [1, B*S, E]`` with a constant target: the batch goes to axis 1, not the leading 1."""
+    old = 2
+    nodes = [
+        helper.make_node("Reshape", ["x", "t"], ["packed"]),
+        helper.make_node("Softmax", ["packed"], ["p"], axis=0),  # over the leading 1: ones, [4, S, E] if batched there
+        helper.make_node("Mul", ["packed", "p"], ["pm"]),
+        helper.make_node("Reshape", ["pm", "back"], ["y"]),
+    ]
+    inits = {"t": np.array([1, old * S, E], np.int64), "back": np.array([old, S, E], np.int64)}
+    model = build_model(nodes, [("x", F, [old, S, E])], [("y", F, [old, S, E])], inits)
+    _same_per_sample(model, old, 4, _samples(4))
+
+
+def test_heads_as_many_as_the_old_batch_are_not_rebatched(build_model):
+    """Exported at batch 4 with 4 heads, a per-head bias ``Expand``ed from ``[1, S, S]`` to ``[H, S, S]``: its
+    leading axis meets the scores' heads, not their batch."""
+    old, heads = 4, 4
+    rng = np.random.default_rng(5)
+    nodes = [
+        helper.make_node("Expand", ["c", "t"], ["per_head"]),
+        helper.make_node("Add", ["x", "per_head"], ["y"]),
+    ]
+    inits = {"c": rng.standard_normal((1, S, S)).astype(np.float32), "t": np.array([heads, S, S], np.int64)}
+    model = build_model(nodes, [("x", F, [old, heads, S, S])], [("y", F, [old, heads, S, S])], inits)
+    x = rng.standard_normal((4, heads, S, S)).astype(np.float32)
+    for new in (1, 2):
+        _same_per_sample(model, old, new, {"x": x})
+
+
+def test_an_axis_the_batch_grew_that_an_expand_broadcasts_is_named_and_the_rest_goes_on(
+    build_model, process_proto, caplog
+):
+    """``[1, S] -> [4, S]`` at batch 1 (four beams of the one sample): at batch 3 no target says four beams of each;
+    named once (the model's end to end prepares it again), left as exported, and the layers before it run."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Expand", ["r", "beams"], ["y"], name="beams_of_one"),
+    ]
+    model = build_model(nodes, [("x", F, [1, S])], [("y", F, None)], {"beams": np.array([4, S], np.int64)})
+    with caplog.at_level(logging.WARNING):
+        processed = process_proto(model, batch=3)
+        process_proto(model, batch=3)
+    said = [r.getMessage() for r in caplog.records if "beams_of_one" in r.getMessage()]
+    assert len(said) == 1 and "--batch 3" in said[0] and "left as exported" in said[0] and "mem.onnx" in said[0]
+    assert [layer.op_type for layer in processed.graph.layers][:1] == ["Relu"]
+
+
+def test_data_of_its_own_per_sample_is_not_taken_for_a_broadcast(build_model, process_proto):
+    """A ``[B, E]`` constant whose rows differ (a bias per sample) is no folded broadcast: left as it is, the ``Add``
+    no longer broadcasts at another batch, and that is said of the layer, not papered over."""
+    old = 2
+    model = build_model(
+        [helper.make_node("Add", ["x", "bias"], ["y"], name="per_sample")],
+        [("x", F, [old, E])],
+        [("y", F, [old, E])],
+        {"bias": np.arange(old * E, dtype=np.float32).reshape(old, E)},
+    )
+    processed = process_proto(model, batch=3)
+    assert not processed.graph.layers
+    (left,) = processed.graph.unsupported
+    assert left.node == "per_sample"
+
+
+def test_a_setting_as_long_as_the_old_batch_is_not_rebatched(build_model):
+    """``ReduceMean``'s axes ``[-2, -1]`` and ``Unsqueeze``'s ``[1, 2]`` at batch 2, a ``Gather``'s indices
+    ``[0, 1]`` along another axis, and token types ``[[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]]`` (two rows always step by
+    their difference): as many as the old batch, and none counts the samples."""
+    old, new = 2, 3
+    types = np.array([[0, 0, 1, 1, 1], [0, 1, 1, 1, 1]], np.int64)
+    model = build_model(
+        [
+            helper.make_node("Gather", ["x", "picked"], ["g"], axis=1),
+            helper.make_node("ReduceMean", ["g", "axes"], ["m"], keepdims=1),
+            helper.make_node("Unsqueeze", ["scale", "axes12"], ["scale3"]),
+            helper.make_node("Mul", ["m", "scale3"], ["y"]),
+            helper.make_node("Cast", ["types"], ["typesf"], to=F),
+            helper.make_node("Unsqueeze", ["typesf", "axis2"], ["types3"]),
+            helper.make_node("Add", ["x", "types3"], ["z"]),
+        ],
+        [("x", F, [old, S, E]), ("scale", F, [old])],
+        [("y", F, [old, 1, 1]), ("z", F, [old, S, E])],
+        {
+            "picked": np.array([0, 1], np.int64),
+            "axes": np.array([-2, -1], np.int64),
+            "axes12": np.array([1, 2], np.int64),
+            "types": types,
+            "axis2": np.array([2], np.int64),
+        },
+        opset=18,
+    )
+    total = math.lcm(old, new)
+    samples = {**_samples(total), "scale": np.arange(1, total + 1, dtype=np.float32)}
+    with pytest.raises(Exception, match=r"Add|Incompatible|broadcast"):
+        _same_per_sample(model, old, new, samples)  # the token types are data per sample: the Add fails, said
