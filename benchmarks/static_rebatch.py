@@ -107,9 +107,11 @@ def main() -> None:
     args = parser.parse_args()
     rows = [one(path, batch, args.ids) for path in args.models for batch in args.batch]
     for r in rows:
+        diff = f"max |diff| {r['max_abs_diff']:.2e}" if r.get("max_abs_diff") is not None else "no output to compare"
+        shapes = f", output(s) {r['shapes_differ']} of another shape" if r.get("shapes_differ") else ""
         verdict = r.get("error") or (
             f"{r['layers']} layers, {r['unsupported']} unbenchmarked, outputs {'match' if r['matches'] else 'DIFFER'} "
-            f"(max |diff| {r['max_abs_diff']:.2e})"
+            f"({diff}{shapes})"
         )
         print(f"{r['model']:<20} exported at {r['exported_batch']}, --batch {r['batch']}: {verdict}")
     print(save_results("static_rebatch", args.tag, {"rows": rows}))

@@ -287,3 +287,50 @@ def test_a_setting_as_long_as_the_old_batch_is_not_rebatched(build_model):
     samples = {**_samples(total), "scale": np.arange(1, total + 1, dtype=np.float32)}
     with pytest.raises(Exception, match=r"Add|Incompatible|broadcast"):
         _same_per_sample(model, old, new, samples)  # the token types are data per sample: the Add fails, said
+
+
+def test_past_an_op_the_walk_cannot_shape_the_old_rule_is_said(build_model, process_proto, caplog):
+    """A contrib op (ONNX's inference has no schema for ``com.microsoft::Gelu``) stops the walk: the ``Reshape``s
+    after it keep only the old rule (a leading old batch is the batch), and the warning says so and where."""
+    old = 2
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Gelu", ["r"], ["g"], domain="com.microsoft", name="contrib_gelu"),
+        helper.make_node("Reshape", ["g", "heads"], ["y"]),
+    ]
+    model = build_model(
+        nodes,
+        [("x", F, [old, S, E])],
+        [("y", F, None)],
+        {"heads": np.array([old, S, H, D], np.int64)},
+        extra_opsets={"com.microsoft": 1},
+    )
+    with caplog.at_level(logging.WARNING):
+        processed = process_proto(model, batch=3)
+    (said,) = [r.getMessage() for r in caplog.records if "contrib_gelu" in r.getMessage()]
+    assert "not carried past node contrib_gelu (Gelu)" in said and "1 Reshape target(s)" in said
+    reshape = next(layer for layer in processed.graph.layers if layer.op_type == "Reshape")
+    assert reshape.output_shapes == [[3, S, H, D]]
+
+
+@pytest.mark.parametrize("old", [1, 2])
+def test_a_buffer_gathered_per_sample_is_as_long_as_the_new_batch(build_model, old):
+    """RoBERTa's token types: a ``[1, 512]`` buffer expanded to the batch (folded: ``[B, 512]`` of equal rows) read by
+    ``GatherElements`` at each sample's positions ``[B, S]``: its indices may reach no row past its data's, so the
+    buffer takes as many rows as the new batch (one row broadcasts nowhere here)."""
+    buffer = np.tile((np.arange(64) % 3).astype(np.float32), (old, 1))
+    nodes = [
+        helper.make_node("GatherElements", ["buffer", "positions"], ["picked"], axis=1),
+        helper.make_node("Unsqueeze", ["picked", "axis"], ["picked3"]),
+        helper.make_node("Add", ["x", "picked3"], ["y"]),
+    ]
+    model = build_model(
+        nodes,
+        [("x", F, [old, S, E]), ("positions", I64, [old, S])],
+        [("y", F, [old, S, E])],
+        {"buffer": buffer, "axis": np.array([2], np.int64)},
+    )
+    new = 3
+    total = math.lcm(old, new)
+    positions = np.random.default_rng(2).integers(0, 64, (total, S)).astype(np.int64)
+    _same_per_sample(model, old, new, {**_samples(total), "positions": positions})

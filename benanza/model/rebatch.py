@@ -16,20 +16,23 @@ factor of axis 0). Then, in the file's model:
   whole digit (row-major order: ``[S, B, E] -> [S, B*H, D]`` scales ``B*H``, ``[B*H, S, S] -> [B, H, S, S]`` the
   ``B``, ``[S, B, E] -> [S*B, E]`` the ``S*B``; at batch 1, where any axis holds a digit of one, the axis where it is
   innermost); its target becomes that shape where the target as it is gives another one at the new input;
-* an ``Expand`` whose input grew takes the input's new dimensions; an ``Expand`` of a constant whose leading 1 it
-  expands to the old batch (above 1), read beside a tensor whose leading axis grew from it (a class token), takes
-  the new batch;
+* an ``Expand`` whose input grew takes the input's new dimensions;
 * a constant read by a broadcasting op or a ``Concat`` beside a tensor that grew along an axis, of that axis's old
-  extent: its equal slices become one (a folded broadcast: it broadcasts again; the class token ``[B, 1, E]``, an
-  attention mask of ones), its integer slices that step by one difference become as many as the new batch (indices
-  counting the samples; the indices of a gather along the batch likewise); ``GatherND`` indices made at batch 1 that
-  pick sample 0 become one grid per sample (transformers' mask ``mask[batch_idx, kv_idx]``);
+  extent (an initializer, or what nodes of constants alone compute, run in ONNX Runtime: a class token's ``Expand``
+  to the batch, token-type embeddings ``Gather``ed at a buffer expanded to it): its equal slices become one (a
+  folded broadcast: it broadcasts again; the class token ``[B, 1, E]``, an attention mask of ones), its integer
+  slices that step by one difference become as many as the new batch (indices counting the samples; the indices of
+  a gather along the batch likewise); ``GatherElements`` data beside grown indices takes as many slices as the new
+  batch (RoBERTa's token-type buffer); ``GatherND`` indices made at batch 1 that pick sample 0 become one grid per
+  sample (transformers' mask ``mask[batch_idx, kv_idx]``);
 * a ``Concat`` of grown tensors with one whose dimension is 1 where theirs grew: an ``Expand`` before the ``Concat``.
 
 What the file computes at run time (a target from ``Shape -> Gather -> Concat``, a mask from ``ConstantOfShape``)
 is left: it follows the new batch by itself. What the walk cannot rewrite (a ``Reshape`` whose input grew along two
 axes or no axis of which holds the batch, an ``Expand`` that broadcasts an axis the batch grew, a rewrite whose
-node folding changed) is named in ``Rebatched.unresolved`` and left as exported.
+node folding changed) is named in ``Rebatched.unresolved`` and left as exported; so is the first node the batch
+reaches that ONNX's inference cannot shape (a contrib op, control flow), past which only a ``Reshape`` target whose
+leading entry is the old batch is rewritten.
 """
 
 from __future__ import annotations
@@ -114,11 +117,15 @@ class _Walk:
             for n, s in self.now.items()
             if self.old.get(n) and s and s != self.old[n] and s[1:] == self.old[n][1:]
         }
+        self.producer = {o: n for n in self.graph.node for o in n.output if o}
+        self.evaluated: dict[str, np.ndarray | None] = {}
         self.readers: dict[str, list[onnx.NodeProto]] = {}
         for node in self.graph.node:
             for x in node_reads(node):
                 self.readers.setdefault(x, []).append(node)
         self.arity: dict[str, int] = {}
+        self.lost: str | None = None  # the first node the batch reached that the walk could not shape
+        self.guessed = 0  # Reshapes past it whose leading old batch was taken for the batch
         self.targets: dict[str, Shape] = {}
         self.broadcasts: dict[tuple[str, int], Shape] = {}
         self.slices: dict[tuple[str, int], np.ndarray] = {}
@@ -129,10 +136,8 @@ class _Walk:
     def plan(self) -> _Plan:
         for node in self.graph.node:
             if not any(x in self.now or x in self.live for x in node_reads(node)):
-                if node.op_type == "Expand" and node.domain in ("", "ai.onnx"):
-                    self._expand(node)  # a constant expanded to the batch (a class token)
-                continue
-            if all(self._at_new(x) == self.old.get(x) for x in node_reads(node)):
+                continue  # a constant: made at the new batch where it meets the batch (``_unfolded``)
+            if all(self._at_new(x) == self.old.get(x) and self.now.get(x, ()) is not None for x in node_reads(node)):
                 self._same(node)  # nothing the batch changed reaches it
             elif node.domain not in ("", "ai.onnx"):
                 self._infer(node)
@@ -144,6 +149,12 @@ class _Walk:
                 self._concat(node, self._unfolded(node))
             else:
                 self._infer(node, self._unfolded(node))
+        if self.lost is not None and self.guessed:
+            self.unresolved.append(
+                f"the new batch's shapes are not carried past node {self.lost} (ONNX's inference does not shape it "
+                f"there): {self.guessed} Reshape target(s) after it whose leading entry is the old batch were "
+                "rewritten to the new one, nothing else of what the export bakes of its batch"
+            )
         return _Plan(self.old, self.now, self.targets, self.broadcasts, self.slices, self.arity, tuple(self.unresolved))
 
     def _at_new(self, name: str) -> Shape | None:
@@ -158,6 +169,8 @@ class _Walk:
                 self.now[o] = self.old.get(o)
 
     def _unknown(self, node: onnx.NodeProto) -> None:
+        if self.lost is None and any(self.now.get(x) not in (None, self.old.get(x)) for x in node_reads(node)):
+            self.lost = f"{node.name or node.output[0]} ({node.op_type})"  # the first the batch reached, unshaped
         for o in node.output:
             if o:
                 self.now[o] = None
@@ -166,13 +179,20 @@ class _Walk:
         """A ``Reshape`` (or a ``Flatten``, the same in memory) of a tensor the batch reached."""
         x, out = node.input[0], node.output[0]
         before, after, shaped = self.old.get(x), self._at_new(x), self.old.get(out)
-        if before is None or shaped is None:
-            return self._unknown(node)
         target = node.input[1] if node.op_type == "Reshape" and len(node.input) > 1 else ""
+        if before is None or shaped is None or after is None:  # not carried here: a leading old batch is the batch
+            given = self.values.get(target)
+            leading = [int(v) for v in numpy_helper.to_array(given).ravel()] if given is not None else []
+            if x in self.live and leading and leading[0] in self.olds and leading[0] != self.new:
+                self.targets[out] = (self.new, *leading[1:])
+                self.guessed += 1
+            return self._unknown(node)
         layout = self.layout.get(x)
-        if after is None or layout is None:  # not carried here: a leading old batch kept is the new batch
-            if target and target not in self.live and before[:1] == shaped[:1] and shaped and shaped[0] in self.olds:
-                self.targets[out] = (self.new, *shaped[1:])
+        if after is not None and layout is None:
+            self.unresolved.append(
+                f"node {node.name or out} ({node.op_type}) of {list(before)} to {list(shaped)}: its input is "
+                f"{list(after)} at the new batch, grown along more than one axis; left as exported"
+            )
             return self._unknown(node)
         moved = self._chosen(out, before, after, layout, shaped)
         if moved is None:
@@ -236,11 +256,7 @@ class _Walk:
             return self._unknown(node)  # a target the model computes follows its shapes: not carried here
         want = list(shaped)
         offset = len(shaped) - len(before)
-        if after == before:  # a constant (a class token [1, 1, E]) expanded to the old batch on its leading axis
-            if offset == 0 and before and before[0] == 1 and shaped[0] in self.olds - {1} and self._beside_batch(out):
-                want[0] = self.new
-                self.layout[out] = (0, shaped[0], 1)
-        else:
+        if after != before:
             for k, (b, a) in enumerate(zip(before, after, strict=True)):
                 if b == a or offset + k < 0:
                     continue
@@ -253,18 +269,6 @@ class _Walk:
                 want[offset + k] = a
         self.now[out] = tuple(want)
         self._carry_layout(node)
-
-    def _beside_batch(self, name: str) -> bool:
-        """Whether a node that reads ``name`` reads beside it a tensor of the model's run of its rank and leading
-        extent (the old batch): a class token concatenated to the patches, not a ``[1, S, S]`` mask expanded to the
-        heads (read beside ``[B, H, S, S]`` scores, whose second axis it aligns with)."""
-        shape = self.old.get(name, ())
-        for reader in self.readers.get(name, ()):
-            for y in reader.input:
-                beside = self.old.get(y)
-                if y != name and y in self.live and beside and len(beside) == len(shape) and beside[0] == shape[0]:
-                    return True
-        return False
 
     def _unfolded(self, node: onnx.NodeProto) -> list[Shape | None]:
         """The node's inputs' shapes at the new batch, each constant that its exporter made at the old batch made
@@ -287,14 +291,14 @@ class _Walk:
             if before and before[0] != after[0]:
                 leading[before[0]] = after[0]
         shapes = [self._at_new(x) if x else None for x in node.input]
-        if node.op_type not in _BROADCASTING and not (node.op_type in ("Gather", "GatherND") and len(node.input) > 1):
+        if node.op_type not in _BROADCASTING and node.op_type not in _GATHERS:
             return shapes  # a setting (axes, pads, repeats) as long as the old batch is no batch
         for i, x in enumerate(node.input):
             shape = shapes[i]
             if not x or x in self.live or x in self.now or not shape:
                 continue
             axes = {len(shape) - back: grew for back, grew in from_last.items() if back <= len(shape)}
-            if node.op_type not in _BROADCASTING:
+            if node.op_type in ("Gather", "GatherND"):
                 axes = {}  # a gather's data is read, not broadcast; its indices follow
             if shape[0] in leading and i == 1 and _indexes_the_batch(node):  # indices: their leading axis
                 axes.setdefault(0, (shape[0], leading[shape[0]]))
@@ -302,10 +306,13 @@ class _Walk:
             if node.op_type == "GatherND" and i == 1 and shape[0] == 1 and 1 in leading and shape[0] in leading:
                 value = _index_grid(self._constant(x), leading[1], _int_attr(node, "batch_dims", 0))
             for k, (b, a) in sorted(axes.items()):
-                if b < 2 or shape[k] != b:
+                tiled = node.op_type == "GatherElements" and i == 0  # its data: as long as its indices, at least
+                if (b < 2 and not tiled) or shape[k] != b:
                     continue
                 value = self._constant(x) if value is None else value
                 made = _unbaked(value, k, b, a) if value is not None else None
+                if made is not None and made.shape[k] == 1 and tiled:
+                    made = np.repeat(made, a, axis=k)
                 if made is not None:
                     value = made
             if value is not None and tuple(value.shape) != shape:
@@ -315,13 +322,55 @@ class _Walk:
         return shapes
 
     def _constant(self, name: str) -> np.ndarray | None:
-        """The value of an initializer (up to ``_SLICED_ELEMENTS``) or a ``Constant`` node's output; else None."""
+        """The value of a constant of up to ``_SLICED_ELEMENTS``: an initializer, a ``Constant`` node's output, or
+        what nodes of constants alone compute that folding left (a class token's ``Expand`` to the batch, the
+        token-type embeddings ``Gather``ed at it), computed by ONNX's reference evaluator; else None."""
         tensor = self.constants.get(name)
         if isinstance(tensor, onnx.NodeProto):
             return _constant_value(tensor)
-        if tensor is None or not has_data(tensor) or math.prod(tensor.dims) > _SLICED_ELEMENTS:
+        if tensor is not None:
+            fits = has_data(tensor) and math.prod(tensor.dims) <= _SLICED_ELEMENTS
+            return numpy_helper.to_array(tensor) if fits else None
+        shape = self.old.get(name)
+        if name in self.live or name not in self.producer or shape is None or math.prod(shape) > _SLICED_ELEMENTS:
             return None
-        return numpy_helper.to_array(tensor)
+        if name not in self.evaluated:  # once, however many nodes read it (a mask every layer adds)
+            self.evaluated[name] = self._evaluated(name)
+        return self.evaluated[name]
+
+    def _evaluated(self, name: str) -> np.ndarray | None:
+        nodes, seen, stack = [], set(), [name]
+        while stack:  # the constant's ancestors
+            node = self.producer.get(stack.pop())
+            if node is None or id(node) in seen:
+                continue
+            if _has_subgraph(node):
+                return None
+            seen.add(id(node))
+            nodes.append(node)
+            stack.extend(x for x in node.input if x)
+        order = {id(n): i for i, n in enumerate(self.graph.node)}
+        nodes.sort(key=lambda n: order[id(n)])
+        read = {x for n in nodes for x in n.input if x}
+        inits = [i for i in self.graph.initializer if i.name in read]
+        if any(not has_data(i) or math.prod(i.dims) > _SLICED_ELEMENTS for i in inits):
+            return None
+        output = helper.make_tensor_value_info(name, self.elem.get(name, 0), None)
+        model = helper.make_model(
+            helper.make_graph(nodes, "constant", [], [output], inits),
+            opset_imports=self.opset_imports,
+            ir_version=self.ir_version,
+        )
+        try:  # ONNX Runtime, as resolve.py computes constants; ONNX's reference evaluator misreads some exports'
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.log_severity_level = 3
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            (value,) = session.run(None, {})
+        except Exception:  # an op it lacks: not made at the new batch
+            return None
+        return np.asarray(value)
 
     def _concat(self, node: onnx.NodeProto, shapes: list[Shape | None]) -> None:
         olds = [self.old.get(x) for x in node.input]
@@ -624,6 +673,8 @@ def _small_integer_constants(model: onnx.ModelProto) -> dict[str, onnx.TensorPro
     return out
 
 
+# ops that read a constant beside indices: a gather's indices, and ``GatherElements``' data of the indices' rank
+_GATHERS = frozenset({"Gather", "GatherND", "GatherElements"})
 # ops whose inputs broadcast against each other (or concatenate): where a constant made at the old batch meets
 # a tensor that grew
 _BROADCASTING = frozenset(
