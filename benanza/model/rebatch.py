@@ -109,7 +109,7 @@ class _Walk:
         self.values = _small_integer_constants(at_old)
         self.live = _runtime_tensors(at_old)
         self.new = new
-        self.olds = {self.old[n][0] for n, s in new_inputs.items() if self.old.get(n) and self.old[n] != s}
+        self.olds = {self.old[n][0] for n, s in new_inputs.items() if self.old.get(n) and self.old[n] != tuple(s)}
         self.now: dict[str, Shape | None] = {n: tuple(s) for n, s in new_inputs.items()}
         # where the batch sits in a tensor it reached: (axis, old batch, elements of the axis per sample's digit)
         self.layout: dict[str, tuple[int, int, int]] = {
@@ -183,7 +183,8 @@ class _Walk:
         if before is None or shaped is None or after is None:  # not carried here: a leading old batch is the batch
             given = self.values.get(target)
             leading = [int(v) for v in numpy_helper.to_array(given).ravel()] if given is not None else []
-            if x in self.live and leading and leading[0] in self.olds and leading[0] != self.new:
+            kept = before is None or before[:1] == tuple(leading[:1])  # the input's leading dimension, where known
+            if x in self.live and leading and leading[0] in self.olds and leading[0] != self.new and kept:
                 self.targets[out] = (self.new, *leading[1:])
                 self.guessed += 1
             return self._unknown(node)
