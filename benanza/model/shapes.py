@@ -599,7 +599,9 @@ def _fixed_leading(vi: onnx.ValueInfoProto) -> int | None:
     return dims[0].dim_value if dims and dims[0].HasField("dim_value") and dims[0].dim_value > 0 else None
 
 
-def _rebatched(model: onnx.ModelProto, path: object, binding: Binding, batch: int, *, keep_branches: bool):
+def _rebatched(
+    model: onnx.ModelProto, path: object, binding: Binding, batch: int, *, keep_branches: bool
+) -> onnx.ModelProto:
     """``model`` with what its export bakes of its old batch rewritten to ``batch`` (``benanza.model.rebatch``)."""
     if model.functions:
         from onnx import inliner
