@@ -13,9 +13,19 @@
   feeds ones, ``[batch, length]``) pads each sample after a random length.
 
 Printed and saved to ``benchmarks/results/static_rebatch.json`` (``--tag`` adds a suffix). The models are not in
-the repository (exports of today with random weights; their making is in the note of the commit that added this):
+the repository: small configurations of transformers 5.24 models with random weights (hidden size 64, 2 layers, 4
+heads), exported by torch 2.14 at batch ``B`` as a user would,
 
-    python benchmarks/static_rebatch.py vit_b1.onnx vit_b4.onnx bert_b1.onnx --batch 1 --batch 8
+    m = transformers.ViTModel(transformers.ViTConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, image_size=64, patch_size=16)).eval()
+    torch.onnx.export(m, (torch.randn(B, 3, 64, 64),), f"vit_b{B}.onnx", dynamo=True)
+
+(text models fed ``torch.randint(0, 100, (B, 16))`` token ids and, where they take one, a mask of ones; decoders
+with ``config.use_cache = False``; ``dynamo=False, opset_version=17`` for the TorchScript exports). ``_before``
+files are the code before ``benanza.model.rebatch`` (2026-11-30), ``_after`` with it, ``_unseen`` seven model
+families exported after it was written:
+
+    python benchmarks/static_rebatch.py vit_b1.onnx vit_b4.onnx bert_b1.onnx --batch 1 --batch 3 --batch 8
 """
 
 from __future__ import annotations
