@@ -49,6 +49,7 @@ from onnx import AttributeProto, helper, numpy_helper
 from benanza.model.constants import constant_value
 from benanza.model.extract import schema_of, tensor_type_of
 from benanza.model.load import has_data
+from benanza.model.resolve import constant_outputs
 from benanza.model.walks import node_reads
 
 Shape = tuple[int, ...]
@@ -304,7 +305,7 @@ class _Walk:
             if shape[0] in leading and i == 1 and _indexes_the_batch(node):  # indices: their leading axis
                 axes.setdefault(0, (shape[0], leading[shape[0]]))
             value = None
-            if node.op_type == "GatherND" and i == 1 and shape[0] == 1 and 1 in leading and shape[0] in leading:
+            if node.op_type == "GatherND" and i == 1 and shape[0] == 1 and 1 in leading:
                 value = _index_grid(self._constant(x), leading[1], _int_attr(node, "batch_dims", 0))
             for k, (b, a) in sorted(axes.items()):
                 tiled = node.op_type == "GatherElements" and i == 0  # its data: as long as its indices, at least
@@ -357,21 +358,10 @@ class _Walk:
         if any(not has_data(i) or math.prod(i.dims) > _SLICED_ELEMENTS for i in inits):
             return None
         output = helper.make_tensor_value_info(name, self.elem.get(name, 0), None)
-        model = helper.make_model(
-            helper.make_graph(nodes, "constant", [], [output], inits),
-            opset_imports=self.opset_imports,
-            ir_version=self.ir_version,
-        )
-        try:  # ONNX Runtime, as resolve.py computes constants; ONNX's reference evaluator misreads some exports'
-            import onnxruntime as ort
-
-            options = ort.SessionOptions()
-            options.log_severity_level = 3
-            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-            (value,) = session.run(None, {})
-        except Exception:  # an op it lacks: not made at the new batch
-            return None
-        return np.asarray(value)
+        graph = helper.make_graph(nodes, "constant", [], [output], inits)
+        model = helper.make_model(graph, opset_imports=self.opset_imports, ir_version=self.ir_version)
+        values = constant_outputs(model, f"the constant {name!r} at the old batch")
+        return np.asarray(values[0]) if values else None
 
     def _concat(self, node: onnx.NodeProto, shapes: list[Shape | None]) -> None:
         olds = [self.old.get(x) for x in node.input]

@@ -357,20 +357,9 @@ class _Walk:
         if any(o in self.shape and math.prod(self.shape[o]) > FOLD_MAX_ELEMENTS for o in outs):
             return  # a large constant (a weight): shaped, not evaluated
         model = self._node_model(node, embed=set(present))
-        try:
-            with native("run", f"constant {outs[0]}", f"the constant {node.op_type} {outs[0]!r} alone"):
-                values, error = _run_values(_session(model), {}, node.output)
-            if error is not None:
-                raise error
-            results = [values[o] for o in node.output if o]
-        except Exception:  # ONNX Runtime lacks the kernel (or crashed: ``crashes``): ONNX's evaluator has every op
-            try:
-                from onnx.reference import ReferenceEvaluator
-
-                results = ReferenceEvaluator(model).run(None, {})
-            except Exception as exc:
-                log.debug("constant %s (%s) not evaluated: %s", outs, node.op_type, one_line(exc))
-                return
+        results = constant_outputs(model, f"the constant {node.op_type} {outs[0]!r} alone")
+        if results is None:
+            return
         for o, value in zip(outs, results, strict=False):
             if isinstance(value, np.ndarray):
                 if o not in self.shape:
@@ -1012,6 +1001,27 @@ def _without_dead_constants(
             if not readers[x]:
                 pending.extend(j for j in producers.get(x, ()) if j not in gone and dead(nodes[j]))
     return [n for i, n in enumerate(nodes) if i not in gone]
+
+
+def constant_outputs(model: onnx.ModelProto, label: str) -> list[Any] | None:
+    """The values of the outputs of ``model``, which computes from constants alone: ONNX Runtime's, run unoptimised
+    on one thread and journaled (``benanza.crashes``), else ONNX's reference evaluator's (ONNX Runtime lacks the
+    kernel, or crashed); None where neither computes them (said at debug level). ``label``: what is computed."""
+    outputs = [o.name for o in model.graph.output]
+    try:
+        with native("run", f"constant {outputs[0]}", label):
+            values, error = _run_values(_session(model), {}, outputs)
+        if error is not None:
+            raise error
+        return [values[o] for o in outputs]
+    except Exception:  # ONNX Runtime lacks the kernel (or crashed: ``crashes``): ONNX's evaluator has every op
+        try:
+            from onnx.reference import ReferenceEvaluator
+
+            return ReferenceEvaluator(model).run(None, {})
+        except Exception as exc:
+            log.debug("%s not evaluated: %s", label, one_line(exc))
+            return None
 
 
 def _session(model: onnx.ModelProto, held: Mapping[str, np.ndarray] | None = None, folder: str = ""):
