@@ -17,6 +17,9 @@ SCRIPT = Path(__file__).parent.parent / "benchmarks" / "gpu_validation.sh"
 
 
 def run(out: Path, *steps: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The script's run into ``out``; its working folder beside ``out`` unless ``GPU_WORK`` names one
+    (left to itself it makes one under /tmp that outlives pytest's temporary folders)."""
+    env.setdefault("GPU_WORK", str(out.parent / f"{out.name}-work"))
     return subprocess.run(
         ["bash", str(SCRIPT), str(out), *steps],
         capture_output=True,
