@@ -114,6 +114,73 @@ def test_invalid_model_fails_the_checker(build_model, save):
     assert_model_error(info.value, path, "invalid ONNX model")
 
 
+def test_a_float16_conversion_out_of_topological_order_loads_and_runs(build_model, save):
+    """ONNX Runtime's float16 converter, keeping float32 inputs and outputs, appends the input's ``Cast``
+    after the nodes that read it: ONNX's checker refuses such a graph, ONNX Runtime sorts and runs it."""
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    weight = np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32)
+    model = build_model(
+        [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])],
+        [("x", F, [1, 3, 8, 8])],
+        [("y", F, [1, 4, 8, 8])],
+        {"w": weight},
+    )
+    half = convert_float_to_float16(model, keep_io_types=True)
+    with pytest.raises(onnx.checker.ValidationError, match="topologically sorted"):
+        onnx.checker.check_model(half)  # what the converter makes, as users get it
+    path = save(half)
+    loaded = load_model(path)
+    onnx.checker.check_model(loaded)
+    assert [n.op_type for n in loaded.graph.node] == ["Cast", "Conv", "Relu", "Cast"]
+    processed = process_model(path, batch=2)
+    layers = processed.graph.layers
+    assert sorted(layer.op_type for layer in layers) == ["Cast", "Cast", "Conv", "Relu"]
+    assert {layer.outputs[0].dtype for layer in layers if layer.op_type in ("Conv", "Relu")} == {"float16"}
+
+
+def test_a_subgraph_out_of_topological_order_is_sorted_in_place(build_model, save):
+    """The body of an ``If`` reads a tensor a later node of the body makes; its outer captures stay as they are."""
+    body = helper.make_graph(
+        [helper.make_node("Neg", ["t"], ["b"]), helper.make_node("Relu", ["x"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("b", F, [2])],
+    )
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, [2])]
+    )
+    model = build_model(
+        [
+            helper.make_node("If", ["c"], ["y"], then_branch=body, else_branch=other),
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"]),
+        ],
+        [("x", F, [2])],
+        [("y", F, [2])],
+        {"zero": np.float32(0)},
+        check=False,
+    )
+    loaded = load_model(save(model))
+    onnx.checker.check_model(loaded)
+    assert [n.op_type for n in loaded.graph.node] == ["ReduceSum", "Greater", "If"]
+    [then] = [a.g for a in loaded.graph.node[2].attribute if a.name == "then_branch"]
+    assert [n.op_type for n in then.node] == ["Relu", "Neg"]
+
+
+def test_a_cycle_is_still_an_invalid_model(build_model, save):
+    model = build_model(
+        [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["b"])],
+        [("x", F, [2])],
+        [("a", F, [2])],
+        check=False,
+    )
+    path = save(model)
+    with pytest.raises(ModelError) as info:
+        load_model(path)
+    assert_model_error(info.value, path, "invalid ONNX model")
+
+
 def test_missing_external_data_is_a_structure_only_model(build_model, tmp_path):
     """No data file: the weight keeps its shape and dtype and is synthesised (tests/test_structure_only.py)."""
     model = build_model(

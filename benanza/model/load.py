@@ -46,7 +46,7 @@ from benanza.model.held_weights import (
 from benanza.model.keys import INTEGER_DTYPES, MAX_RUN_ELEMENTS
 from benanza.model.schemas import op_schema
 from benanza.model.synthetic import WeightCopies, synthetic_weight, synthetic_weight_array
-from benanza.model.walks import all_graphs, domain_of
+from benanza.model.walks import all_graphs, domain_of, sort_graphs
 
 if TYPE_CHECKING:
     import onnx_ir as ir
@@ -77,6 +77,7 @@ def load_model(path: str | Path) -> onnx.ModelProto:
         raise ModelError(p, f"cannot read: {one_line(exc)}") from None
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.output:
         raise ModelError(p, "not an ONNX model (no IR version or graph outputs; truncated or another format?)")
+    sort_graphs(model)  # an export out of topological order, which ONNX Runtime runs (sort_graphs)
     try:  # checked before its external data is read: a model of more than 2 GB is checked too
         onnx.checker.check_model(_checkable(model))
     except (onnx.checker.ValidationError, ValueError) as exc:

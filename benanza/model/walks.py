@@ -122,6 +122,34 @@ def topological_nodes(nodes: Iterable[onnx.NodeProto], available: set[str]) -> l
     return [nodes[i] for i in order]
 
 
+def sort_graphs(model: onnx.ModelProto) -> int:
+    """Put the nodes of every graph of ``model`` in topological order, in place (``topological_nodes``); the
+    number of graphs reordered.
+
+    ONNX requires the order and its checker refuses a graph out of it, but ONNX Runtime sorts a graph
+    itself and runs it: ``onnxruntime.transformers.float16.convert_float_to_float16(...,
+    keep_io_types=True)`` appends the ``Cast`` of a graph input after the nodes that read it.
+    """
+    graphs = list(all_graphs(model.graph))
+    reordered = 0
+    for graph in reversed(graphs):  # a subgraph before the node that holds it is copied below
+        available = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+        available |= {t.values.name for t in graph.sparse_initializer}
+        nodes = list(graph.node)
+        ordered = topological_nodes(nodes, available)
+        if all(a is b for a, b in zip(ordered, nodes, strict=True)):
+            continue
+        copies = []
+        for node in ordered:
+            copy = onnx.NodeProto()
+            copy.CopyFrom(node)
+            copies.append(copy)
+        del graph.node[:]
+        graph.node.extend(copies)
+        reordered += 1
+    return reordered
+
+
 def stable_topological_order(count: int, edges: Iterable[tuple[int, int]]) -> list[int]:
     """Indices ``0..count-1`` with ``a`` before ``b`` for every edge ``(a, b)``, the lowest index first among the ready.
 
