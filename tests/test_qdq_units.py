@@ -125,6 +125,28 @@ def shared_dequantize(build_model) -> onnx.ModelProto:
     return build_model(nodes, [("x", TensorProto.FLOAT, [1, 8, 10, 10])], [("y", TensorProto.FLOAT, None)], inits)
 
 
+@pytest.mark.parametrize("batch", [None, 4])
+def test_a_dequantize_that_is_a_graph_output_and_read_keeps_its_shape_in_its_copy(build_model, process_proto, batch):
+    """``quantize_static`` of a ViT whose last LayerNorm is an output and read by the pooler's Gather: the
+    reader's copy of the DequantizeLinear has the output's shape (a graph output's is not a value info)."""
+    inits = {"s": np.array(0.02, np.float32), "z": np.array(128, np.uint8), "i": np.array(0, np.int64)}
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="quant_x"),
+        helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["h"], name="dequant_h"),
+        helper.make_node("Gather", ["h", "i"], ["first"], name="select", axis=1),
+    ]
+    model = build_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [1, 5, 8])],
+        [("h", TensorProto.FLOAT, [1, 5, 8]), ("first", TensorProto.FLOAT, None)],
+        inits,
+    )
+    processed = process_proto(model, batch)
+    assert processed.graph.unsupported == ()
+    [copy] = [layer for layer in processed.graph.layers if layer.name == "dequant_h/dq1"]
+    assert copy.outputs[0].shape == (batch or 1, 5, 8)
+
+
 def test_a_shared_dequantize_is_copied_per_reader_so_every_unit_fuses(build_model, process_proto):
     processed = process_proto(shared_dequantize(build_model))
     graph = processed.graph

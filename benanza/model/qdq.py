@@ -23,7 +23,8 @@ def unique_dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
 
     Every reading edge past the first gets a copy placed right after the original (a graph
     output keeps the original and every reader gets a copy); copies are named
-    ``<output>/dq<n>`` and carry the original output's value info. Subgraphs are left as they are.
+    ``<output>/dq<n>`` and carry the original output's value info (for a graph output, its graph output's).
+    Subgraphs are left as they are.
     """
     graph = model.graph
     readers: dict[str, list[tuple[int, int]]] = {}
@@ -44,7 +45,7 @@ def unique_dequantize(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    infos = {vi.name: vi for vi in out.graph.value_info}
+    infos = {vi.name: vi for vi in [*out.graph.value_info, *out.graph.output]}  # a graph output's is there
     taken = {x for node in graph.node for x in list(node.input) + list(node.output)}
     nodes = []
     for node in graph.node:
