@@ -380,3 +380,37 @@ def test_a_skipped_output_keeps_the_positions_of_those_after_it(build_model, pro
     # a node whose outputs have no gap keeps no slots: its key is what it was
     add = layer_of(processed, "Add")
     assert add.output_slots == () and network_of(processed.graph, [add.index])[1].nodes[0].output_slots == ()
+
+
+def test_symbolic_shapes_are_remembered_per_signature_not_per_name():
+    """An int4 LLM's ``MatMulNBits`` share a few signatures: a node of another name and the same signature gets the
+    same shapes without a second inference; another input shape is inferred afresh, and a large value is not keyed."""
+    from benanza.model import resolve
+
+    def int4(name: str) -> onnx.NodeProto:
+        return helper.make_node(
+            "MatMulNBits", [f"{name}_a", f"{name}_b", f"{name}_s"], [f"{name}_y"], name=name, domain="com.microsoft",
+            K=32, N=16, bits=4, block_size=32,
+        )  # fmt: skip
+
+    of = helper.make_model(
+        helper.make_graph([], "g", [], []),
+        opset_imports=[helper.make_opsetid("", 21), helper.make_opsetid("com.microsoft", 1)],
+    )
+
+    def shapes(name: str, rows: int) -> dict:
+        inputs = {f"{name}_a": ((rows, 32), 1), f"{name}_b": ((16, 1, 16), 2), f"{name}_s": ((16,), 1)}
+        return resolve.symbolic_node_shapes(int4(name), inputs, {}, of, [f"{name}_y"])
+
+    resolve._SYMBOLIC_SEEN.clear()
+    assert shapes("q_proj", 5) == {"q_proj_y": ((5, 16), 1)}
+    assert len(resolve._SYMBOLIC_SEEN) == 1
+    assert shapes("k_proj", 5) == {"k_proj_y": ((5, 16), 1)}
+    assert len(resolve._SYMBOLIC_SEEN) == 1  # remembered, under no name
+    assert shapes("k_proj", 7) == {"k_proj_y": ((7, 16), 1)}
+    assert len(resolve._SYMBOLIC_SEEN) == 2
+    big = {"v_a": np.zeros((3000, 32), np.float32)}  # 384,000 bytes
+    found = resolve.symbolic_node_shapes(
+        int4("v"), {"v_a": ((3000, 32), 1), "v_b": ((16, 1, 16), 2), "v_s": ((16,), 1)}, big, of, ["v_y"]
+    )
+    assert found == {"v_y": ((3000, 16), 1)} and len(resolve._SYMBOLIC_SEEN) == 2

@@ -31,8 +31,9 @@ What the file computes at run time (a target from ``Shape -> Gather -> Concat``,
 is left: it follows the new batch by itself. What the walk cannot rewrite (a ``Reshape`` whose input grew along two
 axes or no axis of which holds the batch, an ``Expand`` that broadcasts an axis the batch grew, a rewrite whose
 node folding changed) is named in ``Rebatched.unresolved`` and left as exported; so is the first node the batch
-reaches that ONNX's inference cannot shape (a contrib op, control flow), past which only a ``Reshape`` target whose
-leading entry is the old batch is rewritten.
+reaches that neither ONNX's inference nor, for an op outside ONNX's domain (``MatMulNBits`` of an int4 export, the
+fused ops of ONNX Runtime's transformer optimizer), ONNX Runtime's symbolic inference can shape (control flow, an op
+neither knows), past which only a ``Reshape`` target whose leading entry is the old batch is rewritten.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from onnx import AttributeProto, helper, numpy_helper
 from benanza.model.constants import constant_value
 from benanza.model.extract import schema_of, tensor_type_of
 from benanza.model.load import has_data
-from benanza.model.resolve import constant_outputs
+from benanza.model.resolve import constant_outputs, symbolic_node_shapes
 from benanza.model.walks import node_reads
 
 Shape = tuple[int, ...]
@@ -102,6 +103,7 @@ class _Walk:
     """One pass over ``at_old``'s nodes carrying each tensor's shape at the new batch."""
 
     def __init__(self, at_old: onnx.ModelProto, new_inputs: Mapping[str, Shape], new: int) -> None:
+        self.model = at_old
         self.graph = at_old.graph
         self.opsets = {o.domain or "": o.version for o in at_old.opset_import}
         self.opset_imports = list(at_old.opset_import)
@@ -152,9 +154,10 @@ class _Walk:
                 self._infer(node, self._unfolded(node))
         if self.lost is not None and self.guessed:
             self.unresolved.append(
-                f"the new batch's shapes are not carried past node {self.lost} (ONNX's inference does not shape it "
-                f"there): {self.guessed} Reshape target(s) after it whose leading entry is the old batch were "
-                "rewritten to the new one, nothing else of what the export bakes of its batch"
+                f"the new batch's shapes are not carried past node {self.lost} (neither ONNX's inference nor ONNX "
+                f"Runtime's symbolic inference shapes it there): {self.guessed} Reshape target(s) after it whose "
+                "leading entry is the old batch were rewritten to the new one, nothing else of what the export bakes "
+                "of its batch"
             )
         return _Plan(self.old, self.now, self.targets, self.broadcasts, self.slices, self.arity, tuple(self.unresolved))
 
@@ -397,8 +400,8 @@ class _Walk:
             if shape is None or x not in self.elem:
                 return self._unknown(node)
             types[x] = helper.make_tensor_type_proto(self.elem[x], shape)
-        if schema is None:
-            return self._unknown(node)
+        if schema is None:  # an op outside ONNX's domains (a contrib op): ONNX Runtime's symbolic inference
+            return self._infer_symbolic(node, {x: (given.get(x, self._at_new(x)), self.elem[x]) for x in types})
         data = {x: self.values[x] for x in node.input if x in self.values}
         try:
             inferred = onnx.shape_inference.infer_node_outputs(
@@ -413,6 +416,19 @@ class _Walk:
             dims = tensor.shape.dim if tensor is not None and tensor.HasField("shape") else None
             known = dims is not None and all(d.HasField("dim_value") for d in dims)
             self.now[o] = tuple(d.dim_value for d in dims) if known else None
+        self._carry_layout(node)
+
+    def _infer_symbolic(self, node: onnx.NodeProto, inputs: Mapping[str, tuple[Shape, int]]) -> None:
+        """ONNX Runtime's symbolic inference of an op ONNX has no schema for (``MatMulNBits`` of an int4 export,
+        the fused ``Attention`` and ``SkipLayerNormalization`` of ONNX Runtime's transformer optimizer)."""
+        outputs = [o for o in node.output if o]
+        values = {x: numpy_helper.to_array(self.values[x]) for x in inputs if x in self.values}
+        found = symbolic_node_shapes(node, inputs, values, self.model, outputs)
+        if any(found.get(o) is None for o in outputs):
+            return self._unknown(node)
+        for o in outputs:
+            self.now[o] = found[o][0]
+            self.elem.setdefault(o, found[o][1])
         self._carry_layout(node)
 
     def _carry_layout(self, node: onnx.NodeProto) -> None:

@@ -406,15 +406,9 @@ class _Walk:
         return all(o in self.shape for o in needed)
 
     def _infer_symbolic(self, node: onnx.NodeProto, needed: list[str]) -> bool:
-        model = self._node_model(node, embed={x for x in node_reads(node) if x in self.values})
-        try:
-            shapes = _symbolic_shapes(model, needed)
-        except Exception as exc:  # symbolic inference raises on ops it does not know how to shape
-            log.debug("symbolic shape inference of %s failed: %s", node.op_type, one_line(exc))
-            return False
-        correct = SYMBOLIC_CORRECTIONS.get((node.domain, node.op_type))
-        if correct is not None:
-            shapes = correct(node, shapes, self.values)
+        inputs = {x: (self.shape[x], self.elem[x]) for x in node_reads(node) if x in self.shape and x in self.elem}
+        values = {x: self.values[x] for x in node_reads(node) if x in self.values}
+        shapes = symbolic_node_shapes(node, inputs, values, self.model, needed)
         if any(shapes.get(o) is None for o in needed):
             return False
         for o in needed:
@@ -914,15 +908,8 @@ class _Walk:
 
     def _node_model(self, node: onnx.NodeProto, embed: set[str]) -> onnx.ModelProto:
         """A model of the one node: ``embed``'s values as initializers, every other input a graph input."""
-        inputs, inits = [], []
-        for x in dict.fromkeys(node_reads(node)):
-            if x in embed:
-                inits.append(numpy_helper.from_array(self.values[x], x))
-            elif x in self.shape and x in self.elem:
-                inputs.append(helper.make_tensor_value_info(x, self.elem[x], list(self.shape[x])))
-        outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
-        graph = helper.make_graph([node], "benanza_node", inputs, outputs, inits)
-        return helper.make_model(graph, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version)
+        inputs = {x: (self.shape[x], self.elem[x]) for x in node_reads(node) if x in self.shape and x in self.elem}
+        return node_model(node, inputs, {x: self.values[x] for x in embed}, self.model)
 
     # ------------------------------------------------------------------ the resolved model
 
@@ -1155,6 +1142,86 @@ def _present_cache(node: onnx.NodeProto, shapes: Shaped, values: Mapping[str, np
 SYMBOLIC_CORRECTIONS: dict[tuple[str, str], Callable[[onnx.NodeProto, Shaped, Mapping[str, np.ndarray]], Shaped]] = {
     ("com.microsoft", "GroupQueryAttention"): _present_cache,
 }
+
+
+def node_model(
+    node: onnx.NodeProto,
+    inputs: Mapping[str, tuple[tuple[int, ...], int]],
+    values: Mapping[str, np.ndarray],
+    of: onnx.ModelProto,
+) -> onnx.ModelProto:
+    """A model of the one node, at ``of``'s opsets and IR version: ``values`` as initializers, every other
+    input it reads a graph input of its shape and element type in ``inputs`` (left out where not there)."""
+    graph_inputs, inits = [], []
+    for x in dict.fromkeys(node_reads(node)):
+        if x in values:
+            inits.append(numpy_helper.from_array(values[x], x))
+        elif x in inputs:
+            shape, elem = inputs[x]
+            graph_inputs.append(helper.make_tensor_value_info(x, elem, list(shape)))
+    outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
+    graph = helper.make_graph([node], "benanza_node", graph_inputs, outputs, inits)
+    return helper.make_model(graph, opset_imports=list(of.opset_import), ir_version=of.ir_version)
+
+
+def symbolic_node_shapes(
+    node: onnx.NodeProto,
+    inputs: Mapping[str, tuple[tuple[int, ...], int]],
+    values: Mapping[str, np.ndarray],
+    of: onnx.ModelProto,
+    needed: list[str],
+) -> Shaped:
+    """ONNX Runtime's symbolic shape inference of one node of ``of`` (an op outside ONNX's domain: it knows ONNX
+    Runtime's contrib ops), corrected per op (``SYMBOLIC_CORRECTIONS``): each of ``needed``'s shape and element
+    type, or None. ``inputs``: the shapes and element types of what it reads; ``values``: those known, embedded.
+
+    Remembered per node signature (``_SYMBOLIC_SEEN``): an int4 LLM's 224 ``MatMulNBits`` are a handful of
+    signatures, and each inference takes milliseconds.
+    """
+    key = _symbolic_key(node, inputs, values, of, needed)
+    if key is not None and key in _SYMBOLIC_SEEN:
+        return dict(zip(needed, _SYMBOLIC_SEEN[key], strict=True))
+    try:
+        shapes = _symbolic_shapes(node_model(node, inputs, values, of), needed)
+    except Exception as exc:  # symbolic inference raises on ops it does not know how to shape
+        log.debug("symbolic shape inference of %s failed: %s", node.op_type, one_line(exc))
+        shapes = dict.fromkeys(needed)
+    correct = SYMBOLIC_CORRECTIONS.get((node.domain, node.op_type))
+    shapes = correct(node, shapes, values) if correct is not None else shapes
+    if key is not None:
+        if len(_SYMBOLIC_SEEN) >= _SYMBOLIC_SEEN_MAX:
+            _SYMBOLIC_SEEN.clear()
+        _SYMBOLIC_SEEN[key] = tuple(shapes.get(o) for o in needed)
+    return shapes
+
+
+# symbolic_node_shapes' results by node signature; values of more bytes than ``_SYMBOLIC_KEY_BYTES`` are not keyed
+_SYMBOLIC_SEEN: dict[tuple[Any, ...], tuple[tuple[tuple[int, ...], int] | None, ...]] = {}
+_SYMBOLIC_SEEN_MAX = 4096
+_SYMBOLIC_KEY_BYTES = 1 << 16
+
+
+def _symbolic_key(
+    node: onnx.NodeProto,
+    inputs: Mapping[str, tuple[tuple[int, ...], int]],
+    values: Mapping[str, np.ndarray],
+    of: onnx.ModelProto,
+    needed: list[str],
+) -> tuple[Any, ...] | None:
+    """What ``symbolic_node_shapes`` computes from, without the node's tensor names; None where a value is large."""
+    if sum(values[x].nbytes for x in values) > _SYMBOLIC_KEY_BYTES or any(v.dtype == object for v in values.values()):
+        return None
+    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+        return None  # a subgraph reads outer tensors by name
+    reads = tuple(
+        (x in values and (values[x].dtype.str, values[x].shape, values[x].tobytes()), inputs.get(x)) if x else None
+        for x in node.input
+    )
+    names = list(node.output)
+    outputs = tuple(names.index(o) if o in names else o for o in needed)
+    opsets = tuple(sorted((o.domain, o.version) for o in of.opset_import))
+    attributes = tuple(a.SerializeToString(deterministic=True) for a in node.attribute)
+    return (node.domain, node.op_type, attributes, reads, outputs, opsets, of.ir_version)
 
 
 def _symbolic_shapes(model: onnx.ModelProto, needed: list[str]) -> Shaped:

@@ -611,7 +611,10 @@ def _rebatched(
         {n: (binding.rebatch[n][0], *s[1:]) if n in binding.rebatch else s for n, s in binding.shapes.items()},
         values=binding.values,
     )
+    from benanza.model.resolve import resolve_if_needed
+
     at_original = fold_and_infer(apply_binding(model, original, keep_branches=keep_branches), path)
+    at_original, _ = resolve_if_needed(at_original, path)  # what ONNX does not shape: a contrib op's outputs, after
     result = rebatched(model, at_original, binding.shapes, batch)
     for line in result.unresolved:
         if (str(path), batch, line) not in _SAID_UNRESOLVED:  # once, not again for the model's end to end
