@@ -29,7 +29,9 @@ a ResNet) as ONNX Runtime 1.32's tools rewrite them:
 
     MatMulNBitsQuantizer(onnx.load(p), block_size=32, is_symmetric=True)      # *_int4: MatMulNBits
     quantize_static(p, q, reader, quant_format=QuantFormat.QDQ)               # *_qdq: 4 random calibration samples
+    quantize_static(p, q, reader, quant_format=QuantFormat.QOperator)         # *_qop: QLinearConcat, QLinearSoftmax
     convert_float_to_float16(onnx.load(p), keep_io_types=True)                # *_fp16: its nodes out of order
+    convert_float_to_float16(onnx.load(p), keep_io_types=False)               # *_fp16io: float16 inputs
     optimize_model(p, model_type="bert", opt_level=1)                         # *_ortopt: SkipLayerNormalization
 
     python benchmarks/static_rebatch.py vit_b1.onnx vit_b4.onnx bert_b1.onnx --batch 1 --batch 3 --batch 8

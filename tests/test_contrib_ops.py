@@ -400,7 +400,7 @@ def test_symbolic_shapes_are_remembered_per_signature_not_per_name():
 
     def shapes(name: str, rows: int) -> dict:
         inputs = {f"{name}_a": ((rows, 32), 1), f"{name}_b": ((16, 1, 16), 2), f"{name}_s": ((16,), 1)}
-        return resolve.symbolic_node_shapes(int4(name), inputs, {}, of, [f"{name}_y"])
+        return resolve.OneNode(int4(name), inputs, {}, of).symbolic_shapes([f"{name}_y"])
 
     resolve._SYMBOLIC_SEEN.clear()
     assert shapes("q_proj", 5) == {"q_proj_y": ((5, 16), 1)}
@@ -410,7 +410,7 @@ def test_symbolic_shapes_are_remembered_per_signature_not_per_name():
     assert shapes("k_proj", 7) == {"k_proj_y": ((7, 16), 1)}
     assert len(resolve._SYMBOLIC_SEEN) == 2
     big = {"v_a": np.zeros((3000, 32), np.float32)}  # 384,000 bytes
-    found = resolve.symbolic_node_shapes(
-        int4("v"), {"v_a": ((3000, 32), 1), "v_b": ((16, 1, 16), 2), "v_s": ((16,), 1)}, big, of, ["v_y"]
-    )
+    found = resolve.OneNode(
+        int4("v"), {"v_a": ((3000, 32), 1), "v_b": ((16, 1, 16), 2), "v_s": ((16,), 1)}, big, of
+    ).symbolic_shapes(["v_y"])
     assert found == {"v_y": ((3000, 16), 1)} and len(resolve._SYMBOLIC_SEEN) == 2

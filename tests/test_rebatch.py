@@ -290,28 +290,36 @@ def test_a_setting_as_long_as_the_old_batch_is_not_rebatched(build_model):
 
 
 def test_past_an_op_the_walk_cannot_shape_the_old_rule_is_said(build_model, process_proto, caplog):
-    """A contrib op that neither ONNX's inference (no schema) nor ONNX Runtime's symbolic inference (no rule)
-    shapes, ``com.microsoft::Inverse``, stops the walk: the ``Reshape``s after it keep only the old rule (a leading
-    old batch is the batch), and the warning says so and where."""
+    """Control flow (a ``Loop``: what its body computes is not carried through) stops the walk: the ``Reshape``s
+    after it keep only the old rule (a leading old batch is the batch), and the warning says so and where."""
     old = 2
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]), helper.make_node("Relu", ["v"], ["v_out"])],
+        "body",
+        [
+            helper.make_tensor_value_info("i", I64, []),
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("v", F, [old, S, E]),
+        ],
+        [helper.make_tensor_value_info("c_out", TensorProto.BOOL, []), helper.make_tensor_value_info("v_out", F, None)],
+    )
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
-        helper.make_node("Inverse", ["r"], ["g"], domain="com.microsoft", name="contrib_inverse"),
+        helper.make_node("Loop", ["trips", "", "r"], ["g"], body=body, name="control_flow"),
         helper.make_node("Reshape", ["g", "heads"], ["y"]),
     ]
     model = build_model(
         nodes,
-        [("x", F, [old, E, E])],
+        [("x", F, [old, S, E])],
         [("y", F, None)],
-        {"heads": np.array([old, E, H, D], np.int64)},
-        extra_opsets={"com.microsoft": 1},
+        {"heads": np.array([old, S, H, D], np.int64), "trips": np.array(1, np.int64)},
     )
     with caplog.at_level(logging.WARNING):
         processed = process_proto(model, batch=3)
-    (said,) = [r.getMessage() for r in caplog.records if "contrib_inverse" in r.getMessage()]
-    assert "not carried past node contrib_inverse (Inverse)" in said and "1 Reshape target(s)" in said
+    (said,) = [r.getMessage() for r in caplog.records if "control_flow" in r.getMessage()]
+    assert "not carried past node control_flow (Loop)" in said and "1 Reshape target(s)" in said
     reshape = next(layer for layer in processed.graph.layers if layer.op_type == "Reshape")
-    assert reshape.output_shapes == [[3, E, H, D]]
+    assert reshape.output_shapes == [[3, S, H, D]]
 
 
 def _with_int4_projection(model):
@@ -374,3 +382,31 @@ def test_a_buffer_gathered_per_sample_is_as_long_as_the_new_batch(build_model, o
     total = math.lcm(old, new)
     positions = np.random.default_rng(2).integers(0, 64, (total, S)).astype(np.int64)
     _same_per_sample(model, old, new, {**_samples(total), "positions": positions})
+
+
+@pytest.mark.parametrize("old", [1, 2])
+def test_a_qoperator_int8_export_at_another_batch_computes_what_the_file_does(build_model, tmp_path, old):
+    """``quantize_static`` in QOperator format makes the class token's ``Concat`` a ``com.microsoft::QLinearConcat``
+    of a baked uint8 token and the attention's ``Softmax`` a ``QLinearSoftmax``, ops ONNX has no schema for and ONNX
+    Runtime's symbolic inference no rule for: its own inference shapes them (a session of the node alone), and the
+    token is broadcast to the new batch as a ``Concat``'s is. Fixed scales: every sample computes as in the file."""
+    import onnx
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    class Samples(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.left = [{"x": _samples(old * 4)["x"][i * old : (i + 1) * old]} for i in range(4)]
+
+        def get_next(self):
+            return self.left.pop() if self.left else None
+
+    path, quantized = tmp_path / "float.onnx", tmp_path / "qop.onnx"
+    onnx.save(_attention(build_model, old, cls_token=True, mask=True), path)
+    quantize_static(
+        str(path), str(quantized), Samples(), quant_format=QuantFormat.QOperator,
+        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+    )  # fmt: skip
+    model = onnx.load(quantized)
+    contrib = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
+    assert {"QLinearConcat", "QLinearSoftmax"} <= contrib
+    _same_per_sample(model, old, 3, _samples(math.lcm(old, 3)))

@@ -50,7 +50,7 @@ from onnx import AttributeProto, helper, numpy_helper
 from benanza.model.constants import constant_value
 from benanza.model.extract import schema_of, tensor_type_of
 from benanza.model.load import has_data
-from benanza.model.resolve import constant_outputs, symbolic_node_shapes
+from benanza.model.resolve import OneNode, constant_outputs
 from benanza.model.walks import node_reads
 
 Shape = tuple[int, ...]
@@ -142,8 +142,10 @@ class _Walk:
                 continue  # a constant: made at the new batch where it meets the batch (``_unfolded``)
             if all(self._at_new(x) == self.old.get(x) and self.now.get(x, ()) is not None for x in node_reads(node)):
                 self._same(node)  # nothing the batch changed reaches it
+            elif node.op_type == "QLinearConcat" and node.domain == "com.microsoft":  # QOperator int8's Concat
+                self._concat(node, self._unfolded(node), positions=range(2, len(node.input), 3))
             elif node.domain not in ("", "ai.onnx"):
-                self._infer(node)
+                self._infer(node, self._unfolded(node))
             elif node.op_type in ("Reshape", "Flatten"):
                 self._reshape(node)
             elif node.op_type == "Expand":
@@ -155,7 +157,7 @@ class _Walk:
         if self.lost is not None and self.guessed:
             self.unresolved.append(
                 f"the new batch's shapes are not carried past node {self.lost} (neither ONNX's inference nor ONNX "
-                f"Runtime's symbolic inference shapes it there): {self.guessed} Reshape target(s) after it whose "
+                f"Runtime's shapes it there): {self.guessed} Reshape target(s) after it whose "
                 "leading entry is the old batch were rewritten to the new one, nothing else of what the export bakes "
                 "of its batch"
             )
@@ -366,18 +368,22 @@ class _Walk:
         values = constant_outputs(model, f"the constant {name!r} at the old batch")
         return np.asarray(values[0]) if values else None
 
-    def _concat(self, node: onnx.NodeProto, shapes: list[Shape | None]) -> None:
-        olds = [self.old.get(x) for x in node.input]
-        if any(s is None for s in shapes) or any(s is None for s in olds) or len({len(s) for s in shapes}) != 1:
-            return self._infer(node)
-        rank = len(shapes[0])
+    def _concat(self, node: onnx.NodeProto, shapes: list[Shape | None], positions: Sequence[int] = ()) -> None:
+        """A ``Concat`` (``positions``: the inputs it concatenates, where not all: a ``QLinearConcat``'s tensors,
+        each followed by its scale and zero point)."""
+        positions = positions or range(len(node.input))
+        data = [shapes[i] for i in positions]
+        olds = [self.old.get(node.input[i]) for i in positions]
+        if any(s is None for s in data) or any(s is None for s in olds) or len({len(s) for s in data}) != 1:
+            return self._infer(node, shapes)
+        rank = len(data[0])
         axis = _int_attr(node, "axis", 0) % rank if rank else 0
-        carried = [x in self.live or x in self.now for x in node.input]
-        grown = [s for s, o, c in zip(shapes, olds, carried, strict=True) if c and s != o]
+        carried = [node.input[i] in self.live or node.input[i] in self.now for i in positions]
+        grown = [s for s, o, c in zip(data, olds, carried, strict=True) if c and s != o]
         if not grown:
             return self._infer(node, shapes)
-        for i, s in enumerate(shapes):
-            if carried[i] and s != olds[i]:
+        for i, s, old, c in zip(positions, data, olds, carried, strict=True):
+            if c and s != old:
                 continue
             to = tuple(w if k != axis and d == 1 else d for k, (d, w) in enumerate(zip(s, grown[0], strict=True)))
             if to != s:
@@ -420,10 +426,14 @@ class _Walk:
 
     def _infer_symbolic(self, node: onnx.NodeProto, inputs: Mapping[str, tuple[Shape, int]]) -> None:
         """ONNX Runtime's symbolic inference of an op ONNX has no schema for (``MatMulNBits`` of an int4 export,
-        the fused ``Attention`` and ``SkipLayerNormalization`` of ONNX Runtime's transformer optimizer)."""
+        the fused ``Attention`` and ``SkipLayerNormalization`` of ONNX Runtime's transformer optimizer), else its
+        own inference of a session of the node (QOperator int8's ``QLinearSoftmax``)."""
         outputs = [o for o in node.output if o]
         values = {x: numpy_helper.to_array(self.values[x]) for x in inputs if x in self.values}
-        found = symbolic_node_shapes(node, inputs, values, self.model, outputs)
+        one = OneNode(node, inputs, values, self.model)
+        found = one.symbolic_shapes(outputs)
+        if any(found.get(o) is None for o in outputs):  # no rule there: ONNX Runtime's own, as it makes a session
+            found = one.session_shapes(outputs)
         if any(found.get(o) is None for o in outputs):
             return self._unknown(node)
         for o in outputs:
@@ -689,6 +699,7 @@ _BROADCASTING = frozenset(
         *("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "MatMul"),
         *("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "BitShift", "Concat"),
         *("BitwiseAnd", "BitwiseOr", "BitwiseXor"),
+        *("QLinearConcat", "QLinearAdd", "QLinearMul"),  # com.microsoft's, of QOperator int8 (their scales: scalars)
     }
 )
 

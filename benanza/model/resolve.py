@@ -46,11 +46,12 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import onnx
-from onnx import AttributeProto, helper, numpy_helper
+from onnx import AttributeProto, TensorProto, helper, numpy_helper
 
 from benanza.crashes import crashed, native
 from benanza.errors import one_line
@@ -408,7 +409,7 @@ class _Walk:
     def _infer_symbolic(self, node: onnx.NodeProto, needed: list[str]) -> bool:
         inputs = {x: (self.shape[x], self.elem[x]) for x in node_reads(node) if x in self.shape and x in self.elem}
         values = {x: self.values[x] for x in node_reads(node) if x in self.values}
-        shapes = symbolic_node_shapes(node, inputs, values, self.model, needed)
+        shapes = OneNode(node, inputs, values, self.model).symbolic_shapes(needed)
         if any(shapes.get(o) is None for o in needed):
             return False
         for o in needed:
@@ -909,7 +910,7 @@ class _Walk:
     def _node_model(self, node: onnx.NodeProto, embed: set[str]) -> onnx.ModelProto:
         """A model of the one node: ``embed``'s values as initializers, every other input a graph input."""
         inputs = {x: (self.shape[x], self.elem[x]) for x in node_reads(node) if x in self.shape and x in self.elem}
-        return node_model(node, inputs, {x: self.values[x] for x in embed}, self.model)
+        return OneNode(node, inputs, {x: self.values[x] for x in embed}, self.model).model()
 
     # ------------------------------------------------------------------ the resolved model
 
@@ -1144,84 +1145,117 @@ SYMBOLIC_CORRECTIONS: dict[tuple[str, str], Callable[[onnx.NodeProto, Shaped, Ma
 }
 
 
-def node_model(
-    node: onnx.NodeProto,
-    inputs: Mapping[str, tuple[tuple[int, ...], int]],
-    values: Mapping[str, np.ndarray],
-    of: onnx.ModelProto,
-) -> onnx.ModelProto:
-    """A model of the one node, at ``of``'s opsets and IR version: ``values`` as initializers, every other
-    input it reads a graph input of its shape and element type in ``inputs`` (left out where not there)."""
-    graph_inputs, inits = [], []
-    for x in dict.fromkeys(node_reads(node)):
-        if x in values:
-            inits.append(numpy_helper.from_array(values[x], x))
-        elif x in inputs:
-            shape, elem = inputs[x]
-            graph_inputs.append(helper.make_tensor_value_info(x, elem, list(shape)))
-    outputs = [onnx.ValueInfoProto(name=o) for o in node.output if o]
-    graph = helper.make_graph([node], "benanza_node", graph_inputs, outputs, inits)
-    return helper.make_model(graph, opset_imports=list(of.opset_import), ir_version=of.ir_version)
+@dataclass(frozen=True)
+class OneNode:
+    """One node of ``of`` alone: the shapes and element types of what it reads (``inputs``) and the values known of
+    them (``values``, embedded as initializers), at ``of``'s opsets and IR version."""
+
+    node: onnx.NodeProto
+    inputs: Mapping[str, tuple[tuple[int, ...], int]]
+    values: Mapping[str, np.ndarray]
+    of: onnx.ModelProto
+
+    def model(self) -> onnx.ModelProto:
+        """A model of the node: ``values`` as initializers, every other input it reads a graph input of its shape
+        and element type in ``inputs`` (left out where not there)."""
+        graph_inputs, inits = [], []
+        for x in dict.fromkeys(node_reads(self.node)):
+            if x in self.values:
+                inits.append(numpy_helper.from_array(self.values[x], x))
+            elif x in self.inputs:
+                shape, elem = self.inputs[x]
+                graph_inputs.append(helper.make_tensor_value_info(x, elem, list(shape)))
+        outputs = [onnx.ValueInfoProto(name=o) for o in self.node.output if o]
+        graph = helper.make_graph([self.node], "benanza_node", graph_inputs, outputs, inits)
+        return helper.make_model(graph, opset_imports=list(self.of.opset_import), ir_version=self.of.ir_version)
+
+    def symbolic_shapes(self, needed: list[str]) -> Shaped:
+        """ONNX Runtime's symbolic shape inference of the node (an op outside ONNX's domain: it knows ONNX Runtime's
+        contrib ops), corrected per op (``SYMBOLIC_CORRECTIONS``): each of ``needed``'s shape and element type, or
+        None.
+
+        Remembered per node signature (``_SYMBOLIC_SEEN``): an int4 LLM's 224 ``MatMulNBits`` are a handful of
+        signatures, and each inference takes milliseconds.
+        """
+        key = self._key(needed)
+        if key is not None and key in _SYMBOLIC_SEEN:
+            return dict(zip(needed, _SYMBOLIC_SEEN[key], strict=True))
+        try:
+            shapes = _symbolic_shapes(self.model(), needed)
+        except Exception as exc:  # symbolic inference raises on ops it does not know how to shape
+            log.debug("symbolic shape inference of %s failed: %s", self.node.op_type, one_line(exc))
+            shapes = dict.fromkeys(needed)
+        correct = SYMBOLIC_CORRECTIONS.get((self.node.domain, self.node.op_type))
+        shapes = correct(self.node, shapes, self.values) if correct is not None else shapes
+        if key is not None:
+            if len(_SYMBOLIC_SEEN) >= _SYMBOLIC_SEEN_MAX:
+                _SYMBOLIC_SEEN.clear()
+            _SYMBOLIC_SEEN[key] = tuple(shapes.get(o) for o in needed)
+        return shapes
+
+    def session_shapes(self, needed: list[str]) -> Shaped:
+        """ONNX Runtime's own inference of the node, as it resolves the graph of a session of the node alone
+        (nothing runs): each of ``needed``'s shape and element type, or None. For an op outside ONNX's domain that
+        its symbolic inference has no rule for (QOperator int8's ``QLinearSoftmax``, ``QLinearConcat``); the
+        session is made journaled (``benanza.crashes``), as a node's run is."""
+        node = self.node
+        named = next((o for o in node.output if o), node.name)
+        subject = ("run", f"session of node {named}")
+        if crashed(*subject) is not None:
+            return dict.fromkeys(needed)
+        try:
+            with native(*subject, f"a session of the {node.op_type} {node.name or named!r} alone"):
+                session = _session(self.model())
+        except Exception as exc:  # ONNX Runtime's inference refuses the node at these shapes
+            log.debug("ONNX Runtime's inference of %s failed: %s", node.op_type, one_line(exc))
+            return dict.fromkeys(needed)
+        found = {arg.name: arg for arg in session.get_outputs()}
+        out: Shaped = {}
+        for name in needed:
+            arg = found.get(name)
+            dims = arg.shape if arg is not None else None
+            known = dims is not None and all(isinstance(d, int) and d >= 0 for d in dims)
+            elem = _ort_element(arg.type) if arg is not None else 0
+            out[name] = (tuple(dims), elem) if known and elem else None
+        return out
+
+    def _key(self, needed: list[str]) -> tuple[Any, ...] | None:
+        """What ``symbolic_shapes`` computes from, without the node's tensor names; None where a value is large or
+        a subgraph reads outer tensors by name."""
+        node, values = self.node, self.values
+        if sum(v.nbytes for v in values.values()) > _SYMBOLIC_KEY_BYTES or any(
+            v.dtype == object for v in values.values()
+        ):
+            return None
+        if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
+            return None
+        reads = tuple(
+            (x in values and (values[x].dtype.str, values[x].shape, values[x].tobytes()), self.inputs.get(x))
+            if x
+            else None
+            for x in node.input
+        )
+        names = list(node.output)
+        outputs = tuple(names.index(o) if o in names else o for o in needed)
+        opsets = tuple(sorted((o.domain, o.version) for o in self.of.opset_import))
+        attributes = tuple(a.SerializeToString(deterministic=True) for a in node.attribute)
+        return (node.domain, node.op_type, attributes, reads, outputs, opsets, self.of.ir_version)
 
 
-def symbolic_node_shapes(
-    node: onnx.NodeProto,
-    inputs: Mapping[str, tuple[tuple[int, ...], int]],
-    values: Mapping[str, np.ndarray],
-    of: onnx.ModelProto,
-    needed: list[str],
-) -> Shaped:
-    """ONNX Runtime's symbolic shape inference of one node of ``of`` (an op outside ONNX's domain: it knows ONNX
-    Runtime's contrib ops), corrected per op (``SYMBOLIC_CORRECTIONS``): each of ``needed``'s shape and element
-    type, or None. ``inputs``: the shapes and element types of what it reads; ``values``: those known, embedded.
-
-    Remembered per node signature (``_SYMBOLIC_SEEN``): an int4 LLM's 224 ``MatMulNBits`` are a handful of
-    signatures, and each inference takes milliseconds.
-    """
-    key = _symbolic_key(node, inputs, values, of, needed)
-    if key is not None and key in _SYMBOLIC_SEEN:
-        return dict(zip(needed, _SYMBOLIC_SEEN[key], strict=True))
+def _ort_element(kind: str) -> int:
+    """ONNX's element type of ONNX Runtime's ``tensor(uint8)``; 0 for anything else (a sequence, a map)."""
+    if not (kind.startswith("tensor(") and kind.endswith(")")):
+        return 0
     try:
-        shapes = _symbolic_shapes(node_model(node, inputs, values, of), needed)
-    except Exception as exc:  # symbolic inference raises on ops it does not know how to shape
-        log.debug("symbolic shape inference of %s failed: %s", node.op_type, one_line(exc))
-        shapes = dict.fromkeys(needed)
-    correct = SYMBOLIC_CORRECTIONS.get((node.domain, node.op_type))
-    shapes = correct(node, shapes, values) if correct is not None else shapes
-    if key is not None:
-        if len(_SYMBOLIC_SEEN) >= _SYMBOLIC_SEEN_MAX:
-            _SYMBOLIC_SEEN.clear()
-        _SYMBOLIC_SEEN[key] = tuple(shapes.get(o) for o in needed)
-    return shapes
+        return TensorProto.DataType.Value(kind[len("tensor(") : -1].upper())
+    except ValueError:
+        return 0
 
 
-# symbolic_node_shapes' results by node signature; values of more bytes than ``_SYMBOLIC_KEY_BYTES`` are not keyed
+# OneNode.symbolic_shapes' results by node signature; values of more bytes than ``_SYMBOLIC_KEY_BYTES`` are not keyed
 _SYMBOLIC_SEEN: dict[tuple[Any, ...], tuple[tuple[tuple[int, ...], int] | None, ...]] = {}
 _SYMBOLIC_SEEN_MAX = 4096
 _SYMBOLIC_KEY_BYTES = 1 << 16
-
-
-def _symbolic_key(
-    node: onnx.NodeProto,
-    inputs: Mapping[str, tuple[tuple[int, ...], int]],
-    values: Mapping[str, np.ndarray],
-    of: onnx.ModelProto,
-    needed: list[str],
-) -> tuple[Any, ...] | None:
-    """What ``symbolic_node_shapes`` computes from, without the node's tensor names; None where a value is large."""
-    if sum(values[x].nbytes for x in values) > _SYMBOLIC_KEY_BYTES or any(v.dtype == object for v in values.values()):
-        return None
-    if any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS) for a in node.attribute):
-        return None  # a subgraph reads outer tensors by name
-    reads = tuple(
-        (x in values and (values[x].dtype.str, values[x].shape, values[x].tobytes()), inputs.get(x)) if x else None
-        for x in node.input
-    )
-    names = list(node.output)
-    outputs = tuple(names.index(o) if o in names else o for o in needed)
-    opsets = tuple(sorted((o.domain, o.version) for o in of.opset_import))
-    attributes = tuple(a.SerializeToString(deterministic=True) for a in node.attribute)
-    return (node.domain, node.op_type, attributes, reads, outputs, opsets, of.ir_version)
 
 
 def _symbolic_shapes(model: onnx.ModelProto, needed: list[str]) -> Shaped:
