@@ -410,3 +410,77 @@ def test_a_qoperator_int8_export_at_another_batch_computes_what_the_file_does(bu
     contrib = {n.op_type for n in model.graph.node if n.domain == "com.microsoft"}
     assert {"QLinearConcat", "QLinearSoftmax"} <= contrib
     _same_per_sample(model, old, 3, _samples(math.lcm(old, 3)))
+
+
+def _qoperator(nodes, shape, inits, elem=TensorProto.UINT8):
+    """A QOperator graph of ``nodes`` between a ``QuantizeLinear`` of ``x`` (of ``shape``) and a ``DequantizeLinear``
+    of ``q``."""
+    import onnx
+
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    scales = {"s": np.array(0.05, np.float32), "z": np.array(0, dtype)}
+    graph = helper.make_graph(
+        [
+            helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"]),
+            *nodes,
+            helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+        ],
+        "qoperator",
+        [helper.make_tensor_value_info("x", F, shape)],
+        [helper.make_tensor_value_info("y", F, None)],
+        [onnx.numpy_helper.from_array(np.asarray(v), k) for k, v in {**scales, **inits}.items()],
+    )
+    imports = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=imports)
+
+
+def test_an_int8_token_the_walk_broadcasts_is_inferred_at_its_new_shape():
+    """An int8 ``QLinearConcat`` of a ``[1, 1, E]`` token (a small constant, which the one-node model embeds) with
+    ``[B, 2, E]``: embedded at its old shape it contradicted the shape the walk broadcast it to, the walk stopped
+    there and the ``[B*3, E]`` target after it stayed ``[3, E]``."""
+    concat = helper.make_node(
+        "QLinearConcat", ["s", "z", "tok", "s", "z", "xq", "s", "z"], ["cq"], domain="com.microsoft", axis=1
+    )
+    nodes = [concat, helper.make_node("Reshape", ["cq", "target"], ["q"])]
+    inits = {"tok": np.arange(4, dtype=np.int8).reshape(1, 1, 4), "target": np.array([3, 4], np.int64)}
+    model = _qoperator(nodes, [1, 2, 4], inits, TensorProto.INT8)
+    samples = {"x": np.random.default_rng(2).standard_normal((3, 2, 4)).astype(np.float32)}
+    _same_per_sample(model, 1, 3, samples)
+
+
+def test_quantized_data_of_its_own_per_sample_is_not_taken_for_indices():
+    """A uint8 constant read by ``QLinearAdd`` at an old batch of 2 whose rows differ: its integers are quantized
+    values, not indices counting the batch, so no third row is made up (the model is left to fail, said per layer)."""
+    from onnx import numpy_helper
+
+    per_sample = np.array([[10, 10, 10, 10], [200, 50, 7, 90]], np.uint8)
+    add = helper.make_node("QLinearAdd", ["xq", "s", "z", "c", "s", "z", "s", "z"], ["q"], domain="com.microsoft")
+    model = _qoperator([add], [2, 4], {"c": per_sample})
+    proto = prepare_model(model, "mem.onnx", 3, keep_branches=True).proto
+    [node] = [n for n in proto.graph.node if n.op_type == "QLinearAdd"]
+    read = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}[node.input[3]]
+    np.testing.assert_array_equal(read, per_sample)
+
+
+def test_an_op_neither_onnx_nor_onnx_runtime_shapes_stops_the_walk_and_is_said(build_model, process_proto, caplog):
+    """An op of a domain no runtime here knows: neither ONNX Runtime's symbolic inference nor a session shapes it, so
+    the walk stops there, past it only the old rule rewrites targets, and the warning names it."""
+    old = 2
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Scramble", ["r"], ["g"], domain="example.custom", name="custom_op"),
+        helper.make_node("Reshape", ["g", "heads"], ["y"]),
+    ]
+    model = build_model(
+        nodes,
+        [("x", F, [old, S, E])],
+        [("y", F, None)],
+        {"heads": np.array([old, S, H, D], np.int64)},
+        extra_opsets={"example.custom": 1},
+        check=False,
+    )
+    with caplog.at_level(logging.WARNING):
+        processed = process_proto(model, batch=3)
+    (said,) = [r.getMessage() for r in caplog.records if "not carried past node custom_op" in r.getMessage()]
+    assert "(Scramble)" in said and "1 Reshape target(s)" in said
+    assert any(u.op_type == "Scramble" for u in processed.graph.unsupported)

@@ -317,7 +317,8 @@ class _Walk:
                 if (b < 2 and not tiled) or shape[k] != b:
                     continue
                 value = self._constant(x) if value is None else value
-                made = _unbaked(value, k, b, a) if value is not None else None
+                counts = node.op_type not in _QUANTIZED_BROADCASTING
+                made = _unbaked(value, k, b, a, counts=counts) if value is not None else None
                 if made is not None and made.shape[k] == 1 and tiled:
                     made = np.repeat(made, a, axis=k)
                 if made is not None:
@@ -429,7 +430,11 @@ class _Walk:
         the fused ``Attention`` and ``SkipLayerNormalization`` of ONNX Runtime's transformer optimizer), else its
         own inference of a session of the node (QOperator int8's ``QLinearSoftmax``)."""
         outputs = [o for o in node.output if o]
-        values = {x: numpy_helper.to_array(self.values[x]) for x in inputs if x in self.values}
+        values = {  # a constant the walk remade at the new batch (``_unfolded``) has its new shape in ``inputs``
+            x: numpy_helper.to_array(self.values[x])
+            for x in inputs
+            if x in self.values and tuple(self.values[x].dims) == tuple(inputs[x][0])
+        }
         one = OneNode(node, inputs, values, self.model)
         found = one.symbolic_shapes(outputs)
         if any(found.get(o) is None for o in outputs):  # no rule there: ONNX Runtime's own, as it makes a session
@@ -463,14 +468,15 @@ class _Walk:
                 self.layout[o] = (k, batch, before[k] // batch)
 
 
-def _unbaked(value: np.ndarray, axis: int, old: int, new: int) -> np.ndarray | None:
+def _unbaked(value: np.ndarray, axis: int, old: int, new: int, *, counts: bool = True) -> np.ndarray | None:
     """A constant made along ``axis`` at the old batch, at the new: one slice where its ``old`` slices are equal
     (a broadcast folded; it broadcasts again), ``new`` slices where an integer one steps by the same difference
-    from slice to slice (an index counting the batch); None for any other constant (data of its own per sample)."""
+    from slice to slice (an index counting the batch; not where ``counts`` is False: quantized data, whose integers
+    are values, not indices); None for any other constant (data of its own per sample)."""
     slices = np.split(value, old, axis=axis)
     if all(np.array_equal(s, slices[0]) for s in slices[1:]):
         return slices[0]
-    if value.dtype.kind not in "iu":
+    if value.dtype.kind not in "iu" or not counts:
         return None
     step = slices[1] - slices[0]
     if not all(np.array_equal(s, slices[0] + j * step) for j, s in enumerate(slices)):
@@ -699,9 +705,12 @@ _BROADCASTING = frozenset(
         *("Add", "Sub", "Mul", "Div", "Pow", "Mod", "Max", "Min", "Sum", "Mean", "PRelu", "Where", "MatMul"),
         *("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "BitShift", "Concat"),
         *("BitwiseAnd", "BitwiseOr", "BitwiseXor"),
-        *("QLinearConcat", "QLinearAdd", "QLinearMul"),  # com.microsoft's, of QOperator int8 (their scales: scalars)
     }
 )
+# com.microsoft's of QOperator int8, read as their float ops (their scales and zero points: scalars); their integers
+# are quantized values, never indices counting the batch
+_QUANTIZED_BROADCASTING = frozenset({"QLinearConcat", "QLinearAdd", "QLinearMul"})
+_BROADCASTING |= _QUANTIZED_BROADCASTING
 
 _INTEGER_ELEMENTS = frozenset(
     (onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.INT16, onnx.TensorProto.INT8)

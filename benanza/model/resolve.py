@@ -1214,7 +1214,8 @@ class OneNode:
         for name in needed:
             arg = found.get(name)
             dims = arg.shape if arg is not None else None
-            known = dims is not None and all(isinstance(d, int) and d >= 0 for d in dims)
+            # ``[]`` is how a session gives an output it could not shape, as it gives a scalar: unknown here
+            known = bool(dims) and all(isinstance(d, int) and d >= 0 for d in dims)
             elem = _ort_element(arg.type) if arg is not None else 0
             out[name] = (tuple(dims), elem) if known and elem else None
         return out
