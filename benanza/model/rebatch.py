@@ -32,8 +32,11 @@ is left: it follows the new batch by itself. What the walk cannot rewrite (a ``R
 axes or no axis of which holds the batch, an ``Expand`` that broadcasts an axis the batch grew, a rewrite whose
 node folding changed) is named in ``Rebatched.unresolved`` and left as exported; so is the first node the batch
 reaches that neither ONNX's inference nor, for an op outside ONNX's domain (``MatMulNBits`` of an int4 export, the
-fused ops of ONNX Runtime's transformer optimizer), ONNX Runtime's symbolic inference can shape (control flow, an op
-neither knows), past which only a ``Reshape`` target whose leading entry is the old batch is rewritten.
+fused ops of ONNX Runtime's transformer optimizer, QOperator int8's ``QLinearSoftmax``), ONNX Runtime's symbolic
+inference or its own inference of a session of the node can shape (control flow, an op no runtime here knows), past
+which only a ``Reshape`` target whose leading entry is the old batch is rewritten. QOperator int8's
+``QLinearConcat``, ``QLinearAdd`` and ``QLinearMul`` are read as their float ops are, but a constant of theirs is
+remade only where its slices are equal (its integers are quantized values, never indices counting the batch).
 """
 
 from __future__ import annotations
@@ -407,7 +410,7 @@ class _Walk:
             if shape is None or x not in self.elem:
                 return self._unknown(node)
             types[x] = helper.make_tensor_type_proto(self.elem[x], shape)
-        if schema is None:  # an op outside ONNX's domains (a contrib op): ONNX Runtime's symbolic inference
+        if schema is None:  # an op outside ONNX's domains (a contrib op): ONNX Runtime's inference
             return self._infer_symbolic(node, {x: (given.get(x, self._at_new(x)), self.elem[x]) for x in types})
         data = {x: self.values[x] for x in node.input if x in self.values}
         try:
