@@ -407,9 +407,7 @@ class _Walk:
         return all(o in self.shape for o in needed)
 
     def _infer_symbolic(self, node: onnx.NodeProto, needed: list[str]) -> bool:
-        inputs = {x: (self.shape[x], self.elem[x]) for x in node_reads(node) if x in self.shape and x in self.elem}
-        values = {x: self.values[x] for x in node_reads(node) if x in self.values}
-        shapes = OneNode(node, inputs, values, self.model).symbolic_shapes(needed)
+        shapes = self._one_node(node, embed={x for x in node_reads(node) if x in self.values}).symbolic_shapes(needed)
         if any(shapes.get(o) is None for o in needed):
             return False
         for o in needed:
@@ -909,8 +907,12 @@ class _Walk:
 
     def _node_model(self, node: onnx.NodeProto, embed: set[str]) -> onnx.ModelProto:
         """A model of the one node: ``embed``'s values as initializers, every other input a graph input."""
+        return self._one_node(node, embed).model()
+
+    def _one_node(self, node: onnx.NodeProto, embed: set[str]) -> OneNode:
+        """The node alone at the shapes known here, ``embed``'s values embedded."""
         inputs = {x: (self.shape[x], self.elem[x]) for x in node_reads(node) if x in self.shape and x in self.elem}
-        return OneNode(node, inputs, {x: self.values[x] for x in embed}, self.model).model()
+        return OneNode(node, inputs, {x: self.values[x] for x in embed}, self.model)
 
     # ------------------------------------------------------------------ the resolved model
 
