@@ -26,7 +26,8 @@ Four checks, each saved in ``benchmarks/results/gpu_fidelity.json`` with the dev
 
 The zoo in every variant at both batches takes longer than one 15-minute GPU session: run a few
 parts per session (``--variants float32-tc --batch 1``); each part is merged into the saved
-results beside the earlier ones.
+results beside the earlier ones, and a part an earlier run left cut short (its ``gpu_fidelity.json``
+in ``--out``, the same ``--min-time`` and ``--max-time``) goes on with the models it did not finish.
 
 Without a GPU it says so in one line and exits 2. ``--ncu-target KEY`` is how the script
 runs one candidate under ``ncu`` (internal).
@@ -340,6 +341,8 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> dict:
     if unknown:
         raise SystemExit(f"gpu_fidelity: unknown zoo variant(s) {sorted(unknown)}; known: {', '.join(ZOO_VARIANTS)}")
     parts: dict[str, dict] = {}
+    path = args.out / "gpu_fidelity.json"
+    earlier = (json.loads(path.read_text()) if path.exists() else {}).get("zoo", {})
     for name in args.variants.split(","):
         precision, tensor_cores = ZOO_VARIANTS[name]
         options = {"precision": precision, "tensor_cores": tensor_cores}
@@ -359,8 +362,9 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> dict:
                     "models": [],
                     "cost": {},
                 }
+                row, done = resumed(row, earlier.get(key))
                 records = []
-                for plan in plans:  # smallest first, each saved when done: a run cut short keeps what it finished
+                for plan in (p for p in plans if p.model not in done):  # smallest first, each saved when done
                     summary = bench(ctx, [plan], e2e=True)
                     records += summary.records
                     row["summary"] = {k: row["summary"].get(k, 0) + v for k, v in summary.to_dict().items()}
@@ -377,14 +381,28 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> dict:
                 row["complete"] = True
                 # Benanza's analyses of ResNet-50 in this variant (the Tensor Core speedup where the
                 # other variant was measured into the same database)
-                resnet = [p for p in plans if "resnet50" in p.model]
-                row["resnet50"] = [o.to_dict() for o in optimize(ctx, resnet)]
+                # (a part resumed on another machine has no records of the models an earlier run did: none then)
+                resnet = [o.to_dict() for o in optimize(ctx, [p for p in plans if "resnet50" in p.model])]
+                row["resnet50"] = [o for o in resnet if o.get("coverage")]
             finally:
                 ctx.close()
             parts[key] = row
             print(f"{key}: {row['summary']}", file=sys.stderr)
             saved(parts)
     return parts
+
+
+def resumed(row: dict, earlier: dict | None) -> tuple[dict, set[str]]:
+    """A zoo part that an earlier run saved cut short goes on where it stopped: its models, counts and
+    failures are kept and the models it finished are not run again (a session's device time is scarce).
+    Returns the row to add to and the models already done; a complete or absent earlier part starts anew.
+    The earlier run's cost is kept apart (``resumed_from``), since this run's cost covers its own records."""
+    if not earlier or earlier.get("complete", True) or earlier.get("settings") != row["settings"]:
+        return row, set()
+    done = {m["model"] for m in earlier.get("models", [])}
+    kept = {k: earlier[k] for k in ("summary", "not_ok", "models") if k in earlier}
+    history = [*earlier.get("resumed_from", []), {"models": sorted(done), "cost": earlier.get("cost", {})}]
+    return {**row, **kept, "resumed_from": history}, done
 
 
 def zoo_cost(records: Iterable[Any]) -> dict:
@@ -441,7 +459,7 @@ def _save(out: Path, result: dict) -> None:
     path = out / "gpu_fidelity.json"
     saved = json.loads(path.read_text()) if path.exists() else {}
     for key, value in result.items():  # the zoo's parts from earlier runs stay beside this run's
-        merge = key == "zoo" and isinstance(value, dict) and isinstance(saved.get(key), dict)
+        merge = key in ("zoo", "settings") and isinstance(value, dict) and isinstance(saved.get(key), dict)
         saved[key] = {**saved[key], **_not_over_complete(saved[key], value)} if merge else value
     saved["time"] = datetime.now(UTC).isoformat(timespec="seconds")
     path.write_text(json.dumps(saved, indent=2, default=str) + "\n")
@@ -478,7 +496,9 @@ def main() -> None:
         "benchmark": "gpu_fidelity",
         "device": device,
         "stack": stack,
-        "settings": _settings(args).model_dump(),
+        # per check, kept beside those of earlier runs: one run's ncu check and a later run's zoo part
+        # are timed at their own settings
+        "settings": {check: _settings(args).model_dump() for check in checks},
         "machine": {"python": platform.python_version()},
     }
     _save(args.out, result)

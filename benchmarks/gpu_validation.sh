@@ -144,7 +144,15 @@ for s in $STEPS; do
     esac
 done
 
-cp "$WORK"/gpu.db "$LOGS"/ 2>/dev/null
+# the database as its writers left it: a step killed at its limit leaves its last commits in the
+# write-ahead log (gpu.db-wal), which a copy of gpu.db alone would lose; SQLite's backup reads both
+[ -f "$WORK/gpu.db" ] && $PY - "$WORK/gpu.db" "$LOGS/gpu.db" <<'EOF'
+import sqlite3, sys
+source, copy = sqlite3.connect(sys.argv[1]), sqlite3.connect(sys.argv[2])
+source.backup(copy)
+copy.close()
+source.close()
+EOF
 tar -czf "$OUTDIR/logs.tar.gz" -C "$WORK" logs
 echo "failed steps: $FAILED (logs: $OUTDIR/logs.tar.gz)"
 exit "$FAILED"

@@ -52,6 +52,31 @@ def test_the_deadline_leaves_later_steps_unrun(tmp_path: Path) -> None:
     assert (tmp_path / "logs.tar.gz").exists()
 
 
+def test_the_database_in_the_logs_holds_what_a_killed_step_left_in_its_write_ahead_log(tmp_path: Path) -> None:
+    """A step killed at its limit leaves its last commits in ``gpu.db-wal``: the copy packed with the
+    logs holds them (a copy of ``gpu.db`` alone lost a zoo part's last models on an H200)."""
+    import sqlite3
+
+    work = tmp_path / "work"
+    work.mkdir()
+    writer = (  # commits, then dies without closing: the rows are in the log only
+        "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1]); c.execute('PRAGMA journal_mode=WAL'); "
+        "c.execute('PRAGMA wal_autocheckpoint=0'); c.execute('CREATE TABLE results (key TEXT)'); "
+        "c.executemany('INSERT INTO results VALUES (?)', [(str(i),) for i in range(100)]); c.commit(); os._exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", writer, str(work / "gpu.db")], check=True)
+    assert (work / "gpu.db-wal").stat().st_size > 0
+    done = run(tmp_path / "out", "env", GPU_WORK=str(work), DEADLINE_S="16")
+    assert done.returncode == 0, done.stdout + done.stderr
+    with tarfile.open(tmp_path / "out" / "logs.tar.gz") as logs:
+        names = logs.getnames()
+        (tmp_path / "packed.db").write_bytes(logs.extractfile("logs/gpu.db").read())
+    assert "logs/gpu.db-wal" not in names
+    packed = sqlite3.connect(tmp_path / "packed.db")
+    assert packed.execute("SELECT count(*) FROM results").fetchall() == [(100,)]
+    packed.close()
+
+
 def test_a_resnet_step_names_its_batch_and_tensor_cores(tmp_path: Path) -> None:
     work = tmp_path / "work"
     done = run(tmp_path / "out", "resnet50_b32_no_tc", "resnet50", GPU_WORK=str(work), RESNET_BATCH="4")
@@ -83,13 +108,40 @@ def test_the_zoo_parts_of_several_runs_are_kept_side_by_side(tmp_path: Path) -> 
 
     fidelity = _fidelity_module()
     first = fidelity.zoo_part("float32", True, 1)
-    fidelity._save(tmp_path, {"zoo": {first: {"summary": 1}}, "ncu": [1]})
+    fidelity._save(tmp_path, {"zoo": {first: {"summary": 1}}, "ncu": [1], "settings": {"ncu": {"min_time_s": 0.1}}})
     second = fidelity.zoo_part("float16", True, 32)
-    fidelity._save(tmp_path, {"zoo": {second: {"summary": 2}}, "ncu": [2]})
+    fidelity._save(tmp_path, {"zoo": {second: {"summary": 2}}, "ncu": [2], "settings": {"zoo": {"min_time_s": 0.002}}})
     saved = json.loads((tmp_path / "gpu_fidelity.json").read_text())
     assert saved["zoo"] == {first: {"summary": 1}, second: {"summary": 2}}
     assert saved["ncu"] == [2]  # other checks: the latest run's
+    assert saved["settings"] == {"ncu": {"min_time_s": 0.1}, "zoo": {"min_time_s": 0.002}}  # each check's own
     assert first == "float32,tensor_cores=True,batch=1"
+
+
+def test_a_zoo_part_cut_short_goes_on_where_it_stopped() -> None:
+    """A later run of the same part, at the same settings, keeps the models, counts and failures the
+    earlier run saved and skips the models it finished; a complete part, or one timed at other settings,
+    starts anew."""
+    fidelity = _fidelity_module()
+    settings = {"min_time_s": 0.002, "max_time_s": 0.05}
+    fresh = {"batch": 32, "settings": settings, "complete": False, "summary": {}, "not_ok": [], "models": []}
+    cut = {
+        **fresh,
+        "summary": {"measured": 601, "failed": 1},
+        "not_ok": [{"outcome": "failed", "label": "Conv 32x3x224x224"}],
+        "models": [{"model": "light_vgg19"}, {"model": "light_resnet50"}],
+        "cost": {"seconds": 280.0},
+    }
+    row, done = fidelity.resumed(fresh, cut)
+    assert done == {"light_vgg19", "light_resnet50"}
+    assert row["summary"] == cut["summary"] and row["not_ok"] == cut["not_ok"] and row["models"] == cut["models"]
+    assert row["resumed_from"] == [{"models": ["light_resnet50", "light_vgg19"], "cost": {"seconds": 280.0}}]
+    assert row["complete"] is False and fresh["models"] == []  # the fresh row is not changed in place
+    again, _ = fidelity.resumed(fresh, {**row, "cost": {"seconds": 5.0}})  # cut short twice: both runs' costs
+    assert [r["cost"] for r in again["resumed_from"]] == [{"seconds": 280.0}, {"seconds": 5.0}]
+    assert fidelity.resumed(fresh, {**cut, "complete": True}) == (fresh, set())
+    assert fidelity.resumed(fresh, {**cut, "settings": {"min_time_s": 0.01, "max_time_s": 0.05}}) == (fresh, set())
+    assert fidelity.resumed(fresh, None) == (fresh, set())
 
 
 def test_a_zoo_part_says_where_its_seconds_went() -> None:
