@@ -152,6 +152,23 @@ def build_model() -> Callable[..., onnx.ModelProto]:
 
 
 @pytest.fixture(scope="session")
+def random_length_model(build_model: Callable[..., onnx.ModelProto]) -> onnx.ModelProto:
+    """A model whose output's length changes from call to call, as a text-to-speech model's audio does
+    (VITS draws its durations at random): NonZero of 16 random draws below 0.5 (seeded: one sequence per
+    session), fed ``x``, float32 of 16."""
+    return build_model(
+        [
+            helper.make_node("RandomUniformLike", ["x"], ["r"], seed=3.0),
+            helper.make_node("Less", ["r", "half"], ["keep"]),
+            helper.make_node("NonZero", ["keep"], ["where"]),
+        ],
+        [("x", onnx.TensorProto.FLOAT, [16])],
+        [("where", onnx.TensorProto.INT64, [1, None])],
+        {"half": np.array(0.5, np.float32)},
+    )
+
+
+@pytest.fixture(scope="session")
 def process_proto() -> Callable[..., ProcessedModel]:
     """Process an in-memory model as if it were read from ``mem.onnx``."""
 

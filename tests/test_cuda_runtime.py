@@ -383,6 +383,28 @@ def test_a_zoo_model_runs_end_to_end_in_a_gpu_framework(zoo_path, precision):
     rt.close()
 
 
+@pytest.mark.gpu
+def test_in_onnx_runtime_s_cuda_provider_an_output_whose_length_changes_is_bound_anew(random_length_model):
+    """The framework's end to end on the GPU (``OrtCudaModel``) makes the same call as on the CPU: a second
+    call into an output of another length was refused there too, and the model had no end to end."""
+    import numpy as np
+
+    from benanza.runtimes.onnxruntime import OUTPUTS_REBOUND, OrtCudaModel, cuda_provider_missing
+
+    missing = cuda_provider_missing()
+    if missing:
+        pytest.skip(missing)
+    prepared = OrtCudaModel(random_length_model, feeds={"x": np.zeros(16, np.float32)})
+    lengths = set()
+    call = prepared.call  # as the harness holds it
+    for _ in range(10):
+        call()
+        lengths.add(prepared._binding.get_outputs()[0].shape()[1])
+    assert len(lengths) > 1  # the length did change from call to call
+    assert prepared.provenance["outputs"] == OUTPUTS_REBOUND
+    prepared.close()
+
+
 def test_when_the_framework_library_runs_nothing_its_pick_stays_empty():
     device = FakeDevice({"nhwc:eng0": 2e-5})
     prepared = prepared_with([candidate("broken", heuristic_rank=0), candidate("nhwc:eng0", "cudnn-graph")], device)

@@ -272,7 +272,7 @@ _NO_NUMPY_TYPES = frozenset(
 )
 
 
-# what a record's ``outputs`` says where a call binds its outputs anew (``_OrtPrepared.call``)
+# what a record's ``outputs`` says where a call binds its outputs anew (``_BoundCall.call``)
 OUTPUTS_REBOUND = "bound anew before each call: their lengths change from call to call"
 
 
@@ -283,7 +283,43 @@ def _output_shape_changed(exc: BaseException) -> bool:
     return "computed output shape" in text or "shape verification failed" in text
 
 
-class _OrtPrepared(Prepared):
+class _BoundCall:
+    """A call of ``run_with_iobinding`` whose outputs ONNX Runtime allocates where ``_outputs_on`` says
+    (``bind_output``'s device type and id), bound anew before each call once ONNX Runtime refuses an
+    output of another length than the first call's (a text-to-speech model's random durations), which
+    the record says (``provenance["outputs"]``). On the CPU (``_OrtPrepared``) and in the CUDA
+    execution provider (``OrtCudaModel``) alike."""
+
+    _session: Any
+    _binding: Any
+    _outputs_on: tuple[str, int] = ("cpu", 0)
+    _rebinds = False  # outputs bound anew before each call (``call``)
+
+    def call(self) -> object:
+        if self._rebinds:  # (the harness holds this method: it cannot be swapped for another)
+            return self._call_rebinding()
+        try:
+            self._session.run_with_iobinding(self._binding)
+        except Exception as exc:  # ``run_with_iobinding`` raises a RuntimeError, not one of ``ort_errors``
+            if not _output_shape_changed(exc):
+                raise
+            # the outputs' lengths change from call to call (a text-to-speech model's random durations): ONNX
+            # Runtime allocated them on the first call and refuses another length into them; bound anew
+            # before each call from now on, which the record says
+            self._rebinds = True
+            self.provenance = {**self.provenance, "outputs": OUTPUTS_REBOUND}
+            self._call_rebinding()
+        return None
+
+    def _call_rebinding(self) -> object:
+        self._binding.clear_binding_outputs()
+        for output in self._session.get_outputs():
+            self._binding.bind_output(output.name, *self._outputs_on)
+        self._session.run_with_iobinding(self._binding)
+        return None
+
+
+class _OrtPrepared(_BoundCall, Prepared):
     left_out_what = _CASTS_LEFT_OUT
     evicts = True  # ``evict_weights``: other data through the host's caches, a session of one float, the inputs
 
@@ -309,33 +345,9 @@ class _OrtPrepared(Prepared):
         self._feeds = {name: np.require(array, requirements="C") for name, array in feeds.items()}
         self._session = self._model.session()
         self._binding = bound_call(self._session, self._feeds)
-        self._rebinds = False  # outputs bound anew before each call (``call``)
         self.profiled_run_times: list[float] = []  # of the latest ``kernel_times``
         self.profiled_left_out: list[float] = []
         self.profiled_node_floor_s = 0.0
-
-    def call(self) -> object:
-        if self._rebinds:  # (the harness holds this method: it cannot be swapped for another)
-            return self._call_rebinding()
-        try:
-            self._session.run_with_iobinding(self._binding)
-        except Exception as exc:  # ``run_with_iobinding`` raises a RuntimeError, not one of ``ort_errors``
-            if not _output_shape_changed(exc):
-                raise
-            # the outputs' lengths change from call to call (a text-to-speech model's random durations): ONNX
-            # Runtime allocated them on the first call and refuses another length into them; bound anew
-            # before each call from now on, which the record says
-            self._rebinds = True
-            self.provenance = {**self.provenance, "outputs": OUTPUTS_REBOUND}
-            self._call_rebinding()
-        return None
-
-    def _call_rebinding(self) -> object:
-        self._binding.clear_binding_outputs()
-        for output in self._session.get_outputs():
-            self._binding.bind_output(output.name)
-        self._session.run_with_iobinding(self._binding)
-        return None
 
     def evict_weights(self, nbytes: int) -> None:
         """``nbytes`` of other data read through the host's caches (``host_cache.evict``), the call path
@@ -613,7 +625,7 @@ def cuda_provider_missing() -> str | None:
     return None
 
 
-class OrtCudaModel(Prepared):
+class OrtCudaModel(_BoundCall, Prepared):
     """A model in ONNX Runtime's CUDA execution provider, inputs and outputs bound on the device.
 
     The call is ``run_with_iobinding``: ONNX Runtime launches every kernel and synchronises its
@@ -654,12 +666,9 @@ class OrtCudaModel(Prepared):
             value = ort_value(array, device=("cuda", device))  # a bfloat16 array too
             self._inputs.append(value)
             self._binding.bind_ortvalue_input(name, value)
+        self._outputs_on = ("cuda", device)
         for out in self._session.get_outputs():
-            self._binding.bind_output(out.name, "cuda", device)
-
-    def call(self) -> object:
-        self._session.run_with_iobinding(self._binding)
-        return None
+            self._binding.bind_output(out.name, *self._outputs_on)
 
     def kernel_times(self, runs: int, evict_bytes: int = 0) -> list[float] | None:
         return None  # ORT's profiler times CUDA kernels on the host side: not a kernel time
