@@ -34,6 +34,14 @@ a ResNet) as ONNX Runtime 1.32's tools rewrite them:
     convert_float_to_float16(onnx.load(p), keep_io_types=False)               # *_fp16io: float16 inputs
     optimize_model(p, model_type="bert", opt_level=1)                         # *_ortopt: SkipLayerNormalization
 
+``_recurrent`` files hold a batch-first 2-layer bidirectional ``nn.LSTM``, ``nn.GRU`` and ``nn.RNN`` (40 features
+through a linear layer to 128, hidden size 256, a linear head) exported at batch 2 by ``dynamo=True`` (its zero
+initial state a constant ``[2, B, 256]``; ``*_d.onnx``), and the LSTM and GRU by TorchScript without dynamic axes
+(that constant ``Expand``ed to a shape read off the input; ``*_ts_static.onnx``). A model that ``quantize_dynamic``
+quantized computes its activations' scale at run time over the whole batch, so each sample's output depends on the
+batch it runs in: it does not match the file at another batch by design, and is reported so (a
+``DynamicQuantizeLSTM`` of the test's LSTM: 0.22 apart at outputs of about 1).
+
     python benchmarks/static_rebatch.py vit_b1.onnx vit_b4.onnx bert_b1.onnx --batch 1 --batch 3 --batch 8
 """
 

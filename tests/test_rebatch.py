@@ -484,3 +484,107 @@ def test_an_op_neither_onnx_nor_onnx_runtime_shapes_stops_the_walk_and_is_said(b
     (said,) = [r.getMessage() for r in caplog.records if "not carried past node custom_op" in r.getMessage()]
     assert "(Scramble)" in said and "1 Reshape target(s)" in said
     assert any(u.op_type == "Scramble" for u in processed.graph.unsupported)
+
+
+def _recurrent(build_model, op: str, old: int, *, layout: int = 0, state=None, expanded: bool = False):
+    """A batch-first sequence into a bidirectional ``op`` (``LSTM``, ``GRU``, ``RNN``) whose zero initial state the
+    export baked at batch ``old`` (PyTorch's dynamo exporter folds ``h0`` of ``[directions, B, hidden]`` into a
+    constant; ``expanded``: TorchScript's expands that constant to ``[2, B, hidden]``, ``B`` read off the sequence's
+    shape); ``layout`` 1: the op reads ``[B, S, input]`` and its state ``[B, directions, hidden]``."""
+    hidden, gates = 4, {"LSTM": 4, "GRU": 3, "RNN": 1}[op]
+    rng = np.random.default_rng(0)
+    weights = {
+        "W": rng.standard_normal((2, gates * hidden, E)).astype(np.float32),
+        "R": rng.standard_normal((2, gates * hidden, hidden)).astype(np.float32),
+        "B": rng.standard_normal((2, 2 * gates * hidden)).astype(np.float32),
+    }
+    shape = [2, old, hidden] if layout == 0 else [old, 2, hidden]
+    weights["h0"] = np.zeros(shape, np.float32) if state is None else state
+    states = ["h0", "h0"] if op == "LSTM" else ["h0"]
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2])] if layout == 0 else []
+    if expanded:
+        weights.update(two=np.array([2]), hidden=np.array([hidden]), one=np.array(1), zero=np.array([0]))
+        nodes += [
+            helper.make_node("Shape", ["t"], ["shape"]),
+            helper.make_node("Gather", ["shape", "one"], ["b"]),
+            helper.make_node("Unsqueeze", ["b", "zero"], ["b1"]),
+            helper.make_node("Concat", ["two", "b1", "hidden"], ["to"], axis=0),
+            helper.make_node("Expand", ["h0", "to"], ["h0_expanded"], name="expand_state"),
+        ]
+        states = [f"{h}_expanded" for h in states]
+    x = "t" if layout == 0 else "x"
+    nodes.append(
+        helper.make_node(
+            op,
+            [x, "W", "R", "B", "", *states],
+            ["y"],
+            hidden_size=hidden,
+            direction="bidirectional",
+            layout=layout,
+            name="rnn",
+        )
+    )
+    nodes.append(helper.make_node("Transpose", ["y"], ["out"], perm=[2, 0, 1, 3] if layout == 0 else [0, 1, 2, 3]))
+    return build_model(nodes, [("x", F, [old, S, E])], [("out", F, None)], weights)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU", "RNN"])
+@pytest.mark.parametrize(("old", "new"), [(2, 1), (2, 5), (1, 3)])
+@pytest.mark.parametrize("expanded", [False, True])
+def test_a_recurrent_op_s_zero_state_baked_at_the_old_batch_is_made_at_the_new(build_model, op, old, new, expanded):
+    """A dynamo export of an ``nn.LSTM`` at batch 2 run at batch 1 failed in ONNX Runtime: "Input initial_h must have
+    shape {2,1,256}. Actual:{2,2,256}"; a TorchScript one's ``Expand`` of its state at batch 5: "Incompatible
+    dimensions". The ``Expand`` the rewrite leaves unread is gone, not run."""
+    model = _recurrent(build_model, op, old, expanded=expanded)
+    _same_per_sample(model, old, new, _samples(old * new))
+    rebatched = prepare_model(model, "mem.onnx", new, keep_branches=True).proto
+    assert "Expand" not in {n.op_type for n in rebatched.graph.node}
+    assert "h0" not in {i.name for i in rebatched.graph.initializer}  # the state at the old batch: read no more
+
+
+def test_a_batch_first_recurrent_op_s_state_grows_along_its_leading_axis(build_model):
+    """``layout`` 1 (``[B, directions, hidden]``; ONNX Runtime's CPU kernels refuse it, other runtimes run it)."""
+    rebatched = prepare_model(_recurrent(build_model, "LSTM", 2, layout=1), "mem.onnx", 3, keep_branches=True).proto
+    (lstm,) = [n for n in rebatched.graph.node if n.op_type == "LSTM"]
+    shapes = {i.name: list(i.dims) for i in rebatched.graph.initializer}
+    assert shapes[lstm.input[5]] == shapes[lstm.input[6]] == [3, 2, 4]
+
+
+def test_a_recurrent_state_of_its_own_per_sample_is_named_and_left(build_model, caplog):
+    """A state that differs from sample to sample is data, not a broadcast: left as exported, and said (its layer
+    then fails in the runtime, by name)."""
+    state = np.arange(2 * 2 * 4, dtype=np.float32).reshape(2, 2, 4)
+    with caplog.at_level(logging.WARNING):
+        rebatched = prepare_model(_recurrent(build_model, "GRU", 2, state=state), "mem.onnx", 3).proto
+    assert "node rnn (GRU): its input 'h0' of [2, 2, 4] holds its own value per sample" in caplog.text
+    (gru,) = [n for n in rebatched.graph.node if n.op_type == "GRU"]
+    assert gru.input[5] == "h0"
+
+
+def test_a_dynamically_quantized_lstm_s_state_is_made_at_the_new_batch_too(build_model, tmp_path):
+    """``quantize_dynamic`` makes an ``LSTM`` ONNX Runtime's ``DynamicQuantizeLSTM`` (int8 weights): its state baked at
+    batch 2 failed at batch 5 as the float one did. (Its sequence's scale is taken over the whole batch at run time:
+    its outputs are not those of the file sample by sample, by design.)"""
+    import onnx
+    from onnxruntime.quantization import quantize_dynamic
+
+    onnx.save(_recurrent(build_model, "LSTM", 2), tmp_path / "lstm.onnx")
+    quantize_dynamic(tmp_path / "lstm.onnx", tmp_path / "lstm_int8.onnx")
+    model = onnx.load(tmp_path / "lstm_int8.onnx")
+    assert "DynamicQuantizeLSTM" in {n.op_type for n in model.graph.node}
+    rebatched = prepare_model(model, "mem.onnx", 5, keep_branches=True).proto
+    (out,) = _session(rebatched).run(None, _samples(5))
+    assert out.shape == (5, S, 2, 4)
+
+
+def test_a_recurrent_state_fed_at_the_old_batch_is_named(build_model, caplog):
+    """A streaming model's state is an input of its own, ``[directions, B, hidden]``: ``--batch`` sets its leading
+    axis, not the batch on its second, and the walk says so by name rather than leaving the runtime to fail."""
+    model = _recurrent(build_model, "GRU", 2)
+    model.graph.initializer.remove(next(i for i in model.graph.initializer if i.name == "h0"))
+    model.graph.input.append(helper.make_tensor_value_info("h0", F, [2, 2, 4]))
+    with caplog.at_level(logging.WARNING):
+        prepare_model(model, "mem.onnx", 3)
+    assert "node rnn (GRU): its input 'h0' of [3, 2, 4] comes from the model's inputs and keeps the old batch" in (
+        caplog.text
+    )

@@ -25,7 +25,11 @@ factor of axis 0). Then, in the file's model:
   a gather along the batch likewise); ``GatherElements`` data beside grown indices takes as many slices as the new
   batch (RoBERTa's token-type buffer); ``GatherND`` indices made at batch 1 that pick sample 0 become one grid per
   sample (transformers' mask ``mask[batch_idx, kv_idx]``);
-* a ``Concat`` of grown tensors with one whose dimension is 1 where theirs grew: an ``Expand`` before the ``Concat``.
+* a ``Concat`` of grown tensors with one whose dimension is 1 where theirs grew: an ``Expand`` before the ``Concat``;
+* an ``LSTM``, ``GRU`` or ``RNN`` whose sequence grew along its batch axis: an initial state or sequence lengths
+  baked at the old batch with equal slices (PyTorch's zero ``h0``) become as many slices as the new batch, in place
+  of what the file computes of them too (TorchScript ``Expand``s the baked state to a shape it reads off the
+  input, which fails at another batch; the nodes that computed it, read no more, are dropped: ``shapes``).
 
 What the file computes at run time (a target from ``Shape -> Gather -> Concat``, a mask from ``ConstantOfShape``)
 is left: it follows the new batch by itself. What the walk cannot rewrite (a ``Reshape`` whose input grew along two
@@ -80,6 +84,8 @@ class _Plan:
     targets: dict[str, Shape]  # a Reshape's output -> the explicit target a shape not carried here still gets
     broadcasts: dict[tuple[str, int], Shape]  # (a Concat's output, its input's position) -> the shape to expand to
     slices: dict[tuple[str, int], np.ndarray]  # (a node's output, its input's position) -> the constant it reads
+    # of ``slices``, those that replace what the file computes from its shapes too (a recurrent op's initial state)
+    overrides: frozenset[tuple[str, int]]
     arity: dict[str, int]  # a node with a slice or a broadcast -> its inputs' count at the old batch
     unresolved: tuple[str, ...]
 
@@ -88,9 +94,9 @@ def rebatched(model: onnx.ModelProto, at_old: onnx.ModelProto, new_inputs: Mappi
     """``model`` run at ``new_inputs`` (every rebatched input at batch ``new``), what bakes its old batch rewritten.
 
     ``at_old``: ``model`` bound at the shapes it was exported at, folded, its nodes in topological order and every
-    tensor shaped by ONNX's inference. A node of ``model`` is found there by its first output's name; what folding
-    made constant is read there as the constant it is (a class token's ``Expand`` of a ``Where`` of shapes, in a
-    TorchScript export) and rewritten in ``model`` where a node reads it.
+    tensor shaped by ONNX's inference. A node of ``model`` is found there by its first output's name (``_key``); what
+    folding made constant is read there as the constant it is (a class token's ``Expand`` of a ``Where`` of shapes, in
+    a TorchScript export) and rewritten in ``model`` where a node reads it.
     """
     plan = _Walk(at_old, new_inputs, new).plan()
     rewritten, missed = _rewritten(model, plan, new)
@@ -135,6 +141,7 @@ class _Walk:
         self.targets: dict[str, Shape] = {}
         self.broadcasts: dict[tuple[str, int], Shape] = {}
         self.slices: dict[tuple[str, int], np.ndarray] = {}
+        self.overrides: set[tuple[str, int]] = set()
         self.unresolved: list[str] = []
         self.constants: dict[str, onnx.TensorProto | onnx.NodeProto] = {i.name: i for i in self.graph.initializer}
         self.constants.update((n.output[0], n) for n in self.graph.node if n.op_type == "Constant" and n.output)
@@ -145,6 +152,8 @@ class _Walk:
                 continue  # a constant: made at the new batch where it meets the batch (``_unfolded``)
             if all(self._at_new(x) == self.old.get(x) and self.now.get(x, ()) is not None for x in node_reads(node)):
                 self._same(node)  # nothing the batch changed reaches it
+            elif (node.op_type, "" if node.domain == "ai.onnx" else node.domain) in _RECURRENT:
+                self._recurrent(node)
             elif node.op_type == "QLinearConcat" and node.domain == "com.microsoft":  # QOperator int8's Concat
                 self._concat(node, self._unfolded(node), positions=range(2, len(node.input), 3))
             elif node.domain not in ("", "ai.onnx"):
@@ -164,7 +173,16 @@ class _Walk:
                 "leading entry is the old batch were rewritten to the new one, nothing else of what the export bakes "
                 "of its batch"
             )
-        return _Plan(self.old, self.now, self.targets, self.broadcasts, self.slices, self.arity, tuple(self.unresolved))
+        return _Plan(
+            self.old,
+            self.now,
+            self.targets,
+            self.broadcasts,
+            self.slices,
+            frozenset(self.overrides),
+            self.arity,
+            tuple(self.unresolved),
+        )
 
     def _at_new(self, name: str) -> Shape | None:
         """A tensor's shape at the new batch: None where the walk could not carry it there."""
@@ -179,7 +197,7 @@ class _Walk:
 
     def _unknown(self, node: onnx.NodeProto) -> None:
         if self.lost is None and any(self.now.get(x) not in (None, self.old.get(x)) for x in node_reads(node)):
-            self.lost = f"{node.name or node.output[0]} ({node.op_type})"  # the first the batch reached, unshaped
+            self.lost = f"{node.name or _key(node)} ({node.op_type})"  # the first the batch reached, unshaped
         for o in node.output:
             if o:
                 self.now[o] = None
@@ -327,8 +345,8 @@ class _Walk:
                 if made is not None:
                     value = made
             if value is not None and tuple(value.shape) != shape:
-                self.slices[(node.output[0], i)] = value
-                self.arity[node.output[0]] = len(node.input)
+                self.slices[(_key(node), i)] = value
+                self.arity[_key(node)] = len(node.input)
                 shapes[i] = tuple(value.shape)
         return shapes
 
@@ -391,9 +409,56 @@ class _Walk:
                 continue
             to = tuple(w if k != axis and d == 1 else d for k, (d, w) in enumerate(zip(s, grown[0], strict=True)))
             if to != s:
-                self.broadcasts[(node.output[0], i)] = to
-                self.arity[node.output[0]] = len(node.input)
+                self.broadcasts[(_key(node), i)] = to
+                self.arity[_key(node)] = len(node.input)
                 shapes[i] = to
+        self._infer(node, shapes)
+
+    def _recurrent(self, node: onnx.NodeProto) -> None:
+        """An ``LSTM``, ``GRU`` or ``RNN`` (or ``quantize_dynamic``'s ``DynamicQuantizeLSTM``) whose sequence grew along
+        its batch axis: its initial states and sequence lengths, read whole per sample (never broadcast), made at the
+        new batch where the export baked them at the old one (PyTorch's exporters fold the zero state ``h0`` of
+        ``[directions, B, hidden]`` into a constant): as many slices as the new batch where its old ones are equal.
+        Else the node is left as exported, and that is said: a state of its own per sample, one not read here, or
+        one the model computes from its inputs that keeps the old batch (a streaming model's ``h0`` input)."""
+        layout = _int_attr(node, "layout", 0)
+        x = node.input[0]
+        axis = 1 if layout == 0 else 0  # X: [seq, batch, input], or [batch, seq, input] with layout 1
+        before, after = self.old.get(x), self._at_new(x)
+        shapes = [self._at_new(i) if i else None for i in node.input]
+        if before is None or after is None or len(before) != 3 or len(after) != 3 or before[axis] == after[axis]:
+            return self._infer(node, shapes)
+        old, new = before[axis], after[axis]
+        # sequence_lens [batch]; initial_h (and an LSTM's initial_c): [directions, batch, hidden], or with layout 1
+        # [batch, directions, hidden]
+        per_sample = {4: 0, 5: axis, 6: axis} if "LSTM" in node.op_type else {4: 0, 5: axis}
+        made: dict[int, np.ndarray] = {}
+        for i, k in per_sample.items():
+            name = node.input[i] if i < len(node.input) else ""
+            shape = shapes[i] if name else None
+            if not name or not shape or len(shape) <= k or shape[k] != old:
+                continue  # absent, or not of the old batch (a state computed from the sequence follows it)
+            if name in self.live or name in self.now:
+                why = "comes from the model's inputs and keeps the old batch"
+            else:
+                value = self._constant(name)
+                one = _unbaked(value, k, old, 1, counts=False) if value is not None else None
+                if one is not None:
+                    made[i] = np.repeat(one, new, axis=k)
+                    continue
+                why = "is not read here" if value is None else "holds its own value per sample of the old batch"
+            self.unresolved.append(
+                f"node {node.name or _key(node)} ({node.op_type}): its input {name!r} of {list(shape)} {why} "
+                f"({old}, on axis {k}); left as exported"
+            )
+            return self._unknown(node)
+        for i, value in made.items():
+            self.slices[(_key(node), i)] = value
+            # what the file computes of it is replaced too: a TorchScript export expands a zero state it baked at the
+            # old batch to a shape it computes (``Expand`` of ``[2, B, H]`` to ``[2, B', H]`` fails or keeps ``B``)
+            self.overrides.add((_key(node), i))
+            self.arity[_key(node)] = len(node.input)
+            shapes[i] = tuple(value.shape)
         self._infer(node, shapes)
 
     def _infer(self, node: onnx.NodeProto, shapes: Sequence[Shape | None] | None = None) -> None:
@@ -487,6 +552,12 @@ def _unbaked(value: np.ndarray, axis: int, old: int, new: int, *, counts: bool =
     if old == 2 and step.ndim and not np.all(step == step.reshape(-1, step.shape[-1])[:1].reshape(-1)):
         return None  # two rows always step by their difference: only one step at every position counts them
     return np.concatenate([slices[0] + j * step for j in range(new)], axis=axis).astype(value.dtype)
+
+
+def _key(node: onnx.NodeProto) -> str:
+    """How the walk's plan names a node of the file: its first output that is there (an ``LSTM`` may leave out
+    ``Y``, its first)."""
+    return next((o for o in node.output if o), "")
 
 
 def _indexes_the_batch(node: onnx.NodeProto) -> bool:
@@ -589,9 +660,9 @@ def _rewritten(model: onnx.ModelProto, plan: _Plan, new: int) -> tuple[onnx.Mode
         return name
 
     slices, broadcasts = _by_reader(plan.slices), _by_reader(plan.broadcasts)
-    nodes, missed = [], []
+    nodes, missed, replaced = [], [], set()
     for node in m.graph.node:
-        out = node.output[0] if node.output else ""
+        out = _key(node)
         target = _new_target(node, plan, values, computed)
         if target is not None:
             node.input[1] = initializer(f"{out}__benanza_batch{new}_shape", np.array(target, np.int64))
@@ -600,8 +671,9 @@ def _rewritten(model: onnx.ModelProto, plan: _Plan, new: int) -> tuple[onnx.Mode
             slices.pop(out, None)
             broadcasts.pop(out, None)
         for position, value in slices.get(out, {}).items():
-            if node.input[position] not in computed:
+            if node.input[position] not in computed or (out, position) in plan.overrides:
                 made = f"{node.input[position]}__benanza_batch{new}_{'x'.join(map(str, value.shape))}"
+                replaced.add(node.input[position])
                 node.input[position] = initializer(made, value)
         for position, to in broadcasts.get(out, {}).items():
             if node.input[position] in computed:
@@ -615,7 +687,12 @@ def _rewritten(model: onnx.ModelProto, plan: _Plan, new: int) -> tuple[onnx.Mode
         nodes = [copy.deepcopy(n) for n in nodes]  # detached before the field is cleared
         del m.graph.node[:]
         m.graph.node.extend(nodes)
-    found = {n.output[0] for n in nodes if n.output}
+    read = {x for n in nodes for x in node_reads(n)} | {o.name for o in (*m.graph.output, *m.graph.input)}
+    unread = replaced - read  # an initializer the rewrite replaced everywhere: no weight of the model now
+    for k in reversed(range(len(m.graph.initializer))):
+        if m.graph.initializer[k].name in unread:
+            del m.graph.initializer[k]
+    found = {_key(n) for n in nodes}
     planned = dict.fromkeys([*plan.targets, *(r for r, _ in plan.slices), *(r for r, _ in plan.broadcasts)])
     return m, missed + [out for out in planned if out not in found]
 
@@ -713,6 +790,8 @@ _BROADCASTING = frozenset(
 # com.microsoft's of QOperator int8, read as their float ops (their scales and zero points: scalars); their integers
 # are quantized values, never indices counting the batch
 _QUANTIZED_BROADCASTING = frozenset({"QLinearConcat", "QLinearAdd", "QLinearMul"})
+# ops that read a state per sample: ``_recurrent``
+_RECURRENT = frozenset({("LSTM", ""), ("GRU", ""), ("RNN", ""), ("DynamicQuantizeLSTM", "com.microsoft")})
 _BROADCASTING |= _QUANTIZED_BROADCASTING
 
 _INTEGER_ELEMENTS = frozenset(

@@ -453,7 +453,8 @@ def read_tensors(model: onnx.ModelProto, nodes: Iterable[onnx.NodeProto] | None 
 
 
 def without_orphans(model: onnx.ModelProto, read_before: set[str]) -> onnx.ModelProto:
-    """``model`` without the nodes that folding left unread: every output unread now, one read before.
+    """``model`` without the nodes that folding left unread: every output unread now, one read before (and the
+    initializers only they read).
 
     Folding a no-op (a float32 ``Cast`` to float32 in a Llama RMSNorm) rewires its readers to
     the op's input and leaves behind an ``Identity`` nobody reads. Kept, it was a layer of its
@@ -473,6 +474,11 @@ def without_orphans(model: onnx.ModelProto, read_before: set[str]) -> onnx.Model
         return model
     del model.graph.node[:]
     model.graph.node.extend(kept)
+    inputs = {i.name for i in model.graph.input}  # an initializer listed as an input too (IR 3) stays: a default
+    unread = {i.name for i in model.graph.initializer if i.name in read_before} - read - inputs  # only orphans read
+    for k in reversed(range(len(model.graph.initializer)) if unread else ()):
+        if model.graph.initializer[k].name in unread:
+            del model.graph.initializer[k]
     return model
 
 
@@ -620,7 +626,9 @@ def _rebatched(
         if (str(path), batch, line) not in _SAID_UNRESOLVED:  # once, not again for the model's end to end
             _SAID_UNRESOLVED.add((str(path), batch, line))
             log.warning("%s: --batch %d: %s", path, batch, line)
-    return result.model
+    # what computed a value the rewrite replaced (a TorchScript export's ``Expand`` of a recurrent state it baked at
+    # the old batch, which fails at the new one) is read no more: gone, not run
+    return without_orphans(result.model, read_tensors(model))
 
 
 _SAID_UNRESOLVED: set[tuple[str, int, str]] = set()
