@@ -660,7 +660,7 @@ def _rewritten(model: onnx.ModelProto, plan: _Plan, new: int) -> tuple[onnx.Mode
         return name
 
     slices, broadcasts = _by_reader(plan.slices), _by_reader(plan.broadcasts)
-    nodes, missed, replaced = [], [], set()
+    nodes, missed = [], []
     for node in m.graph.node:
         out = _key(node)
         target = _new_target(node, plan, values, computed)
@@ -673,7 +673,6 @@ def _rewritten(model: onnx.ModelProto, plan: _Plan, new: int) -> tuple[onnx.Mode
         for position, value in slices.get(out, {}).items():
             if node.input[position] not in computed or (out, position) in plan.overrides:
                 made = f"{node.input[position]}__benanza_batch{new}_{'x'.join(map(str, value.shape))}"
-                replaced.add(node.input[position])
                 node.input[position] = initializer(made, value)
         for position, to in broadcasts.get(out, {}).items():
             if node.input[position] in computed:
@@ -687,11 +686,6 @@ def _rewritten(model: onnx.ModelProto, plan: _Plan, new: int) -> tuple[onnx.Mode
         nodes = [copy.deepcopy(n) for n in nodes]  # detached before the field is cleared
         del m.graph.node[:]
         m.graph.node.extend(nodes)
-    read = {x for n in nodes for x in node_reads(n)} | {o.name for o in (*m.graph.output, *m.graph.input)}
-    unread = replaced - read  # an initializer the rewrite replaced everywhere: no weight of the model now
-    for k in reversed(range(len(m.graph.initializer))):
-        if m.graph.initializer[k].name in unread:
-            del m.graph.initializer[k]
     found = {_key(n) for n in nodes}
     planned = dict.fromkeys([*plan.targets, *(r for r, _ in plan.slices), *(r for r, _ in plan.broadcasts)])
     return m, missed + [out for out in planned if out not in found]

@@ -453,8 +453,8 @@ def read_tensors(model: onnx.ModelProto, nodes: Iterable[onnx.NodeProto] | None 
 
 
 def without_orphans(model: onnx.ModelProto, read_before: set[str]) -> onnx.ModelProto:
-    """``model`` without the nodes that folding left unread: every output unread now, one read before (and the
-    initializers only they read).
+    """``model`` without the nodes that folding left unread: every output unread now, one read before; and without
+    the initializers read before and unread now (what only those nodes read, or a value a rewrite replaced).
 
     Folding a no-op (a float32 ``Cast`` to float32 in a Llama RMSNorm) rewires its readers to
     the op's input and leaves behind an ``Identity`` nobody reads. Kept, it was a layer of its
@@ -470,10 +470,9 @@ def without_orphans(model: onnx.ModelProto, read_before: set[str]) -> onnx.Model
         if not orphans:
             break
         kept = [n for n in kept if id(n) not in orphans]
-    if len(kept) == len(model.graph.node):
-        return model
-    del model.graph.node[:]
-    model.graph.node.extend(kept)
+    if len(kept) != len(model.graph.node):
+        del model.graph.node[:]
+        model.graph.node.extend(kept)
     inputs = {i.name for i in model.graph.input}  # an initializer listed as an input too (IR 3) stays: a default
     unread = {i.name for i in model.graph.initializer if i.name in read_before} - read - inputs  # only orphans read
     for k in reversed(range(len(model.graph.initializer)) if unread else ()):
