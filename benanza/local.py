@@ -17,7 +17,7 @@ from benanza.analysis.lower_bound import LowerBound, lower_bound
 from benanza.analysis.optimize import Optimizations, optimizations
 from benanza.analysis.stored import results_by_key
 from benanza.analysis.stored_regressions import StoredRegressions
-from benanza.bench.execute import RunSummary, run_specs
+from benanza.bench.execute import Measurer, RunSummary, run_specs
 from benanza.bench.generate import ModelPlan, plan_model_file, specs_for_plan, unique_specs, with_distinct_names
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.plans import stored_plans
@@ -135,10 +135,12 @@ def bench(
     retry_failed: bool = False,
     progress: Callable[..., None] | None = None,
     repeat: bool = False,
+    measurer: Measurer | None = None,
 ) -> RunSummary:
     """Benchmark what the store lacks for this system and stack, after storing the plans (what analysis reads).
 
     With ``repeat`` everything is measured again: the store keeps the replaced results as repeats.
+    ``measurer``: one kept across calls (``measurer_for``; ``run_specs``), else one for this call.
     """
     exported = ctx.runtime.runs_exported()
     ctx.store.put_plans(ctx.system, ctx.stack_id, stored_plans(plans, ctx.runtime.name, ctx.variant, exported=exported))
@@ -154,7 +156,14 @@ def bench(
         repeat=repeat,
         progress=progress,
         groups=groups,
+        measurer=measurer,
     )
+
+
+def measurer_for(ctx: LocalContext) -> Measurer:
+    """A measurer of ``ctx``'s runtime for several ``bench`` calls (a model at a time, say), which the
+    caller closes: the GPU runtime's worker process is then started once (``run_specs``)."""
+    return Measurer(ctx.runtime, ctx.settings, system=ctx.system, stack_id=ctx.stack_id)
 
 
 def analyze(ctx: LocalContext, plans: Sequence[ModelPlan]) -> list[LowerBound]:

@@ -333,7 +333,7 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> dict:
     row: what the run measured, failed and skipped (with the reasons), and per model the
     sequential and parallel bounds beside the framework's end to end.
     """
-    from benanza.local import analyze, bench, open_local, optimize, plan_models
+    from benanza.local import analyze, bench, measurer_for, open_local, optimize, plan_models
     from benanza.model.zoo import zoo_paths
 
     batches = [int(b) for b in args.batch.split(",")]
@@ -349,6 +349,8 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> dict:
         for batch in batches:
             key = zoo_part(precision, tensor_cores, batch)
             ctx = open_local(args.db, "cudnn", options, settings=_settings(args))
+            # one worker process for the part's models, not one a model (PyTorch and a CUDA context: seconds each)
+            measurer = measurer_for(ctx)
             try:
                 plans = sorted(plan_models(zoo_paths(), ctx.runtime, [batch]), key=lambda p: len(p.unit_keys))
                 row: dict = {
@@ -365,7 +367,7 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> dict:
                 row, done = resumed(row, earlier.get(key))
                 records = []
                 for plan in (p for p in plans if p.model not in done):  # smallest first, each saved when done
-                    summary = bench(ctx, [plan], e2e=True)
+                    summary = bench(ctx, [plan], e2e=True, measurer=measurer)
                     records += summary.records
                     row["summary"] = {k: row["summary"].get(k, 0) + v for k, v in summary.to_dict().items()}
                     row["not_ok"] += [
@@ -385,6 +387,7 @@ def check_zoo(args: argparse.Namespace, saved: Callable[[dict], None]) -> dict:
                 resnet = [o.to_dict() for o in optimize(ctx, [p for p in plans if "resnet50" in p.model])]
                 row["resnet50"] = [o for o in resnet if o.get("coverage")]
             finally:
+                measurer.close()
                 ctx.close()
             parts[key] = row
             print(f"{key}: {row['summary']}", file=sys.stderr)

@@ -24,7 +24,7 @@ from benanza.bench.generate import plan_model, specs_for_plan
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.memory import ACTIVATION_COPIES, WEIGHT_COPIES, network_memory
 from benanza.bench.spec import BenchmarkSpec, SpecKind
-from benanza.local import bench, open_local, plan_models, specs_for
+from benanza.local import bench, measurer_for, open_local, plan_models, specs_for
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkOutput, NetworkTensor, RefKind
 from benanza.runtimes.null import NullPrepared, NullRuntime
 from benanza.runtimes.onnxruntime import OnnxRuntimeCPU
@@ -405,6 +405,26 @@ def test_incremental_runs_measure_only_what_is_new(tmp_path, conv_chain, fast_ha
         assert run3.to_dict() == {"measured": len(new), "reused": len(ids_a), "failed": 0, "skipped": 0, "deferred": 0}
         assert {r.spec_id for r in run3.records} == new
         assert ctx.store.present_spec_ids(ctx.system, ctx.stack_id) == ids_a | ids_b
+    finally:
+        ctx.close()
+
+
+def test_a_measurer_kept_across_bench_calls_judges_every_model_against_one_host_reference(
+    tmp_path, conv_chain, fast_harness
+):
+    """A model at a time through ``bench`` with ``measurer_for``: each call's group adds to the
+    one reference of the host (a measurer a call would start each afresh)."""
+    first, second = model_file(tmp_path, conv_chain, "reshape"), model_file(tmp_path, conv_chain, "maxpool")
+    settings = fast_harness.model_copy(update={"schedule": "interleaved", "reference_call": True})
+    ctx = open_local(f"sqlite:///{tmp_path / 'k.db'}", "onnxruntime", {"threads": 1}, system=SYSTEM, settings=settings)
+    try:
+        plans = plan_models([first, second], ctx.runtime)
+        with measurer_for(ctx) as measurer:
+            runs = [bench(ctx, [plan], e2e=True, measurer=measurer) for plan in plans]
+            assert measurer.reference is not None and len(measurer.reference.figures) == 2
+        assert [r.failed for r in runs] == [0, 0] and all(r.measured for r in runs)
+        stored = ctx.store.present_spec_ids(ctx.system, ctx.stack_id)
+        assert {s.spec_id for s in specs_for(ctx, plans, e2e=True)} <= stored
     finally:
         ctx.close()
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from benanza.bench.execute import isolated_runner, run_spec, run_specs
+from benanza.bench.execute import Measurer, effective_settings, isolated_runner, run_spec, run_specs
 from benanza.bench.harness import HarnessSettings
 from benanza.bench.isolation import IsolatedRunner
 from benanza.bench.spec import BenchmarkSpec, SpecKind
@@ -22,6 +22,15 @@ def spec(label: str) -> BenchmarkSpec:
     relu = NetworkNode("Relu", "", 14, (), (), (), "relu")
     net = Network((), (relu,), (), 1)
     return BenchmarkSpec(SpecKind.LAYER, f"key-{label}", 1, "float32", "faulty", label=label, network=net)
+
+
+class WherePrepared(NullPrepared):
+    """Says, in its record, which process measured it."""
+
+    __slots__ = ("provenance",)
+
+    def __init__(self) -> None:
+        self.provenance = {"pid": os.getpid()}
 
 
 class FaultyRuntime(Runtime):
@@ -50,7 +59,7 @@ class FaultyRuntime(Runtime):
         if spec.label == "poison":
             self.poisoned = True
             raise RuntimeError("illegal address")
-        return NullPrepared()
+        return WherePrepared()
 
     def healthy(self) -> bool:
         return not self.poisoned
@@ -107,3 +116,39 @@ def test_runtimes_that_do_not_ask_run_in_process():
     from benanza.runtimes.null import NullRuntime
 
     assert isolated_runner(NullRuntime(), QUICK, system="s", stack_id="x") is None
+
+
+def _pids(summary) -> list[int]:
+    return [r.settings["pid"] for r in summary.records]
+
+
+def test_a_measurer_kept_across_run_specs_calls_keeps_its_worker_process(tmp_path):
+    """A model at a time (the GPU zoo's parts): one child for all calls, not one a call."""
+    settings = effective_settings(FaultyRuntime(), QUICK)
+    with open_store(f"sqlite:///{tmp_path / 'perf.db'}") as store:
+        runtime = FaultyRuntime()
+        where = {"system": "sys", "stack_id": "stack"}
+        with Measurer(runtime, settings, **where) as measurer:
+            first = run_specs([spec("a")], runtime, store, QUICK, measurer=measurer, **where)
+            second = run_specs([spec("b"), spec("c")], runtime, store, QUICK, measurer=measurer, **where)
+            assert measurer.runtime is runtime  # still open: the caller closes it
+        alone = [run_specs([spec(x)], runtime, store, QUICK, **where) for x in ("d", "e")]
+    kept = _pids(first) + _pids(second)
+    assert len(kept) == 3 and len(set(kept)) == 1 and kept[0] != os.getpid()
+    assert len({p for s in alone for p in _pids(s)} | {kept[0]}) == 3  # a call without one: a child of its own
+
+
+def test_a_kept_measurer_of_another_runtime_or_system_is_refused(tmp_path):
+    settings = effective_settings(FaultyRuntime(), QUICK)
+    runtime = FaultyRuntime()
+    with (
+        open_store(f"sqlite:///{tmp_path / 'perf.db'}") as store,
+        Measurer(runtime, settings, system="sys", stack_id="stack") as measurer,
+    ):
+        with pytest.raises(ValueError, match="another runtime, system, stack or settings"):
+            run_specs([spec("a")], FaultyRuntime(), store, QUICK, system="sys", stack_id="stack", measurer=measurer)
+        with pytest.raises(ValueError, match="another runtime"):
+            run_specs([spec("a")], runtime, store, QUICK, system="other", stack_id="stack", measurer=measurer)
+        with pytest.raises(ValueError, match="settings"):
+            slower = QUICK.model_copy(update={"min_samples": 5})
+            run_specs([spec("a")], runtime, store, slower, system="sys", stack_id="stack", measurer=measurer)

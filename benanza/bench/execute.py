@@ -554,6 +554,7 @@ def run_specs(
     progress: Callable[[BenchmarkSpec, BenchmarkRecord], None] | None = None,
     groups: Sequence[Sequence[BenchmarkSpec]] = (),
     memory: MemoryReader = system_memory,
+    measurer: Measurer | None = None,
 ) -> RunSummary:
     """Measure the specs the store lacks for (system, stack); upsert results in batches.
 
@@ -567,8 +568,20 @@ def run_specs(
     With ``repeat`` every spec is measured again, stored or not: the store keeps the record
     each new one replaces as a repeat (``Store.repeats``), the history from which the
     regression analysis learns each benchmark's run-to-run noise.
+
+    ``measurer``: one the caller keeps across calls (of ``runtime``, ``system``, ``stack_id``, ``settings``),
+    and closes: an isolated runtime's worker process then starts once, not once a call (the GPU
+    runtime's child imports PyTorch and creates a CUDA context, seconds a start), and the host
+    reference and the re-measure budget are the measurer's, as a fleet worker's are across its
+    calls. None: one for this call, closed at its end.
     """
     settings = effective_settings(runtime, settings)
+    if measurer is not None and (
+        measurer.runtime is not runtime
+        or (measurer.system, measurer.stack_id) != (system, stack_id)
+        or measurer.settings != settings
+    ):
+        raise ValueError("run_specs: the measurer given measures another runtime, system, stack or settings")
     present = set() if repeat else reusable_spec_ids(store, system, stack_id, retry_failed)
     present |= stored_earlier()  # what this command stored before a crash ran it again (``benanza.crashes``)
     todo = missing(specs, present)
@@ -598,13 +611,18 @@ def run_specs(
             note_stored(r.spec_id for r in pending)
             pending = []
 
-    with Measurer(runtime, settings, system=system, stack_id=stack_id, memory=memory) as measurer:
+    kept = measurer is not None
+    measurer = measurer or Measurer(runtime, settings, system=system, stack_id=stack_id, memory=memory)
+    try:
         for spec, record, refused in measurer.measure(todo, groups):
             if record is None:
                 summary.defer(1, refused)
             else:
                 take(spec, record)
         summary.remeasure_note = measurer.remeasures.summary_note()
+    finally:
+        if not kept:
+            measurer.close()
     if pending:
         store.upsert(pending)
         note_stored(r.spec_id for r in pending)
