@@ -9,6 +9,8 @@ stream and compare its output with the NumPy run of the same inputs.
 from __future__ import annotations
 
 import math
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -17,13 +19,15 @@ from benanza.errors import UnsupportedLayer
 from benanza.runtimes.cuda.framework import (
     ELEMENTWISE,
     MOVEMENT,
+    NORMALIZATION,
+    REDUCTION,
     empty_outputs,
     framework_candidates,
     host_arrays,
     layer_call,
     numpy_ops,
 )
-from benanza.runtimes.cuda.params import DataMovementParams, ElementwiseParams
+from benanza.runtimes.cuda.params import DataMovementParams, ElementwiseParams, NormalizationParams, ReductionParams
 
 OPS = numpy_ops()
 
@@ -250,6 +254,9 @@ def test_every_params_op_type_has_a_call_or_is_a_view():
 
     assert set(params._ELEMENTWISE) <= set(ELEMENTWISE)
     assert set(params._MOVES) <= set(MOVEMENT)
+    assert set(params._REDUCTIONS) <= set(REDUCTION)
+    assert {"LayerNormalization", "RMSNormalization"} <= set(NORMALIZATION)
+    assert {"QuantizeLinear", "DequantizeLinear"} <= set(ELEMENTWISE)
 
 
 def test_erf_without_scipy_falls_back_to_math_erf(monkeypatch):
@@ -266,6 +273,120 @@ def test_host_arrays_follow_their_specs():
     data, indices = host_arrays(call.inputs)
     assert data.dtype == np.float32 and data.min() >= -1 and data.max() < 1
     assert indices.dtype == np.int64 and indices.min() >= 0 and indices.max() < 5
+
+
+# ------------------------------------------------------------------------ reductions, normalisation, Q/DQ, by hand
+
+
+def red(op, x, axes, keepdims, y, dtype="float32"):
+    return ReductionParams(op, x, axes, keepdims, y, dtype)
+
+
+def norm(op, x, axis, bias=True, dtype="float32", epsilon=1e-5):
+    return NormalizationParams(op, x, axis, epsilon, bias, dtype)
+
+
+def test_reductions_over_their_axes():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    assert run(red("ReduceSum", (2, 3, 4), (1,), True, (2, 1, 4)), x).tolist() == x.sum(1, keepdims=True).tolist()
+    assert run(red("ReduceMean", (2, 3, 4), (0, 2), False, (3,)), x).tolist() == [7.5, 11.5, 15.5]
+    assert run(red("ReduceMax", (2, 3, 4), (0, 1, 2), False, ()), x).tolist() == 23.0
+    assert run(red("ReduceMin", (2, 3, 4), (2,), False, (2, 3)), x)[1].tolist() == [12, 16, 20]
+    assert run(red("ReduceProd", (2, 2), (1,), True, (2, 1)), [[2.0, 3.0], [4.0, 5.0]]).tolist() == [[6], [20]]
+    assert layer_call(red("ReduceMean", (2, 3), (1,), True, (2, 1))).kernel == "mean"
+
+
+def test_layer_normalization_makes_each_row_zero_mean_unit_variance_then_scales_and_shifts():
+    x = np.random.default_rng(0).normal(3.0, 2.0, size=(2, 3, 16)).astype(np.float32)
+    y = run(norm("LayerNormalization", (2, 3, 16), 2), x, np.ones(16), np.zeros(16))
+    np.testing.assert_allclose(y.mean(axis=2), 0.0, atol=1e-5)
+    np.testing.assert_allclose(y.var(axis=2), 1.0, rtol=1e-3)  # epsilon 1e-5 against a variance of 4
+    scale, shift = np.linspace(0.5, 2.0, 16), np.linspace(-1.0, 1.0, 16)
+    scaled = run(norm("LayerNormalization", (2, 3, 16), 2), x, scale, shift)
+    np.testing.assert_allclose(scaled, y * scale + shift, rtol=1e-5, atol=1e-5)
+    whole = run(norm("LayerNormalization", (2, 3, 16), 1, bias=False), x, np.ones(48))  # rows from axis 1
+    np.testing.assert_allclose(whole.reshape(2, -1).mean(axis=1), 0.0, atol=1e-5)
+
+
+def test_rms_normalization_divides_by_the_root_mean_square_without_centering():
+    x = np.array([[3.0, 4.0], [1.0, -1.0]], np.float32)
+    y = run(norm("RMSNormalization", (2, 2), 1, bias=False, epsilon=0.0), x, [1.0, 2.0])
+    # rms of (3, 4): sqrt(12.5); of (1, -1): 1
+    np.testing.assert_allclose(y, [[3 / 12.5**0.5, 8 / 12.5**0.5], [1.0, -2.0]], rtol=1e-6)
+
+
+def test_the_row_kernel_is_one_block_a_row_of_whole_warps():
+    call = layer_call(norm("LayerNormalization", (4, 7, 768), 2, dtype="float16"))
+    assert call.raw.name == "benanza_layer_norm_float16_bias" and call.kernel == call.raw.name
+    assert call.raw.grid == (28,) and call.raw.block == (192,)  # 768 values, about 4 a thread
+    assert call.raw.scalars == (("int64", 768), ("float32", 1e-5))  # float16 computes in float
+    assert [i.shape for i in call.inputs] == [(4, 7, 768), (768,), (768,)]
+    assert layer_call(norm("LayerNormalization", (1, 10), 1)).raw.block == (32,)
+    assert layer_call(norm("LayerNormalization", (1, 16384), 1)).raw.block == (1024,)
+    rms = layer_call(norm("RMSNormalization", (3, 100), 1, bias=False, dtype="float64")).raw
+    assert rms.name == "benanza_rms_norm_float64" and rms.scalars[1] == ("float64", 1e-5)
+    assert "bias" not in rms.source and "const A mean = (A)0;" in rms.source  # not centred
+    with pytest.raises(UnsupportedLayer, match="bfloat16"):
+        layer_call(norm("LayerNormalization", (2, 8), 1, dtype="bfloat16"))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the CUDA toolkit)")
+def test_the_row_kernel_sources_compile(tmp_path):
+    """Each CUDA source as NVRTC gets it, compiled for a Hopper GPU (no GPU needed): one nvcc run,
+    each source in a namespace of its own."""
+    kinds = [("LayerNormalization", True), ("LayerNormalization", False), ("RMSNormalization", False)]
+    sources = [
+        layer_call(norm(op, (8, 768), 1, bias=bias, dtype=dtype)).raw.source
+        for dtype in ("float32", "float16", "float64")
+        for op, bias in kinds
+    ]
+    unit = tmp_path / "rows.cu"
+    unit.write_text("\n".join(f"namespace k{i} {{\n{source}}}\n" for i, source in enumerate(sources)))
+    command = ["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "rows.o"), str(unit)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert len(set(sources)) == 9
+
+
+def q(op, shapes, y, quantized, dtype="float32"):
+    return ElementwiseParams(op, tuple(shapes), y, dtype, (("quantized", quantized),))
+
+
+def test_quantize_rounds_half_to_even_and_saturates():
+    x = [0.25, 0.35, -0.05, 100.0, -100.0, 0.15]
+    got = run(q("QuantizeLinear", [(6,), (), ()], (6,), "int8"), x, 0.1, 1)
+    # 2.5 -> 2 (+1), 3.5 -> 4 (+1), -0.5 -> -0 (+1), saturated, saturated, 1.5 -> 2 (+1)
+    assert got.dtype == np.int8 and got.tolist() == [3, 5, 1, 127, -128, 3]
+    u8 = run(
+        q("QuantizeLinear", [(2, 2), (2, 1), (2, 1)], (2, 2), "uint8"),
+        [[1.0, -1.0], [1.0, 9.0]],
+        [[1.0], [0.5]],
+        [[0], [10]],
+    )
+    assert u8.tolist() == [[1, 0], [12, 28]]
+    fused = layer_call(q("QuantizeLinear", [(6,), (), ()], (6,), "int8")).fused
+    assert fused.in_params == "T x, T s, Z z" and fused.out_params == "Z y" and "rintf(" in fused.operation
+    assert "(A)(-128)" in fused.operation and "(A)(127)" in fused.operation
+
+
+def test_dequantize_per_axis():
+    got = run(
+        q("DequantizeLinear", [(2, 3), (2, 1), (2, 1)], (2, 3), "int8"),
+        [[1, 2, 3], [-1, 0, 1]],
+        [[0.5], [2.0]],
+        [[1], [0]],
+    )
+    assert got.dtype == np.float32 and got.tolist() == [[0.0, 0.5, 1.0], [-2.0, 0.0, 2.0]]
+    call = layer_call(q("DequantizeLinear", [(4,), (), ()], (4,), "uint8", "float16"))
+    assert [i.dtype for i in call.inputs] == ["uint8", "float16", "uint8"] and call.outputs[0].dtype == "float16"
+
+
+def test_isnan_and_isinf():
+    x = [0.0, float("nan"), float("inf"), -float("inf")]
+    assert run(ew("IsNaN", [(4,)], (4,)), x).tolist() == [False, True, False, False]
+    assert run(ew("IsInf", [(4,)], (4,)), x).tolist() == [False, False, True, True]
+    with pytest.raises(UnsupportedLayer, match="one sign"):
+        layer_call(ew("IsInf", [(4,)], (4,), detect_negative=0))
 
 
 # ------------------------------------------------------------------------ on the device
@@ -296,6 +417,20 @@ GPU_CASES = [
     mv("Tile", [(2, 3)], (4, 6)),
     mv("Resize", [(1, 2, 3, 3)], (1, 2, 6, 6), coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
     mv("Split", [(4, 6)], (4, 3), axis=1),
+    red("ReduceMean", (2, 8, 33), (2,), True, (2, 8, 1)),
+    red("ReduceSum", (4, 5, 6), (0, 2), False, (5,), "float16"),
+    red("ReduceMax", (3, 7), (0,), False, (7,)),
+    norm("LayerNormalization", (2, 5, 768), 2),
+    norm("LayerNormalization", (2, 5, 768), 2, dtype="float16"),
+    norm("LayerNormalization", (3, 100), 1, bias=False, dtype="float64"),
+    norm("LayerNormalization", (1, 4, 5000), 1),  # more values a row than threads in a block
+    norm("RMSNormalization", (6, 4096), 1, bias=False),
+    norm("RMSNormalization", (6, 4096), 1, bias=False, dtype="float16"),
+    q("QuantizeLinear", [(2, 4, 3), (), ()], (2, 4, 3), "int8"),
+    q("QuantizeLinear", [(2, 4, 3), (1, 4, 1), (1, 4, 1)], (2, 4, 3), "uint8"),
+    q("DequantizeLinear", [(8, 4), (8, 1), (8, 1)], (8, 4), "int8"),
+    q("DequantizeLinear", [(8, 4), (), ()], (8, 4), "uint8", "float16"),
+    ew("IsNaN", [(64,)], (64,)),
 ]
 
 

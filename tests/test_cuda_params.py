@@ -175,3 +175,113 @@ def test_fused_groups_of_resnet50(zoo_model):
     # 53 convolutions: 33 followed by BN and Relu, 20 (block ends and projections) by BN alone
     assert fused == {"Conv+BatchNormalization+Relu": 33, "Conv+BatchNormalization": 20}
     assert [g[-1] for g in groups] == sorted(g[-1] for g in groups)
+
+
+# ------------------------------------------------------------------------ reductions, normalisation, Q/DQ
+
+
+def test_reduction_axes_from_the_attribute_and_from_the_constant_input(one_node):
+    from benanza.runtimes.cuda.params import ReductionParams
+
+    x = [("x", F, [2, 8, 16])]
+    old = helper.make_node("ReduceMean", ["x"], ["y"], axes=[-1], keepdims=1)
+    assert layer_params(one_node(old, x, opset=13)) == ReductionParams(
+        "ReduceMean", (2, 8, 16), (2,), True, (2, 8, 1), "float32"
+    )
+    new = helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)
+    p = layer_params(one_node(new, x, {"axes": np.array([0, 2], np.int64)}, opset=18), 0, "float16")
+    assert p == ReductionParams("ReduceSum", (2, 8, 16), (0, 2), False, (8,), "float16")
+    every = helper.make_node("ReduceMax", ["x"], ["y"], keepdims=0)
+    assert layer_params(one_node(every, x, opset=18)).axes == (0, 1, 2)
+
+
+def test_reduction_axes_the_model_computes_come_from_the_shapes_where_they_say_them(one_node):
+    from benanza.runtimes.cuda.params import _reduced_axes
+
+    assert _reduced_axes((2, 8, 16), (2, 8, 1), keepdims=True) == (2,)
+    assert _reduced_axes((2, 1, 16), (1, 1, 16), keepdims=True) == (0,)
+    assert _reduced_axes((2, 8, 16), (2, 16), keepdims=False) == (1,)
+    assert _reduced_axes((2, 1, 16), (2, 16), keepdims=False) == (1,)
+    assert _reduced_axes((4, 4), (4,), keepdims=False) is None  # the rows or the columns
+    assert _reduced_axes((2, 8), (2, 3), keepdims=True) is None
+    # axes the model computes (an activation, not a constant): the shapes say which
+    from benanza.model.network import InputRef, NetworkNode, NetworkTensor, RefKind
+    from benanza.runtimes.cuda.params import _reduction
+
+    def computed(y):
+        data = InputRef(RefKind.INPUT, input=0, shape=(2, 8, 16), dtype="float32")
+        axes = InputRef(RefKind.INPUT, input=1, shape=(1,), dtype="int64")
+        return NetworkNode("ReduceMean", "", 18, (), (data, axes), (NetworkTensor(y, "float32"),), "k")
+
+    assert _reduction(computed((2, 8, 1)), "float32").axes == (2,)
+    assert "ambiguous" in _reduction(computed((2, 8, 3)), "float32").reason
+
+
+def test_reduction_shapes_that_disagree_with_the_axes_and_empty_axes_are_unsupported(one_node):
+    x = [("x", F, [2, 8])]
+    noop = helper.make_node("ReduceSum", ["x"], ["y"], noop_with_empty_axes=1)
+    assert "noop_with_empty_axes" in layer_params(one_node(noop, x, opset=18)).reason
+
+
+def test_layer_and_rms_normalization_see_rows_from_the_axis_on(one_node):
+    from benanza.runtimes.cuda.params import NormalizationParams
+
+    x = [("x", F, [2, 5, 768])]
+    ln = helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-6)
+    inits = {"g": np.ones(768, np.float32), "b": np.zeros(768, np.float32)}
+    p = layer_params(one_node(ln, x, inits), 0, "float16")
+    assert p == NormalizationParams("LayerNormalization", (2, 5, 768), 2, float(np.float32(1e-6)), True, "float16")
+    assert (p.rows, p.cols) == (10, 768)
+    no_bias = helper.make_node("LayerNormalization", ["x", "g"], ["y"], axis=1)
+    inits = {"g": np.ones((5, 768), np.float32)}
+    p = layer_params(one_node(no_bias, x, inits))
+    assert (p.rows, p.cols, p.bias, p.epsilon) == (2, 5 * 768, False, pytest.approx(1e-5))
+    rms = helper.make_node("RMSNormalization", ["x", "g"], ["y"])
+    p = layer_params(one_node(rms, x, {"g": np.ones(768, np.float32)}, opset=23))
+    assert (p.op, p.rows, p.cols, p.bias) == ("RMSNormalization", 10, 768, False)
+
+
+def test_quantize_and_dequantize_per_tensor_and_per_axis(build_model, process_proto):
+    u8 = TensorProto.UINT8
+
+    def net(node, inputs, out_type, inits, opset=19):
+        proto = build_model([node], inputs, [(node.output[0], out_type, None)], inits, opset=opset)
+        return network_of(process_proto(proto).graph, [0])[1]
+
+    q = helper.make_node("QuantizeLinear", ["x", "s", "z"], ["y"])
+    inits = {"s": np.array(0.1, np.float32), "z": np.array(3, np.uint8)}
+    p = layer_params(net(q, [("x", F, [2, 4, 3])], u8, inits), 0, "float16")
+    assert p == ElementwiseParams(
+        "QuantizeLinear", ((2, 4, 3), (), ()), (2, 4, 3), "float16", (("quantized", "uint8"),)
+    )
+    dq = helper.make_node("DequantizeLinear", ["w", "s", "z"], ["y"], axis=0)
+    inits = {"s": np.full(8, 0.1, np.float32), "z": np.zeros(8, np.int8), "w": np.ones((8, 4), np.int8)}
+    p = layer_params(net(dq, [], F, inits), 0, "float16")  # the data side runs in the variant's precision
+    assert p == ElementwiseParams(
+        "DequantizeLinear", ((8, 4), (8, 1), (8, 1)), (8, 4), "float16", (("quantized", "int8"),)
+    )
+    int4 = helper.make_node("DequantizeLinear", ["w", "s"], ["y"])
+    inits = {"s": np.array(0.1, np.float32), "w": np.ones(8, np.int8)}
+    proto = build_model([int4], [], [("y", F, None)], inits, opset=21)
+    proto.graph.initializer[1].data_type = TensorProto.INT4  # 8 int4 values, packed two a byte
+    proto.graph.initializer[1].raw_data = bytes(4)
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    assert isinstance(p, Unsupported) and "int4" in p.reason
+    blocked = helper.make_node("DequantizeLinear", ["w", "s"], ["y"], axis=1, block_size=2)
+    inits = {"s": np.full((8, 2), 0.1, np.float32), "w": np.ones((8, 4), np.int8)}
+    p = layer_params(net(blocked, [], F, inits, opset=21))
+    assert isinstance(p, Unsupported) and "blocks of 2" in p.reason
+
+
+def test_where_keeps_a_constant_operand_in_its_place_and_runs_in_the_data_type(one_node):
+    node = helper.make_node("Where", ["c", "x", "fill"], ["y"])
+    net = one_node(
+        node, [("c", TensorProto.BOOL, [2, 1, 4]), ("x", F, [2, 3, 4])], {"fill": np.array(-1e4, np.float32)}
+    )
+    p = layer_params(net, 0, "float16")
+    assert p == ElementwiseParams("Where", ((2, 1, 4), (2, 3, 4), ()), (2, 3, 4), "float16")
+
+
+def test_isnan_and_isinf_are_elementwise(one_node):
+    p = layer_params(one_node(helper.make_node("IsNaN", ["x"], ["y"]), [("x", F, [6])]))
+    assert p == ElementwiseParams("IsNaN", ((6,),), (6,), "float32")

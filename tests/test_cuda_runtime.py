@@ -413,3 +413,57 @@ def test_when_the_framework_library_runs_nothing_its_pick_stays_empty():
     assert algos["best"] == "cudnn-graph:nhwc:eng0"
     assert algos["default"] is None and algos["default_fallback"] is True  # never read as the framework's pick
     assert all(s == pytest.approx(2e-5) for s in m.kernel_samples)
+
+
+def test_every_layer_of_a_transformer_block_and_its_quantized_tail_has_a_gpu_call(build_model, process_proto):
+    """LayerNormalization, an RMS norm spelt out (ReduceMean), a masked softmax (Where with a constant
+    fill), QuantizeLinear/DequantizeLinear, IsNaN: planned for the GPU, each layer has a library call,
+    and the CuPy ones run on NumPy (what the device runs is checked against that in the gpu tests)."""
+    import numpy as np
+    from onnx import TensorProto, helper
+
+    from benanza.runtimes.cuda import framework
+    from benanza.runtimes.cuda.runtime import spec_params
+
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "g", "b"], ["ln"], axis=-1),
+        helper.make_node("MatMul", ["ln", "w"], ["scores"]),
+        helper.make_node("Where", ["mask", "scores", "fill"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["p"], axis=-1),
+        helper.make_node("Pow", ["p", "two"], ["sq"]),
+        helper.make_node("ReduceMean", ["sq", "last"], ["ms"], keepdims=1),
+        helper.make_node("Add", ["ms", "eps"], ["mse"]),
+        helper.make_node("Sqrt", ["mse"], ["rms"]),
+        helper.make_node("Div", ["p", "rms"], ["normed"]),
+        helper.make_node("QuantizeLinear", ["normed", "s", "z"], ["q"]),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"]),
+        helper.make_node("IsNaN", ["dq"], ["bad"]),
+    ]
+    inits = {
+        "g": np.ones(64, np.float32),
+        "b": np.zeros(64, np.float32),
+        "w": np.ones((64, 8), np.float32),
+        "fill": np.array(-1e4, np.float32),
+        "two": np.array(2.0, np.float32),
+        "last": np.array([-1], np.int64),
+        "eps": np.array(1e-6, np.float32),
+        "s": np.array(0.02, np.float32),
+        "z": np.array(0, np.int8),
+    }
+    inputs = [("x", f, [2, 8, 64]), ("mask", TensorProto.BOOL, [2, 1, 8])]
+    proto = build_model(nodes, inputs, [("bad", TensorProto.BOOL, None)], inits, opset=18)
+    rt = CudnnRuntime(precision="float16")
+    plan = plan_model(process_proto(proto), rt, (1,))
+    layers = [s for s in specs_for_plan(plan, rt.name, rt.variant()) if s.kind is SpecKind.LAYER]
+    assert {s.label.split(" ")[0] for s in layers} >= {"LayerNormalization", "Where", "ReduceMean", "QuantizeLinear"}
+    assert {s.label: rt.supports(s) for s in layers} == {s.label: None for s in layers}
+    for spec in layers:
+        params = spec_params(spec, "float16")
+        if isinstance(params, framework.FrameworkParams):
+            call = framework.layer_call(params)
+            if call is not None:
+                outputs = framework.empty_outputs(call.outputs)
+                with np.errstate(invalid="ignore"):  # Sqrt of random data below 0
+                    call.run(framework.numpy_ops(), framework.host_arrays(call.inputs), outputs)
+                assert all(o.shape == s.shape for o, s in zip(outputs, call.outputs, strict=True))

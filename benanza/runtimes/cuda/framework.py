@@ -17,6 +17,14 @@ is the reference the GPU tests compare it with.
 Views (Reshape, Flatten, Squeeze, Unsqueeze, Identity, Dropout at inference) change only
 metadata: they launch nothing, cost nothing on the GPU, and get no candidate at all.
 
+Reductions (ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd) are CuPy's reduction
+routines: one kernel each. QuantizeLinear and DequantizeLinear are one fused element-wise
+kernel each, as ONNX Runtime's CUDA provider runs them. LayerNormalization and
+RMSNormalization are one ``RowKernel`` each (a ``cupy.RawKernel``): a block per row sums the
+row and its squares, then writes the normalised, scaled row; PyTorch and ONNX Runtime
+launch one kernel per normalisation likewise. Its ``run`` is the reference the GPU tests
+compare it with.
+
 What the parameters do not carry is chosen, and noted on the candidate: a constant operand
 the model stores as a small value (``x * 0.5``) is a scalar; Slice and Pad bounds given as
 inputs (opset >= 10 / 11) are inferred from the shapes (a prefix slice, padding at the end),
@@ -34,7 +42,14 @@ import numpy as np
 
 from benanza.errors import GpuError, UnsupportedLayer
 from benanza.runtimes.cuda.candidate import Candidate
-from benanza.runtimes.cuda.params import DataMovementParams, ElementwiseParams, Shape
+from benanza.runtimes.cuda.params import (
+    QUANTIZED_RANGES,
+    DataMovementParams,
+    ElementwiseParams,
+    NormalizationParams,
+    ReductionParams,
+    Shape,
+)
 
 SOURCE = "cupy"
 INSTALL_HINT = "pip install 'benanza[gpu]' (cupy)"
@@ -117,8 +132,23 @@ class FusedKernel:
 
 
 @dataclass(frozen=True, slots=True)
+class RowKernel:
+    """A ``cupy.RawKernel``: its CUDA source and name, launch shape, and the scalars passed after the
+    arrays (inputs, then outputs) as ``(NumPy type, value)``."""
+
+    source: str
+    name: str
+    grid: tuple[int, ...]
+    block: tuple[int, ...]
+    scalars: tuple[tuple[str, float], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LayerCall:
-    """What one layer runs: the arrays it reads and writes and how, on any array module."""
+    """What one layer runs: the arrays it reads and writes and how, on any array module.
+
+    On the device the call runs ``fused`` or ``raw`` where it has one (``run`` is then the
+    reference), else ``run`` on CuPy arrays."""
 
     op: str
     kernel: str  # what runs, for the candidate's name: "add", "concatenate", "benanza_gelu", ...
@@ -127,6 +157,10 @@ class LayerCall:
     run: Run = field(compare=False, repr=False)
     fused: FusedKernel | None = None
     notes: tuple[str, ...] = ()
+    raw: RowKernel | None = None
+
+
+FrameworkParams = ElementwiseParams | DataMovementParams | ReductionParams | NormalizationParams
 
 
 # ------------------------------------------------------------------------ registry
@@ -134,6 +168,8 @@ class LayerCall:
 CallBuilder = Callable[[Any, dict[str, Any]], LayerCall]
 ELEMENTWISE: dict[str, CallBuilder] = {}
 MOVEMENT: dict[str, CallBuilder] = {}
+REDUCTION: dict[str, CallBuilder] = {}
+NORMALIZATION: dict[str, CallBuilder] = {}
 
 
 def _registrar(table: dict[str, CallBuilder]) -> Callable[..., Callable[[CallBuilder], CallBuilder]]:
@@ -150,9 +186,19 @@ def _registrar(table: dict[str, CallBuilder]) -> Callable[..., Callable[[CallBui
 
 register_elementwise = _registrar(ELEMENTWISE)  # the builder of one or more element-wise ops' ``LayerCall``
 register_movement = _registrar(MOVEMENT)  # the builder of one or more data-movement ops' ``LayerCall``
+register_reduction = _registrar(REDUCTION)
+register_normalization = _registrar(NORMALIZATION)
+
+# which table holds the builders of a kind of parameters, and what the kind is called in messages
+_TABLES: dict[type, tuple[dict[str, CallBuilder], str]] = {
+    ElementwiseParams: (ELEMENTWISE, "element-wise"),
+    DataMovementParams: (MOVEMENT, "data-movement"),
+    ReductionParams: (REDUCTION, "reduction"),
+    NormalizationParams: (NORMALIZATION, "normalization"),
+}
 
 
-def layer_call(p: ElementwiseParams | DataMovementParams) -> LayerCall | None:
+def layer_call(p: FrameworkParams) -> LayerCall | None:
     """The call of one layer, or None for a view (no kernel at all).
 
     Raises:
@@ -161,14 +207,14 @@ def layer_call(p: ElementwiseParams | DataMovementParams) -> LayerCall | None:
     """
     if isinstance(p, DataMovementParams) and p.view:
         return None
-    table = MOVEMENT if isinstance(p, DataMovementParams) else ELEMENTWISE
+    table, kind = _TABLES[type(p)]
     build = table.get(p.op)
     if build is None:
-        kind = "data-movement" if table is MOVEMENT else "element-wise"
         raise UnsupportedLayer(f"{p.op} has no CuPy {kind} kernel in benanza (known: {', '.join(sorted(table))})")
     if p.dtype == "bfloat16":
         raise UnsupportedLayer(f"{p.op} in bfloat16: CuPy has no bfloat16 arithmetic")
-    return build(p, dict(p.attributes))
+    attributes = p.attributes if isinstance(p, ElementwiseParams | DataMovementParams) else ()
+    return build(p, dict(attributes))
 
 
 # ------------------------------------------------------------------------ element-wise
@@ -453,6 +499,55 @@ def _where(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, data),), run, fused, notes)
 
 
+@register_elementwise("IsNaN", "IsInf")
+def _is_special(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    (x,) = _exact_inputs(p, 1)
+    if p.op == "IsInf" and not (attrs.get("detect_positive", 1) and attrs.get("detect_negative", 1)):
+        raise UnsupportedLayer("IsInf of one sign only: CuPy's isinf tests both")
+    name = "isnan" if p.op == "IsNaN" else "isinf"
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        getattr(ops.xp, name)(inputs[0], out=outputs[0])
+
+    return LayerCall(p.op, name, (x,), (InputSpec(p.y, "bool"),), run)
+
+
+@register_elementwise("QuantizeLinear", "DequantizeLinear")
+def _quantization(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    """``inputs``: data, scale, zero point (``params._quantization``); rounding half to even, as ONNX says."""
+    quantized = str(attrs["quantized"])
+    low, high = QUANTIZED_RANGES[quantized]
+    x, scale, zero = p.inputs
+    acc, _, _ = _accumulator(p.dtype)
+    rint = "rint" if acc == "double" else "rintf"
+    if p.op == "QuantizeLinear":
+        specs = (InputSpec(x, p.dtype), InputSpec(scale, p.dtype), InputSpec(zero, quantized))
+        out = InputSpec(p.y, quantized)
+
+        def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+            xp, (data, s, z) = ops.xp, inputs
+            v = xp.rint(xp.true_divide(data, s)) + z
+            xp.copyto(outputs[0], xp.clip(v, low, high), casting="unsafe")
+
+        operation = (
+            f"A v = {rint}((A)x / (A)s) + (A)z; "
+            f"y = (Z)(v < (A)({low}) ? (A)({low}) : (v > (A)({high}) ? (A)({high}) : v));"
+        )
+        fused = FusedKernel("T x, T s, Z z", "Z y", operation, "benanza_quantize_linear", f"typedef {acc} A;")
+    else:
+        specs = (InputSpec(x, quantized), InputSpec(scale, p.dtype), InputSpec(zero, quantized))
+        out = InputSpec(p.y, p.dtype)
+
+        def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+            xp, (data, s, z) = ops.xp, inputs
+            v = (data.astype(outputs[0].dtype) - z.astype(outputs[0].dtype)) * s
+            xp.copyto(outputs[0], v, casting="unsafe")
+
+        operation = "y = (T)(((A)x - (A)z) * (A)s);"
+        fused = FusedKernel("Z x, T s, Z z", "T y", operation, "benanza_dequantize_linear", f"typedef {acc} A;")
+    return LayerCall(p.op, fused.name, specs, (out,), run, fused)
+
+
 def _exact_inputs(p: ElementwiseParams | DataMovementParams, n: int) -> tuple[InputSpec, ...]:
     if len(p.inputs) != n:
         raise UnsupportedLayer(f"{p.op} with {len(p.inputs)} known input shapes, expected {n}")
@@ -686,6 +781,131 @@ def _split(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
     return LayerCall(p.op, f"copy-{len(sizes)}-parts", (InputSpec(x, p.dtype),), outputs, run)
 
 
+# ------------------------------------------------------------------------ reductions
+
+_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "amax", "ReduceMin": "amin", "ReduceProd": "prod"}
+
+
+@register_reduction(*_REDUCE)
+def _reduce(p: ReductionParams, attrs: dict[str, Any]) -> LayerCall:
+    name, axes, keepdims = _REDUCE[p.op], p.axes, p.keepdims
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        getattr(ops.xp, name)(inputs[0], axis=axes, keepdims=keepdims, out=outputs[0])
+
+    return LayerCall(p.op, name, (InputSpec(p.x, p.dtype),), (InputSpec(p.y, p.dtype),), run)
+
+
+# ------------------------------------------------------------------------ normalization
+
+
+@register_normalization("LayerNormalization", "RMSNormalization")
+def _normalization(p: NormalizationParams, attrs: dict[str, Any]) -> LayerCall:
+    """Each of ``rows`` rows of ``cols`` values normalised by its own mean (LayerNormalization; none
+    for RMSNormalization) and root-mean-square deviation, times the scale (plus the bias)."""
+    rows, cols, eps = p.rows, p.cols, p.epsilon
+    if rows * cols == 0:
+        raise UnsupportedLayer(f"{p.op} of an empty {p.x}")
+    rms = p.op == "RMSNormalization"
+    specs = (InputSpec(p.x, p.dtype), InputSpec((cols,), p.dtype))
+    specs += (InputSpec((cols,), p.dtype),) if p.bias else ()
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, x = ops.xp, inputs[0].reshape(rows, cols)
+        centered = x if rms else x - x.mean(axis=1, keepdims=True)
+        y = centered / xp.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps) * inputs[1]
+        if len(inputs) > 2:
+            y = y + inputs[2]
+        xp.copyto(outputs[0].reshape(rows, cols), y, casting="unsafe")
+
+    raw = row_norm_kernel(p.dtype, rms, p.bias, rows, cols, eps)
+    return LayerCall(p.op, raw.name, specs, (InputSpec(p.x, p.dtype),), run, raw=raw)
+
+
+# per dtype: the C type a kernel reads and writes, the one it computes in, how it converts, its sqrt
+_ROW_TYPES = {
+    "float32": ("float", "float", "return v;", "return v;", "sqrtf"),
+    "float64": ("double", "double", "return v;", "return v;", "sqrt"),
+    # half as its bits: PTX converts (NVRTC needs no header for it)
+    "float16": (
+        "unsigned short",
+        "float",
+        'float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v)); return f;',
+        'unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v)); return h;',
+        "sqrtf",
+    ),
+}
+ROW_THREADS_MAX = 1024
+ROW_VALUES_PER_THREAD = 4  # each thread reads about this many values of a row (cols / threads)
+
+
+def row_norm_kernel(dtype: str, rms: bool, bias: bool, rows: int, cols: int, eps: float) -> RowKernel:
+    """The one-kernel row normalisation: a block per row; its threads (a multiple of 32, at most
+    1,024) sum the row and its squares, reduce across warps in shared memory, then write the row."""
+    if dtype not in _ROW_TYPES:
+        raise UnsupportedLayer(f"row normalisation in {dtype}: the kernel runs {', '.join(_ROW_TYPES)}")
+    t, a, load, store, sqrt = _ROW_TYPES[dtype]
+    kind = "rms_norm" if rms else "layer_norm"
+    name = f"benanza_{kind}_{dtype}{'_bias' if bias else ''}"
+    mean = "(A)0" if rms else "s_sum[0] / (A)cols"
+    source = f"""typedef {t} T;
+typedef {a} A;
+__device__ __forceinline__ A load(T v) {{ {load} }}
+__device__ __forceinline__ T store(A v) {{ {store} }}
+extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__ scale,{
+        " const T* __restrict__ bias," if bias else ""
+    } T* __restrict__ y, long long cols, A eps) {{
+    const T* xr = x + (long long)blockIdx.x * cols;
+    T* yr = y + (long long)blockIdx.x * cols;
+    A sum = (A)0, sq = (A)0;
+    for (long long i = threadIdx.x; i < cols; i += blockDim.x) {{
+        const A v = load(xr[i]);
+        sum += v;
+        sq += v * v;
+    }}
+    __shared__ A s_sum[32];
+    __shared__ A s_sq[32];
+    for (int o = 16; o > 0; o >>= 1) {{
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        sq += __shfl_xor_sync(0xffffffffu, sq, o);
+    }}
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    if (lane == 0) {{
+        s_sum[warp] = sum;
+        s_sq[warp] = sq;
+    }}
+    __syncthreads();
+    if (warp == 0) {{
+        sum = lane < warps ? s_sum[lane] : (A)0;
+        sq = lane < warps ? s_sq[lane] : (A)0;
+        for (int o = 16; o > 0; o >>= 1) {{
+            sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        }}
+        if (lane == 0) {{
+            s_sum[0] = sum;
+            s_sq[0] = sq;
+        }}
+    }}
+    __syncthreads();
+    const A mean = {mean};
+    A var = s_sq[0] / (A)cols - mean * mean;
+    var = var > (A)0 ? var : (A)0;
+    const A rstd = (A)1 / {sqrt}(var + eps);
+    for (long long i = threadIdx.x; i < cols; i += blockDim.x) {{
+        A v = (load(xr[i]) - mean) * rstd * load(scale[i]);{" v += load(bias[i]);" if bias else ""}
+        yr[i] = store(v);
+    }}
+}}
+"""
+    if rows > 2**31 - 1:
+        raise UnsupportedLayer(f"row normalisation of {rows} rows: more blocks than a grid's x dimension holds")
+    warps = math.ceil(cols / ROW_VALUES_PER_THREAD / 32)
+    threads = min(ROW_THREADS_MAX, max(1, warps) * 32)
+    accumulator = "float64" if a == "double" else "float32"
+    return RowKernel(source, name, (rows,), (threads,), (("int64", cols), (accumulator, eps)))
+
+
 # ------------------------------------------------------------------------ host arrays (tests, references)
 
 
@@ -724,7 +944,7 @@ class FrameworkPlan:
     candidates: list[Candidate]
 
 
-def framework_plan(ctx: Any, p: ElementwiseParams | DataMovementParams, seed: int = 0) -> FrameworkPlan | None:
+def framework_plan(ctx: Any, p: FrameworkParams, seed: int = 0) -> FrameworkPlan | None:
     """Allocate the layer's arrays on the device and make its candidate; None for a view.
 
     Raises:
@@ -750,6 +970,15 @@ def framework_plan(ctx: Any, p: ElementwiseParams | DataMovementParams, seed: in
         def run() -> None:
             kernel(*inputs, *scalars, outputs[0])
 
+    elif call.raw is not None:
+        raw = call.raw
+        row_kernel = _raw_kernel(cupy, raw)
+        # a RawKernel takes its scalars as NumPy scalars of the C parameters' types
+        args = (*inputs, *outputs, *(np.dtype(t).type(v) for t, v in raw.scalars))
+
+        def run() -> None:
+            row_kernel(raw.grid, raw.block, args)
+
     else:
 
         def run() -> None:
@@ -765,7 +994,7 @@ def framework_plan(ctx: Any, p: ElementwiseParams | DataMovementParams, seed: in
     return FrameworkPlan(call, inputs, outputs, [candidate])
 
 
-def framework_candidates(ctx: Any, p: ElementwiseParams | DataMovementParams) -> list[Candidate]:
+def framework_candidates(ctx: Any, p: FrameworkParams) -> list[Candidate]:
     """The one CuPy candidate of an element-wise or data-movement layer; [] for a view (nothing runs)."""
     plan = framework_plan(ctx, p)
     return [] if plan is None else plan.candidates
@@ -806,6 +1035,19 @@ def _elementwise_kernel(cupy: Any, fused: FusedKernel) -> Any:
             fused.in_params, fused.out_params, fused.operation, fused.name, preamble=fused.preamble
         )
         _KERNELS[key] = kernel
+    return kernel
+
+
+_RAW_KERNELS: dict[tuple[str, str], Any] = {}
+
+
+def _raw_kernel(cupy: Any, raw: RowKernel) -> Any:
+    """The ``cupy.RawKernel`` of ``raw``'s source (compiled by NVRTC on its first launch), one per source."""
+    key = (raw.source, raw.name)
+    kernel = _RAW_KERNELS.get(key)
+    if kernel is None:
+        kernel = cupy.RawKernel(raw.source, raw.name)
+        _RAW_KERNELS[key] = kernel
     return kernel
 
 

@@ -12,6 +12,7 @@ type of the benchmark (the spec's, or the precision the runtime variant asks for
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -170,6 +171,40 @@ class DataMovementParams:
         return (sum(math.prod(s) for s in self.inputs) + math.prod(self.y)) * itemsize(self.dtype)
 
 
+@dataclass(frozen=True, slots=True)
+class ReductionParams:
+    """ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd of ``x`` over ``axes``, run as the one
+    reduction kernel frameworks launch for it (CuPy's)."""
+
+    op: str
+    x: Shape
+    axes: tuple[int, ...]  # non-negative, ascending; every axis of ``x`` when the layer reduces all
+    keepdims: bool
+    y: Shape
+    dtype: str
+
+
+@dataclass(frozen=True, slots=True)
+class NormalizationParams:
+    """LayerNormalization or RMSNormalization: ``x`` seen as ``rows`` rows of ``cols`` values (the axes
+    from ``axis`` on), each row normalised and scaled (and shifted, with ``bias``) by one kernel."""
+
+    op: str
+    x: Shape
+    axis: int  # non-negative
+    epsilon: float
+    bias: bool
+    dtype: str
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.x[: self.axis])
+
+    @property
+    def cols(self) -> int:
+        return math.prod(self.x[self.axis :])
+
+
 LayerParams = (
     ConvParams
     | GemmParams
@@ -180,6 +215,8 @@ LayerParams = (
     | ActivationParams
     | ElementwiseParams
     | DataMovementParams
+    | ReductionParams
+    | NormalizationParams
 )
 
 ParamsFn = Callable[[NetworkNode, str], "LayerParams | Unsupported"]
@@ -212,7 +249,7 @@ def layer_params(network: Network, pos: int = 0, dtype: str | None = None) -> La
     derive = PARAMS.get(op)
     if derive is None:
         return Unsupported(f"{op} has no GPU kernel mapping in benanza ({len(PARAMS)} op types have one)")
-    own = _dtype_of(node)
+    own = node.outputs[0].dtype if op in _OUTPUT_TYPED else _dtype_of(node)
     if own not in FLOAT_DTYPES and op not in _ANY_DTYPE:
         return Unsupported(f"{op} on {own} data: the GPU runtime measures floating-point layers")
     run_dtype = dtype if (dtype and own in FLOAT_DTYPES) else own
@@ -462,6 +499,82 @@ def _batch_norm(node: NetworkNode, dtype: str) -> BatchNormParams | Unsupported:
     return BatchNormParams(x, float(a.get("epsilon", 1e-5)), dtype)
 
 
+_REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+
+
+@register_params(*_REDUCTIONS)
+def _reduction(node: NetworkNode, dtype: str) -> ReductionParams | Unsupported:
+    """Axes from the attribute (ReduceSum before opset 13, the others before 18) or the constant
+    ``axes`` input; where the model computes them, from the input and output shapes."""
+    op, a = node.op_type, _attrs(node)
+    x, y = _in_shape(node, 0), _out(node)
+    if x is None:
+        return Unsupported(f"{op} without a known input shape")
+    keepdims = bool(a.get("keepdims", 1))
+    refs = _inputs(node)
+    given: list[int] | None = None
+    if a.get("axes") is not None:
+        given = [int(v) for v in a["axes"]]
+    elif len(refs) > 1 and refs[1].kind is RefKind.VALUE:
+        given = [int(v) for v in refs[1].value or ()]
+    elif len(refs) > 1 and refs[1].kind is not RefKind.ABSENT:
+        found = _reduced_axes(x, y, keepdims)
+        if found is None:
+            return Unsupported(f"{op} of {x} to {y} over axes the model computes: which ones is ambiguous")
+        given = list(found)
+    if not given:  # no axes: every axis, or none with noop_with_empty_axes
+        if a.get("noop_with_empty_axes"):
+            return Unsupported(f"{op} with noop_with_empty_axes and no axes: no reduction to run")
+        given = list(range(len(x)))
+    if any(not -len(x) <= v < max(len(x), 1) for v in given):
+        return Unsupported(f"{op} axes {given} out of range for rank {len(x)}")
+    axes = tuple(sorted({v % len(x) for v in given})) if x else ()
+    if keepdims:
+        expected = tuple(1 if d in axes else e for d, e in enumerate(x))
+    else:
+        expected = tuple(e for d, e in enumerate(x) if d not in axes)
+    if expected != tuple(y):
+        return Unsupported(f"{op} of {x} over {list(axes)} gives {expected}, not the model's {y}")
+    return ReductionParams(op, x, axes, keepdims, y, dtype)
+
+
+def _reduced_axes(x: Shape, y: Shape, keepdims: bool) -> tuple[int, ...] | None:
+    """The axes a reduction of ``x`` to ``y`` took, where the shapes say it (None where they do not).
+
+    Kept dimensions: every axis that became 1 (an axis of 1, reduced or not, costs nothing). Dropped
+    ones: the axes whose removal leaves ``y``, where every way to remove them drops the same axes
+    larger than 1; else None (``(4, 4)`` to ``(4,)``: the rows or the columns)."""
+    if keepdims:
+        if len(x) != len(y) or any(o not in (1, i) for i, o in zip(x, y, strict=True)):
+            return None
+        return tuple(d for d, (i, o) in enumerate(zip(x, y, strict=True)) if o == 1 and i != 1)
+    drop = len(x) - len(y)
+    if drop < 0:
+        return None
+    fits = [
+        axes
+        for axes in itertools.combinations(range(len(x)), drop)
+        if tuple(e for d, e in enumerate(x) if d not in axes) == tuple(y)
+    ]
+    if len({tuple(d for d in axes if x[d] != 1) for axes in fits}) != 1:
+        return None
+    return fits[0]
+
+
+@register_params("LayerNormalization", "RMSNormalization")
+def _normalization(node: NetworkNode, dtype: str) -> NormalizationParams | Unsupported:
+    op, a = node.op_type, _attrs(node)
+    x = _in_shape(node, 0)
+    if not x:
+        return Unsupported(f"{op} without a known input shape")
+    axis = int(a.get("axis", -1))
+    if not -len(x) <= axis < len(x):
+        return Unsupported(f"{op} axis {axis} out of range for rank {len(x)}")
+    refs = _inputs(node)
+    bias = op == "LayerNormalization" and len(refs) > 2 and refs[2].kind is not RefKind.ABSENT
+    return NormalizationParams(op, x, axis % len(x), float(a.get("epsilon", 1e-5)), bias, dtype)
+
+
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "elu", "Clip": "clipped_relu"}
 
 
@@ -525,6 +638,8 @@ _ELEMENTWISE = (
     "And",
     "Or",
     "Cast",
+    "IsNaN",
+    "IsInf",
 )
 
 _ANY_DTYPE = frozenset(
@@ -535,10 +650,58 @@ _ANY_DTYPE = frozenset(
 
 @register_params(*_ELEMENTWISE)
 def _elementwise(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupported:
-    shapes = tuple(_activation_shapes(node))
+    # Where keeps every operand in its place (which one is the condition): a constant one too, as the
+    # small array it is (an attention mask's fill value: a scalar)
+    where = node.op_type == "Where"
+    shapes = tuple(_shape(r) for r in _inputs(node)) if where else tuple(_activation_shapes(node))
     if not shapes:
         return Unsupported(f"{node.op_type} without known input shapes")
     return ElementwiseParams(node.op_type, shapes, _out(node), dtype, tuple(sorted(_attrs(node).items())))
+
+
+# quantized integer types a Q/DQ kernel converts to and from: their ranges (QuantizeLinear saturates)
+QUANTIZED_RANGES = {
+    "int8": (-128, 127),
+    "uint8": (0, 255),
+    "int16": (-32768, 32767),
+    "uint16": (0, 65535),
+    "int32": (-(2**31), 2**31 - 1),  # DequantizeLinear only (a bias): ONNX quantizes to none
+}
+# ops whose data type is their output's: a quantized input, a condition first
+_OUTPUT_TYPED = frozenset({"DequantizeLinear", "Where"})
+
+
+@register_params("QuantizeLinear", "DequantizeLinear")
+def _quantization(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupported:
+    """One element-wise kernel: ``saturate(round(x / scale) + zero_point)``, or ``(x - zero_point) * scale``.
+
+    ``inputs``: the data, then the scale and the zero point, both shaped to broadcast against the data
+    (a scalar per tensor; per axis, the axis's length there and 1 elsewhere). The attribute
+    ``quantized`` names the integer type."""
+    op, a = node.op_type, _attrs(node)
+    refs = _inputs(node)
+    x, scale = _in_shape(node, 0), _in_shape(node, 1)
+    if x is None or scale is None:
+        return Unsupported(f"{op} without a known input or scale shape")
+    if int(a.get("block_size", 0) or 0):
+        return Unsupported(f"{op} with blocks of {a['block_size']} (blocked quantization): no kernel in benanza")
+    if op == "QuantizeLinear":
+        quantized = node.outputs[0].dtype
+    else:
+        quantized = refs[0].dtype or ""
+    if quantized not in QUANTIZED_RANGES:
+        known = ", ".join(QUANTIZED_RANGES)
+        return Unsupported(f"{op} of {quantized or 'unknown'} data: the GPU runtime's Q/DQ kernels take {known}")
+    if len(scale) > 1:
+        return Unsupported(f"{op} with a {list(scale)} scale: per-tensor and per-axis scales only")
+    if scale and scale[0] != 1:  # per axis
+        axis = int(a.get("axis", 1))
+        if not -len(x) <= axis < len(x) or x[axis] != scale[0]:
+            return Unsupported(f"{op} scale of {scale[0]} along axis {axis} of {x}")
+        broadcast = tuple(e if d == axis % len(x) else 1 for d, e in enumerate(x))
+    else:
+        broadcast = ()
+    return ElementwiseParams(op, (x, broadcast, broadcast), _out(node), dtype, (("quantized", quantized),))
 
 
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
