@@ -15,6 +15,11 @@
 #   resnet50_no_tc  the same with --no-tensor-cores (for the tensor-core analysis)
 #   resnet50_bN, resnet50_bN_no_tc  the same two at batch N (e.g. resnet50_b32), in the same database
 #   analyze      benanza analyze lower-bound and analyze optimizations --by-op over what was measured
+#   corpus       benanza bench run --e2e of today's models from corpus/ (CORPUS_MODELS, default below: a
+#                BERT, a Llama, an int8 QDQ ViT, an fp16 ConvNeXt, a SegFormer) at batch 1, each with the
+#                corpus's input shapes, then analyze lower-bound: LayerNormalization, Where, reductions,
+#                Q/DQ on a GPU, and what it skips with the reason (python benchmarks/gpu_coverage.py
+#                says what to expect, without a GPU)
 #   zoo          benchmarks/gpu_fidelity.py --only zoo (the zoo at batch 1 and 32, tensor cores on/off,
 #                float16; bounds vs the framework end to end; ResNet-50's optimisation analyses).
 #                About 0.5 s per layer on an H100 (2026-11-27, --min-time 0.01), about 8 minutes for
@@ -22,7 +27,7 @@
 #                ("--variants float32-tc --batch 1 --min-time 0.002 --max-time 0.05"); each part is
 #                merged into OUTDIR/gpu_fidelity.json beside those of earlier runs copied there
 #
-# MIN_TIME sets the smoke and ResNet-50 runs' --min-time (default 0.05 s per candidate).
+# MIN_TIME sets the smoke, ResNet-50 and corpus runs' --min-time (default 0.05 s per candidate; corpus 0.002).
 # ZOO_ARGS passes options to the zoo check (e.g. "--variants float16-tc --batch 32 --min-time 0.002").
 # A step's limit is STEP_LIMIT_<STEP> seconds (e.g. STEP_LIMIT_ZOO=300); with DEADLINE_S=N the whole
 # run ends within N seconds (later steps get what is left, or are listed as not run). Wheels of what the machine
@@ -44,7 +49,7 @@ set -u
 T0=$(date +%s)
 OUTDIR=${1:?usage: benchmarks/gpu_validation.sh OUTDIR [STEP...]}
 shift
-STEPS=${*:-env host gpu_tests smoke gemm ncu resnet50 resnet50_no_tc analyze zoo}
+STEPS=${*:-env host gpu_tests smoke gemm ncu resnet50 resnet50_no_tc analyze corpus zoo}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 cd "$REPO"
 mkdir -p "$OUTDIR"
@@ -113,8 +118,30 @@ print(json.dumps({"system": gpu_system(0), "stack": gpu_stack(0)}, indent=1, def
 EOF
 }
 
-export -f env_report
-export PY BENANZA
+corpus_run() {  # each model of CORPUS_MODELS through the cudnn runtime at batch 1; the count of failures
+    local failed=0 name args
+    for name in $CORPUS_MODELS; do
+        # its file and the --shape flags that bind its inputs as the corpus does
+        args=$($PY -c 'import json, sys
+entry = next((e for e in json.load(open("corpus/corpus.json")) if e["name"] == sys.argv[1]), None)
+if entry is None:
+    sys.exit(f"no corpus model {sys.argv[1]!r} (corpus/corpus.json)")
+print("corpus/" + entry["file"], *("--shape " + a for a in entry["shape_args"]))' "$name") || {
+            failed=$((failed + 1))
+            continue
+        }
+        echo "\$ benanza bench run $args --runtime cudnn --batch 1 --e2e"
+        # shellcheck disable=SC2086  # $args: the file and its flags, split into words
+        $BENANZA bench run $args --runtime cudnn --batch 1 --db "$DB" --e2e --min-time "${MIN_TIME:-0.002}" \
+            --max-time 0.05 || failed=$((failed + 1))
+    done
+    $BENANZA analyze lower-bound --runtime cudnn --db "$DB" || failed=$((failed + 1))
+    return "$failed"
+}
+
+export -f env_report corpus_run
+export PY BENANZA DB MIN_TIME
+export CORPUS_MODELS=${CORPUS_MODELS:-bert llama vit_small_patch16_224_int8_qdq convnext_tiny_fp16 segformer_b0}
 PYTEST="$PY -m pytest -q -p no:cacheprovider --tb=short"
 for s in $STEPS; do
     case $s in
@@ -137,6 +164,7 @@ for s in $STEPS; do
     analyze)
         step analyze 120 bash -c "$BENANZA analyze lower-bound --runtime cudnn --db '$DB' && $BENANZA analyze optimizations --db '$DB' --by-op"
         ;;
+    corpus) step corpus 300 bash -c corpus_run ;;
     gemm) step gemm 180 $PY benchmarks/gpu_fidelity.py --only gemm --db "$DB" --out "$OUTDIR" ;;
     ncu) step ncu 240 $PY benchmarks/gpu_fidelity.py --only ncu --db "$DB" --out "$OUTDIR" ;;
     zoo) step zoo 1200 $PY benchmarks/gpu_fidelity.py --only zoo --db "$DB" --out "$OUTDIR" ${ZOO_ARGS:-} ;;

@@ -88,6 +88,16 @@ def test_a_resnet_step_names_its_batch_and_tensor_cores(tmp_path: Path) -> None:
     assert f"sqlite:///{work}/gpu.db" in first  # GPU_WORK holds the database a later call adds to
 
 
+def test_the_corpus_step_runs_each_model_with_the_corpus_s_input_shapes(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    done = run(tmp_path / "out", "corpus", GPU_WORK=str(work), CORPUS_MODELS="bert no_such_model")
+    assert done.returncode == 1, done.stdout + done.stderr  # one step, failed: no GPU here, and a name unknown
+    log = (work / "logs" / "corpus.log").read_text()
+    assert "$ benanza bench run corpus/models/bert.onnx --shape input_ids=1x128 --shape attention_mask=1x128" in log
+    assert "--runtime cudnn" in log and "no corpus model 'no_such_model'" in log  # counted; the rest went on
+    assert "no GPU" in log or "CuPy" in log or "cuda" in log.lower()  # bench run says in one line why it cannot
+
+
 def _fidelity_module() -> Any:
     """benchmarks/gpu_fidelity.py as a module (it is a script, not a package member)."""
     import importlib.util
