@@ -215,8 +215,8 @@ def test_expand_tile_and_nearest_resize():
     assert run(mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4)), x).tolist() == expected  # half_pixel + round_prefer_floor
     down = mv("Resize", [(1, 1, 4, 4)], (1, 1, 2, 2), coordinate_transformation_mode="asymmetric")
     assert run(down, np.arange(16.0).reshape(1, 1, 4, 4)).tolist() == [[[[0, 2], [8, 10]]]]
-    with pytest.raises(UnsupportedLayer, match="nearest-neighbour only"):
-        layer_call(mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4), mode="linear"))
+    with pytest.raises(UnsupportedLayer, match="nearest-neighbour and linear"):
+        layer_call(mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4), mode="cubic"))
     with pytest.raises(UnsupportedLayer, match="integer scale"):
         layer_call(mv("Resize", [(1, 1, 2, 2)], (1, 1, 3, 3)))
 
@@ -348,6 +348,65 @@ def test_the_row_kernel_sources_compile(tmp_path):
     assert len(set(sources)) == 9
 
 
+_C_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int64": "long long",
+    "int8": "signed char",
+    "uint8": "unsigned char",
+}
+
+
+def elementwise_as_cuda(fused, name: str, types: dict[str, str]) -> str:
+    """A ``FusedKernel`` as the CUDA that ``cupy.ElementwiseKernel`` makes of it, near enough for nvcc
+    to check its operation: one thread an element ``i``, each array parameter read at ``i`` (a ``raw``
+    one indexed by the operation), scalars by value; ``types``: each type placeholder's NumPy type."""
+    params, body = [], []
+    for text in (*fused.in_params.split(","), *fused.out_params.split(",")):
+        words = text.split()
+        raw, (kind, var) = words[0] == "raw", words[-2:]
+        c_type = _C_TYPES[types.get(kind, kind)]
+        if raw:
+            params.append(f"const {c_type}* {var}")
+        elif kind in types and text in fused.out_params.split(","):
+            params.append(f"{c_type}* {var}_out")
+            body.append(f"{c_type} {var};")
+        elif kind in types:
+            params.append(f"const {c_type}* {var}_in")
+            body.append(f"const {c_type} {var} = {var}_in[i];")
+        else:
+            params.append(f"{c_type} {var}")
+    outputs = [t.split()[-1] for t in fused.out_params.split(",")]
+    typedefs = "".join(f"typedef {_C_TYPES[v]} {k};\n" for k, v in types.items())
+    store = "".join(f"{o}_out[i] = {o};" for o in outputs)
+    return (
+        f"namespace {name} {{\n{typedefs}{fused.preamble}\n"
+        f'extern "C" __global__ void {name}({", ".join(params)}, long long n) {{\n'
+        f"for (long long i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {{\n"
+        f"{' '.join(body)}\n{fused.operation}\n{store}\n}}\n}}\n}}\n"
+    )
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the CUDA toolkit)")
+def test_the_new_fused_kernels_operations_compile(tmp_path):
+    """Q/DQ and linear resizing as CuPy would compile them (float32 and float64; CuPy's float16 class is
+    CuPy's own): one nvcc run, each kernel in a namespace of its own."""
+    cases = []
+    for dtype in ("float32", "float64"):
+        cases.append((q("QuantizeLinear", [(6,), (), ()], (6,), "int8", dtype), {"T": dtype, "Z": "int8"}))
+        cases.append((q("DequantizeLinear", [(6,), (), ()], (6,), "uint8", dtype), {"T": dtype, "Z": "uint8"}))
+        for transform in ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"):
+            resize = mv(
+                "Resize", [(1, 2, 4, 4)], (1, 2, 8, 8), dtype, mode="linear", coordinate_transformation_mode=transform
+            )
+            cases.append((resize, {"T": dtype}))
+    unit = tmp_path / "fused.cu"
+    unit.write_text("".join(elementwise_as_cuda(layer_call(p).fused, f"k{i}", t) for i, (p, t) in enumerate(cases)))
+    command = ["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "fused.o"), str(unit)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
 def q(op, shapes, y, quantized, dtype="float32"):
     return ElementwiseParams(op, tuple(shapes), y, dtype, (("quantized", quantized),))
 
@@ -387,6 +446,77 @@ def test_isnan_and_isinf():
     assert run(ew("IsInf", [(4,)], (4,)), x).tolist() == [False, False, True, True]
     with pytest.raises(UnsupportedLayer, match="one sign"):
         layer_call(ew("IsInf", [(4,)], (4,), detect_negative=0))
+
+
+@pytest.mark.parametrize("transform", ["half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric"])
+@pytest.mark.parametrize(
+    ("x", "y"), [((1, 2, 5, 7), (1, 2, 10, 21)), ((2, 1, 8, 6), (2, 1, 3, 4)), ((1, 3, 4, 1), (1, 3, 9, 1))]
+)
+def test_linear_resize_samples_as_onnx_runtime_does(transform, x, y):
+    """ONNX Runtime's Resize (mode linear, sizes given) on the same input: the oracle."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    node = helper.make_node(
+        "Resize", ["x", "", "", "sizes"], ["y"], mode="linear", coordinate_transformation_mode=transform
+    )
+    sizes = helper.make_tensor("sizes", TensorProto.INT64, [4], list(y))
+    graph = helper.make_graph(
+        [node],
+        "r",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(y))],
+        initializer=[sizes],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    data = np.random.default_rng(1).random(x, dtype=np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": data}
+    )[0]
+    got = run(mv("Resize", [x], y, mode="linear", coordinate_transformation_mode=transform), data)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_linear_resize_by_hand_and_what_it_leaves_out():
+    x = [[[[0.0, 1.0], [2.0, 3.0]]]]
+    corners = run(
+        mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4), mode="linear", coordinate_transformation_mode="align_corners"), x
+    )
+    np.testing.assert_allclose(corners[0, 0, 0], [0, 1 / 3, 2 / 3, 1], rtol=1e-6)
+    np.testing.assert_allclose(corners[0, 0, 3], [2, 7 / 3, 8 / 3, 3], rtol=1e-6)
+    half = run(mv("Resize", [(1, 1, 2, 2)], (1, 1, 4, 4), mode="linear"), x)  # half_pixel: the default
+    np.testing.assert_allclose(half[0, 0, 0], [0, 0.25, 0.75, 1], rtol=1e-6)
+    call = layer_call(mv("Upsample", [(1, 1, 2, 2)], (1, 1, 4, 4), mode="linear"))
+    assert call.fused.name == "benanza_resize_linear_asymmetric" and call.fused.scalars == (2, 2, 4, 4, 2.0, 2.0)
+    with pytest.raises(UnsupportedLayer, match="last two axes"):
+        layer_call(mv("Resize", [(1, 2, 4, 4)], (1, 4, 8, 8), mode="linear"))
+    with pytest.raises(UnsupportedLayer, match="antialias"):
+        layer_call(mv("Resize", [(1, 2, 8, 8)], (1, 2, 4, 4), mode="linear", antialias=1))
+    with pytest.raises(UnsupportedLayer, match="tf_crop_and_resize"):
+        layer_call(
+            mv(
+                "Resize",
+                [(1, 2, 8, 8)],
+                (1, 2, 4, 4),
+                mode="linear",
+                coordinate_transformation_mode="tf_crop_and_resize",
+            )
+        )
+    with pytest.raises(UnsupportedLayer, match="'cubic'"):
+        layer_call(mv("Resize", [(1, 2, 8, 8)], (1, 2, 4, 4), mode="cubic"))
+
+
+def test_cumsum_and_integer_arithmetic():
+    assert run(
+        ew("CumSum", [(2, 3)], (2, 3), "int32", axis=1, exclusive=0, reverse=0), [[1, 2, 3], [0, 1, 0]]
+    ).tolist() == [
+        [1, 3, 6],
+        [0, 1, 1],
+    ]
+    with pytest.raises(UnsupportedLayer, match="exclusive or reversed"):
+        layer_call(ew("CumSum", [(3,)], (3,), axis=0, exclusive=1, reverse=0))
+    assert run(ew("Add", [(3,)], (3,), "int64"), [1, 2, 3]).tolist() == [2, 3, 4]  # a constant operand: 1
+    assert run(ew("Mul", [(3,), (3,)], (3,), "int32"), [1, 2, 3], [2, 2, 2]).tolist() == [2, 4, 6]
 
 
 # ------------------------------------------------------------------------ on the device
@@ -431,6 +561,19 @@ GPU_CASES = [
     q("DequantizeLinear", [(8, 4), (8, 1), (8, 1)], (8, 4), "int8"),
     q("DequantizeLinear", [(8, 4), (), ()], (8, 4), "uint8", "float16"),
     ew("IsNaN", [(64,)], (64,)),
+    mv("Resize", [(1, 3, 17, 23)], (1, 3, 34, 46), mode="linear"),
+    mv(
+        "Resize",
+        [(2, 4, 16, 16)],
+        (2, 4, 64, 64),
+        "float16",
+        mode="linear",
+        coordinate_transformation_mode="align_corners",
+    ),
+    mv("Resize", [(1, 2, 9, 9)], (1, 2, 4, 5), mode="linear", coordinate_transformation_mode="pytorch_half_pixel"),
+    ew("CumSum", [(4, 128)], (4, 128), axis=1, exclusive=0, reverse=0),
+    ew("CumSum", [(1, 128)], (1, 128), "int64", axis=1, exclusive=0, reverse=0),
+    ew("Add", [(1, 128), (1, 128)], (1, 128), "int64"),
 ]
 
 

@@ -143,10 +143,12 @@ def test_unknown_ops_and_integer_data_are_unsupported_with_reasons(one_node):
     net = one_node(node, topk_input, {"k": np.array([3], np.int64)})
     p = layer_params(net)
     assert isinstance(p, Unsupported) and p.reason.startswith("TopK has no GPU kernel mapping")
-    neg = helper.make_node("Neg", ["x"], ["y"])
-    net = one_node(neg, [("x", TensorProto.INT32, [4])])
+    div = helper.make_node("Div", ["x", "d"], ["y"])  # integer division: no CuPy ufunc gives ONNX's
+    net = one_node(div, [("x", TensorProto.INT32, [4]), ("d", TensorProto.INT32, [4])])
     assert net.nodes[0].outputs[0].dtype == "int32"
     assert "floating-point" in layer_params(net).reason
+    neg = helper.make_node("Neg", ["x"], ["y"])  # integer arithmetic a model does on the GPU (position ids)
+    assert layer_params(one_node(neg, [("x", TensorProto.INT32, [4])])).dtype == "int32"
 
 
 def test_fused_conv_bn_relu_chain(conv_chain, process_proto):
@@ -285,3 +287,11 @@ def test_where_keeps_a_constant_operand_in_its_place_and_runs_in_the_data_type(o
 def test_isnan_and_isinf_are_elementwise(one_node):
     p = layer_params(one_node(helper.make_node("IsNaN", ["x"], ["y"]), [("x", F, [6])]))
     assert p == ElementwiseParams("IsNaN", ((6,),), (6,), "float32")
+
+
+def test_cumsum_takes_its_constant_axis(one_node):
+    node = helper.make_node("CumSum", ["x", "axis"], ["y"])
+    net = one_node(node, [("x", TensorProto.INT64, [2, 9])], {"axis": np.array(-1, np.int64)})
+    assert layer_params(net) == ElementwiseParams(
+        "CumSum", ((2, 9),), (2, 9), "int64", (("axis", 1), ("exclusive", 0), ("reverse", 0))
+    )

@@ -283,6 +283,8 @@ def _binary(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     notes: tuple[str, ...] = ()
     if len(p.inputs) == 1:
         scalar = _SCALAR_OPERAND.get(p.op, 0.0)
+        if np.dtype(p.dtype).kind in "iu" and not isinstance(scalar, bool):
+            scalar = 1  # an integer operand for integer data (any value costs the same)
         notes = (f"constant operand as the scalar {scalar}",)
         specs = (InputSpec(p.inputs[0], p.dtype),)
 
@@ -341,6 +343,19 @@ def _softplus(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
         ops.xp.logaddexp(inputs[0], 0.0, out=outputs[0])  # log(exp(x) + 1), one overflow-safe ufunc
 
     return LayerCall(p.op, "logaddexp", specs, (InputSpec(p.y, p.dtype),), run)
+
+
+@register_elementwise("CumSum")
+def _cumsum(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    specs = _exact_inputs(p, 1)
+    if attrs.get("exclusive") or attrs.get("reverse"):
+        raise UnsupportedLayer("CumSum exclusive or reversed: CuPy's cumsum runs the plain running sum")
+    axis = int(attrs["axis"])
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.cumsum(inputs[0], axis=axis, out=outputs[0])
+
+    return LayerCall(p.op, "cumsum", specs, (InputSpec(p.y, p.dtype),), run)
 
 
 @register_elementwise("Cast")
@@ -724,13 +739,15 @@ def _resize(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
         raise UnsupportedLayer(f"{p.op} without a known input shape")
     x = p.inputs[0]
     mode = str(attrs.get("mode", "nearest"))
-    if mode != "nearest":
-        raise UnsupportedLayer(f"{p.op} mode {mode!r}: the CuPy path runs nearest-neighbour only")
-    if p.op == "Upsample":  # Upsample's nearest is floor(out / scale)
+    if p.op == "Upsample":  # Upsample's nearest is floor(out / scale); its linear samples at out / scale
         transform, rounding = "asymmetric", "floor"
     else:
         transform = str(attrs.get("coordinate_transformation_mode", "half_pixel"))
         rounding = str(attrs.get("nearest_mode", "round_prefer_floor"))
+    if mode in ("linear", "bilinear"):
+        return _linear_resize(p, attrs, x, transform)
+    if mode != "nearest":
+        raise UnsupportedLayer(f"{p.op} mode {mode!r}: the CuPy path runs nearest-neighbour and linear")
     if len(p.y) != len(x):
         raise UnsupportedLayer(f"{p.op} of {x} to {p.y}")
     up, down = [1] * len(x), [1] * len(x)
@@ -751,6 +768,79 @@ def _resize(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
         _repeat_copy(ops.xp, inputs[0][stride], outputs[0], up, inner=True)
 
     return LayerCall(p.op, "copy-nearest", (InputSpec(x, p.dtype),), (InputSpec(p.y, p.dtype),), run)
+
+
+# where an output coordinate ``o`` (of ``n``) samples an input axis of ``m``, ``s`` = n / m: in C (a
+# template of those names), then in NumPy
+_SAMPLE_AT = {
+    "half_pixel": ("((A){o} + (A)0.5) / (A){s} - (A)0.5", lambda o, n, m, s: (o + 0.5) / s - 0.5),
+    "pytorch_half_pixel": (
+        "({n} > 1 ? ((A){o} + (A)0.5) / (A){s} - (A)0.5 : (A)0)",
+        lambda o, n, m, s: (o + 0.5) / s - 0.5 if n > 1 else 0.0 * o,
+    ),
+    "align_corners": (
+        "({n} > 1 ? (A){o} * (A)({m} - 1) / (A)({n} - 1) : (A)0)",
+        lambda o, n, m, s: o * (m - 1) / (n - 1) if n > 1 else 0.0 * o,
+    ),
+    "asymmetric": ("(A){o} / (A){s}", lambda o, n, m, s: o / s),
+}
+
+
+def _linear_resize(p: DataMovementParams, attrs: dict[str, Any], x: Shape, transform: str) -> LayerCall:
+    """Bilinear (or linear, on the last axis) resizing of the last two axes: one kernel, each output
+    value read from its four neighbours, as frameworks' upsampling kernels do. The scale of an axis is
+    its output over its input length (what a ``sizes`` input gives; a ``scales`` input gives that
+    output length, its samples within a fraction of a pixel of these)."""
+    if transform not in _SAMPLE_AT:
+        raise UnsupportedLayer(f"{p.op} linear with {transform} coordinates: not in benanza's kernel")
+    if len(x) < 2 or len(p.y) != len(x) or tuple(x[:-2]) != tuple(p.y[:-2]) or 0 in (*x, *p.y):
+        raise UnsupportedLayer(f"{p.op} linear of {x} to {p.y}: the kernel resizes the last two axes")
+    (hi, wi), (ho, wo) = x[-2:], p.y[-2:]
+    if attrs.get("antialias") and (ho < hi or wo < wi):
+        raise UnsupportedLayer(f"{p.op} linear downscaling with antialias: not in benanza's kernel")
+    at_c, at = _SAMPLE_AT[transform]
+
+    def taps(n: int, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each output coordinate's two input neighbours along an axis and the second one's weight."""
+        source = np.clip(at(np.arange(n, dtype=np.float64), n, m, n / m), 0, m - 1)
+        low = np.floor(source).astype(np.int64)
+        return low, np.minimum(low + 1, m - 1), source - low
+
+    (y0, y1, wy), (x0, x1, wx) = taps(ho, hi), taps(wo, wi)
+    wy, wx = wy[:, None], wx[None, :]
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        v = inputs[0]
+        top = v[..., y0[:, None], x0[None, :]] * (1 - wx) + v[..., y0[:, None], x1[None, :]] * wx
+        bottom = v[..., y1[:, None], x0[None, :]] * (1 - wx) + v[..., y1[:, None], x1[None, :]] * wx
+        ops.xp.copyto(outputs[0], top * (1 - wy) + bottom * wy, casting="unsafe")
+
+    acc, _, _ = _accumulator(p.dtype)
+    sample_y = at_c.format(o="oy", n="ho", m="hi", s="sy")
+    sample_x = at_c.format(o="ox", n="wo", m="wi", s="sx")
+    operation = f"""const long long ox = i % wo, oy = (i / wo) % ho, plane = i / (wo * ho);
+A fy = {sample_y};
+A fx = {sample_x};
+fy = fy < (A)0 ? (A)0 : (fy > (A)(hi - 1) ? (A)(hi - 1) : fy);
+fx = fx < (A)0 ? (A)0 : (fx > (A)(wi - 1) ? (A)(wi - 1) : fx);
+const long long y0 = (long long)fy, x0 = (long long)fx;
+const long long y1 = y0 + 1 < hi ? y0 + 1 : hi - 1, x1 = x0 + 1 < wi ? x0 + 1 : wi - 1;
+const A wy = fy - (A)y0, wx = fx - (A)x0;
+const long long base = plane * hi * wi;
+const A top = (A)x[base + y0 * wi + x0] * ((A)1 - wx) + (A)x[base + y0 * wi + x1] * wx;
+const A bottom = (A)x[base + y1 * wi + x0] * ((A)1 - wx) + (A)x[base + y1 * wi + x1] * wx;
+y = (T)(top * ((A)1 - wy) + bottom * wy);"""
+    fused = FusedKernel(
+        "raw T x, int64 hi, int64 wi, int64 ho, int64 wo, float64 sy, float64 sx",
+        "T y",
+        operation,
+        f"benanza_resize_linear_{transform}",
+        f"typedef {acc} A;",
+        (hi, wi, ho, wo, ho / hi, wo / wi),
+    )
+    specs = (InputSpec(x, p.dtype),)
+    notes = ("scale: the output's length over the input's",)
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused, notes)
 
 
 @register_movement("Split")

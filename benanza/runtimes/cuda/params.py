@@ -645,6 +645,8 @@ _ELEMENTWISE = (
 _ANY_DTYPE = frozenset(
     {"Cast", "Where", "Equal", "Less", "Greater", "Not", "And", "Or", "Gather", "Reshape", "Flatten", "Squeeze"}
     | {"Unsqueeze", "Identity", "Concat", "Transpose", "Slice", "Expand", "Shape"}
+    # integer arithmetic a model does on the GPU too (position ids: a mask's running count, plus an offset)
+    | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum"}
 )
 
 
@@ -657,6 +659,20 @@ def _elementwise(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupport
     if not shapes:
         return Unsupported(f"{node.op_type} without known input shapes")
     return ElementwiseParams(node.op_type, shapes, _out(node), dtype, tuple(sorted(_attrs(node).items())))
+
+
+@register_params("CumSum")
+def _cumsum(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupported:
+    """A running sum along the constant ``axis`` input; ``exclusive`` and ``reverse`` as attributes."""
+    refs, a = _inputs(node), _attrs(node)
+    x = _in_shape(node, 0)
+    if x is None or len(refs) < 2 or refs[1].kind is not RefKind.VALUE or not refs[1].value:
+        return Unsupported("CumSum without a known input shape and a constant axis")
+    axis = int(refs[1].value[0])
+    if not -len(x) <= axis < max(len(x), 1):
+        return Unsupported(f"CumSum axis {axis} out of range for rank {len(x)}")
+    flags = (("exclusive", int(a.get("exclusive", 0))), ("reverse", int(a.get("reverse", 0))))
+    return ElementwiseParams("CumSum", (x,), _out(node), dtype, (("axis", axis % max(len(x), 1)), *flags))
 
 
 # quantized integer types a Q/DQ kernel converts to and from: their ranges (QuantizeLinear saturates)
