@@ -127,10 +127,11 @@ def test_where_comparisons_and_logic():
     assert run(ew("Not", [(2,)], (2,), "bool"), [True, False]).tolist() == [False, True]
 
 
-def test_where_takes_float32_data_when_the_params_carry_the_conditions_dtype():
+def test_where_runs_in_the_data_type_the_params_carry():
+    """``params`` gives Where its output's type: boolean data stays boolean (a mask chosen by a mask)."""
     call = layer_call(ew("Where", [(2,), (2,), (2,)], (2,), "bool"))
-    assert [s.dtype for s in call.inputs] == ["bool", "float32", "float32"]
-    assert call.notes
+    assert [s.dtype for s in call.inputs] == ["bool", "bool", "bool"] and call.outputs[0].dtype == "bool"
+    assert [s.dtype for s in layer_call(ew("Where", [(2,), (2,), ()], (2,), "float16")).inputs][1:] == ["float16"] * 2
 
 
 def test_cast_and_clip():
@@ -325,7 +326,10 @@ def test_the_row_kernel_is_one_block_a_row_of_whole_warps():
     assert layer_call(norm("LayerNormalization", (1, 16384), 1)).raw.block == (1024,)
     rms = layer_call(norm("RMSNormalization", (3, 100), 1, bias=False, dtype="float64")).raw
     assert rms.name == "benanza_rms_norm_float64" and rms.scalars[1] == ("float64", 1e-5)
-    assert "bias" not in rms.source and "const A mean = (A)0;" in rms.source  # not centred
+    assert "bias" not in rms.source and "const A centre = (A)0;" in rms.source  # not centred
+    assert "sqrt(var + mean * mean + eps)" in rms.source  # the mean square, from the same statistics
+    layer = layer_call(norm("LayerNormalization", (3, 100), 1)).raw.source
+    assert "const A centre = mean;" in layer and "m2 += d * (v - mean);" in layer  # Welford's pass
     with pytest.raises(UnsupportedLayer, match="bfloat16"):
         layer_call(norm("LayerNormalization", (2, 8), 1, dtype="bfloat16"))
 
@@ -519,6 +523,27 @@ def test_cumsum_and_integer_arithmetic():
     assert run(ew("Mul", [(3,), (3,)], (3,), "int32"), [1, 2, 3], [2, 2, 2]).tolist() == [2, 4, 6]
 
 
+def test_gather_elements_and_gather_nd():
+    data = [[1.0, 2.0], [3.0, 4.0]]
+    assert run(mv("GatherElements", [(2, 2), (2, 2)], (2, 2), axis=1), data, [[0, 0], [1, 0]]).tolist() == [
+        [1, 1],
+        [4, 3],
+    ]
+    # indices shorter than the data on another axis: the data's leading part there (ONNX Runtime's answer)
+    shorter = mv("GatherElements", [(4, 6), (2, 3)], (2, 3), axis=1)
+    assert run(shorter, np.arange(24.0).reshape(4, 6), [[0, 5, 1], [2, 2, 3]]).tolist() == [[0, 5, 1], [8, 8, 9]]
+    with pytest.raises(UnsupportedLayer, match="does not give"):
+        layer_call(mv("GatherElements", [(4, 6), (5, 3)], (5, 3), axis=1))
+    assert run(mv("GatherND", [(2, 2), (2, 2)], (2,)), data, [[0, 0], [1, 1]]).tolist() == [1, 4]
+    assert run(mv("GatherND", [(2, 2), (1, 1)], (1, 2)), data, [[1]]).tolist() == [[3, 4]]
+    call = layer_call(mv("GatherND", [(1, 128), (1, 1, 1, 128, 2)], (1, 1, 1, 128), "bool"))
+    assert [i.index_bound for i in call.inputs] == [None, 1]  # every index tuple in range of each axis
+    with pytest.raises(UnsupportedLayer, match="batch_dims"):
+        layer_call(mv("GatherND", [(2, 2), (2, 1)], (2,), batch_dims=1))
+    with pytest.raises(UnsupportedLayer, match="the indices' is needed"):
+        layer_call(mv("GatherND", [(2, 2)], (2,)))
+
+
 # ------------------------------------------------------------------------ on the device
 
 GPU_CASES = [
@@ -574,6 +599,9 @@ GPU_CASES = [
     ew("CumSum", [(4, 128)], (4, 128), axis=1, exclusive=0, reverse=0),
     ew("CumSum", [(1, 128)], (1, 128), "int64", axis=1, exclusive=0, reverse=0),
     ew("Add", [(1, 128), (1, 128)], (1, 128), "int64"),
+    mv("GatherElements", [(1, 512), (1, 128)], (1, 128), "int64", axis=1),
+    mv("GatherND", [(1, 128), (1, 1, 1, 128, 2)], (1, 1, 1, 128), "bool"),
+    mv("GatherND", [(4, 6, 8), (5, 2)], (5, 8)),
 ]
 
 

@@ -217,6 +217,12 @@ def test_reduction_axes_the_model_computes_come_from_the_shapes_where_they_say_t
 
     assert _reduction(computed((2, 8, 1)), "float32").axes == (2,)
     assert "ambiguous" in _reduction(computed((2, 8, 3)), "float32").reason
+    assert "of length 1 only" in _reduction(computed((2, 8, 16)), "float32").reason  # nothing reduced but 1s
+    # axes that do not give the model's output shape: said, not run
+    data = InputRef(RefKind.INPUT, input=0, shape=(2, 8, 16), dtype="float32")
+    axes = InputRef(RefKind.VALUE, shape=(1,), dtype="int64", value=(1,))
+    node = NetworkNode("ReduceMean", "", 18, (), (data, axes), (NetworkTensor((2, 8, 1), "float32"),), "k")
+    assert "gives (2, 1, 16), not the model's (2, 8, 1)" in _reduction(node, "float32").reason
 
 
 def test_reduction_shapes_that_disagree_with_the_axes_and_empty_axes_are_unsupported(one_node):
@@ -295,3 +301,14 @@ def test_cumsum_takes_its_constant_axis(one_node):
     assert layer_params(net) == ElementwiseParams(
         "CumSum", ((2, 9),), (2, 9), "int64", (("axis", 1), ("exclusive", 0), ("reverse", 0))
     )
+
+
+def test_a_resize_of_opset_10_samples_as_upsample_does(one_node):
+    """Resize-10 has no coordinate attributes: it samples at out / scale, nearest rounding down."""
+    node = helper.make_node("Resize", ["x", "scales"], ["y"], mode="linear")
+    net = one_node(node, [("x", F, [1, 1, 3, 5])], {"scales": np.array([1, 1, 2, 2], np.float32)}, opset=10)
+    attrs = dict(layer_params(net).attributes)
+    assert (attrs["coordinate_transformation_mode"], attrs["nearest_mode"]) == ("asymmetric", "floor")
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
+    net = one_node(node, [("x", F, [1, 1, 3, 5])], {"scales": np.array([1, 1, 2, 2], np.float32)}, opset=13)
+    assert dict(layer_params(net).attributes)["coordinate_transformation_mode"] == "half_pixel"

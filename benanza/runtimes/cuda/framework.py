@@ -500,10 +500,8 @@ def _gelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
 def _where(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     if len(p.inputs) != 3:
         raise UnsupportedLayer(f"Where with {len(p.inputs)} known inputs: which one is the condition is unknown")
-    # The parameters' dtype is the first input's, the condition's; the data is then taken as float32.
-    data = p.dtype if p.dtype != "bool" else "float32"
-    notes = () if p.dtype != "bool" else ("data dtype not in the parameters: float32",)
-    specs = (InputSpec(p.inputs[0], "bool"), InputSpec(p.inputs[1], data), InputSpec(p.inputs[2], data))
+    # the parameters' dtype is the data's (the output's: ``params._OUTPUT_TYPED``); the condition is bool
+    specs = (InputSpec(p.inputs[0], "bool"), InputSpec(p.inputs[1], p.dtype), InputSpec(p.inputs[2], p.dtype))
 
     def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         xp, (condition, x, y), out = ops.xp, inputs, outputs[0]
@@ -511,7 +509,7 @@ def _where(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
         xp.copyto(out, x, where=condition)
 
     fused = FusedKernel("bool c, T x, T z", "T y", "y = c ? x : z;", "benanza_where")
-    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, data),), run, fused, notes)
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
 
 
 @register_elementwise("IsNaN", "IsInf")
@@ -683,6 +681,52 @@ def _gather(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
         ops.xp.take(inputs[0], inputs[1], axis=axis, out=outputs[0])
 
     return LayerCall(p.op, "take", specs, (InputSpec(p.y, p.dtype),), run, notes=("random indices in range",))
+
+
+@register_movement("GatherElements")
+def _gather_elements(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """Values picked along ``axis`` by an index array of the output's shape, which on the other axes
+    may be shorter than the data (ONNX reads the data's leading part there: a view of it here)."""
+    if not p.inputs:
+        raise UnsupportedLayer("GatherElements without a known data shape")
+    x = p.inputs[0]
+    axis = _axis(attrs.get("axis", 0), len(x), p.op)
+    indices = tuple(p.inputs[1]) if len(p.inputs) > 1 else tuple(p.y)
+    if (
+        indices != tuple(p.y)
+        or len(indices) != len(x)
+        or any(i > e for d, (i, e) in enumerate(zip(indices, x, strict=True)) if d != axis)
+    ):
+        raise UnsupportedLayer(f"GatherElements of {x} by {indices} does not give {p.y}")
+    read = tuple(slice(None) if d == axis else slice(0, i) for d, i in enumerate(indices))
+    specs = (InputSpec(x, p.dtype), InputSpec(indices, "int64", index_bound=x[axis]))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], ops.xp.take_along_axis(inputs[0][read], inputs[1], axis=axis))
+
+    notes = ("random indices in range", "take_along_axis, then a copy into the output")
+    return LayerCall(p.op, "take-along-axis", specs, (InputSpec(p.y, p.dtype),), run, notes=notes)
+
+
+@register_movement("GatherND")
+def _gather_nd(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """Slices of the data picked by index tuples (the index array's last axis), ``batch_dims`` 0."""
+    if len(p.inputs) != 2:
+        raise UnsupportedLayer(f"GatherND with {len(p.inputs)} known input shapes: the indices' is needed")
+    if int(attrs.get("batch_dims", 0) or 0):
+        raise UnsupportedLayer("GatherND with batch_dims: not in benanza's CuPy path")
+    x, indices = p.inputs
+    depth = indices[-1] if indices else 0
+    if not 0 < depth <= len(x) or (*indices[:-1], *x[depth:]) != tuple(p.y):
+        raise UnsupportedLayer(f"GatherND of {x} by {indices} does not give {p.y}")
+    specs = (InputSpec(x, p.dtype), InputSpec(indices, "int64", index_bound=min(x[:depth])))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        where = tuple(ops.xp.moveaxis(inputs[1], -1, 0))
+        ops.xp.copyto(outputs[0], inputs[0][where])
+
+    notes = ("random indices in range", "advanced indexing, then a copy into the output")
+    return LayerCall(p.op, "take-nd", specs, (InputSpec(p.y, p.dtype),), run, notes=notes)
 
 
 @register_movement("Expand")
@@ -931,59 +975,78 @@ ROW_VALUES_PER_THREAD = 4  # each thread reads about this many values of a row (
 
 def row_norm_kernel(dtype: str, rms: bool, bias: bool, rows: int, cols: int, eps: float) -> RowKernel:
     """The one-kernel row normalisation: a block per row; its threads (a multiple of 32, at most
-    1,024) sum the row and its squares, reduce across warps in shared memory, then write the row."""
+    1,024) take the row's count, mean and sum of squared deviations in one pass (Welford's, as
+    PyTorch's kernel does: no cancellation for rows far from 0), merge them across the warp by
+    shuffles and across warps in shared memory (Chan's merge), then write the row. RMSNormalization
+    takes the mean square from the same statistics (deviations plus the squared mean)."""
     if dtype not in _ROW_TYPES:
         raise UnsupportedLayer(f"row normalisation in {dtype}: the kernel runs {', '.join(_ROW_TYPES)}")
     t, a, load, store, sqrt = _ROW_TYPES[dtype]
     kind = "rms_norm" if rms else "layer_norm"
     name = f"benanza_{kind}_{dtype}{'_bias' if bias else ''}"
-    mean = "(A)0" if rms else "s_sum[0] / (A)cols"
+    centre, spread = ("(A)0", "var + mean * mean") if rms else ("mean", "var")
     source = f"""typedef {t} T;
 typedef {a} A;
 __device__ __forceinline__ A load(T v) {{ {load} }}
 __device__ __forceinline__ T store(A v) {{ {store} }}
+__device__ __forceinline__ void merge(A& n, A& mean, A& m2, A nb, A mb, A m2b) {{
+    const A nn = n + nb;
+    if (nn > (A)0) {{
+        const A d = mb - mean, w = nb / nn;
+        m2 += m2b + d * d * n * w;
+        mean += d * w;
+    }}
+    n = nn;
+}}
+__device__ __forceinline__ void merge_warp(A& n, A& mean, A& m2) {{
+    for (int o = 16; o > 0; o >>= 1) {{
+        const A nb = __shfl_xor_sync(0xffffffffu, n, o);
+        const A mb = __shfl_xor_sync(0xffffffffu, mean, o);
+        const A m2b = __shfl_xor_sync(0xffffffffu, m2, o);
+        merge(n, mean, m2, nb, mb, m2b);
+    }}
+}}
 extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__ scale,{
         " const T* __restrict__ bias," if bias else ""
     } T* __restrict__ y, long long cols, A eps) {{
     const T* xr = x + (long long)blockIdx.x * cols;
     T* yr = y + (long long)blockIdx.x * cols;
-    A sum = (A)0, sq = (A)0;
+    A n = (A)0, mean = (A)0, m2 = (A)0;
     for (long long i = threadIdx.x; i < cols; i += blockDim.x) {{
         const A v = load(xr[i]);
-        sum += v;
-        sq += v * v;
+        n += (A)1;
+        const A d = v - mean;
+        mean += d / n;
+        m2 += d * (v - mean);
     }}
-    __shared__ A s_sum[32];
-    __shared__ A s_sq[32];
-    for (int o = 16; o > 0; o >>= 1) {{
-        sum += __shfl_xor_sync(0xffffffffu, sum, o);
-        sq += __shfl_xor_sync(0xffffffffu, sq, o);
-    }}
+    __shared__ A s_n[32];
+    __shared__ A s_mean[32];
+    __shared__ A s_m2[32];
+    merge_warp(n, mean, m2);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
     if (lane == 0) {{
-        s_sum[warp] = sum;
-        s_sq[warp] = sq;
+        s_n[warp] = n;
+        s_mean[warp] = mean;
+        s_m2[warp] = m2;
     }}
     __syncthreads();
     if (warp == 0) {{
-        sum = lane < warps ? s_sum[lane] : (A)0;
-        sq = lane < warps ? s_sq[lane] : (A)0;
-        for (int o = 16; o > 0; o >>= 1) {{
-            sum += __shfl_xor_sync(0xffffffffu, sum, o);
-            sq += __shfl_xor_sync(0xffffffffu, sq, o);
-        }}
+        n = lane < warps ? s_n[lane] : (A)0;
+        mean = lane < warps ? s_mean[lane] : (A)0;
+        m2 = lane < warps ? s_m2[lane] : (A)0;
+        merge_warp(n, mean, m2);
         if (lane == 0) {{
-            s_sum[0] = sum;
-            s_sq[0] = sq;
+            s_mean[0] = mean;
+            s_m2[0] = m2;
         }}
     }}
     __syncthreads();
-    const A mean = {mean};
-    A var = s_sq[0] / (A)cols - mean * mean;
-    var = var > (A)0 ? var : (A)0;
-    const A rstd = (A)1 / {sqrt}(var + eps);
+    mean = s_mean[0];
+    const A var = s_m2[0] / (A)cols;
+    const A centre = {centre};
+    const A rstd = (A)1 / {sqrt}({spread} + eps);
     for (long long i = threadIdx.x; i < cols; i += blockDim.x) {{
-        A v = (load(xr[i]) - mean) * rstd * load(scale[i]);{" v += load(bias[i]);" if bias else ""}
+        A v = (load(xr[i]) - centre) * rstd * load(scale[i]);{" v += load(bias[i]);" if bias else ""}
         yr[i] = store(v);
     }}
 }}

@@ -521,6 +521,8 @@ def _reduction(node: NetworkNode, dtype: str) -> ReductionParams | Unsupported:
         found = _reduced_axes(x, y, keepdims)
         if found is None:
             return Unsupported(f"{op} of {x} to {y} over axes the model computes: which ones is ambiguous")
+        if not found:
+            return Unsupported(f"{op} of {x} to {y} over axes the model computes: of length 1 only, a copy")
         given = list(found)
     if not given:  # no axes: every axis, or none with noop_with_empty_axes
         if a.get("noop_with_empty_axes"):
@@ -646,7 +648,7 @@ _ANY_DTYPE = frozenset(
     {"Cast", "Where", "Equal", "Less", "Greater", "Not", "And", "Or", "Gather", "Reshape", "Flatten", "Squeeze"}
     | {"Unsqueeze", "Identity", "Concat", "Transpose", "Slice", "Expand", "Shape"}
     # integer arithmetic a model does on the GPU too (position ids: a mask's running count, plus an offset)
-    | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum"}
+    | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum", "GatherElements", "GatherND"}
 )
 
 
@@ -721,14 +723,30 @@ def _quantization(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsuppor
 
 
 _VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout")
-_MOVES = ("Concat", "Transpose", "Slice", "Pad", "Gather", "Expand", "Tile", "Split", "Resize", "Upsample")
+_MOVES = (
+    "Concat",
+    "Transpose",
+    "Slice",
+    "Pad",
+    "Gather",
+    "GatherElements",
+    "GatherND",
+    "Expand",
+    "Tile",
+    "Split",
+    "Resize",
+    "Upsample",
+)
 
 
 @register_params(*_VIEWS, *_MOVES)
 def _data_movement(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupported:
     op = node.op_type
     shapes = tuple(_activation_shapes(node))
-    attrs = tuple(sorted(_attrs(node).items()))
+    a = _attrs(node)
+    if op == "Resize" and node.opset < 11:  # Resize-10 samples as Upsample does: no attributes say how
+        a = {**a, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    attrs = tuple(sorted(a.items()))
     if op == "Dropout" and (len(node.outputs) > 1 or _attrs(node).get("training_mode")):
         return Unsupported("Dropout with a mask output or in training mode")
     return DataMovementParams(op, shapes, _out(node), dtype, attrs, view=op in _VIEWS)
