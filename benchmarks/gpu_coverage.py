@@ -8,8 +8,10 @@ reasons by op type. Pure logic: no GPU, no GPU library is loaded. A model whose 
 a call has a lower bound on a GPU that leaves nothing out.
 
     python benchmarks/gpu_coverage.py [--only NAME ...] [--out FILE]
+    python benchmarks/gpu_coverage.py MODEL.onnx ... [--shape NAME=1x128 ...] [--out FILE]
 
-Writes ``benchmarks/results/gpu_coverage.json`` (``--out`` elsewhere).
+Writes ``benchmarks/results/gpu_coverage.json`` (``--out`` elsewhere); for model files given
+(your own, not the corpus's) it prints and writes only where ``--out`` says.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import argparse
 import json
 import platform
 import subprocess
+import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -92,11 +95,20 @@ def coverage_of(entry: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="*", type=Path, help="model files (default: the corpus)")
     parser.add_argument("--only", nargs="*", help="corpus model names")
-    parser.add_argument("--out", type=Path, default=RESULTS / "gpu_coverage.json")
+    parser.add_argument("--shape", action="append", default=[], help="input shapes of the model files, as benanza's")
+    parser.add_argument("--out", type=Path)
     args = parser.parse_args()
-    manifest = json.loads((CORPUS / "corpus.json").read_text())
-    entries = [e for e in manifest if not args.only or e["name"] in args.only]
+    if args.models:
+        entries = [
+            {"name": m.stem, "file": m.resolve(), "family": None, "variant": None, "shape_args": args.shape}
+            for m in args.models
+        ]
+    else:
+        manifest = json.loads((CORPUS / "corpus.json").read_text())
+        entries = [e for e in manifest if not args.only or e["name"] in args.only]
+        args.out = args.out or RESULTS / "gpu_coverage.json"
     records = []
     for entry in entries:
         record = coverage_of(entry)
@@ -125,7 +137,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
     result = {
         "benchmark": "gpu_coverage",
-        "command": "python benchmarks/gpu_coverage.py" + (f" --only {' '.join(args.only)}" if args.only else ""),
+        "command": " ".join(["python benchmarks/gpu_coverage.py", *sys.argv[1:]]),
         "commit": commit.stdout.strip() or None,
         "batch": 1,
         "totals": totals,
@@ -133,8 +145,9 @@ def main() -> None:
         "machine": {"cpu": platform.processor() or platform.machine(), "python": platform.python_version()},
         "time": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
     for precision in PRECISIONS:
         t = totals[precision]
         print(

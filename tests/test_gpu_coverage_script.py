@@ -33,3 +33,18 @@ def test_a_bert_has_a_gpu_call_for_every_layer_and_a_qoperator_resnet_says_what_
     qop = coverage.coverage_of(entries["resnet18_int8_qop"])["float32"]
     assert qop["with_a_call"] < qop["specs"] and qop["skipped_by_op"]["QLinearConv"] > 0
     assert any("QLinearConv has no GPU kernel mapping" in reason for reason in qop["reasons"])
+
+
+def test_a_user_s_model_file_is_planned_and_nothing_is_written_unless_asked(zoo_path, tmp_path, monkeypatch, capsys):
+    coverage = _coverage_module()
+    zoo_path = zoo_path("squeezenet")
+    monkeypatch.setattr(sys, "argv", ["gpu_coverage.py", str(zoo_path)])
+    coverage.main()
+    printed = capsys.readouterr().out
+    assert f"{zoo_path.stem}" in printed and "specs with a GPU call" in printed
+    out = tmp_path / "cov.json"
+    monkeypatch.setattr(sys, "argv", ["gpu_coverage.py", str(zoo_path), "--out", str(out)])
+    coverage.main()
+    saved = json.loads(out.read_text())
+    assert saved["totals"]["float32"]["specs"] > 0 and saved["command"].endswith(f"--out {out}")
+    assert saved["models"][0]["model"] == zoo_path.stem

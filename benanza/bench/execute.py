@@ -569,11 +569,11 @@ def run_specs(
     each new one replaces as a repeat (``Store.repeats``), the history from which the
     regression analysis learns each benchmark's run-to-run noise.
 
-    ``measurer``: one the caller keeps across calls (of ``runtime``, ``system``, ``stack_id``, ``settings``),
-    and closes: an isolated runtime's worker process then starts once, not once a call (the GPU
-    runtime's child imports PyTorch and creates a CUDA context, seconds a start), and the host
-    reference and the re-measure budget are the measurer's, as a fleet worker's are across its
-    calls. None: one for this call, closed at its end.
+    ``measurer``: one the caller keeps across calls (of ``runtime``, ``system``, ``stack_id``, ``settings``;
+    it reads the memory free with its own reader, not ``memory``), and closes: an isolated runtime's
+    worker process then starts once, not once a call (the GPU runtime's child imports PyTorch and
+    creates a CUDA context, seconds a start), and the host reference and the re-measure budget are
+    the measurer's, as a fleet worker's are across its calls. None: one for this call, closed at its end.
     """
     settings = effective_settings(runtime, settings)
     if measurer is not None and (

@@ -20,9 +20,9 @@ metadata: they launch nothing, cost nothing on the GPU, and get no candidate at 
 Reductions (ReduceMean, ReduceSum, ReduceMax, ReduceMin, ReduceProd) are CuPy's reduction
 routines: one kernel each. QuantizeLinear and DequantizeLinear are one fused element-wise
 kernel each, as ONNX Runtime's CUDA provider runs them. LayerNormalization and
-RMSNormalization are one ``RowKernel`` each (a ``cupy.RawKernel``): a block per row sums the
-row and its squares, then writes the normalised, scaled row; PyTorch and ONNX Runtime
-launch one kernel per normalisation likewise. Its ``run`` is the reference the GPU tests
+RMSNormalization are one ``RowKernel`` each (a ``cupy.RawKernel``): a block per row takes the
+row's mean and deviations in one pass (Welford's), then writes the normalised, scaled row;
+PyTorch and ONNX Runtime launch one kernel per normalisation likewise. Its ``run`` is the reference the GPU tests
 compare it with.
 
 What the parameters do not carry is chosen, and noted on the candidate: a constant operand
@@ -46,6 +46,7 @@ from benanza.runtimes.cuda.params import (
     QUANTIZED_RANGES,
     DataMovementParams,
     ElementwiseParams,
+    FrameworkParams,
     NormalizationParams,
     ReductionParams,
     Shape,
@@ -128,7 +129,7 @@ class FusedKernel:
     operation: str
     name: str
     preamble: str = ""
-    scalars: tuple[float, ...] = ()
+    scalars: tuple[float | int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +141,7 @@ class RowKernel:
     name: str
     grid: tuple[int, ...]
     block: tuple[int, ...]
-    scalars: tuple[tuple[str, float], ...] = ()
+    scalars: tuple[tuple[str, float | int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +159,6 @@ class LayerCall:
     fused: FusedKernel | None = None
     notes: tuple[str, ...] = ()
     raw: RowKernel | None = None
-
-
-FrameworkParams = ElementwiseParams | DataMovementParams | ReductionParams | NormalizationParams
 
 
 # ------------------------------------------------------------------------ registry

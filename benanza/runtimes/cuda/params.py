@@ -205,6 +205,9 @@ class NormalizationParams:
         return math.prod(self.x[self.axis :])
 
 
+# what CuPy runs (``framework``), not cuDNN or cuBLAS
+FrameworkParams = ElementwiseParams | DataMovementParams | ReductionParams | NormalizationParams
+
 LayerParams = (
     ConvParams
     | GemmParams

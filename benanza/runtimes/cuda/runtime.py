@@ -56,13 +56,11 @@ from benanza.runtimes.cuda.params import (
     BatchNormParams,
     ConvParams,
     DataMovementParams,
-    ElementwiseParams,
+    FrameworkParams,
     GemmParams,
     LayerParams,
     LrnParams,
-    NormalizationParams,
     PoolParams,
-    ReductionParams,
     SoftmaxParams,
     Unsupported,
     fused_conv,
@@ -108,7 +106,7 @@ def _builders(params: LayerParams, fused: bool) -> list[tuple[str, Builder]]:
         if isinstance(params, BatchNormParams):
             out.append(("cudnn-graph", lambda ctx, h, p, tc: cudnn_graph.graph_batchnorm_candidates(ctx, p, tc)))
         return out
-    if isinstance(params, ElementwiseParams | DataMovementParams | ReductionParams | NormalizationParams):
+    if isinstance(params, FrameworkParams):
         return [("cupy", lambda ctx, h, p, tc: framework.framework_candidates(ctx, p))]
     raise UnsupportedLayer(f"no GPU library call for {type(params).__name__}")
 
