@@ -242,8 +242,8 @@ def test_views_launch_nothing():
 def test_unknown_ops_and_bfloat16_are_unsupported_by_name():
     with pytest.raises(UnsupportedLayer, match="NonZero has no CuPy data-movement kernel"):
         layer_call(mv("NonZero", [(3,)], (1, 3)))
-    with pytest.raises(UnsupportedLayer, match="Mod has no CuPy element-wise kernel"):
-        layer_call(ew("Mod", [(3,), (3,)], (3,)))
+    with pytest.raises(UnsupportedLayer, match="BitShift has no CuPy element-wise kernel"):
+        layer_call(ew("BitShift", [(3,), (3,)], (3,), "uint8"))
     with pytest.raises(UnsupportedLayer, match="bfloat16"):
         layer_call(ew("Add", [(3,), (3,)], (3,), "bfloat16"))
     with pytest.raises(UnsupportedLayer, match="approximate"):
@@ -352,6 +352,58 @@ def test_the_row_kernel_sources_compile(tmp_path):
     assert len(set(sources)) == 9
 
 
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the CUDA toolkit)")
+def test_the_channel_normalization_and_topk_sources_compile(tmp_path):
+    """Instance and group normalisation (a row's scale read once; a channel's in the loop) and TopK's
+    selection, largest and smallest, in each type: one nvcc run."""
+    sources = []
+    for dtype in ("float32", "float16", "float64"):
+        for p in (
+            NormalizationParams("InstanceNormalization", (2, 6, 9), 2, 1e-5, True, dtype),
+            NormalizationParams("GroupNormalization", (2, 12, 9), 1, 1e-5, True, dtype, groups=3),
+            NormalizationParams("GroupNormalization", (2, 12, 9), 1, 1e-5, True, dtype, groups=3, per_channel=True),
+        ):
+            sources.append(layer_call(p).raw.source)
+        for largest in (0, 1):
+            sources.append(layer_call(mv("TopK", [(4, 100)], (4, 8), dtype, axis=-1, largest=largest)).raw.source)
+    sources = list(dict.fromkeys(sources))  # instance and group-18 normalisation share their kernel
+    assert len(sources) == 12
+    unit = tmp_path / "rows.cu"
+    unit.write_text("\n".join(f"namespace k{i} {{\n{source}}}\n" for i, source in enumerate(sources)))
+    command = ["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "rows.o"), str(unit)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_channel_normalization_reads_its_scale_by_row_or_by_channel():
+    instance = layer_call(NormalizationParams("InstanceNormalization", (2, 6, 9), 2, 1e-5, True, "float32"))
+    assert [i.shape for i in instance.inputs] == [(2, 6, 9), (6,), (6,)] and instance.raw.grid == (12,)
+    assert "const A s = load(scale[c]);" in instance.raw.source  # once a row
+    group = NormalizationParams(
+        "GroupNormalization", (2, 12, 4, 4), 1, 1e-5, True, "float16", groups=3, per_channel=True
+    )
+    assert (group.rows, group.cols, group.affine, group.affine_size) == (6, 64, (3, 4, 16), 12)
+    call = layer_call(group)
+    assert call.raw.grid == (6,) and call.raw.scalars[2:] == (("int64", 3), ("int64", 4), ("int64", 16))
+    x = np.random.default_rng(0).standard_normal((2, 12, 4, 4))
+    scale, bias = np.arange(12.0) + 1, np.zeros(12)
+    out = empty_outputs(call.outputs)
+    call.run(numpy_ops(), [x, scale, bias], out)
+    g = x.reshape(2, 3, 64)
+    want = ((g - g.mean(-1, keepdims=True)) / np.sqrt(g.var(-1, keepdims=True) + 1e-5)).reshape(2, 12, 4, 4)
+    np.testing.assert_allclose(out[0], (want * scale[None, :, None, None]).astype(np.float16), rtol=2e-3, atol=2e-3)
+
+
+def test_topk_kernel_shape_and_its_sort_beyond_64():
+    call = layer_call(mv("TopK", [(2, 7, 3)], (2, 2, 3), axis=1, largest=0))
+    assert call.raw.name == "benanza_top_k_smallest_float32" and call.raw.grid == (6,) and call.raw.block == (32,)
+    assert call.raw.scalars == (("int64", 7), ("int64", 3), ("int64", 2))  # n, inner, k
+    wide = layer_call(mv("TopK", [(2, 300)], (2, 65), axis=1))
+    assert wide.raw is None and wide.kernel == "argsort-take" and "argsort" in wide.notes[0]
+    with pytest.raises(UnsupportedLayer, match="does not give"):
+        layer_call(mv("TopK", [(2, 7)], (3, 2), axis=1))
+
+
 _C_TYPES = {
     "float32": "float",
     "float64": "double",
@@ -393,8 +445,8 @@ def elementwise_as_cuda(fused, name: str, types: dict[str, str]) -> str:
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed (the CUDA toolkit)")
 def test_the_new_fused_kernels_operations_compile(tmp_path):
-    """Q/DQ and linear resizing as CuPy would compile them (float32 and float64; CuPy's float16 class is
-    CuPy's own): one nvcc run, each kernel in a namespace of its own."""
+    """Q/DQ, linear resizing and the one-kernel activations as CuPy would compile them (float32 and
+    float64; CuPy's float16 class is CuPy's own): one nvcc run, each kernel in a namespace of its own."""
     cases = []
     for dtype in ("float32", "float64"):
         cases.append((q("QuantizeLinear", [(6,), (), ()], (6,), "int8", dtype), {"T": dtype, "Z": "int8"}))
@@ -404,6 +456,8 @@ def test_the_new_fused_kernels_operations_compile(tmp_path):
                 "Resize", [(1, 2, 4, 4)], (1, 2, 8, 8), dtype, mode="linear", coordinate_transformation_mode=transform
             )
             cases.append((resize, {"T": dtype}))
+        for op in ("Mish", "Selu", "Celu", "ThresholdedRelu", "Shrink", "Softsign"):
+            cases.append((ew(op, [(6,)], (6,), dtype), {"T": dtype}))
     unit = tmp_path / "fused.cu"
     unit.write_text("".join(elementwise_as_cuda(layer_call(p).fused, f"k{i}", t) for i, (p, t) in enumerate(cases)))
     command = ["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "fused.o"), str(unit)]
@@ -602,6 +656,21 @@ GPU_CASES = [
     mv("GatherElements", [(1, 512), (1, 128)], (1, 128), "int64", axis=1),
     mv("GatherND", [(1, 128), (1, 1, 1, 128, 2)], (1, 1, 1, 128), "bool"),
     mv("GatherND", [(4, 6, 8), (5, 2)], (5, 8)),
+    NormalizationParams("InstanceNormalization", (2, 32, 64, 64), 2, 1e-5, True, "float32"),
+    NormalizationParams("GroupNormalization", (1, 64, 32, 32), 1, 1e-5, True, "float16", groups=32),
+    NormalizationParams("GroupNormalization", (2, 64, 16, 16), 1, 1e-6, True, "float32", groups=8, per_channel=True),
+    mv("TopK", [(128, 8)], (128, 2), axis=-1, largest=1),
+    mv("TopK", [(128, 8)], (128, 2), "float16", axis=-1, largest=1),
+    mv("TopK", [(2, 50, 3)], (2, 4, 3), axis=1, largest=0),
+    mv("TopK", [(3, 5000)], (3, 8), axis=1, largest=1),  # more values a row than threads in a block
+    mv("TopK", [(4, 1000)], (4, 100), axis=1, largest=1),  # the sort
+    ew("Mish", [(2, 300)], (2, 300)),
+    ew("Mish", [(2, 300)], (2, 300), "float16"),
+    ew("Selu", [(64,)], (64,), alpha=1.5, gamma=1.1),
+    ew("Softsign", [(64,)], (64,), "float64"),
+    ew("Sin", [(64,)], (64,)),
+    ew("Round", [(64,)], (64,)),
+    ew("Mod", [(8, 4), (4,)], (8, 4), "int64", fmod=0),
 ]
 
 

@@ -230,6 +230,16 @@ _UNARY = {
     "Cos": "cos",
     "Sign": "sign",
     "Not": "logical_not",
+    "Tan": "tan",
+    "Asin": "arcsin",
+    "Acos": "arccos",
+    "Atan": "arctan",
+    "Sinh": "sinh",
+    "Cosh": "cosh",
+    "Asinh": "arcsinh",
+    "Acosh": "arccosh",
+    "Atanh": "arctanh",
+    "Round": "rint",  # ONNX rounds half to even, as rint does
 }
 _BINARY = {
     "Add": "add",
@@ -245,11 +255,15 @@ _BINARY = {
     "And": "logical_and",
     "Or": "logical_or",
     "Xor": "logical_xor",
+    "Mod": "remainder",  # the divisor's sign (integers); fmod=1: the dividend's (``fmod``)
 }
 _COMPARISONS = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
 # The constant a binary op gets when the model stores its second operand as a small value
 # (absent from the parameters): any value costs the same, these keep results finite.
-_SCALAR_OPERAND = {"Add": 1.0, "Sub": 1.0, "Mul": 0.5, "Div": 2.0, "Pow": 2.0, "And": True, "Or": True, "Xor": True}
+_SCALAR_OPERAND = {
+    **{"Add": 1.0, "Sub": 1.0, "Mul": 0.5, "Div": 2.0, "Pow": 2.0, "Mod": 3.0},
+    **{"And": True, "Or": True, "Xor": True},
+}
 _VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}
 
 
@@ -276,7 +290,7 @@ def _unary(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
 
 @register_elementwise(*_BINARY)
 def _binary(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
-    name = _BINARY[p.op]
+    name = "fmod" if p.op == "Mod" and int(attrs.get("fmod", 0)) else _BINARY[p.op]
     out_dtype = "bool" if p.op in _COMPARISONS else p.dtype
     notes: tuple[str, ...] = ()
     if len(p.inputs) == 1:
@@ -491,6 +505,60 @@ def _gelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     else:
         body = f"A v = (A)x; y = (T)((A)0.5 * v * ((A)1 + {erf}(v * (A){rsqrt2!r})));"
     fused = _fused(f"gelu_{approximate}", p.dtype, "T x", body)
+    return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
+
+
+def _math(dtype: str) -> dict[str, str]:
+    """The CUDA math functions of the type a fused kernel computes in (float's carry an ``f``)."""
+    suffix = "" if dtype == "float64" else "f"
+    return {name: f"{name}{suffix}" for name in ("exp", "expm1", "log1p", "tanh", "fabs")}
+
+
+# Activations of one input computed in one fused kernel: (the reference on NumPy or CuPy, the kernel's
+# body with the accumulator's math functions as {exp} ... and each attribute as {name}, the attributes
+# with ONNX's defaults).
+_POINTWISE: dict[str, tuple[Callable[..., Any], str, dict[str, float]]] = {
+    "Mish": (
+        lambda xp, x: x * xp.tanh(xp.logaddexp(x, 0.0)),
+        "A v = (A)x; y = (T)(v * {tanh}({log1p}({exp}(v))));",
+        {},
+    ),
+    "Selu": (
+        lambda xp, x, alpha, gamma: gamma * xp.where(x > 0, x, alpha * xp.expm1(x)),
+        "A v = (A)x; y = (T)((A){gamma} * (v > (A)0 ? v : (A){alpha} * {expm1}(v)));",
+        {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+    ),
+    "Celu": (
+        lambda xp, x, alpha: xp.maximum(x, 0.0) + xp.minimum(0.0, alpha * xp.expm1(x / alpha)),
+        "A v = (A)x; A e = (A){alpha} * {expm1}(v / (A){alpha});"
+        " y = (T)((v > (A)0 ? v : (A)0) + (e < (A)0 ? e : (A)0));",
+        {"alpha": 1.0},
+    ),
+    "ThresholdedRelu": (
+        lambda xp, x, alpha: xp.where(x > alpha, x, 0.0),
+        "A v = (A)x; y = (T)(v > (A){alpha} ? v : (A)0);",
+        {"alpha": 1.0},
+    ),
+    "Shrink": (
+        lambda xp, x, bias, lambd: xp.where(x < -lambd, x + bias, xp.where(x > lambd, x - bias, 0.0)),
+        "A v = (A)x; y = (T)(v < -(A){lambd} ? v + (A){bias} : (v > (A){lambd} ? v - (A){bias} : (A)0));",
+        {"bias": 0.0, "lambd": 0.5},
+    ),
+    "Softsign": (lambda xp, x: x / (1.0 + xp.abs(x)), "A v = (A)x; y = (T)(v / ((A)1 + {fabs}(v)));", {}),
+}
+
+
+@register_elementwise(*_POINTWISE)
+def _pointwise(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    reference, body, defaults = _POINTWISE[p.op]
+    values = {name: float(attrs.get(name, default)) for name, default in defaults.items()}
+    specs = _exact_inputs(p, 1)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], reference(ops.xp, inputs[0], **values), casting="unsafe")
+
+    operation = body.format(**_math(p.dtype), **{name: repr(v) for name, v in values.items()})
+    fused = _fused(p.op.lower(), p.dtype, "T x", operation)
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
 
 
@@ -913,6 +981,127 @@ def _split(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
     return LayerCall(p.op, f"copy-{len(sizes)}-parts", (InputSpec(x, p.dtype),), outputs, run)
 
 
+@register_movement("TopK")
+def _topk(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """The ``k`` largest (or smallest) values along ``axis`` and their indices, best first, ties to
+    the lower index (as ONNX Runtime orders them). Up to ``TOPK_KERNEL_MAX`` of them: one block a
+    row, ``k`` rounds of a block-wide selection (``topk_kernel``: a mixture of experts' router picks
+    2 to 8 of 8 to 256); more: the rows sorted whole (``argsort``), which costs more than a
+    selection would: an upper figure for such a layer."""
+    if not p.inputs:
+        raise UnsupportedLayer("TopK without a known input shape")
+    x = p.inputs[0]
+    axis = _axis(attrs.get("axis", -1), len(x), p.op)
+    k, n = p.y[axis] if p.y else 0, x[axis] if x else 0
+    if not 0 < k <= n or tuple(e for d, e in enumerate(x) if d != axis) != tuple(
+        e for d, e in enumerate(p.y) if d != axis
+    ):
+        raise UnsupportedLayer(f"TopK of {x} along {axis} does not give {p.y}")
+    largest = bool(int(attrs.get("largest", 1)))
+    outputs = (InputSpec(p.y, p.dtype), InputSpec(p.y, "int64"))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outs: Sequence[Any]) -> None:
+        xp, data = ops.xp, inputs[0]
+        stable = {"kind": "stable"} if xp is np else {}  # CuPy's argsort is stable and takes no kind
+        order = xp.argsort(-data if largest else data, axis=axis, **stable)
+        picked = xp.take(order, xp.arange(k), axis=axis)
+        xp.copyto(outs[1], picked)
+        xp.copyto(outs[0], xp.take_along_axis(data, picked, axis=axis))
+
+    specs = (InputSpec(x, p.dtype),)
+    if k > TOPK_KERNEL_MAX or p.dtype not in _ROW_TYPES:
+        notes = (f"k {k} > {TOPK_KERNEL_MAX}: rows sorted whole (argsort), more than a selection costs",)
+        return LayerCall(p.op, "argsort-take", specs, outputs, run, notes=notes)
+    inner = math.prod(x[axis + 1 :])
+    raw = topk_kernel(p.dtype, largest, math.prod(x) // n, n, inner, k)
+    return LayerCall(p.op, raw.name, specs, outputs, run, raw=raw)
+
+
+TOPK_KERNEL_MAX = 64
+
+
+def topk_kernel(dtype: str, largest: bool, rows: int, n: int, inner: int, k: int) -> RowKernel:
+    """The ``k`` best of each of ``rows`` rows of ``n`` values ``inner`` apart: a block a row; each
+    of ``k`` rounds every thread finds its best value after the previous round's pick (in the order
+    value, then index), the block merges them by warp shuffles and shared memory, and thread 0
+    writes the pick. Reads the row ``k`` times: for the small ``k`` of routers and heads."""
+    if dtype not in _ROW_TYPES:
+        raise UnsupportedLayer(f"TopK in {dtype}: the kernel runs {', '.join(_ROW_TYPES)}")
+    if rows > 2**31 - 1:
+        raise UnsupportedLayer(f"TopK of {rows} rows: more blocks than a grid's x dimension holds")
+    t, a, load, store, _ = _ROW_TYPES[dtype]
+    name = f"benanza_top_k_{'largest' if largest else 'smallest'}_{dtype}"
+    beats = "v > w" if largest else "v < w"
+    source = f"""typedef {t} T;
+typedef {a} A;
+__device__ __forceinline__ A load(T v) {{ {load} }}
+__device__ __forceinline__ T store(A v) {{ {store} }}
+// (v, i) comes before (w, j): a better value, or the same at a lower index; j < 0 is no value
+__device__ __forceinline__ bool before(A v, long long i, A w, long long j) {{
+    if (i < 0) return false;
+    if (j < 0) return true;
+    return {beats} || (v == w && i < j);
+}}
+__device__ __forceinline__ void best_of_warp(A& v, long long& i) {{
+    for (int o = 16; o > 0; o >>= 1) {{
+        const A w = __shfl_xor_sync(0xffffffffu, v, o);
+        const long long j = __shfl_xor_sync(0xffffffffu, i, o);
+        if (before(w, j, v, i)) {{
+            v = w;
+            i = j;
+        }}
+    }}
+}}
+extern "C" __global__ void {name}(const T* __restrict__ x, T* __restrict__ values,
+                                  long long* __restrict__ indices, long long n, long long inner, long long k) {{
+    const long long row = blockIdx.x, outer = row / inner, in = row % inner;
+    const T* xr = x + outer * n * inner + in;
+    T* vr = values + outer * k * inner + in;
+    long long* ir = indices + outer * k * inner + in;
+    __shared__ A s_v[32];
+    __shared__ long long s_i[32];
+    __shared__ A pick_v;
+    __shared__ long long pick_i;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    A pv = (A)0;
+    long long pi = -1;
+    for (long long r = 0; r < k; ++r) {{
+        A bv = (A)0;
+        long long bi = -1;
+        for (long long j = threadIdx.x; j < n; j += blockDim.x) {{
+            const A v = load(xr[j * inner]);
+            if ((pi < 0 || before(pv, pi, v, j)) && before(v, j, bv, bi)) {{
+                bv = v;
+                bi = j;
+            }}
+        }}
+        best_of_warp(bv, bi);
+        if (lane == 0) {{
+            s_v[warp] = bv;
+            s_i[warp] = bi;
+        }}
+        __syncthreads();
+        if (warp == 0) {{
+            bv = lane < warps ? s_v[lane] : (A)0;
+            bi = lane < warps ? s_i[lane] : -1;
+            best_of_warp(bv, bi);
+            if (lane == 0) {{
+                pick_v = bv;
+                pick_i = bi;
+                vr[r * inner] = store(bv);
+                ir[r * inner] = bi;
+            }}
+        }}
+        __syncthreads();
+        pv = pick_v;
+        pi = pick_i;
+    }}
+}}
+"""
+    threads = min(ROW_THREADS_MAX, max(1, math.ceil(n / ROW_VALUES_PER_THREAD / 32)) * 32)
+    return RowKernel(source, name, (rows,), (threads,), (("int64", n), ("int64", inner), ("int64", k)))
+
+
 # ------------------------------------------------------------------------ reductions
 
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "amax", "ReduceMin": "amin", "ReduceProd": "prod"}
@@ -931,26 +1120,29 @@ def _reduce(p: ReductionParams, attrs: dict[str, Any]) -> LayerCall:
 # ------------------------------------------------------------------------ normalization
 
 
-@register_normalization("LayerNormalization", "RMSNormalization")
+@register_normalization("LayerNormalization", "RMSNormalization", "InstanceNormalization", "GroupNormalization")
 def _normalization(p: NormalizationParams, attrs: dict[str, Any]) -> LayerCall:
-    """Each of ``rows`` rows of ``cols`` values normalised by its own mean (LayerNormalization; none
-    for RMSNormalization) and root-mean-square deviation, times the scale (plus the bias)."""
-    rows, cols, eps = p.rows, p.cols, p.epsilon
+    """Each of ``rows`` rows of ``cols`` values normalised by its own mean (none for RMSNormalization)
+    and root-mean-square deviation, times the scale (plus the bias): a column's (LayerNormalization),
+    a row's channel's (InstanceNormalization) or a group's or a channel's (GroupNormalization)."""
+    rows, cols, eps, (period, stride, run_length) = p.rows, p.cols, p.epsilon, p.affine
     if rows * cols == 0:
         raise UnsupportedLayer(f"{p.op} of an empty {p.x}")
     rms = p.op == "RMSNormalization"
-    specs = (InputSpec(p.x, p.dtype), InputSpec((cols,), p.dtype))
-    specs += (InputSpec((cols,), p.dtype),) if p.bias else ()
+    affine = (p.affine_size,)
+    specs = (InputSpec(p.x, p.dtype), InputSpec(affine, p.dtype))
+    specs += (InputSpec(affine, p.dtype),) if p.bias else ()
 
     def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
         xp, x = ops.xp, inputs[0].reshape(rows, cols)
         centered = x if rms else x - x.mean(axis=1, keepdims=True)
-        y = centered / xp.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps) * inputs[1]
+        at = (xp.arange(rows)[:, None] % period) * stride + xp.arange(cols)[None, :] // run_length
+        y = centered / xp.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps) * inputs[1][at]
         if len(inputs) > 2:
-            y = y + inputs[2]
+            y = y + inputs[2][at]
         xp.copyto(outputs[0].reshape(rows, cols), y, casting="unsafe")
 
-    raw = row_norm_kernel(p.dtype, rms, p.bias, rows, cols, eps)
+    raw = row_norm_kernel(p.dtype, rms, p.bias, rows, cols, eps, p.affine)
     return LayerCall(p.op, raw.name, specs, (InputSpec(p.x, p.dtype),), run, raw=raw)
 
 
@@ -971,18 +1163,35 @@ ROW_THREADS_MAX = 1024
 ROW_VALUES_PER_THREAD = 4  # each thread reads about this many values of a row (cols / threads)
 
 
-def row_norm_kernel(dtype: str, rms: bool, bias: bool, rows: int, cols: int, eps: float) -> RowKernel:
+def row_norm_kernel(
+    dtype: str, rms: bool, bias: bool, rows: int, cols: int, eps: float, affine: tuple[int, int, int] = (1, 0, 1)
+) -> RowKernel:
     """The one-kernel row normalisation: a block per row; its threads (a multiple of 32, at most
     1,024) take the row's count, mean and sum of squared deviations in one pass (Welford's, as
     PyTorch's kernel does: no cancellation for rows far from 0), merge them across the warp by
     shuffles and across warps in shared memory (Chan's merge), then write the row. RMSNormalization
-    takes the mean square from the same statistics (deviations plus the squared mean)."""
+    takes the mean square from the same statistics (deviations plus the squared mean).
+
+    ``affine`` ``(P, Q, R)``: value ``i`` of row ``r`` takes scale and bias ``(r % P) * Q + i // R``.
+    ``(1, 0, 1)`` is a column's (LayerNormalization); ``R == cols`` one a row, read once
+    (InstanceNormalization, GroupNormalization-18: ``_row_affine``); else a channel of the row's
+    group (GroupNormalization-21: ``_channel_affine``), ``P``, ``Q``, ``R`` passed after ``eps``."""
     if dtype not in _ROW_TYPES:
         raise UnsupportedLayer(f"row normalisation in {dtype}: the kernel runs {', '.join(_ROW_TYPES)}")
     t, a, load, store, sqrt = _ROW_TYPES[dtype]
+    mode = "" if affine == (1, 0, 1) else "_row_affine" if affine[2] == cols else "_channel_affine"
     kind = "rms_norm" if rms else "layer_norm"
-    name = f"benanza_{kind}_{dtype}{'_bias' if bias else ''}"
+    name = f"benanza_{kind}_{dtype}{'_bias' if bias else ''}{mode}"
     centre, spread = ("(A)0", "var + mean * mean") if rms else ("mean", "var")
+    extra = ", long long period, long long stride, long long run_length" if mode else ""
+    hoist, scaled = "", "* load(scale[i]);" + (" v += load(bias[i]);" if bias else "")
+    if mode == "_row_affine":
+        hoist = "const long long c = (long long)(blockIdx.x % period) * stride;\n    const A s = load(scale[c]);"
+        hoist += " const A b = load(bias[c]);" if bias else ""
+        scaled = "* s;" + (" v += b;" if bias else "")
+    elif mode:
+        at = "(long long)(blockIdx.x % period) * stride + i / run_length"
+        scaled = f"* load(scale[{at}]);" + (f" v += load(bias[{at}]);" if bias else "")
     source = f"""typedef {t} T;
 typedef {a} A;
 __device__ __forceinline__ A load(T v) {{ {load} }}
@@ -1006,7 +1215,7 @@ __device__ __forceinline__ void merge_warp(A& n, A& mean, A& m2) {{
 }}
 extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__ scale,{
         " const T* __restrict__ bias," if bias else ""
-    } T* __restrict__ y, long long cols, A eps) {{
+    } T* __restrict__ y, long long cols, A eps{extra}) {{
     const T* xr = x + (long long)blockIdx.x * cols;
     T* yr = y + (long long)blockIdx.x * cols;
     A n = (A)0, mean = (A)0, m2 = (A)0;
@@ -1043,8 +1252,9 @@ extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__
     const A var = s_m2[0] / (A)cols;
     const A centre = {centre};
     const A rstd = (A)1 / {sqrt}({spread} + eps);
+    {hoist}
     for (long long i = threadIdx.x; i < cols; i += blockDim.x) {{
-        A v = (load(xr[i]) - centre) * rstd * load(scale[i]);{" v += load(bias[i]);" if bias else ""}
+        A v = (load(xr[i]) - centre) * rstd {scaled}
         yr[i] = store(v);
     }}
 }}
@@ -1054,7 +1264,10 @@ extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__
     warps = math.ceil(cols / ROW_VALUES_PER_THREAD / 32)
     threads = min(ROW_THREADS_MAX, max(1, warps) * 32)
     accumulator = "float64" if a == "double" else "float32"
-    return RowKernel(source, name, (rows,), (threads,), (("int64", cols), (accumulator, eps)))
+    scalars: tuple[tuple[str, float | int], ...] = (("int64", cols), (accumulator, eps))
+    if mode:
+        scalars += tuple(("int64", v) for v in affine)
+    return RowKernel(source, name, (rows,), (threads,), scalars)
 
 
 # ------------------------------------------------------------------------ host arrays (tests, references)

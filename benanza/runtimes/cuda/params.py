@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
+
 from benanza.model.dtypes import itemsize
 from benanza.model.network import InputRef, Network, NetworkNode, NetworkTensor, RefKind
 
@@ -186,8 +188,13 @@ class ReductionParams:
 
 @dataclass(frozen=True, slots=True)
 class NormalizationParams:
-    """LayerNormalization or RMSNormalization: ``x`` seen as ``rows`` rows of ``cols`` values (the axes
-    from ``axis`` on), each row normalised and scaled (and shifted, with ``bias``) by one kernel."""
+    """A row normalisation: ``x`` seen as ``rows`` rows of ``cols`` values, each row normalised and
+    scaled (and shifted, with ``bias``) by one kernel.
+
+    LayerNormalization and RMSNormalization: the axes from ``axis`` on are a row, scale and bias one
+    value a column. InstanceNormalization (``axis`` 2): a row is one sample's channel, scale and bias
+    one value a channel. GroupNormalization (``groups``): a row is one sample's group of channels;
+    scale and bias one value a group (opset 18) or a channel (``per_channel``, opset 21)."""
 
     op: str
     x: Shape
@@ -195,14 +202,38 @@ class NormalizationParams:
     epsilon: float
     bias: bool
     dtype: str
+    groups: int = 0  # GroupNormalization's
+    per_channel: bool = False  # GroupNormalization-21: scale and bias per channel, not per group
 
     @property
     def rows(self) -> int:
+        if self.groups:
+            return self.x[0] * self.groups
         return math.prod(self.x[: self.axis])
 
     @property
     def cols(self) -> int:
+        if self.groups:
+            return math.prod(self.x[1:]) // self.groups
         return math.prod(self.x[self.axis :])
+
+    @property
+    def affine(self) -> tuple[int, int, int]:
+        """``(P, Q, R)``: value ``i`` of row ``r`` takes scale and bias ``(r % P) * Q + i // R``."""
+        if self.op == "InstanceNormalization":
+            return self.x[1], 1, self.cols
+        if self.groups and self.per_channel:
+            channels = self.x[1] // self.groups
+            return self.groups, channels, self.cols // channels
+        if self.groups:
+            return self.groups, 1, self.cols
+        return 1, 0, 1
+
+    @property
+    def affine_size(self) -> int:
+        """How many values scale (and bias) hold."""
+        p, q, r = self.affine
+        return (p - 1) * q + (self.cols - 1) // r + 1
 
 
 # what CuPy runs (``framework``), not cuDNN or cuBLAS
@@ -388,7 +419,14 @@ def _matmul(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
     n = b2[-1]
     batch_a, batch_b = math.prod(a2[:-2]), math.prod(b2[:-2])
     if batch_a != batch_b and 1 not in (batch_a, batch_b):
-        return Unsupported(f"MatMul broadcasting {sa} x {sb} is not one strided batch")
+        # batch axes broadcast against each other (heads shared by one operand's samples): the batch of
+        # products both operands expand to, each operand copied out to it as a framework expands it
+        # before its batched GEMM (the copies are not this layer's)
+        try:
+            batch = math.prod(np.broadcast_shapes(tuple(a2[:-2]), tuple(b2[:-2])))
+        except ValueError:
+            return Unsupported(f"MatMul of {sa} x {sb}: their batch axes do not broadcast")
+        return GemmParams(batch, m, n, k, False, False, dtype)
     if batch_b == 1 and batch_a > 1:  # a shared weight: one (batch*m x k) x (k x n) product
         return GemmParams(1, batch_a * m, n, k, False, False, dtype, a_batched=False, b_batched=False)
     return GemmParams(
@@ -580,6 +618,25 @@ def _normalization(node: NetworkNode, dtype: str) -> NormalizationParams | Unsup
     return NormalizationParams(op, x, axis % len(x), float(a.get("epsilon", 1e-5)), bias, dtype)
 
 
+@register_params("InstanceNormalization", "GroupNormalization")
+def _channel_normalization(node: NetworkNode, dtype: str) -> NormalizationParams | Unsupported:
+    """Each sample's channels (InstanceNormalization) or groups of channels (GroupNormalization)
+    normalised over themselves and their spatial extent, then scaled and shifted."""
+    op, a = node.op_type, _attrs(node)
+    x = _in_shape(node, 0)
+    if not x or len(x) < 2:
+        return Unsupported(f"{op} without a known N x C x ... input shape")
+    eps = float(a.get("epsilon", 1e-5))
+    if op == "InstanceNormalization":
+        return NormalizationParams(op, x, 2, eps, True, dtype)
+    groups = int(a.get("num_groups", 0) or 0)
+    if groups < 1 or x[1] % groups:
+        return Unsupported(f"{op} of {x[1]} channels in {groups} groups")
+    scale = _in_shape(node, 1)
+    per_channel = node.opset >= 21 or (scale is not None and math.prod(scale) == x[1] != groups)
+    return NormalizationParams(op, x, 1, eps, True, dtype, groups=groups, per_channel=per_channel)
+
+
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "elu", "Clip": "clipped_relu"}
 
 
@@ -645,13 +702,17 @@ _ELEMENTWISE = (
     "Cast",
     "IsNaN",
     "IsInf",
+    *("Ceil", "Floor", "Round", "Sign", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan"),
+    *("Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Xor", "LessOrEqual", "GreaterOrEqual", "Mod"),
+    *("Mish", "Selu", "Celu", "ThresholdedRelu", "Shrink", "Softsign"),
 )
 
 _ANY_DTYPE = frozenset(
-    {"Cast", "Where", "Equal", "Less", "Greater", "Not", "And", "Or", "Gather", "Reshape", "Flatten", "Squeeze"}
+    {"Cast", "Where", "Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor"}
+    | {"Gather", "Reshape", "Flatten", "Squeeze"}
     | {"Unsqueeze", "Identity", "Concat", "Transpose", "Slice", "Expand", "Shape"}
     # integer arithmetic a model does on the GPU too (position ids: a mask's running count, plus an offset)
-    | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum", "GatherElements", "GatherND"}
+    | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum", "GatherElements", "GatherND", "Mod", "Sign"}
 )
 
 
@@ -739,13 +800,19 @@ _MOVES = (
     "Split",
     "Resize",
     "Upsample",
+    "TopK",  # the values and their indices: the parameters carry the values' shape
 )
+
+
+_INDEXED = frozenset({"GatherElements", "GatherND"})
 
 
 @register_params(*_VIEWS, *_MOVES)
 def _data_movement(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupported:
     op = node.op_type
-    shapes = tuple(_activation_shapes(node))
+    # the gathers' index operand is where they read, a constant one too (a mask's computed positions
+    # folded at a fixed shape); the others' small constants are parameters (pads, axes, sizes)
+    shapes = tuple(_shape(r) for r in _inputs(node)[:2]) if op in _INDEXED else tuple(_activation_shapes(node))
     a = _attrs(node)
     if op == "Resize" and node.opset < 11:  # Resize-10 samples as Upsample does: no attributes say how
         a = {**a, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
