@@ -20,6 +20,7 @@ from benanza.runtimes.cuda.framework import (
     ELEMENTWISE,
     MOVEMENT,
     NORMALIZATION,
+    QUANTIZED_GEMM,
     REDUCTION,
     empty_outputs,
     framework_candidates,
@@ -27,7 +28,13 @@ from benanza.runtimes.cuda.framework import (
     layer_call,
     numpy_ops,
 )
-from benanza.runtimes.cuda.params import DataMovementParams, ElementwiseParams, NormalizationParams, ReductionParams
+from benanza.runtimes.cuda.params import (
+    BlockQuantizedGemmParams,
+    DataMovementParams,
+    ElementwiseParams,
+    NormalizationParams,
+    ReductionParams,
+)
 
 OPS = numpy_ops()
 
@@ -257,7 +264,16 @@ def test_every_params_op_type_has_a_call_or_is_a_view():
     assert set(params._MOVES) <= set(MOVEMENT)
     assert set(params._REDUCTIONS) <= set(REDUCTION)
     assert {"LayerNormalization", "RMSNormalization"} <= set(NORMALIZATION)
+    assert {"InstanceNormalization", "GroupNormalization", "SimplifiedLayerNormalization"} <= set(NORMALIZATION)
     assert {"QuantizeLinear", "DequantizeLinear"} <= set(ELEMENTWISE)
+    # ONNX Runtime's: each derivation's op has a builder of its kind
+    assert {"SkipLayerNormalization", "SkipSimplifiedLayerNormalization"} <= set(NORMALIZATION)
+    assert {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd"} <= set(ELEMENTWISE)
+    assert "MatMulNBits" in QUANTIZED_GEMM
+    assert set(params.CONTRIB_PARAMS) == {
+        *("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "Gelu", "FastGelu", "BiasGelu"),
+        *("QuickGelu", "BiasAdd", "FusedMatMul", "MatMulNBits"),
+    }
 
 
 def test_erf_without_scipy_falls_back_to_math_erf(monkeypatch):
@@ -366,8 +382,27 @@ def test_the_channel_normalization_and_topk_sources_compile(tmp_path):
             sources.append(layer_call(p).raw.source)
         for largest in (0, 1):
             sources.append(layer_call(mv("TopK", [(4, 100)], (4, 8), dtype, axis=-1, largest=largest)).raw.source)
+        for op, beta in (("SkipLayerNormalization", True), ("SkipSimplifiedLayerNormalization", False)):
+            skip = NormalizationParams(op, (2, 5, 64), 2, 1e-5, beta, dtype, skip=(5, 64), pre_bias=True, sum_out=True)
+            sources.append(layer_call(skip).raw.source)
+        for bits, zp, bias in ((4, False, False), (4, True, True), (8, True, False)):
+            blob = 32 * bits // 8
+            gemv = BlockQuantizedGemmParams(
+                "MatMulNBits",
+                (1, 64),
+                (16, 2, blob),
+                (16, 2),
+                (16 * 2 * bits // 8,) if zp else (),
+                bias,
+                16,
+                64,
+                bits,
+                32,
+                dtype,
+            )
+            sources.append(layer_call(gemv).raw.source)
     sources = list(dict.fromkeys(sources))  # instance and group-18 normalisation share their kernel
-    assert len(sources) == 12
+    assert len(sources) == 27
     unit = tmp_path / "rows.cu"
     unit.write_text("\n".join(f"namespace k{i} {{\n{source}}}\n" for i, source in enumerate(sources)))
     command = ["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "rows.o"), str(unit)]
@@ -456,8 +491,10 @@ def test_the_new_fused_kernels_operations_compile(tmp_path):
                 "Resize", [(1, 2, 4, 4)], (1, 2, 8, 8), dtype, mode="linear", coordinate_transformation_mode=transform
             )
             cases.append((resize, {"T": dtype}))
-        for op in ("Mish", "Selu", "Celu", "ThresholdedRelu", "Shrink", "Softsign"):
+        for op in ("Mish", "Selu", "Celu", "ThresholdedRelu", "Shrink", "Softsign", "QuickGelu"):
             cases.append((ew(op, [(6,)], (6,), dtype), {"T": dtype}))
+        for op in ("FastGelu", "BiasGelu"):
+            cases.append((ew(op, [(2, 6), (6,)], (2, 6), dtype), {"T": dtype}))
     unit = tmp_path / "fused.cu"
     unit.write_text("".join(elementwise_as_cuda(layer_call(p).fused, f"k{i}", t) for i, (p, t) in enumerate(cases)))
     command = ["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "fused.o"), str(unit)]
@@ -671,6 +708,24 @@ GPU_CASES = [
     ew("Sin", [(64,)], (64,)),
     ew("Round", [(64,)], (64,)),
     ew("Mod", [(8, 4), (4,)], (8, 4), "int64", fmod=0),
+    NormalizationParams(
+        "SkipLayerNormalization", (2, 64, 768), 2, 1e-12, True, "float16", skip=(64, 768), pre_bias=True, sum_out=True
+    ),
+    NormalizationParams("SkipSimplifiedLayerNormalization", (8, 4096), 1, 1e-6, False, "float32", skip=(8, 4096)),
+    ew("FastGelu", [(4, 3072), (3072,)], (4, 3072), "float16"),
+    ew("BiasGelu", [(4, 3072), (3072,)], (4, 3072)),
+    ew("QuickGelu", [(64,)], (64,), alpha=1.702),
+    ew("BiasAdd", [(2, 8, 320), (320,), (2, 8, 320)], (2, 8, 320)),
+    BlockQuantizedGemmParams(
+        "MatMulNBits", (1, 1, 4096), (4096, 128, 16), (4096, 128), (), False, 4096, 4096, 4, 32, "float16"
+    ),
+    BlockQuantizedGemmParams(
+        "MatMulNBits", (4, 3000), (1000, 94, 16), (1000 * 94,), (1000 * 47,), True, 1000, 3000, 4, 32, "float32"
+    ),
+    BlockQuantizedGemmParams("MatMulNBits", (2, 256), (64, 4, 64), (64, 4), (256,), False, 64, 256, 8, 64, "float32"),
+    BlockQuantizedGemmParams(
+        "MatMulNBits", (1, 64, 512), (512, 16, 16), (512, 16), (), False, 512, 512, 4, 32, "float16"
+    ),
 ]
 
 

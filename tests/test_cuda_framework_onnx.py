@@ -5,6 +5,8 @@ compared with what ONNX Runtime's CPU provider computes for the same node and da
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import onnxruntime as ort
 import pytest
@@ -18,21 +20,25 @@ F = TensorProto.FLOAT
 _ELEM = {np.dtype("float32"): F, np.dtype("int64"): TensorProto.INT64, np.dtype("bool"): TensorProto.BOOL}
 
 
-def against_onnx_runtime(build_model, process_proto, node, feeds, constants=None, opset=18, outputs=(F,), check=True):
+def against_onnx_runtime(
+    build_model, process_proto, node, feeds, constants=None, opset=18, outputs=(F,), check=True, ms=False
+):
     """Run ``node`` in ONNX Runtime and as the GPU runtime's call on NumPy; returns both results.
 
     ``feeds``: the graph inputs (name -> array), ``constants`` the initializers; the call's inputs are
-    the node's first inputs, as many as it takes; ``outputs``: the node's outputs' element types."""
+    the node's first inputs that are there, as many as it takes; ``outputs``: the element types of the node's
+    outputs that are there (named); ``ms``: the node is ONNX Runtime's (``com.microsoft``)."""
     constants = constants or {}
     inputs = [(n, _ELEM[a.dtype], list(a.shape)) for n, a in feeds.items()]
-    outs = [(o, t, None) for o, t in zip(node.output, outputs, strict=False)]
-    proto = build_model([node], inputs, outs, constants, opset=opset, check=check)
+    outs = [(o, t, None) for o, t in zip([o for o in node.output if o], outputs, strict=False)]
+    extra = {"com.microsoft": 1} if ms else None
+    proto = build_model([node], inputs, outs, constants, opset=opset, check=check, extra_opsets=extra)
     expected = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
     params = layer_params(network_of(process_proto(proto).graph, [0])[1])
     assert not isinstance(params, Unsupported), params.reason
     call = layer_call(params)
     arrays = {**feeds, **constants}
-    given = [np.asarray(arrays[name]) for name in node.input[: len(call.inputs)]]
+    given = [np.asarray(arrays[name]) for name in [n for n in node.input if n][: len(call.inputs)]]
     assert [a.shape for a in given] == [s.shape for s in call.inputs]
     got = empty_outputs(call.outputs)
     call.run(numpy_ops(), given, got)
@@ -74,7 +80,9 @@ def test_group_normalization_per_group_and_per_channel(build_model, process_prot
 def test_topk_values_and_indices(build_model, process_proto, shape, k, axis, largest):
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=axis, largest=largest)
     x = rand(*shape)
-    x.flat[1] = x.flat[0]  # a tie: the lower index first
+    first = (0,) * len(shape)
+    second = tuple(1 if d == axis % len(shape) else 0 for d in range(len(shape)))
+    x[second] = x[first]  # a tie along the axis: the lower index first
     consts = {"k": np.array([k], np.int64)}
     call, expected, got = against_onnx_runtime(
         build_model, process_proto, node, {"x": x}, consts, outputs=(F, TensorProto.INT64)
@@ -82,6 +90,18 @@ def test_topk_values_and_indices(build_model, process_proto, shape, k, axis, lar
     np.testing.assert_array_equal(got[0], expected[0])
     np.testing.assert_array_equal(got[1], expected[1])
     assert (call.raw is None) == (k > 64) and [o.dtype for o in call.outputs] == ["float32", "int64"]
+
+
+@pytest.mark.parametrize("largest", [1, 0])
+def test_topk_puts_nan_where_onnx_runtime_does(build_model, process_proto, largest):
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=largest)
+    x = np.array([[np.nan, 0.5, 0.9, 0.1, np.nan, 0.3]], np.float32)
+    consts = {"k": np.array([4], np.int64)}
+    _, expected, got = against_onnx_runtime(
+        build_model, process_proto, node, {"x": x}, consts, outputs=(F, TensorProto.INT64)
+    )
+    np.testing.assert_array_equal(got[0], expected[0])
+    np.testing.assert_array_equal(got[1], expected[1])
 
 
 def test_gather_nd_with_constant_indices(build_model, process_proto):
@@ -151,3 +171,181 @@ def test_xor_of_booleans(build_model, process_proto):
         build_model, process_proto, node, {"a": a, "b": b}, outputs=(TensorProto.BOOL,)
     )
     assert got[0].tolist() == expected[0].tolist() == [False, True, True, False]
+
+
+# ------------------------------------------------------------------------ ONNX Runtime's contrib ops
+
+
+@pytest.mark.parametrize(
+    "skip_shape, beta, bias, sum_out",
+    [((2, 5, 32), True, True, True), ((5, 32), True, False, False), ((2, 5, 32), False, True, True)],
+    ids=["whole", "skip-over-the-batch", "no-beta"],
+)
+def test_skip_layer_normalization(build_model, process_proto, skip_shape, beta, bias, sum_out):
+    names = ["x", "skip", "gamma", "beta" if beta else "", "bias" if bias else ""]
+    while not names[-1]:
+        names.pop()
+    outputs = ["y", "", "", "s"] if sum_out else ["y"]
+    node = helper.make_node("SkipLayerNormalization", names, outputs, domain="com.microsoft", epsilon=1e-5)
+    consts = {"gamma": rand(32, seed=1), "beta": rand(32, seed=2), "bias": rand(32, seed=3)}
+    consts = {k: v for k, v in consts.items() if k in names}
+    feeds = {"x": rand(2, 5, 32), "skip": rand(*skip_shape, seed=4)}
+    kinds = (F, F) if sum_out else (F,)
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, consts, outputs=kinds, ms=True)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-4)
+    assert [i.shape for i in call.inputs][:2] == [(2, 5, 32), skip_shape] and len(call.outputs) == len(kinds)
+
+
+def test_skip_simplified_and_simplified_layer_normalization(build_model, process_proto):
+    node = helper.make_node("SkipSimplifiedLayerNormalization", ["x", "skip", "g", "b"], ["y"], domain="com.microsoft")
+    consts = {"g": rand(16, seed=1), "b": rand(16, seed=2)}
+    feeds = {"x": rand(3, 16), "skip": rand(3, 16, seed=3)}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, consts, ms=True)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-4)
+    assert "rms_norm" in call.raw.name and "prebias" in call.raw.name
+    node = helper.make_node("SimplifiedLayerNormalization", ["x", "g"], ["y"], axis=-1, epsilon=1e-6)
+    call, expected, got = against_onnx_runtime(  # ONNX's checker knows no SimplifiedLayerNormalization
+        build_model, process_proto, node, {"x": rand(4, 16)}, {"g": consts["g"]}, check=False
+    )
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "op, inputs",
+    [("Gelu", 1), ("FastGelu", 1), ("FastGelu", 2), ("BiasGelu", 2), ("QuickGelu", 1)],
+)
+def test_gelu_kinds(build_model, process_proto, op, inputs):
+    names = ["x", "b"][:inputs]
+    node = helper.make_node(op, names, ["y"], domain="com.microsoft")
+    consts = {"b": rand(24, seed=1)} if inputs > 1 else {}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, {"x": rand(3, 24)}, consts, ms=True)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-5)
+    assert call.fused is not None
+
+
+@pytest.mark.parametrize(
+    "a, b, trans_a, trans_b",
+    [
+        ((2, 3, 8, 5), (2, 3, 8, 6), 1, 0),
+        ((4, 7), (9, 7), 0, 1),
+        ((2, 6, 7), (9, 7), 0, 1),
+        ((2, 7, 6), (7, 9), 1, 0),  # a batch of transposed A over one B
+    ],
+)
+def test_fused_matmul_is_a_gemm_with_transposes_and_alpha(build_model, process_proto, a, b, trans_a, trans_b):
+    node = helper.make_node(
+        "FusedMatMul", ["a", "b"], ["y"], domain="com.microsoft", alpha=0.5, transA=trans_a, transB=trans_b
+    )
+    proto = build_model(
+        [node], [("a", F, list(a)), ("b", F, list(b))], [("y", F, None)], extra_opsets={"com.microsoft": 1}
+    )
+    feeds = {"a": rand(*a), "b": rand(*b, seed=1)}
+    (expected,) = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    assert (p.trans_a, p.trans_b, p.alpha) == (bool(trans_a), bool(trans_b), 0.5)
+    folded = len(a) == 3 and not trans_a  # A's batch folded into its rows
+    rows = expected.shape[-2] * (2 if folded else 1)
+    assert (p.m, p.n, p.k) == (rows, expected.shape[-1], a[-2 if trans_a else -1])
+    assert p.batch == math.prod(expected.shape[:-2]) // (2 if folded else 1)
+    assert p.a_batched == (p.batch > 1)
+
+
+def test_other_contrib_ops_say_what_they_are(build_model, process_proto):
+    node = helper.make_node("Attention", ["x", "w", "b"], ["y"], domain="com.microsoft", num_heads=2)
+    proto = build_model(
+        [node],
+        [("x", F, [1, 4, 8])],
+        [("y", F, None)],
+        {"w": rand(8, 24), "b": rand(24)},
+        extra_opsets={"com.microsoft": 1},
+        check=False,
+    )
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    assert isinstance(p, Unsupported) and "com.microsoft::Attention: ONNX Runtime's fused attention" in p.reason
+    assert "SkipLayerNormalization" in p.reason  # the ones it knows
+    node = helper.make_node("Inverse", ["x"], ["y"], domain="com.microsoft")  # one it has no word for
+    proto = build_model([node], [("x", F, [2, 4, 4])], [("y", F, None)], extra_opsets={"com.microsoft": 1})
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    assert isinstance(p, Unsupported) and "com.microsoft::Inverse: an ONNX Runtime contrib op with no GPU" in p.reason
+
+
+def test_matmul_nbits_of_the_wrong_block_count_or_zero_points_is_unsupported(build_model, process_proto):
+    """ONNX Runtime refuses such a file; the derivation names what does not fit instead of reading past it."""
+    for blocks, zero_points, said in ((3, 8, "blocks of 32"), (2, 7, "zero points")):
+        consts = {
+            "b": np.zeros((8, blocks, 16), np.uint8),
+            "s": np.ones((8 * blocks,), np.float32),
+            "zp": np.zeros((zero_points,), np.uint8),
+        }
+        node = helper.make_node(
+            "MatMulNBits", ["a", "b", "s", "zp"], ["y"], domain="com.microsoft", K=64, N=8, bits=4, block_size=32
+        )
+        proto = build_model([node], [("a", F, [1, 64])], [("y", F, None)], consts, extra_opsets={"com.microsoft": 1})
+        p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+        assert isinstance(p, Unsupported) and said in p.reason, p
+
+
+def simulate_block_gemv(call, a, b, scales, zero_points=None, bias=None):
+    """The dequantising GEMV kernel's loops, statement for statement, on NumPy: its word, block and
+    zero-point indexing checked against ONNX Runtime where no GPU runs the CUDA."""
+    n, k, k_blocks, blob, zp_stride = (v for _, v in call.raw.scalars)
+    bits = 4 if "_4bit_" in call.raw.name else 8
+    block = blob * 8 // bits
+    words = np.ascontiguousarray(b).reshape(n, -1).view("<u4")
+    rows = a.reshape(-1, k)
+    y = np.zeros((rows.shape[0], n))
+    for row in range(rows.shape[0]):
+        for col in range(n):
+            total = 0.0
+            for w in range(k_blocks * blob // 4):  # the lanes' words, in any order
+                word = int(words[col, w])
+                kb = (w * 4) // blob
+                k0 = kb * block + ((w * 4) % blob) * (8 // bits)
+                s = float(scales.reshape(-1)[col * k_blocks + kb])
+                if zero_points is None:
+                    z = 2 ** (bits - 1)
+                elif bits == 4:
+                    z = (int(zero_points.reshape(-1)[col * zp_stride + (kb >> 1)]) >> ((kb & 1) * 4)) & 15
+                else:
+                    z = int(zero_points.reshape(-1)[col * zp_stride + kb])
+                for e in range(32 // bits):
+                    if k0 + e < k:
+                        total += float(rows[row, k0 + e]) * (((word >> (e * bits)) & ((1 << bits) - 1)) - z) * s
+            y[row, col] = total + (float(bias[col]) if bias is not None else 0.0)
+    return y
+
+
+@pytest.mark.parametrize(
+    "rows, k, n, bits, block, zero_points, bias",
+    [
+        (1, 64, 24, 4, 32, False, False),  # a decoder step: the GEMV kernel
+        (3, 40, 9, 4, 16, True, False),  # K not a whole number of blocks; an odd count of blocks' zero points
+        (2, 64, 8, 8, 32, True, True),
+        (20, 64, 16, 4, 32, True, False),  # a prompt: dequantised, then a matmul
+    ],
+)
+def test_matmul_nbits(build_model, process_proto, rows, k, n, bits, block, zero_points, bias):
+    rng = np.random.default_rng(7)
+    k_blocks, blob = -(-k // block), block * bits // 8
+    consts = {
+        "b": rng.integers(0, 256, (n, k_blocks, blob), dtype=np.uint8),
+        "scales": (rng.random((n, k_blocks)) * 0.1 + 0.01).astype(np.float32),
+    }
+    names = ["a", "b", "scales"]
+    if zero_points:
+        consts["zp"] = rng.integers(0, 256, (n * ((k_blocks * bits + 7) // 8),), dtype=np.uint8)
+        names.append("zp")
+    if bias:
+        consts["bias"] = rand(n, seed=9)
+        names += [""] * (5 - len(names)) + ["bias"]
+    node = helper.make_node("MatMulNBits", names, ["y"], domain="com.microsoft", K=k, N=n, bits=bits, block_size=block)
+    feeds = {"a": rand(1, rows, k)}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, consts, ms=True)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-3)
+    assert (call.raw is not None) == (rows <= 16)
+    if call.raw is not None:
+        assert call.raw.grid == (-(-n // 4), rows) and call.raw.block == (128,)
+        args = [consts["b"], consts["scales"], consts.get("zp"), consts.get("bias")]
+        simulated = simulate_block_gemv(call, feeds["a"], *args)
+        np.testing.assert_allclose(simulated.reshape(expected[0].shape), expected[0], rtol=1e-4, atol=1e-3)

@@ -93,12 +93,22 @@ def test_matmul_batches(one_node, a, b, expected):
     [
         ((2, 1, 4, 5), (1, 3, 5, 6), 6),
         ((2, 4, 16, 16), (1, 4, 16, 8), 8),  # a TorchScript attention: the heads' values shared by samples
+        ((2, 1, 4, 5), (1, 2, 5, 3), 4),  # as many products each side, 4 after broadcasting
+        ((3, 1, 4, 5), (1, 3, 5, 3), 9),
     ],
 )
 def test_matmul_batch_axes_broadcast_against_each_other_run_as_the_batch_they_expand_to(one_node, a, b, batch):
     node = helper.make_node("MatMul", ["a", "b"], ["y"])
     p = layer_params(one_node(node, [("a", F, list(a)), ("b", F, list(b))]))
     assert (p.batch, p.m, p.n, p.k, p.a_batched, p.b_batched) == (batch, a[-2], b[-1], a[-1], True, True)
+
+
+def test_matmul_batch_axes_that_do_not_broadcast_are_unsupported():
+    """ONNX's inference refuses such a model first; the derivation says so too, not a batch of 6."""
+    from benanza.runtimes.cuda.params import _matmul_of
+
+    p = _matmul_of((2, 3, 4, 5), (3, 2, 5, 6), "float32")
+    assert isinstance(p, Unsupported) and "do not broadcast" in p.reason
 
 
 def test_max_pool_with_an_extra_end_row_runs_with_the_symmetric_pad_that_keeps_its_output(one_node):

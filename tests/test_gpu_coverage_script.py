@@ -32,7 +32,7 @@ def test_a_bert_has_a_gpu_call_for_every_layer_and_a_qoperator_resnet_says_what_
         assert bert[precision]["with_a_call"] == bert[precision]["specs"], bert[precision]["reasons"]
     qop = coverage.coverage_of(entries["resnet18_int8_qop"])["float32"]
     assert qop["with_a_call"] < qop["specs"] and qop["skipped_by_op"]["QLinearConv"] > 0
-    assert any("QLinearConv has no GPU kernel mapping" in reason for reason in qop["reasons"])
+    assert any("QLinearConv: the QOperator int8 format" in reason for reason in qop["reasons"])
 
 
 def test_a_user_s_model_file_is_planned_and_nothing_is_written_unless_asked(zoo_path, tmp_path, monkeypatch, capsys):

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -44,6 +44,7 @@ from benanza.errors import GpuError, UnsupportedLayer
 from benanza.runtimes.cuda.candidate import Candidate
 from benanza.runtimes.cuda.params import (
     QUANTIZED_RANGES,
+    BlockQuantizedGemmParams,
     DataMovementParams,
     ElementwiseParams,
     FrameworkParams,
@@ -186,6 +187,8 @@ register_elementwise = _registrar(ELEMENTWISE)  # the builder of one or more ele
 register_movement = _registrar(MOVEMENT)  # the builder of one or more data-movement ops' ``LayerCall``
 register_reduction = _registrar(REDUCTION)
 register_normalization = _registrar(NORMALIZATION)
+QUANTIZED_GEMM: dict[str, CallBuilder] = {}
+register_quantized_gemm = _registrar(QUANTIZED_GEMM)
 
 # which table holds the builders of a kind of parameters, and what the kind is called in messages
 _TABLES: dict[type, tuple[dict[str, CallBuilder], str]] = {
@@ -193,6 +196,7 @@ _TABLES: dict[type, tuple[dict[str, CallBuilder], str]] = {
     DataMovementParams: (MOVEMENT, "data-movement"),
     ReductionParams: (REDUCTION, "reduction"),
     NormalizationParams: (NORMALIZATION, "normalization"),
+    BlockQuantizedGemmParams: (QUANTIZED_GEMM, "quantized GEMM"),
 }
 
 
@@ -264,7 +268,7 @@ _SCALAR_OPERAND = {
     **{"Add": 1.0, "Sub": 1.0, "Mul": 0.5, "Div": 2.0, "Pow": 2.0, "Mod": 3.0},
     **{"And": True, "Or": True, "Xor": True},
 }
-_VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add"}
+_VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add", "BiasAdd": "add"}  # BiasAdd: ORT's
 
 
 def _accumulator(dtype: str) -> tuple[str, str, str]:
@@ -545,6 +549,12 @@ _POINTWISE: dict[str, tuple[Callable[..., Any], str, dict[str, float]]] = {
         {"bias": 0.0, "lambd": 0.5},
     ),
     "Softsign": (lambda xp, x: x / (1.0 + xp.abs(x)), "A v = (A)x; y = (T)(v / ((A)1 + {fabs}(v)));", {}),
+    # ONNX Runtime's x * sigmoid(alpha * x)
+    "QuickGelu": (
+        lambda xp, x, alpha: x / (1.0 + xp.exp(-alpha * x)),
+        "A v = (A)x; y = (T)(v / ((A)1 + {exp}(-(A){alpha} * v)));",
+        {"alpha": 1.702},
+    ),
 }
 
 
@@ -560,6 +570,34 @@ def _pointwise(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     operation = body.format(**_math(p.dtype), **{name: repr(v) for name, v in values.items()})
     fused = _fused(p.op.lower(), p.dtype, "T x", operation)
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
+
+
+@register_elementwise("FastGelu", "BiasGelu")
+def _bias_gelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    """ONNX Runtime's Gelu of ``x + bias`` in one kernel: tanh's approximation (FastGelu, its bias
+    optional) or erf's (BiasGelu)."""
+    if len(p.inputs) == 1 and p.op == "FastGelu":
+        return _gelu(replace(p, op="Gelu"), {"approximate": "tanh"})
+    x, bias = _exact_inputs(p, 2)
+    _, erf, tanh = _accumulator(p.dtype)
+    rsqrt2, k = 1.0 / math.sqrt(2.0), math.sqrt(2.0 / math.pi)
+    fast = p.op == "FastGelu"
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, v = ops.xp, inputs[0] + inputs[1]
+        if fast:
+            inner = xp.tanh(k * (v + 0.044715 * v * v * v))
+        else:
+            inner = xp.empty_like(v)
+            ops.erf(v * rsqrt2, inner)
+        xp.copyto(outputs[0], 0.5 * v * (1.0 + inner), casting="unsafe")
+
+    if fast:
+        body = f"A v = (A)x + (A)b; y = (T)((A)0.5 * v * ((A)1 + {tanh}((A){k!r} * (v + (A)0.044715 * v * v * v))));"
+    else:
+        body = f"A v = (A)x + (A)b; y = (T)((A)0.5 * v * ((A)1 + {erf}(v * (A){rsqrt2!r})));"
+    fused = _fused(f"bias_gelu_{'tanh' if fast else 'erf'}", p.dtype, "T x, T b", body)
+    return LayerCall(p.op, fused.name, (x, bias), (InputSpec(p.y, p.dtype),), run, fused)
 
 
 @register_elementwise("Where")
@@ -1003,7 +1041,9 @@ def _topk(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
     def run(ops: ArrayOps, inputs: Sequence[Any], outs: Sequence[Any]) -> None:
         xp, data = ops.xp, inputs[0]
         stable = {"kind": "stable"} if xp is np else {}  # CuPy's argsort is stable and takes no kind
-        order = xp.argsort(-data if largest else data, axis=axis, **stable)
+        # NaN as the greatest value: first among the largest (its key -inf), last among the smallest
+        key = xp.where(xp.isnan(data), -xp.inf, -data) if largest else data
+        order = xp.argsort(key, axis=axis, **stable)
         picked = xp.take(order, xp.arange(k), axis=axis)
         xp.copyto(outs[1], picked)
         xp.copyto(outs[0], xp.take_along_axis(data, picked, axis=axis))
@@ -1032,14 +1072,18 @@ def topk_kernel(dtype: str, largest: bool, rows: int, n: int, inner: int, k: int
     t, a, load, store, _ = _ROW_TYPES[dtype]
     name = f"benanza_top_k_{'largest' if largest else 'smallest'}_{dtype}"
     beats = "v > w" if largest else "v < w"
+    nan_first = "vn" if largest else "wn"  # the NaN first among the largest, last among the smallest
     source = f"""typedef {t} T;
 typedef {a} A;
 __device__ __forceinline__ A load(T v) {{ {load} }}
 __device__ __forceinline__ T store(A v) {{ {store} }}
-// (v, i) comes before (w, j): a better value, or the same at a lower index; j < 0 is no value
+// (v, i) comes before (w, j): a better value, or the same at a lower index; j < 0 is no value.
+// NaN counts as greater than every number (ONNX Runtime's order), equal to NaN.
 __device__ __forceinline__ bool before(A v, long long i, A w, long long j) {{
     if (i < 0) return false;
     if (j < 0) return true;
+    const bool vn = v != v, wn = w != w;
+    if (vn || wn) return vn == wn ? i < j : {nan_first};
     return {beats} || (v == w && i < j);
 }}
 __device__ __forceinline__ void best_of_warp(A& v, long long& i) {{
@@ -1120,30 +1164,52 @@ def _reduce(p: ReductionParams, attrs: dict[str, Any]) -> LayerCall:
 # ------------------------------------------------------------------------ normalization
 
 
-@register_normalization("LayerNormalization", "RMSNormalization", "InstanceNormalization", "GroupNormalization")
+_NORMALIZATIONS = (
+    *("LayerNormalization", "RMSNormalization", "InstanceNormalization", "GroupNormalization"),
+    *("SimplifiedLayerNormalization", "SkipLayerNormalization", "SkipSimplifiedLayerNormalization"),
+)
+
+
+@register_normalization(*_NORMALIZATIONS)
 def _normalization(p: NormalizationParams, attrs: dict[str, Any]) -> LayerCall:
-    """Each of ``rows`` rows of ``cols`` values normalised by its own mean (none for RMSNormalization)
+    """Each of ``rows`` rows of ``cols`` values normalised by its own mean (none for the RMS kinds)
     and root-mean-square deviation, times the scale (plus the bias): a column's (LayerNormalization),
-    a row's channel's (InstanceNormalization) or a group's or a channel's (GroupNormalization)."""
+    a row's channel's (InstanceNormalization) or a group's or a channel's (GroupNormalization).
+    The skip kinds normalise ``x + skip (+ pre_bias)`` and may write that sum as a second output."""
     rows, cols, eps, (period, stride, run_length) = p.rows, p.cols, p.epsilon, p.affine
     if rows * cols == 0:
         raise UnsupportedLayer(f"{p.op} of an empty {p.x}")
-    rms = p.op == "RMSNormalization"
+    skip_rows = p.skip_rows
+    if p.skip and (skip_rows * cols != math.prod(p.skip) or rows % skip_rows):
+        raise UnsupportedLayer(f"{p.op}: a skip of {p.skip} does not repeat over rows of {cols} of {p.x}")
+    rms = p.rms
     affine = (p.affine_size,)
-    specs = (InputSpec(p.x, p.dtype), InputSpec(affine, p.dtype))
+    specs = (InputSpec(p.x, p.dtype),)
+    specs += (InputSpec(p.skip, p.dtype),) if p.skip else ()
+    specs += (InputSpec(affine, p.dtype),)
     specs += (InputSpec(affine, p.dtype),) if p.bias else ()
+    specs += (InputSpec((cols,), p.dtype),) if p.pre_bias else ()
+    outputs = (InputSpec(p.x, p.dtype),) + ((InputSpec(p.x, p.dtype),) if p.sum_out else ())
 
-    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        xp, x = ops.xp, inputs[0].reshape(rows, cols)
+    def run(ops: ArrayOps, inputs: Sequence[Any], outs: Sequence[Any]) -> None:
+        xp, rest = ops.xp, list(inputs[1:])
+        x = inputs[0].reshape(rows, cols)
+        if skip_rows:
+            x = x + xp.tile(rest.pop(0).reshape(skip_rows, cols), (rows // skip_rows, 1))
+        scale, shift = rest.pop(0), rest.pop(0) if p.bias else None
+        if p.pre_bias:
+            x = x + rest.pop(0)
+        if p.sum_out:
+            xp.copyto(outs[1].reshape(rows, cols), x, casting="unsafe")
         centered = x if rms else x - x.mean(axis=1, keepdims=True)
         at = (xp.arange(rows)[:, None] % period) * stride + xp.arange(cols)[None, :] // run_length
-        y = centered / xp.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps) * inputs[1][at]
-        if len(inputs) > 2:
-            y = y + inputs[2][at]
-        xp.copyto(outputs[0].reshape(rows, cols), y, casting="unsafe")
+        y = centered / xp.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps) * scale[at]
+        if shift is not None:
+            y = y + shift[at]
+        xp.copyto(outs[0].reshape(rows, cols), y, casting="unsafe")
 
-    raw = row_norm_kernel(p.dtype, rms, p.bias, rows, cols, eps, p.affine)
-    return LayerCall(p.op, raw.name, specs, (InputSpec(p.x, p.dtype),), run, raw=raw)
+    raw = row_norm_kernel(p.dtype, rms, p.bias, rows, cols, eps, p.affine, skip_rows, p.pre_bias, p.sum_out)
+    return LayerCall(p.op, raw.name, specs, outputs, run, raw=raw)
 
 
 # per dtype: the C type a kernel reads and writes, the one it computes in, how it converts, its sqrt
@@ -1164,7 +1230,16 @@ ROW_VALUES_PER_THREAD = 4  # each thread reads about this many values of a row (
 
 
 def row_norm_kernel(
-    dtype: str, rms: bool, bias: bool, rows: int, cols: int, eps: float, affine: tuple[int, int, int] = (1, 0, 1)
+    dtype: str,
+    rms: bool,
+    bias: bool,
+    rows: int,
+    cols: int,
+    eps: float,
+    affine: tuple[int, int, int] = (1, 0, 1),
+    skip_rows: int = 0,
+    pre_bias: bool = False,
+    sum_out: bool = False,
 ) -> RowKernel:
     """The one-kernel row normalisation: a block per row; its threads (a multiple of 32, at most
     1,024) take the row's count, mean and sum of squared deviations in one pass (Welford's, as
@@ -1175,13 +1250,29 @@ def row_norm_kernel(
     ``affine`` ``(P, Q, R)``: value ``i`` of row ``r`` takes scale and bias ``(r % P) * Q + i // R``.
     ``(1, 0, 1)`` is a column's (LayerNormalization); ``R == cols`` one a row, read once
     (InstanceNormalization, GroupNormalization-18: ``_row_affine``); else a channel of the row's
-    group (GroupNormalization-21: ``_channel_affine``), ``P``, ``Q``, ``R`` passed after ``eps``."""
+    group (GroupNormalization-21: ``_channel_affine``), ``P``, ``Q``, ``R`` passed after ``eps``.
+
+    ONNX Runtime's SkipLayerNormalization: each row is ``x + skip`` (``skip_rows`` rows of it, the
+    last parameter, repeated over ``x``'s) ``+ pre_bias`` (a column's) before it is normalised, and
+    with ``sum_out`` that sum is written too (the next residual's input), in the statistics' pass."""
     if dtype not in _ROW_TYPES:
         raise UnsupportedLayer(f"row normalisation in {dtype}: the kernel runs {', '.join(_ROW_TYPES)}")
     t, a, load, store, sqrt = _ROW_TYPES[dtype]
     mode = "" if affine == (1, 0, 1) else "_row_affine" if affine[2] == cols else "_channel_affine"
     kind = "rms_norm" if rms else "layer_norm"
-    name = f"benanza_{kind}_{dtype}{'_bias' if bias else ''}{mode}"
+    name = f"benanza_{kind}_{dtype}{'_skip' if skip_rows else ''}{'_bias' if bias else ''}{mode}"
+    name += ("_prebias" if pre_bias else "") + ("_sum" if sum_out else "")
+    value = "load(xr[i])" + (" + load(sr[i])" if skip_rows else "") + (" + load(pre_bias[i])" if pre_bias else "")
+    extra_inputs = (" const T* __restrict__ bias," if bias else "") + (
+        " const T* __restrict__ pre_bias," if pre_bias else ""
+    )
+    skip_rows_param = ", long long skip_rows" if skip_rows else ""
+    rows_of = "".join(
+        (
+            "\n    const T* sr = skip + (long long)(blockIdx.x % skip_rows) * cols;" if skip_rows else "",
+            "\n    T* yr_sum = y_sum + (long long)blockIdx.x * cols;" if sum_out else "",
+        )
+    )
     centre, spread = ("(A)0", "var + mean * mean") if rms else ("mean", "var")
     extra = ", long long period, long long stride, long long run_length" if mode else ""
     hoist, scaled = "", "* load(scale[i]);" + (" v += load(bias[i]);" if bias else "")
@@ -1213,14 +1304,16 @@ __device__ __forceinline__ void merge_warp(A& n, A& mean, A& m2) {{
         merge(n, mean, m2, nb, mb, m2b);
     }}
 }}
-extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__ scale,{
-        " const T* __restrict__ bias," if bias else ""
-    } T* __restrict__ y, long long cols, A eps{extra}) {{
+extern "C" __global__ void {name}(const T* __restrict__ x,{
+        " const T* __restrict__ skip," if skip_rows else ""
+    } const T* __restrict__ scale,{extra_inputs} T* __restrict__ y,{
+        " T* __restrict__ y_sum," if sum_out else ""
+    } long long cols, A eps{extra}{skip_rows_param}) {{
     const T* xr = x + (long long)blockIdx.x * cols;
-    T* yr = y + (long long)blockIdx.x * cols;
+    T* yr = y + (long long)blockIdx.x * cols;{rows_of}
     A n = (A)0, mean = (A)0, m2 = (A)0;
     for (long long i = threadIdx.x; i < cols; i += blockDim.x) {{
-        const A v = load(xr[i]);
+        const A v = {value};{" yr_sum[i] = store(v);" if sum_out else ""}
         n += (A)1;
         const A d = v - mean;
         mean += d / n;
@@ -1254,7 +1347,7 @@ extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__
     const A rstd = (A)1 / {sqrt}({spread} + eps);
     {hoist}
     for (long long i = threadIdx.x; i < cols; i += blockDim.x) {{
-        A v = (load(xr[i]) - centre) * rstd {scaled}
+        A v = ({value} - centre) * rstd {scaled}
         yr[i] = store(v);
     }}
 }}
@@ -1267,7 +1360,120 @@ extern "C" __global__ void {name}(const T* __restrict__ x, const T* __restrict__
     scalars: tuple[tuple[str, float | int], ...] = (("int64", cols), (accumulator, eps))
     if mode:
         scalars += tuple(("int64", v) for v in affine)
+    if skip_rows:
+        scalars += (("int64", skip_rows),)
     return RowKernel(source, name, (rows,), (threads,), scalars)
+
+
+# ------------------------------------------------------------------------ block-quantized GEMM
+
+GEMV_ROWS_MAX = 16  # rows of A up to which the dequantising GEMV kernel runs (a decoder's tokens)
+GEMV_WARPS = 4  # output columns a block computes, a warp each
+
+
+@register_quantized_gemm("MatMulNBits")
+def _matmul_nbits(p: BlockQuantizedGemmParams, attrs: dict[str, Any]) -> LayerCall:
+    """``a @ dequantize(b).T (+ bias)``. Up to ``GEMV_ROWS_MAX`` rows: one kernel that reads the packed
+    weight once a row and dequantises it in registers (``block_gemv_kernel``: what a decoder's step
+    is bound by, the weight's bytes); more rows: the weight dequantised whole, then CuPy's matmul
+    (cuBLAS), as frameworks run a prompt."""
+    m, n, k, bits, block = p.m, p.n, p.k, p.bits, p.block_size
+    k_blocks, blob = p.k_blocks, p.blob
+    # packed bytes over their whole range (every nibble and zero point varies: the device test sees them)
+    specs = (InputSpec(p.a, p.dtype), InputSpec(p.b, "uint8", index_bound=256), InputSpec(p.scales, p.dtype))
+    specs += (InputSpec(p.zero_points, "uint8", index_bound=256),) if p.zero_points else ()
+    specs += (InputSpec((n,), p.dtype),) if p.bias else ()
+    outputs = (InputSpec((*p.a[:-1], n), p.dtype),)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outs: Sequence[Any]) -> None:
+        xp, rest = ops.xp, list(inputs[3:])
+        zero_points = rest.pop(0) if p.zero_points else None
+        weight = dequantized_blocks(xp, inputs[1], inputs[2], zero_points, bits, block, k)
+        y = inputs[0].reshape(m, k) @ weight.T.astype(inputs[0].dtype)
+        if p.bias:
+            y = y + rest.pop(0)
+        xp.copyto(outs[0].reshape(m, n), y, casting="unsafe")
+
+    if m > GEMV_ROWS_MAX or p.dtype not in _ROW_TYPES:
+        notes = (f"{m} rows: the weight dequantised whole, then CuPy's matmul (cuBLAS)",)
+        return LayerCall(p.op, "dequantize-matmul", specs, outputs, run, notes=notes)
+    raw = block_gemv_kernel(p.dtype, bits, bool(p.zero_points), p.bias, m, n, k, k_blocks, blob, block)
+    return LayerCall(p.op, raw.name, specs, outputs, run, raw=raw)
+
+
+def dequantized_blocks(xp: Any, b: Any, scales: Any, zero_points: Any, bits: int, block: int, k: int) -> Any:
+    """The ``n`` x ``k`` float weight of MatMulNBits' packed ``b`` (n x blocks x bytes; the low bits of
+    a byte first), ``scales`` a block each and packed ``zero_points`` (none: ``2 ** (bits - 1)``)."""
+    n, k_blocks = b.shape[0], b.shape[1]
+    if bits == 4:
+        q = xp.stack([b & 15, b >> 4], axis=-1).reshape(n, k_blocks, block)
+    else:
+        q = b.reshape(n, k_blocks, block)
+    if zero_points is None:
+        z = xp.full((n, k_blocks), 2 ** (bits - 1), dtype=np.float64)
+    elif bits == 4:
+        packed = zero_points.reshape(n, -1)
+        z = xp.stack([packed & 15, packed >> 4], axis=-1).reshape(n, -1)[:, :k_blocks].astype(np.float64)
+    else:
+        z = zero_points.reshape(n, k_blocks).astype(np.float64)
+    s = scales.reshape(n, k_blocks).astype(np.float64)
+    weight = (q.astype(np.float64) - z[:, :, None]) * s[:, :, None]
+    return weight.reshape(n, k_blocks * block)[:, :k]
+
+
+def block_gemv_kernel(
+    dtype: str, bits: int, zero_points: bool, bias: bool, m: int, n: int, k: int, k_blocks: int, blob: int, block: int
+) -> RowKernel:
+    """A warp an output ``(row, column)``: its lanes read the column's packed weight a 32-bit word at
+    a time (``32 / bits`` values of one block), dequantise them with the block's scale and zero point
+    and multiply them by the row of ``a``; a warp shuffle sums the lanes. ``GEMV_WARPS`` columns a
+    block, a row of ``a`` a grid row."""
+    t, acc, load, store, _ = _ROW_TYPES[dtype]
+    values, mask = 32 // bits, (1 << bits) - 1
+    name = f"benanza_block_gemv_{bits}bit_{dtype}{'_zp' if zero_points else ''}{'_bias' if bias else ''}"
+    if zero_points and bits == 4:
+        zero = "(A)((zp[col * zp_stride + (kb >> 1)] >> ((kb & 1) * 4)) & 15)"
+    elif zero_points:
+        zero = "(A)zp[col * zp_stride + kb]"
+    else:
+        zero = f"(A){2 ** (bits - 1)}"
+    source = f"""typedef {t} T;
+typedef {acc} A;
+__device__ __forceinline__ A load(T v) {{ {load} }}
+__device__ __forceinline__ T store(A v) {{ {store} }}
+extern "C" __global__ void {name}(const T* __restrict__ a, const unsigned char* __restrict__ b,
+        const T* __restrict__ scales,{" const unsigned char* __restrict__ zp," if zero_points else ""}{
+        " const T* __restrict__ bias," if bias else ""
+    } T* __restrict__ y, long long n, long long k, long long k_blocks, long long blob, long long zp_stride) {{
+    const long long col = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    const long long row = blockIdx.y;
+    const int lane = threadIdx.x & 31;
+    if (col >= n) return;  // a whole warp: no barrier follows
+    const unsigned int* words = (const unsigned int*)(b + col * k_blocks * blob);
+    const long long count = k_blocks * blob / 4;
+    const T* ar = a + row * k;
+    A sum = (A)0;
+    for (long long w = lane; w < count; w += 32) {{
+        const unsigned int word = words[w];
+        const long long kb = (w * 4) / blob;
+        const long long k0 = kb * {block} + ((w * 4) % blob) * {8 // bits};
+        const A s = load(scales[col * k_blocks + kb]);
+        const A z = {zero};
+#pragma unroll
+        for (int e = 0; e < {values}; ++e) {{
+            const long long kk = k0 + e;
+            if (kk < k) sum += load(ar[kk]) * (((A)((word >> (e * {bits})) & {mask}u)) - z) * s;
+        }}
+    }}
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) y[row * n + col] = store(sum{" + load(bias[col])" if bias else ""});
+}}
+"""
+    if m > 65535:
+        raise UnsupportedLayer(f"a block GEMV of {m} rows: more than a grid's y dimension holds")
+    zp_stride = (k_blocks * bits + 7) // 8 if zero_points else 0
+    scalars = (("int64", n), ("int64", k), ("int64", k_blocks), ("int64", blob), ("int64", zp_stride))
+    return RowKernel(source, name, (math.ceil(n / GEMV_WARPS), m), (GEMV_WARPS * 32,), scalars)
 
 
 # ------------------------------------------------------------------------ host arrays (tests, references)

@@ -194,7 +194,10 @@ class NormalizationParams:
     LayerNormalization and RMSNormalization: the axes from ``axis`` on are a row, scale and bias one
     value a column. InstanceNormalization (``axis`` 2): a row is one sample's channel, scale and bias
     one value a channel. GroupNormalization (``groups``): a row is one sample's group of channels;
-    scale and bias one value a group (opset 18) or a channel (``per_channel``, opset 21)."""
+    scale and bias one value a group (opset 18) or a channel (``per_channel``, opset 21). ONNX
+    Runtime's SkipLayerNormalization and SkipSimplifiedLayerNormalization: a row is ``x + skip``
+    (``skip`` repeated over ``x``'s rows where it has fewer) plus a column's ``pre_bias``, and
+    ``sum_out`` writes that sum too."""
 
     op: str
     x: Shape
@@ -204,6 +207,18 @@ class NormalizationParams:
     dtype: str
     groups: int = 0  # GroupNormalization's
     per_channel: bool = False  # GroupNormalization-21: scale and bias per channel, not per group
+    skip: Shape = ()  # SkipLayerNormalization's second input; () for none
+    pre_bias: bool = False
+    sum_out: bool = False
+
+    @property
+    def rms(self) -> bool:
+        """Divided by the root mean square, not centred first."""
+        return self.op in RMS_NORMALIZATIONS
+
+    @property
+    def skip_rows(self) -> int:
+        return math.prod(self.skip) // self.cols if self.skip else 0
 
     @property
     def rows(self) -> int:
@@ -236,8 +251,44 @@ class NormalizationParams:
         return (p - 1) * q + (self.cols - 1) // r + 1
 
 
+@dataclass(frozen=True, slots=True)
+class BlockQuantizedGemmParams:
+    """ONNX Runtime's MatMulNBits: ``a`` (``m`` rows of ``k``) times a weight of ``n`` columns stored as
+    ``bits``-bit integers (``b``: ``n`` x blocks x bytes), ``block_size`` of them sharing a scale and
+    a zero point (``zero_points``: packed uint8; () for none: the middle value), plus a ``bias``."""
+
+    op: str
+    a: Shape
+    b: Shape
+    scales: Shape
+    zero_points: Shape
+    bias: bool
+    n: int
+    k: int
+    bits: int
+    block_size: int
+    dtype: str
+
+    @property
+    def m(self) -> int:
+        return math.prod(self.a[:-1])
+
+    @property
+    def k_blocks(self) -> int:
+        return self.b[1]
+
+    @property
+    def blob(self) -> int:
+        """Bytes a block of a column takes."""
+        return self.b[2]
+
+
+RMS_NORMALIZATIONS = frozenset({"RMSNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"})
+
 # what CuPy runs (``framework``), not cuDNN or cuBLAS
-FrameworkParams = ElementwiseParams | DataMovementParams | ReductionParams | NormalizationParams
+FrameworkParams = (
+    ElementwiseParams | DataMovementParams | ReductionParams | NormalizationParams | BlockQuantizedGemmParams
+)
 
 LayerParams = (
     ConvParams
@@ -251,18 +302,52 @@ LayerParams = (
     | DataMovementParams
     | ReductionParams
     | NormalizationParams
+    | BlockQuantizedGemmParams
 )
 
 ParamsFn = Callable[[NetworkNode, str], "LayerParams | Unsupported"]
-PARAMS: dict[str, ParamsFn] = {}
+PARAMS: dict[str, ParamsFn] = {}  # ONNX's ops
+# ONNX Runtime's contrib ops its transformer optimizer writes (``com.microsoft``): what an ORT-optimised
+# graph runs, each as its own fused kernel
+MS_DOMAIN = "com.microsoft"
+CONTRIB_PARAMS: dict[str, ParamsFn] = {}
 
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
+# Why an op known to be left out has no call: formats no GPU framework runs, and the library calls
+# benanza does not wrap yet (said in a skipped layer's reason instead of "no mapping").
+_CPU_DYNAMIC = (
+    "dynamic int8 (quantize_dynamic) is a CPU format: ONNX Runtime's CUDA provider has no"
+    " DynamicQuantizeLinear and multiplies only int8 by int8, PyTorch quantizes dynamically on the CPU only"
+)
+_CPU_QOPERATOR = (
+    "the QOperator int8 format (QLinear* ops with zero points) runs on ONNX Runtime's CPU kernels;"
+    " on a GPU, int8 runs as QDQ (Q/DQ around float layers, which this runtime maps)"
+)
+_QOPERATOR_OPS = (
+    *("QLinearConv", "QLinearMatMul", "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearSoftmax"),
+    *("QLinearGlobalAveragePool", "QLinearAveragePool", "QLinearConcat", "QLinearLeakyRelu", "QGemm"),
+)
+_NOT_MAPPED = {
+    **dict.fromkeys(("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger"), _CPU_DYNAMIC),
+    **dict.fromkeys(_QOPERATOR_OPS, _CPU_QOPERATOR),
+    **dict.fromkeys(("LSTM", "GRU", "RNN"), "cuDNN's RNN API (cudnnRNNForward) is not wrapped in benanza yet"),
+    **dict.fromkeys(
+        ("Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention"),
+        "ONNX Runtime's fused attention kernel: no cuDNN/cuBLAS call reproduces it in benanza yet"
+        " (an unfused export's MatMul, Softmax and element-wise layers are mapped)",
+    ),
+}
 
-def register_params(*op_types: str) -> Callable[[ParamsFn], ParamsFn]:
+
+def register_params(*op_types: str, domain: str = "") -> Callable[[ParamsFn], ParamsFn]:
+    """Register the derivation of ``op_types``' parameters: ONNX's (``domain`` "") or ONNX Runtime's
+    contrib ops (``MS_DOMAIN``)."""
+    table = {"": PARAMS, MS_DOMAIN: CONTRIB_PARAMS}[domain]
+
     def decorate(fn: ParamsFn) -> ParamsFn:
         for op in op_types:
-            PARAMS[op] = fn
+            table[op] = fn
         return fn
 
     return decorate
@@ -278,11 +363,21 @@ def layer_params(network: Network, pos: int = 0, dtype: str | None = None) -> La
     """
     node = resolved_node(network, pos)
     op = node.op_type
-    if node.domain not in ("", "ai.onnx"):
+    if node.domain == MS_DOMAIN:
+        derive = CONTRIB_PARAMS.get(op)
+        if derive is None:
+            why = _NOT_MAPPED.get(op) or "an ONNX Runtime contrib op with no GPU mapping in benanza"
+            known = ", ".join(sorted(CONTRIB_PARAMS))
+            return Unsupported(f"{MS_DOMAIN}::{op}: {why} (contrib ops mapped: {known})")
+    elif node.domain not in ("", "ai.onnx"):
         return Unsupported(f"{node.domain}::{op} is not an ONNX-domain op; no cuDNN/cuBLAS mapping")
-    derive = PARAMS.get(op)
-    if derive is None:
-        return Unsupported(f"{op} has no GPU kernel mapping in benanza ({len(PARAMS)} op types have one)")
+    else:
+        derive = PARAMS.get(op)
+        if derive is None:
+            why = _NOT_MAPPED.get(op)
+            if why:
+                return Unsupported(f"{op}: {why}")
+            return Unsupported(f"{op} has no GPU kernel mapping in benanza ({len(PARAMS)} op types have one)")
     own = node.outputs[0].dtype if op in _OUTPUT_TYPED else _dtype_of(node)
     if own not in FLOAT_DTYPES and op not in _ANY_DTYPE:
         return Unsupported(f"{op} on {own} data: the GPU runtime measures floating-point layers")
@@ -413,19 +508,24 @@ def _matmul(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
     sa, sb = _in_shape(node, 0), _in_shape(node, 1)
     if sa is None or sb is None or not sa or not sb:
         return Unsupported("MatMul without known operand shapes")
+    return _matmul_of(sa, sb, dtype)
+
+
+def _matmul_of(sa: Shape, sb: Shape, dtype: str) -> GemmParams | Unsupported:
+    """The GEMM of a MatMul of operands shaped ``sa`` and ``sb`` (NumPy's matmul broadcasting)."""
     a2 = sa if len(sa) >= 2 else (1, *sa)
     b2 = sb if len(sb) >= 2 else (*sb, 1)
     m, k = a2[-2], a2[-1]
     n = b2[-1]
     batch_a, batch_b = math.prod(a2[:-2]), math.prod(b2[:-2])
-    if batch_a != batch_b and 1 not in (batch_a, batch_b):
+    try:
+        batch = math.prod(np.broadcast_shapes(tuple(a2[:-2]), tuple(b2[:-2])))
+    except ValueError:
+        return Unsupported(f"MatMul of {sa} x {sb}: their batch axes do not broadcast")
+    if batch_a not in (1, batch) or batch_b not in (1, batch):
         # batch axes broadcast against each other (heads shared by one operand's samples): the batch of
         # products both operands expand to, each operand copied out to it as a framework expands it
         # before its batched GEMM (the copies are not this layer's)
-        try:
-            batch = math.prod(np.broadcast_shapes(tuple(a2[:-2]), tuple(b2[:-2])))
-        except ValueError:
-            return Unsupported(f"MatMul of {sa} x {sb}: their batch axes do not broadcast")
         return GemmParams(batch, m, n, k, False, False, dtype)
     if batch_b == 1 and batch_a > 1:  # a shared weight: one (batch*m x k) x (k x n) product
         return GemmParams(1, batch_a * m, n, k, False, False, dtype, a_batched=False, b_batched=False)
@@ -604,7 +704,8 @@ def _reduced_axes(x: Shape, y: Shape, keepdims: bool) -> tuple[int, ...] | None:
     return fits[0]
 
 
-@register_params("LayerNormalization", "RMSNormalization")
+# ONNX Runtime registers SimplifiedLayerNormalization (an RMS normalisation) in ONNX's domain
+@register_params("LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization")
 def _normalization(node: NetworkNode, dtype: str) -> NormalizationParams | Unsupported:
     op, a = node.op_type, _attrs(node)
     x = _in_shape(node, 0)
@@ -616,6 +717,36 @@ def _normalization(node: NetworkNode, dtype: str) -> NormalizationParams | Unsup
     refs = _inputs(node)
     bias = op == "LayerNormalization" and len(refs) > 2 and refs[2].kind is not RefKind.ABSENT
     return NormalizationParams(op, x, axis % len(x), float(a.get("epsilon", 1e-5)), bias, dtype)
+
+
+@register_params("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", domain=MS_DOMAIN)
+def _skip_normalization(node: NetworkNode, dtype: str) -> NormalizationParams | Unsupported:
+    """``x + skip (+ bias)`` normalised over its last axis: inputs ``input, skip, gamma[, beta][, bias]``
+    (the simplified, RMS kind has no beta); outputs ``output[, mean, inv_std_var][, input_skip_bias_sum]``."""
+    op, a = node.op_type, _attrs(node)
+    x, skip = _in_shape(node, 0), _in_shape(node, 1)
+    if not x or not skip:
+        return Unsupported(f"{op} without known input and skip shapes")
+    refs = _inputs(node)
+
+    def present(i: int) -> bool:
+        return len(refs) > i and refs[i].kind is not RefKind.ABSENT
+
+    simplified = op == "SkipSimplifiedLayerNormalization"
+    slots = node.output_slots or tuple(range(len(node.outputs)))
+    if 1 in slots or 2 in slots:
+        return Unsupported(f"{op} with its mean or inverse standard deviation outputs (training)")
+    return NormalizationParams(
+        op,
+        x,
+        len(x) - 1,
+        float(a.get("epsilon", 1e-12)),
+        not simplified and present(3),
+        dtype,
+        skip=skip,
+        pre_bias=present(3 if simplified else 4),
+        sum_out=3 in slots,
+    )
 
 
 @register_params("InstanceNormalization", "GroupNormalization")
@@ -725,6 +856,68 @@ def _elementwise(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupport
     if not shapes:
         return Unsupported(f"{node.op_type} without known input shapes")
     return ElementwiseParams(node.op_type, shapes, _out(node), dtype, tuple(sorted(_attrs(node).items())))
+
+
+register_params("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd", domain=MS_DOMAIN)(_elementwise)
+
+
+@register_params("FusedMatMul", domain=MS_DOMAIN)
+def _fused_matmul(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
+    """ONNX Runtime's ``alpha * op(A) @ op(B)`` (``transA``/``transB`` of the last two axes): a MatMul
+    with a transpose and a scale folded into its GEMM."""
+    a = _attrs(node)
+    if int(a.get("transBatchA", 0) or 0) or int(a.get("transBatchB", 0) or 0):
+        return Unsupported("FusedMatMul with batch transposes: not one GEMM's layout")
+    ta, tb = bool(int(a.get("transA", 0) or 0)), bool(int(a.get("transB", 0) or 0))
+    sa, sb = _in_shape(node, 0), _in_shape(node, 1)
+    if sa is None or sb is None or len(sa) < 2 or len(sb) < 2:
+        return Unsupported("FusedMatMul without two operands of at least 2 axes")
+    plain = _matmul_of((*sa[:-2], sa[-1], sa[-2]) if ta else sa, (*sb[:-2], sb[-1], sb[-2]) if tb else sb, dtype)
+    if isinstance(plain, Unsupported):
+        return plain
+    if ta and plain.m != sa[-1]:  # A's batch folded into its rows, which a transposed A has not: a batch
+        plain = replace(plain, batch=plain.m // sa[-1], m=sa[-1], a_batched=True, b_batched=False)
+    return replace(plain, trans_a=ta, trans_b=tb, alpha=float(a.get("alpha", 1.0)))
+
+
+@register_params("MatMulNBits", domain=MS_DOMAIN)
+def _matmul_nbits(node: NetworkNode, dtype: str) -> BlockQuantizedGemmParams | Unsupported:
+    """Inputs ``A, B, scales[, zero_points][, g_idx][, bias]``; ``K``, ``N``, ``bits``, ``block_size``."""
+    a, refs = _attrs(node), _inputs(node)
+    k, n, bits, block = (int(a.get(key, 0) or 0) for key in ("K", "N", "bits", "block_size"))
+    bits = bits or 4
+    x, b, scales = _in_shape(node, 0), _in_shape(node, 1), _in_shape(node, 2)
+    if bits not in (4, 8):
+        return Unsupported(f"MatMulNBits of {bits}-bit weights: the kernel reads 4 and 8")
+    if not x or x[-1] != k or b is None or scales is None or len(b) != 3 or b[0] != n:
+        return Unsupported(f"MatMulNBits of {x} by {b} does not multiply K={k} by N={n}")
+    if block < 1 or b[1] != -(-k // block) or b[2] * 8 != block * bits or b[2] % 4 or math.prod(scales) != n * b[1]:
+        return Unsupported(f"MatMulNBits blocks of {block} in {b[1:]} with {scales} scales for K={k}")
+
+    def present(i: int) -> InputRef | None:
+        return refs[i] if len(refs) > i and refs[i].kind is not RefKind.ABSENT else None
+
+    zero_points = present(3)
+    if zero_points is not None and zero_points.dtype != "uint8":
+        return Unsupported(f"MatMulNBits zero points as {zero_points.dtype} (the kernel reads packed uint8)")
+    packed = n * ((b[1] * bits + 7) // 8)
+    if zero_points is not None and math.prod(_shape(zero_points)) != packed:
+        return Unsupported(f"MatMulNBits zero points of {_shape(zero_points)}: {packed} packed bytes expected")
+    if present(4) is not None:
+        return Unsupported("MatMulNBits with g_idx (act-order): the kernel reads blocks in order")
+    return BlockQuantizedGemmParams(
+        "MatMulNBits",
+        x,
+        b,
+        scales,
+        _shape(zero_points) if zero_points is not None else (),
+        present(5) is not None,
+        n,
+        k,
+        bits,
+        block,
+        dtype,
+    )
 
 
 @register_params("CumSum")
