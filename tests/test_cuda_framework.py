@@ -723,6 +723,13 @@ GPU_CASES = [
         "MatMulNBits", (4, 3000), (1000, 94, 16), (1000 * 94,), (1000 * 47,), True, 1000, 3000, 4, 32, "float32"
     ),
     BlockQuantizedGemmParams("MatMulNBits", (2, 256), (64, 4, 64), (64, 4), (256,), False, 64, 256, 8, 64, "float32"),
+    red("ReduceL2", (8, 512), (1,), False, (8,)),
+    red("ReduceLogSumExp", (4, 6, 33), (2,), True, (4, 6, 1), "float16"),
+    ReductionParams("ArgMax", (4, 19, 64, 64), (1,), False, (4, 64, 64), "float32"),  # a segmentation head
+    ReductionParams("ArgMin", (3, 50), (1,), True, (3, 1), "float32", select_last_index=True),
+    mv("DepthToSpace", [(1, 48, 32, 32)], (1, 12, 64, 64), blocksize=2, mode="CRD"),
+    mv("SpaceToDepth", [(1, 3, 64, 64)], (1, 12, 32, 32), blocksize=2),
+    mv("Trilu", [(2, 64, 64)], (2, 64, 64), upper=0, k=0),
     BlockQuantizedGemmParams(
         "MatMulNBits", (1, 64, 512), (512, 16, 16), (512, 16), (), False, 512, 512, 4, 32, "float16"
     ),

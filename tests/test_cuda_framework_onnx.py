@@ -349,3 +349,53 @@ def test_matmul_nbits(build_model, process_proto, rows, k, n, bits, block, zero_
         args = [consts["b"], consts["scales"], consts.get("zp"), consts.get("bias")]
         simulated = simulate_block_gemv(call, feeds["a"], *args)
         np.testing.assert_allclose(simulated.reshape(expected[0].shape), expected[0], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    "op, axes, keepdims",
+    [
+        ("ReduceL1", [1], 1),
+        ("ReduceL2", [-1], 0),  # an embedding's norm (CLIP, sentence encoders)
+        ("ReduceSumSquare", [0, 2], 1),
+        ("ReduceLogSum", [2], 0),
+        ("ReduceLogSumExp", [1], 1),
+    ],
+)
+def test_composite_reductions(build_model, process_proto, op, axes, keepdims):
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims)
+    x = np.abs(rand(3, 5, 7)) + 0.1  # positive: ReduceLogSum's sums
+    consts = {"axes": np.array(axes, np.int64)}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, {"x": x}, consts)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    assert call.notes and "one after another" in call.notes[0]
+
+
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+@pytest.mark.parametrize("last", [0, 1])
+def test_arg_reductions_with_ties(build_model, process_proto, op, last):
+    x = np.array([[1.0, 3.0, 3.0, 0.0], [0.0, 0.0, 2.0, 2.0]], np.float32)
+    node = helper.make_node(op, ["x"], ["y"], axis=1, keepdims=0, select_last_index=last)
+    _, expected, got = against_onnx_runtime(build_model, process_proto, node, {"x": x}, outputs=(TensorProto.INT64,))
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+@pytest.mark.parametrize(
+    "op, attrs, shape",
+    [
+        ("DepthToSpace", {"blocksize": 2, "mode": "DCR"}, (1, 8, 3, 4)),
+        ("DepthToSpace", {"blocksize": 2, "mode": "CRD"}, (2, 12, 3, 2)),  # pixel shuffle
+        ("SpaceToDepth", {"blocksize": 2}, (1, 3, 4, 6)),
+    ],
+)
+def test_depth_and_space(build_model, process_proto, op, attrs, shape):
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    _, expected, got = against_onnx_runtime(build_model, process_proto, node, {"x": rand(*shape)})
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+@pytest.mark.parametrize("upper, k", [(1, 0), (0, -1), (1, 2)])
+def test_trilu(build_model, process_proto, upper, k):
+    node = helper.make_node("Trilu", ["x", "k"], ["y"], upper=upper)
+    consts = {"k": np.array(k, np.int64)}
+    _, expected, got = against_onnx_runtime(build_model, process_proto, node, {"x": rand(2, 5, 6)}, consts)
+    np.testing.assert_array_equal(got[0], expected[0])

@@ -1146,6 +1146,47 @@ extern "C" __global__ void {name}(const T* __restrict__ x, T* __restrict__ value
     return RowKernel(source, name, (rows,), (threads,), (("int64", n), ("int64", inner), ("int64", k)))
 
 
+@register_movement("DepthToSpace", "SpaceToDepth")
+def _depth_space(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """Channels moved into ``blocksize`` x ``blocksize`` pixels (DepthToSpace, DCR or CRD) or back: a
+    reshape, one transposing copy and a reshape, as ONNX defines them."""
+    if not p.inputs or len(p.inputs[0]) != 4:
+        raise UnsupportedLayer(f"{p.op} without a known N x C x H x W input")
+    (n, c, h, w), b = p.inputs[0], int(attrs.get("blocksize", 0) or 0)
+    if b < 1:
+        raise UnsupportedLayer(f"{p.op} with blocksize {b}")
+    if p.op == "DepthToSpace":
+        crd = str(attrs.get("mode", "DCR")) == "CRD"
+        shape = (n, c // (b * b), b, b, h, w) if crd else (n, b, b, c // (b * b), h, w)
+        perm = (0, 1, 4, 2, 5, 3) if crd else (0, 3, 4, 1, 5, 2)
+        y = (n, c // (b * b), h * b, w * b)
+    else:
+        shape, perm, y = (n, c, h // b, b, w // b, b), (0, 3, 5, 1, 2, 4), (n, c * b * b, h // b, w // b)
+    if y != tuple(p.y) or math.prod(shape) != n * c * h * w:
+        raise UnsupportedLayer(f"{p.op} of {p.inputs[0]} by {b} does not give {p.y}")
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], inputs[0].reshape(shape).transpose(perm).reshape(y))
+
+    return LayerCall(p.op, "transpose-copy", (InputSpec(p.inputs[0], p.dtype),), (InputSpec(p.y, p.dtype),), run)
+
+
+@register_movement("Trilu")
+def _trilu(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """The upper (``upper`` 1) or lower triangle of the last two axes from diagonal ``k``, the rest
+    zeroed: one CuPy kernel. ``k`` from the constant input (``k`` attribute here), else 0."""
+    if not p.inputs or len(p.inputs[0]) < 2:
+        raise UnsupportedLayer("Trilu without a known input of at least 2 axes")
+    upper, k = bool(int(attrs.get("upper", 1))), int(attrs.get("k", 0) or 0)
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp = ops.xp
+        xp.copyto(outputs[0], xp.triu(inputs[0], k) if upper else xp.tril(inputs[0], k))
+
+    x = p.inputs[0]
+    return LayerCall(p.op, "triu" if upper else "tril", (InputSpec(x, p.dtype),), (InputSpec(p.y, p.dtype),), run)
+
+
 # ------------------------------------------------------------------------ reductions
 
 _REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "amax", "ReduceMin": "amin", "ReduceProd": "prod"}
@@ -1159,6 +1200,51 @@ def _reduce(p: ReductionParams, attrs: dict[str, Any]) -> LayerCall:
         getattr(ops.xp, name)(inputs[0], axis=axes, keepdims=keepdims, out=outputs[0])
 
     return LayerCall(p.op, name, (InputSpec(p.x, p.dtype),), (InputSpec(p.y, p.dtype),), run)
+
+
+# reductions of a function of the values, or a function of the reduction: (what runs, the reference)
+_COMPOSITE_REDUCE: dict[str, tuple[str, Callable[..., Any]]] = {
+    "ReduceL1": ("absolute+sum", lambda xp, x, kw: xp.abs(x).sum(**kw)),
+    "ReduceL2": ("square+sum+sqrt", lambda xp, x, kw: xp.sqrt((x * x).sum(**kw))),
+    "ReduceSumSquare": ("square+sum", lambda xp, x, kw: (x * x).sum(**kw)),
+    "ReduceLogSum": ("sum+log", lambda xp, x, kw: xp.log(x.sum(**kw))),
+    "ReduceLogSumExp": (
+        "amax+exp+sum+log",  # shifted by the largest value, as frameworks compute it (no overflow)
+        lambda xp, x, kw: xp.log(xp.exp(x - x.max(axis=kw["axis"], keepdims=True)).sum(**kw)) + x.max(**kw),
+    ),
+}
+
+
+@register_reduction(*_COMPOSITE_REDUCE)
+def _composite_reduce(p: ReductionParams, attrs: dict[str, Any]) -> LayerCall:
+    """A norm, a sum of squares or a log-sum: CuPy's element-wise and reduction kernels in turn (a
+    framework fuses the element-wise part into its reduction: this costs more)."""
+    kernel, reference = _COMPOSITE_REDUCE[p.op]
+    kw = {"axis": p.axes, "keepdims": p.keepdims}
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        ops.xp.copyto(outputs[0], reference(ops.xp, inputs[0], kw), casting="unsafe")
+
+    notes = (f"{kernel}: CuPy's kernels one after another",)
+    return LayerCall(p.op, kernel, (InputSpec(p.x, p.dtype),), (InputSpec(p.y, p.dtype),), run, notes=notes)
+
+
+@register_reduction("ArgMax", "ArgMin")
+def _arg_reduce(p: ReductionParams, attrs: dict[str, Any]) -> LayerCall:
+    """The index of the first (``select_last_index``: the last) largest or smallest value: CuPy's
+    ``argmax``/``argmin`` (one reduction kernel; the last index through a reversed view)."""
+    (axis,), name = p.axes, "argmax" if p.op == "ArgMax" else "argmin"
+    n = p.x[axis]
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, x = ops.xp, inputs[0]
+        if p.select_last_index:
+            found = n - 1 - getattr(xp, name)(xp.flip(x, axis=axis), axis=axis)
+        else:
+            found = getattr(xp, name)(x, axis=axis)
+        xp.copyto(outputs[0], found.reshape(p.y))
+
+    return LayerCall(p.op, name, (InputSpec(p.x, p.dtype),), (InputSpec(p.y, "int64"),), run)
 
 
 # ------------------------------------------------------------------------ normalization

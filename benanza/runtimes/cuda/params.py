@@ -184,6 +184,7 @@ class ReductionParams:
     keepdims: bool
     y: Shape
     dtype: str
+    select_last_index: bool = False  # ArgMax/ArgMin: the last of equal values, not the first
 
 
 @dataclass(frozen=True, slots=True)
@@ -640,7 +641,10 @@ def _batch_norm(node: NetworkNode, dtype: str) -> BatchNormParams | Unsupported:
     return BatchNormParams(x, float(a.get("epsilon", 1e-5)), dtype)
 
 
-_REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd")
+_REDUCTIONS = (
+    *("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd"),
+    *("ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"),
+)
 
 
 @register_params(*_REDUCTIONS)
@@ -679,6 +683,24 @@ def _reduction(node: NetworkNode, dtype: str) -> ReductionParams | Unsupported:
     if expected != tuple(y):
         return Unsupported(f"{op} of {x} over {list(axes)} gives {expected}, not the model's {y}")
     return ReductionParams(op, x, axes, keepdims, y, dtype)
+
+
+@register_params("ArgMax", "ArgMin")
+def _arg_reduction(node: NetworkNode, dtype: str) -> ReductionParams | Unsupported:
+    """The index of the largest (smallest) value along ``axis``: one reduction kernel."""
+    op, a = node.op_type, _attrs(node)
+    x, y = _in_shape(node, 0), _out(node)
+    if not x:
+        return Unsupported(f"{op} without a known input shape")
+    axis = int(a.get("axis", 0))
+    if not -len(x) <= axis < len(x):
+        return Unsupported(f"{op} axis {axis} out of range for rank {len(x)}")
+    axis %= len(x)
+    keepdims = bool(a.get("keepdims", 1))
+    expected = tuple(1 if d == axis else e for d, e in enumerate(x)) if keepdims else x[:axis] + x[axis + 1 :]
+    if expected != tuple(y):
+        return Unsupported(f"{op} of {x} along {axis} gives {expected}, not the model's {y}")
+    return ReductionParams(op, x, (axis,), keepdims, y, dtype, bool(a.get("select_last_index", 0)))
 
 
 def _reduced_axes(x: Shape, y: Shape, keepdims: bool) -> tuple[int, ...] | None:
@@ -844,6 +866,7 @@ _ANY_DTYPE = frozenset(
     | {"Unsqueeze", "Identity", "Concat", "Transpose", "Slice", "Expand", "Shape"}
     # integer arithmetic a model does on the GPU too (position ids: a mask's running count, plus an offset)
     | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum", "GatherElements", "GatherND", "Mod", "Sign"}
+    | {"ArgMax", "ArgMin", "DepthToSpace", "SpaceToDepth", "Trilu"}
 )
 
 
@@ -994,6 +1017,9 @@ _MOVES = (
     "Resize",
     "Upsample",
     "TopK",  # the values and their indices: the parameters carry the values' shape
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Trilu",
 )
 
 
@@ -1009,6 +1035,11 @@ def _data_movement(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupp
     a = _attrs(node)
     if op == "Resize" and node.opset < 11:  # Resize-10 samples as Upsample does: no attributes say how
         a = {**a, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    refs = _inputs(node)
+    if op == "Trilu" and len(refs) > 1 and refs[1].kind is not RefKind.ABSENT:  # its diagonal, as an attribute
+        if refs[1].kind is not RefKind.VALUE or not refs[1].value:
+            return Unsupported("Trilu with a diagonal the model computes")
+        a, shapes = {**a, "k": int(refs[1].value[0])}, shapes[:1]
     attrs = tuple(sorted(a.items()))
     if op == "Dropout" and (len(node.outputs) > 1 or _attrs(node).get("training_mode")):
         return Unsupported("Dropout with a mask output or in training mode")
