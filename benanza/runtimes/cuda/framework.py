@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -271,14 +271,19 @@ _SCALAR_OPERAND = {
 _VARIADIC = {"Max": "maximum", "Min": "minimum", "Sum": "add", "Mean": "add", "BiasAdd": "add"}  # BiasAdd: ORT's
 
 
-def _accumulator(dtype: str) -> tuple[str, str, str]:
-    """(C type, erf, tanh) a fused kernel computes in: double for float64, float otherwise."""
-    return ("double", "erf", "tanh") if dtype == "float64" else ("float", "erff", "tanhf")
+def _accumulator(dtype: str) -> str:
+    """The C type a fused kernel computes in: double for float64, float otherwise."""
+    return "double" if dtype == "float64" else "float"
+
+
+def _math(dtype: str) -> dict[str, str]:
+    """The CUDA math functions of the type a fused kernel computes in (float's carry an ``f``)."""
+    suffix = "" if dtype == "float64" else "f"
+    return {name: f"{name}{suffix}" for name in ("exp", "expm1", "log1p", "tanh", "fabs", "erf", "rint")}
 
 
 def _fused(name: str, dtype: str, in_params: str, operation: str, scalars: tuple[float, ...] = ()) -> FusedKernel:
-    acc, _, _ = _accumulator(dtype)
-    return FusedKernel(in_params, "T y", operation, f"benanza_{name}", f"typedef {acc} A;", scalars)
+    return FusedKernel(in_params, "T y", operation, f"benanza_{name}", f"typedef {_accumulator(dtype)} A;", scalars)
 
 
 @register_elementwise(*_UNARY)
@@ -479,17 +484,20 @@ def _hard_swish(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
 
 
-@register_elementwise("Gelu")
+@register_elementwise("Gelu", "FastGelu", "BiasGelu")
 def _gelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
-    specs = _exact_inputs(p, 1)
-    approximate = str(attrs.get("approximate", "none"))
+    """Gelu (erf's, or tanh's approximation), and ONNX Runtime's Gelu of ``x + bias`` in the same
+    kernel: FastGelu (tanh's; its bias optional) and BiasGelu (erf's)."""
+    approximate = {"FastGelu": "tanh", "BiasGelu": "none"}.get(p.op) or str(attrs.get("approximate", "none"))
     if approximate not in ("none", "tanh"):
         raise UnsupportedLayer(f"Gelu with approximate={approximate!r}")
-    _, erf, tanh = _accumulator(p.dtype)
+    specs = _exact_inputs(p, {"Gelu": 1, "BiasGelu": 2}.get(p.op, min(max(len(p.inputs), 1), 2)))
+    biased = len(specs) == 2
     rsqrt2, k = 1.0 / math.sqrt(2.0), math.sqrt(2.0 / math.pi)
 
     def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        xp, x, out = ops.xp, inputs[0], outputs[0]
+        xp, out = ops.xp, outputs[0]
+        x = inputs[0] + inputs[1] if biased else inputs[0]
         if approximate == "tanh":  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
             xp.multiply(x, x, out=out)
             xp.multiply(out, x, out=out)
@@ -504,18 +512,15 @@ def _gelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
         xp.multiply(out, x, out=out)
         xp.multiply(out, 0.5, out=out)
 
+    fn = _math(p.dtype)
+    value = "A v = (A)x + (A)b;" if biased else "A v = (A)x;"
     if approximate == "tanh":
-        body = f"A v = (A)x; y = (T)((A)0.5 * v * ((A)1 + {tanh}((A){k!r} * (v + (A)0.044715 * v * v * v))));"
+        body = f"{value} y = (T)((A)0.5 * v * ((A)1 + {fn['tanh']}((A){k!r} * (v + (A)0.044715 * v * v * v))));"
     else:
-        body = f"A v = (A)x; y = (T)((A)0.5 * v * ((A)1 + {erf}(v * (A){rsqrt2!r})));"
-    fused = _fused(f"gelu_{approximate}", p.dtype, "T x", body)
+        body = f"{value} y = (T)((A)0.5 * v * ((A)1 + {fn['erf']}(v * (A){rsqrt2!r})));"
+    name = f"gelu_{approximate}{'_bias' if biased else ''}"
+    fused = _fused(name, p.dtype, "T x, T b" if biased else "T x", body)
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
-
-
-def _math(dtype: str) -> dict[str, str]:
-    """The CUDA math functions of the type a fused kernel computes in (float's carry an ``f``)."""
-    suffix = "" if dtype == "float64" else "f"
-    return {name: f"{name}{suffix}" for name in ("exp", "expm1", "log1p", "tanh", "fabs")}
 
 
 # Activations of one input computed in one fused kernel: (the reference on NumPy or CuPy, the kernel's
@@ -572,34 +577,6 @@ def _pointwise(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
 
 
-@register_elementwise("FastGelu", "BiasGelu")
-def _bias_gelu(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
-    """ONNX Runtime's Gelu of ``x + bias`` in one kernel: tanh's approximation (FastGelu, its bias
-    optional) or erf's (BiasGelu)."""
-    if len(p.inputs) == 1 and p.op == "FastGelu":
-        return _gelu(replace(p, op="Gelu"), {"approximate": "tanh"})
-    x, bias = _exact_inputs(p, 2)
-    _, erf, tanh = _accumulator(p.dtype)
-    rsqrt2, k = 1.0 / math.sqrt(2.0), math.sqrt(2.0 / math.pi)
-    fast = p.op == "FastGelu"
-
-    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
-        xp, v = ops.xp, inputs[0] + inputs[1]
-        if fast:
-            inner = xp.tanh(k * (v + 0.044715 * v * v * v))
-        else:
-            inner = xp.empty_like(v)
-            ops.erf(v * rsqrt2, inner)
-        xp.copyto(outputs[0], 0.5 * v * (1.0 + inner), casting="unsafe")
-
-    if fast:
-        body = f"A v = (A)x + (A)b; y = (T)((A)0.5 * v * ((A)1 + {tanh}((A){k!r} * (v + (A)0.044715 * v * v * v))));"
-    else:
-        body = f"A v = (A)x + (A)b; y = (T)((A)0.5 * v * ((A)1 + {erf}(v * (A){rsqrt2!r})));"
-    fused = _fused(f"bias_gelu_{'tanh' if fast else 'erf'}", p.dtype, "T x, T b", body)
-    return LayerCall(p.op, fused.name, (x, bias), (InputSpec(p.y, p.dtype),), run, fused)
-
-
 @register_elementwise("Where")
 def _where(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     if len(p.inputs) != 3:
@@ -635,8 +612,7 @@ def _quantization(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     quantized = str(attrs["quantized"])
     low, high = QUANTIZED_RANGES[quantized]
     x, scale, zero = p.inputs
-    acc, _, _ = _accumulator(p.dtype)
-    rint = "rint" if acc == "double" else "rintf"
+    acc, rint = _accumulator(p.dtype), _math(p.dtype)["rint"]
     if p.op == "QuantizeLinear":
         specs = (InputSpec(x, p.dtype), InputSpec(scale, p.dtype), InputSpec(zero, quantized))
         out = InputSpec(p.y, quantized)
@@ -963,7 +939,7 @@ def _linear_resize(p: DataMovementParams, attrs: dict[str, Any], x: Shape, trans
         bottom = v[..., y1[:, None], x0[None, :]] * (1 - wx) + v[..., y1[:, None], x1[None, :]] * wx
         ops.xp.copyto(outputs[0], top * (1 - wy) + bottom * wy, casting="unsafe")
 
-    acc, _, _ = _accumulator(p.dtype)
+    acc = _accumulator(p.dtype)
     sample_y = at_c.format(o="oy", n="ho", m="hi", s="sy")
     sample_x = at_c.format(o="ox", n="wo", m="wi", s="sx")
     operation = f"""const long long ox = i % wo, oy = (i / wo) % ho, plane = i / (wo * ho);
@@ -1268,8 +1244,7 @@ def _normalization(p: NormalizationParams, attrs: dict[str, Any]) -> LayerCall:
     skip_rows = p.skip_rows
     if p.skip and (skip_rows * cols != math.prod(p.skip) or rows % skip_rows):
         raise UnsupportedLayer(f"{p.op}: a skip of {p.skip} does not repeat over rows of {cols} of {p.x}")
-    rms = p.rms
-    affine = (p.affine_size,)
+    rms, affine = p.rms, (p.affine_size,)
     specs = (InputSpec(p.x, p.dtype),)
     specs += (InputSpec(p.skip, p.dtype),) if p.skip else ()
     specs += (InputSpec(affine, p.dtype),)
@@ -1294,7 +1269,7 @@ def _normalization(p: NormalizationParams, attrs: dict[str, Any]) -> LayerCall:
             y = y + shift[at]
         xp.copyto(outs[0].reshape(rows, cols), y, casting="unsafe")
 
-    raw = row_norm_kernel(p.dtype, rms, p.bias, rows, cols, eps, p.affine, skip_rows, p.pre_bias, p.sum_out)
+    raw = row_norm_kernel(p)
     return LayerCall(p.op, raw.name, specs, outputs, run, raw=raw)
 
 
@@ -1315,25 +1290,14 @@ ROW_THREADS_MAX = 1024
 ROW_VALUES_PER_THREAD = 4  # each thread reads about this many values of a row (cols / threads)
 
 
-def row_norm_kernel(
-    dtype: str,
-    rms: bool,
-    bias: bool,
-    rows: int,
-    cols: int,
-    eps: float,
-    affine: tuple[int, int, int] = (1, 0, 1),
-    skip_rows: int = 0,
-    pre_bias: bool = False,
-    sum_out: bool = False,
-) -> RowKernel:
+def row_norm_kernel(p: NormalizationParams) -> RowKernel:
     """The one-kernel row normalisation: a block per row; its threads (a multiple of 32, at most
     1,024) take the row's count, mean and sum of squared deviations in one pass (Welford's, as
     PyTorch's kernel does: no cancellation for rows far from 0), merge them across the warp by
     shuffles and across warps in shared memory (Chan's merge), then write the row. RMSNormalization
     takes the mean square from the same statistics (deviations plus the squared mean).
 
-    ``affine`` ``(P, Q, R)``: value ``i`` of row ``r`` takes scale and bias ``(r % P) * Q + i // R``.
+    ``p.affine`` ``(P, Q, R)``: value ``i`` of row ``r`` takes scale and bias ``(r % P) * Q + i // R``.
     ``(1, 0, 1)`` is a column's (LayerNormalization); ``R == cols`` one a row, read once
     (InstanceNormalization, GroupNormalization-18: ``_row_affine``); else a channel of the row's
     group (GroupNormalization-21: ``_channel_affine``), ``P``, ``Q``, ``R`` passed after ``eps``.
@@ -1341,6 +1305,8 @@ def row_norm_kernel(
     ONNX Runtime's SkipLayerNormalization: each row is ``x + skip`` (``skip_rows`` rows of it, the
     last parameter, repeated over ``x``'s) ``+ pre_bias`` (a column's) before it is normalised, and
     with ``sum_out`` that sum is written too (the next residual's input), in the statistics' pass."""
+    dtype, rms, bias, rows, cols, eps = p.dtype, p.rms, p.bias, p.rows, p.cols, p.epsilon
+    affine, skip_rows, pre_bias, sum_out = p.affine, p.skip_rows, p.pre_bias, p.sum_out
     if dtype not in _ROW_TYPES:
         raise UnsupportedLayer(f"row normalisation in {dtype}: the kernel runs {', '.join(_ROW_TYPES)}")
     t, a, load, store, sqrt = _ROW_TYPES[dtype]
@@ -1464,7 +1430,6 @@ def _matmul_nbits(p: BlockQuantizedGemmParams, attrs: dict[str, Any]) -> LayerCa
     is bound by, the weight's bytes); more rows: the weight dequantised whole, then CuPy's matmul
     (cuBLAS), as frameworks run a prompt."""
     m, n, k, bits, block = p.m, p.n, p.k, p.bits, p.block_size
-    k_blocks, blob = p.k_blocks, p.blob
     # packed bytes over their whole range (every nibble and zero point varies: the device test sees them)
     specs = (InputSpec(p.a, p.dtype), InputSpec(p.b, "uint8", index_bound=256), InputSpec(p.scales, p.dtype))
     specs += (InputSpec(p.zero_points, "uint8", index_bound=256),) if p.zero_points else ()
@@ -1483,7 +1448,7 @@ def _matmul_nbits(p: BlockQuantizedGemmParams, attrs: dict[str, Any]) -> LayerCa
     if m > GEMV_ROWS_MAX or p.dtype not in _ROW_TYPES:
         notes = (f"{m} rows: the weight dequantised whole, then CuPy's matmul (cuBLAS)",)
         return LayerCall(p.op, "dequantize-matmul", specs, outputs, run, notes=notes)
-    raw = block_gemv_kernel(p.dtype, bits, bool(p.zero_points), p.bias, m, n, k, k_blocks, blob, block)
+    raw = block_gemv_kernel(p)
     return LayerCall(p.op, raw.name, specs, outputs, run, raw=raw)
 
 
@@ -1507,13 +1472,13 @@ def dequantized_blocks(xp: Any, b: Any, scales: Any, zero_points: Any, bits: int
     return weight.reshape(n, k_blocks * block)[:, :k]
 
 
-def block_gemv_kernel(
-    dtype: str, bits: int, zero_points: bool, bias: bool, m: int, n: int, k: int, k_blocks: int, blob: int, block: int
-) -> RowKernel:
+def block_gemv_kernel(p: BlockQuantizedGemmParams) -> RowKernel:
     """A warp an output ``(row, column)``: its lanes read the column's packed weight a 32-bit word at
     a time (``32 / bits`` values of one block), dequantise them with the block's scale and zero point
     and multiply them by the row of ``a``; a warp shuffle sums the lanes. ``GEMV_WARPS`` columns a
     block, a row of ``a`` a grid row."""
+    dtype, bits, zero_points, bias = p.dtype, p.bits, bool(p.zero_points), p.bias
+    m, n, k, k_blocks, blob, block = p.m, p.n, p.k, p.k_blocks, p.blob, p.block_size
     t, acc, load, store, _ = _ROW_TYPES[dtype]
     values, mask = 32 // bits, (1 << bits) - 1
     name = f"benanza_block_gemv_{bits}bit_{dtype}{'_zp' if zero_points else ''}{'_bias' if bias else ''}"

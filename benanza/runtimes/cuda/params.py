@@ -431,6 +431,12 @@ def _in_shape(node: NetworkNode, i: int) -> Shape | None:
     return _shape(refs[i]) if refs[i].shape is not None else None
 
 
+def _given(node: NetworkNode, i: int) -> InputRef | None:
+    """Input ``i`` where the node has it (an optional input left out, or past the end: None)."""
+    refs = _inputs(node)
+    return refs[i] if i < len(refs) and refs[i].kind is not RefKind.ABSENT else None
+
+
 def _attrs(node: NetworkNode) -> dict[str, Any]:
     return node.attrs
 
@@ -512,8 +518,11 @@ def _matmul(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
     return _matmul_of(sa, sb, dtype)
 
 
-def _matmul_of(sa: Shape, sb: Shape, dtype: str) -> GemmParams | Unsupported:
-    """The GEMM of a MatMul of operands shaped ``sa`` and ``sb`` (NumPy's matmul broadcasting)."""
+def _matmul_of(sa: Shape, sb: Shape, dtype: str, fold_rows: bool = True) -> GemmParams | Unsupported:
+    """The GEMM of a MatMul of operands shaped ``sa`` and ``sb`` (NumPy's matmul broadcasting).
+
+    ``fold_rows``: a batch of A over one B is one GEMM of A's rows stacked, where A is stored as its
+    rows (not where it is read transposed: a strided batch then)."""
     a2 = sa if len(sa) >= 2 else (1, *sa)
     b2 = sb if len(sb) >= 2 else (*sb, 1)
     m, k = a2[-2], a2[-1]
@@ -528,7 +537,7 @@ def _matmul_of(sa: Shape, sb: Shape, dtype: str) -> GemmParams | Unsupported:
         # products both operands expand to, each operand copied out to it as a framework expands it
         # before its batched GEMM (the copies are not this layer's)
         return GemmParams(batch, m, n, k, False, False, dtype)
-    if batch_b == 1 and batch_a > 1:  # a shared weight: one (batch*m x k) x (k x n) product
+    if batch_b == 1 and batch_a > 1 and fold_rows:  # a shared weight: one (batch*m x k) x (k x n) product
         return GemmParams(1, batch_a * m, n, k, False, False, dtype, a_batched=False, b_batched=False)
     return GemmParams(
         batch=max(batch_a, batch_b),
@@ -736,8 +745,7 @@ def _normalization(node: NetworkNode, dtype: str) -> NormalizationParams | Unsup
     axis = int(a.get("axis", -1))
     if not -len(x) <= axis < len(x):
         return Unsupported(f"{op} axis {axis} out of range for rank {len(x)}")
-    refs = _inputs(node)
-    bias = op == "LayerNormalization" and len(refs) > 2 and refs[2].kind is not RefKind.ABSENT
+    bias = op == "LayerNormalization" and _given(node, 2) is not None
     return NormalizationParams(op, x, axis % len(x), float(a.get("epsilon", 1e-5)), bias, dtype)
 
 
@@ -749,11 +757,6 @@ def _skip_normalization(node: NetworkNode, dtype: str) -> NormalizationParams | 
     x, skip = _in_shape(node, 0), _in_shape(node, 1)
     if not x or not skip:
         return Unsupported(f"{op} without known input and skip shapes")
-    refs = _inputs(node)
-
-    def present(i: int) -> bool:
-        return len(refs) > i and refs[i].kind is not RefKind.ABSENT
-
     simplified = op == "SkipSimplifiedLayerNormalization"
     slots = node.output_slots or tuple(range(len(node.outputs)))
     if 1 in slots or 2 in slots:
@@ -763,10 +766,10 @@ def _skip_normalization(node: NetworkNode, dtype: str) -> NormalizationParams | 
         x,
         len(x) - 1,
         float(a.get("epsilon", 1e-12)),
-        not simplified and present(3),
+        not simplified and _given(node, 3) is not None,
         dtype,
         skip=skip,
-        pre_bias=present(3 if simplified else 4),
+        pre_bias=_given(node, 3 if simplified else 4) is not None,
         sum_out=3 in slots,
     )
 
@@ -895,18 +898,18 @@ def _fused_matmul(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
     sa, sb = _in_shape(node, 0), _in_shape(node, 1)
     if sa is None or sb is None or len(sa) < 2 or len(sb) < 2:
         return Unsupported("FusedMatMul without two operands of at least 2 axes")
-    plain = _matmul_of((*sa[:-2], sa[-1], sa[-2]) if ta else sa, (*sb[:-2], sb[-1], sb[-2]) if tb else sb, dtype)
+    plain = _matmul_of(
+        (*sa[:-2], sa[-1], sa[-2]) if ta else sa, (*sb[:-2], sb[-1], sb[-2]) if tb else sb, dtype, fold_rows=not ta
+    )
     if isinstance(plain, Unsupported):
         return plain
-    if ta and plain.m != sa[-1]:  # A's batch folded into its rows, which a transposed A has not: a batch
-        plain = replace(plain, batch=plain.m // sa[-1], m=sa[-1], a_batched=True, b_batched=False)
     return replace(plain, trans_a=ta, trans_b=tb, alpha=float(a.get("alpha", 1.0)))
 
 
 @register_params("MatMulNBits", domain=MS_DOMAIN)
 def _matmul_nbits(node: NetworkNode, dtype: str) -> BlockQuantizedGemmParams | Unsupported:
     """Inputs ``A, B, scales[, zero_points][, g_idx][, bias]``; ``K``, ``N``, ``bits``, ``block_size``."""
-    a, refs = _attrs(node), _inputs(node)
+    a = _attrs(node)
     k, n, bits, block = (int(a.get(key, 0) or 0) for key in ("K", "N", "bits", "block_size"))
     bits = bits or 4
     x, b, scales = _in_shape(node, 0), _in_shape(node, 1), _in_shape(node, 2)
@@ -916,17 +919,13 @@ def _matmul_nbits(node: NetworkNode, dtype: str) -> BlockQuantizedGemmParams | U
         return Unsupported(f"MatMulNBits of {x} by {b} does not multiply K={k} by N={n}")
     if block < 1 or b[1] != -(-k // block) or b[2] * 8 != block * bits or b[2] % 4 or math.prod(scales) != n * b[1]:
         return Unsupported(f"MatMulNBits blocks of {block} in {b[1:]} with {scales} scales for K={k}")
-
-    def present(i: int) -> InputRef | None:
-        return refs[i] if len(refs) > i and refs[i].kind is not RefKind.ABSENT else None
-
-    zero_points = present(3)
+    zero_points = _given(node, 3)
     if zero_points is not None and zero_points.dtype != "uint8":
         return Unsupported(f"MatMulNBits zero points as {zero_points.dtype} (the kernel reads packed uint8)")
     packed = n * ((b[1] * bits + 7) // 8)
     if zero_points is not None and math.prod(_shape(zero_points)) != packed:
         return Unsupported(f"MatMulNBits zero points of {_shape(zero_points)}: {packed} packed bytes expected")
-    if present(4) is not None:
+    if _given(node, 4) is not None:
         return Unsupported("MatMulNBits with g_idx (act-order): the kernel reads blocks in order")
     return BlockQuantizedGemmParams(
         "MatMulNBits",
@@ -934,13 +933,25 @@ def _matmul_nbits(node: NetworkNode, dtype: str) -> BlockQuantizedGemmParams | U
         b,
         scales,
         _shape(zero_points) if zero_points is not None else (),
-        present(5) is not None,
+        _given(node, 5) is not None,
         n,
         k,
         bits,
         block,
         dtype,
     )
+
+
+@register_params("Trilu")
+def _trilu(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupported:
+    """A triangle of the last two axes; its diagonal ``k`` from the constant input, as an attribute."""
+    x, k = _in_shape(node, 0), _given(node, 1)
+    if x is None:
+        return Unsupported("Trilu without a known input shape")
+    if k is not None and (k.kind is not RefKind.VALUE or not k.value):
+        return Unsupported("Trilu with a diagonal the model computes")
+    attrs = {**_attrs(node), "k": int(k.value[0]) if k is not None and k.value else 0}
+    return DataMovementParams("Trilu", (x,), _out(node), dtype, tuple(sorted(attrs.items())))
 
 
 @register_params("CumSum")
@@ -1019,7 +1030,6 @@ _MOVES = (
     "TopK",  # the values and their indices: the parameters carry the values' shape
     "DepthToSpace",
     "SpaceToDepth",
-    "Trilu",
 )
 
 
@@ -1035,11 +1045,6 @@ def _data_movement(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupp
     a = _attrs(node)
     if op == "Resize" and node.opset < 11:  # Resize-10 samples as Upsample does: no attributes say how
         a = {**a, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
-    refs = _inputs(node)
-    if op == "Trilu" and len(refs) > 1 and refs[1].kind is not RefKind.ABSENT:  # its diagonal, as an attribute
-        if refs[1].kind is not RefKind.VALUE or not refs[1].value:
-            return Unsupported("Trilu with a diagonal the model computes")
-        a, shapes = {**a, "k": int(refs[1].value[0])}, shapes[:1]
     attrs = tuple(sorted(a.items()))
     if op == "Dropout" and (len(node.outputs) > 1 or _attrs(node).get("training_mode")):
         return Unsupported("Dropout with a mask output or in training mode")
