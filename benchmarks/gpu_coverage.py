@@ -3,7 +3,8 @@
 For every corpus model (``corpus/``) at batch 1 (text models at their corpus sequence length),
 planned for the ``cudnn`` runtime in float32 and float16: its unique layer specs, those the
 runtime would run (``supports`` is None, and a CuPy layer's call builds and runs on NumPy, as
-its ``gpu`` test checks it against the device) and those it would store as skipped, with the
+its ``gpu`` test checks it against the device; an attention layer's cuDNN SDPA graph is accepted in
+half precision, else its unfused call runs on NumPy) and those it would store as skipped, with the
 reasons by op type. Pure logic: no GPU, no GPU library is loaded. A model whose layers all have
 a call has a lower bound on a GPU that leaves nothing out.
 
@@ -34,8 +35,8 @@ from benanza.bench.spec import SpecKind
 from benanza.errors import BenanzaError, UnsupportedLayer
 from benanza.model.process import process_model
 from benanza.model.request import BindingRequest
-from benanza.runtimes.cuda import framework
-from benanza.runtimes.cuda.params import Unsupported
+from benanza.runtimes.cuda import attention, framework
+from benanza.runtimes.cuda.params import AttentionParams, Unsupported
 from benanza.runtimes.cuda.runtime import CudnnRuntime, spec_params
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,10 +52,19 @@ def why_not(spec: Any, runtime: CudnnRuntime) -> str | None:
     if reason is not None:
         return reason
     params = spec_params(spec, runtime.precision)
-    if isinstance(params, Unsupported) or not isinstance(params, framework.FrameworkParams):
+    if isinstance(params, Unsupported):
+        return None
+    if isinstance(params, AttentionParams) and params.dtype in attention.SDPA_DTYPES:
+        try:  # cuDNN's fused attention is the candidate that matters in half precision
+            attention.sdpa_check(params)
+        except UnsupportedLayer:
+            pass  # the unfused call below still runs it
+        else:
+            return None
+    elif not isinstance(params, framework.FrameworkParams):
         return None
     try:
-        call = framework.layer_call(params)
+        call = attention.attention_call(params) if isinstance(params, AttentionParams) else framework.layer_call(params)
         if call is not None:
             outputs = framework.empty_outputs(call.outputs)
             with np.errstate(all="ignore"):  # random data: a Log or Sqrt of a negative value

@@ -399,3 +399,15 @@ def test_trilu(build_model, process_proto, upper, k):
     consts = {"k": np.array(k, np.int64)}
     _, expected, got = against_onnx_runtime(build_model, process_proto, node, {"x": rand(2, 5, 6)}, consts)
     np.testing.assert_array_equal(got[0], expected[0])
+
+
+def test_a_masks_length_is_an_integer_reduction(build_model, process_proto):
+    """onnxruntime-genai's decoders count the attention mask (``seqlens_k = ReduceSum(mask) - 1``): an int64
+    reduction the GPU runs too, no longer skipped as data of no floating-point type."""
+    node = helper.make_node("ReduceSum", ["mask", "axes"], ["n"], keepdims=0)
+    mask = np.array([[1, 1, 1, 0], [1, 1, 1, 1]], np.int64)
+    consts = {"axes": np.array([1], np.int64)}
+    _, expected, got = against_onnx_runtime(
+        build_model, process_proto, node, {"mask": mask}, consts, outputs=(TensorProto.INT64,)
+    )
+    np.testing.assert_array_equal(got[0], expected[0])

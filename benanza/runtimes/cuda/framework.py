@@ -1575,6 +1575,15 @@ def framework_plan(ctx: Any, p: FrameworkParams, seed: int = 0) -> FrameworkPlan
     call = layer_call(p)
     if call is None:
         return None
+    return call_plan(ctx, call, p.op, seed)
+
+
+def call_plan(ctx: Any, call: LayerCall, op: str, seed: int = 0) -> FrameworkPlan:
+    """Allocate the arrays of ``call`` on the device and make its one candidate (named ``op:kernel``).
+
+    Raises:
+        GpuError: CuPy is missing.
+    """
     cupy = _import_cupy()
     ops = cupy_ops()
     rng = np.random.default_rng(seed)
@@ -1607,7 +1616,7 @@ def framework_plan(ctx: Any, p: FrameworkParams, seed: int = 0) -> FrameworkPlan
 
     candidate = Candidate(
         source=SOURCE,
-        name=f"{p.op.lower()}:{call.kernel}",
+        name=f"{op.lower()}:{call.kernel}",
         launch=_StreamLaunch(ctx.stream, run),
         default=True,
         notes=call.notes,

@@ -284,6 +284,64 @@ class BlockQuantizedGemmParams:
         return self.b[2]
 
 
+@dataclass(frozen=True, slots=True)
+class AttentionParams:
+    """Scaled dot-product attention, ``softmax(scale * Q K^T [soft-capped] + mask) V`` for each batch and query
+    head; the query heads share the key/value heads in groups of ``q_heads / kv_heads`` (grouped-query
+    attention: query head h reads key/value head ``h // group``).
+
+    ``seq_major``: Q and the output are (batch, seq, heads * dim), as 3-D inputs are; else (batch, heads, seq,
+    dim); ``kv_seq_major`` the same of the new K and V. A KV cache (``past`` > 0) is (batch, kv_heads, kv_len,
+    dim): the new keys and values (``new_len`` = ``kv_len - past`` rows) are appended at row ``past`` and the
+    query attends over all ``kv_len``. ``causal``: query i attends key j only where ``j <= past + i`` (the
+    queries are the last positions; ONNX's Attention and ONNX Runtime's kernels align it so), and within
+    ``window`` keys of that position where ``window`` > 0. ``mask``: an additive float mask (or a boolean one,
+    True where a key is attended) of shape ``mask`` broadcast over (batch, q_heads, q_len, keys), its last axis
+    possibly shorter than ``kv_len`` (the keys beyond it are masked). ``key_mask``: ONNX Runtime's
+    ``key_padding_mask`` (batch, kv_len), non-zero where a key is attended. ``qkv_bias``: MultiHeadAttention's
+    bias, added to Q, K and V first. ``rotary``: GroupQueryAttention's ``do_rotary``, RoPE applied to Q and the
+    new K at their positions (``interleaved`` pairs or halves) with cos/sin caches of ``rotary_cache``
+    (positions x rotary_dim / 2).
+    """
+
+    op: str
+    batch: int
+    q_heads: int
+    kv_heads: int
+    q_len: int
+    kv_len: int
+    head_dim: int
+    v_head_dim: int
+    dtype: str
+    scale: float
+    seq_major: bool = True
+    kv_seq_major: bool = True  # the new K and V (a cross-attention's cached 4-D keys: False)
+    past: int = 0
+    causal: bool = False
+    window: int = 0
+    softcap: float = 0.0
+    mask: Shape = ()
+    mask_dtype: str = ""  # the mask's element type: the layer's float type, or bool
+    key_mask: bool = False
+    qkv_bias: bool = False
+    rotary: bool = False
+    interleaved: bool = False
+    rotary_cache: Shape = ()
+
+    @property
+    def new_len(self) -> int:
+        return self.kv_len - self.past
+
+    @property
+    def group(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def flops(self) -> int:
+        """Q.K^T and the weighted sum of V: 2 x batch x q_heads x q_len x kv_len x (head_dim + v_head_dim)."""
+        return 2 * self.batch * self.q_heads * self.q_len * self.kv_len * (self.head_dim + self.v_head_dim)
+
+
 RMS_NORMALIZATIONS = frozenset({"RMSNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"})
 
 # what CuPy runs (``framework``), not cuDNN or cuBLAS
@@ -304,6 +362,7 @@ LayerParams = (
     | ReductionParams
     | NormalizationParams
     | BlockQuantizedGemmParams
+    | AttentionParams
 )
 
 ParamsFn = Callable[[NetworkNode, str], "LayerParams | Unsupported"]
@@ -334,9 +393,9 @@ _NOT_MAPPED = {
     **dict.fromkeys(_QOPERATOR_OPS, _CPU_QOPERATOR),
     **dict.fromkeys(("LSTM", "GRU", "RNN"), "cuDNN's RNN API (cudnnRNNForward) is not wrapped in benanza yet"),
     **dict.fromkeys(
-        ("Attention", "MultiHeadAttention", "GroupQueryAttention", "PackedAttention"),
-        "ONNX Runtime's fused attention kernel: no cuDNN/cuBLAS call reproduces it in benanza yet"
-        " (an unfused export's MatMul, Softmax and element-wise layers are mapped)",
+        ("Attention", "PackedAttention", "PackedMultiHeadAttention", "DecoderMaskedMultiHeadAttention"),
+        "ONNX Runtime's fused attention with its QKV projection inside (or packed, unpadded tokens) is not"
+        " reproduced in benanza yet (MultiHeadAttention, GroupQueryAttention and ONNX's Attention are)",
     ),
 }
 
@@ -401,7 +460,9 @@ def resolved_node(network: Network, pos: int) -> NetworkNode:
     refs = []
     for ref in node.inputs:
         t = network.tensor_of(ref) if ref.is_activation else None
-        refs.append(replace(ref, shape=t.shape, dtype=t.dtype) if t is not None else ref)
+        # a network input the model computes (a length: ``benanza.model.run_values``) brings its value
+        value = t.value if t is not None and t.value is not None else ref.value
+        refs.append(replace(ref, shape=t.shape, dtype=t.dtype, value=value) if t is not None else ref)
     return replace(node, inputs=tuple(refs))
 
 
@@ -793,6 +854,236 @@ def _channel_normalization(node: NetworkNode, dtype: str) -> NormalizationParams
     return NormalizationParams(op, x, 1, eps, True, dtype, groups=groups, per_channel=per_channel)
 
 
+# ------------------------------------------------------------------------ attention
+
+
+def _past_length(node: NetworkNode, i: int, batch: int, heads: int, dim: int) -> int | Unsupported:
+    """The rows of the past cache at input ``i`` (batch, heads, past, dim); 0 without one."""
+    if _given(node, i) is None:
+        return 0
+    past = _in_shape(node, i)
+    if not past or len(past) != 4 or past[0] != batch or past[1] != heads or past[3] != dim:
+        return Unsupported(f"{node.op_type}'s past of shape {past}: ({batch}, {heads}, past, {dim}) expected")
+    return past[2]
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _scale(a: dict[str, Any], head_dim: int) -> float:
+    scale = a.get("scale")
+    return float(scale) if scale else 1.0 / math.sqrt(head_dim)
+
+
+def _mask_of(node: NetworkNode, i: int, dims: tuple[int, int, int, int], dtype: str) -> tuple[Shape, str] | Unsupported:
+    """Input ``i`` as a mask over (batch, heads, q_len, keys): its shape right-aligned to 4-D, and its element type
+    (``dtype`` for a float mask, which the attention adds; bool for a boolean one, True where a key is attended)."""
+    ref = _given(node, i)
+    if ref is None:
+        return (), ""
+    shape = _shape(ref)
+    if len(shape) > 4:
+        return Unsupported(f"{node.op_type}'s mask of shape {shape}: at most 4 axes broadcast over the scores")
+    full = (1,) * (4 - len(shape)) + shape
+    if any(m not in (1, d) for m, d in zip(full[:3], dims[:3], strict=True)) or full[3] > dims[3]:
+        return Unsupported(f"{node.op_type}'s mask of shape {shape} does not broadcast over the scores {dims}")
+    if ref.dtype == "bool":
+        return full, "bool"
+    if ref.dtype not in FLOAT_DTYPES:
+        return Unsupported(f"{node.op_type}'s mask of {ref.dtype} values: an additive float or a boolean mask expected")
+    return full, dtype
+
+
+@register_params("Attention")
+def _onnx_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsupported:
+    """ONNX's Attention (opset 23; torch.onnx writes it for ``scaled_dot_product_attention``): inputs ``Q, K,
+    V[, attn_mask][, past_key, past_value]``, 3-D (batch, seq, heads * dim, the heads in ``q_num_heads`` and
+    ``kv_num_heads``) or 4-D (batch, heads, seq, dim); the past (batch, kv_heads, past, dim)."""
+    a = _attrs(node)
+    q, k, v = (_in_shape(node, i) for i in range(3))
+    if not q or not k or not v or not len(q) == len(k) == len(v) or len(q) not in (3, 4):
+        return Unsupported(f"Attention of Q {q}, K {k}, V {v}: 3-D or 4-D inputs of one rank expected")
+    if len(q) == 3:
+        hq, hkv = int(a.get("q_num_heads", 0) or 0), int(a.get("kv_num_heads", 0) or 0)
+        if hq < 1 or hkv < 1 or q[2] % hq or k[2] % hkv or v[2] % hkv:
+            return Unsupported(f"Attention of 3-D Q {q}, K {k}, V {v} in {hq} and {hkv} heads")
+        b, sq, d, new, dv = q[0], q[1], q[2] // hq, k[1], v[2] // hkv
+        key_dim = k[2] // hkv
+    else:
+        b, hq, sq, d = q
+        hkv, new, dv, key_dim = k[1], k[2], v[3], k[3]
+    if hq % hkv or k[0] != b or v[0] != b or key_dim != d or (len(q) == 4 and (v[1] != hkv or v[2] != new)):
+        return Unsupported(f"Attention of {hq} query heads over {hkv} key heads, batches {q[0]}/{k[0]}/{v[0]}")
+    if 3 in (node.output_slots or range(len(node.outputs))):
+        return Unsupported("Attention with its qk_matmul_output output: the scores are not written by either call")
+    if _given(node, 6) is not None:
+        return Unsupported("Attention with nonpad_kv_seqlen (an external cache's lengths): not mapped yet")
+    if any(int(a.get(side, -1)) >= 0 for side in ("left_window_size", "right_window_size")):
+        return Unsupported("Attention with a sliding window (left/right_window_size): not mapped yet")
+    past = _past_length(node, 4, b, hkv, d)
+    if isinstance(past, Unsupported):
+        return past
+    mask = _mask_of(node, 3, (b, hq, sq, past + new), dtype)
+    if isinstance(mask, Unsupported):
+        return mask
+    return AttentionParams(
+        "Attention",
+        b,
+        hq,
+        hkv,
+        sq,
+        past + new,
+        d,
+        dv,
+        dtype,
+        _scale(a, d),
+        seq_major=len(q) == 3,
+        kv_seq_major=len(q) == 3,
+        past=past,
+        causal=bool(int(a.get("is_causal", 0) or 0)),
+        softcap=float(a.get("softcap", 0.0) or 0.0),
+        mask=mask[0],
+        mask_dtype=mask[1],
+    )
+
+
+@register_params("MultiHeadAttention", domain=MS_DOMAIN)
+def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsupported:
+    """ONNX Runtime's MultiHeadAttention: inputs ``query, key, value[, bias][, key_padding_mask][,
+    attention_bias][, past_key, past_value]``; a 3-D query (batch, seq, heads * dim), 3-D keys and values
+    or 4-D (batch, heads, keys, dim) ones (a cross-attention's, read as they are); ``unidirectional``:
+    causal."""
+    a = _attrs(node)
+    heads = int(a.get("num_heads", 0) or 0)
+    q, k, v = (_in_shape(node, i) for i in range(3))
+    if heads < 1 or not q or len(q) != 3 or q[2] % heads:
+        return Unsupported(f"MultiHeadAttention of query {q} in {heads} heads: a (batch, seq, heads * dim) query")
+    if k is None or v is None or len(k) != len(v) or len(k) not in (3, 4):
+        return Unsupported("MultiHeadAttention with packed QKV or KV (key or value 5-D or left out): not mapped yet")
+    if _given(node, 8) is not None or _given(node, 9) is not None:
+        return Unsupported("MultiHeadAttention with past_sequence_length or cache_indirection (beam search)")
+    if 3 in (node.output_slots or range(len(node.outputs))):
+        return Unsupported("MultiHeadAttention with its qk output: the scores are not written by either call")
+    b, sq, d = q[0], q[1], q[2] // heads
+    kv_seq_major = len(k) == 3
+    if kv_seq_major:
+        if k[2] != heads * d or v[2] % heads or k[1] != v[1]:
+            return Unsupported(f"MultiHeadAttention keys {k} and values {v} for query {q} in {heads} heads")
+        new, dv = k[1], v[2] // heads
+    else:
+        if k[1] != heads or v[1] != heads or k[3] != d or k[2] != v[2]:
+            return Unsupported(f"MultiHeadAttention keys {k} and values {v} for query {q} in {heads} heads")
+        new, dv = k[2], v[3]
+    past = _past_length(node, 6, b, heads, d)
+    if isinstance(past, Unsupported):
+        return past
+    if not kv_seq_major and (past or _given(node, 3) is not None):
+        return Unsupported("MultiHeadAttention with 4-D keys and a past or a bias: not mapped yet")
+    unidirectional = bool(int(a.get("unidirectional", 0) or 0))
+    if unidirectional and not past and new != sq:
+        return Unsupported(f"MultiHeadAttention, unidirectional, of {sq} queries over {new} keys: alignment unknown")
+    kv_len = past + new
+    key_mask = _given(node, 4)
+    if key_mask is not None and _shape(key_mask) != (b, kv_len):
+        return Unsupported(
+            f"MultiHeadAttention's key_padding_mask {_shape(key_mask)}: the (batch, keys) form is mapped"
+        )
+    mask = _mask_of(node, 5, (b, heads, sq, kv_len), dtype)
+    if isinstance(mask, Unsupported):
+        return mask
+    return AttentionParams(
+        "MultiHeadAttention",
+        b,
+        heads,
+        heads,
+        sq,
+        kv_len,
+        d,
+        dv,
+        dtype,
+        _scale(a, d),
+        kv_seq_major=kv_seq_major,
+        past=past,
+        causal=unidirectional,
+        mask=mask[0],
+        mask_dtype=mask[1],
+        key_mask=key_mask is not None,
+        qkv_bias=_given(node, 3) is not None,
+    )
+
+
+@register_params("GroupQueryAttention", domain=MS_DOMAIN)
+def _group_query_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsupported:
+    """ONNX Runtime's GroupQueryAttention (onnxruntime-genai's decoders): inputs ``query, key, value, past_key,
+    past_value, seqlens_k, total_sequence_length[, cos_cache, sin_cache][, position_ids][, attention_bias]``;
+    causal, the queries the last ``seq`` positions of ``total_sequence_length`` (its run value where the
+    model computes it, else the present cache's length); ``do_rotary``, ``local_window_size``, ``softcap``."""
+    a = _attrs(node)
+    hq, hkv = int(a.get("num_heads", 0) or 0), int(a.get("kv_num_heads", 0) or 0)
+    q, k, v = (_in_shape(node, i) for i in range(3))
+    if hq < 1 or hkv < 1 or hq % hkv or not q or len(q) != 3 or q[2] % hq:
+        return Unsupported(f"GroupQueryAttention of query {q} in {hq} heads over {hkv}")
+    if k is None or v is None:
+        return Unsupported("GroupQueryAttention with packed QKV (key and value left out): not mapped yet")
+    b, sq, d = q[0], q[1], q[2] // hq
+    if len(k) != 3 or len(v) != 3 or k[2] != hkv * d or v[2] % hkv or k[1] != sq:
+        return Unsupported(f"GroupQueryAttention keys {k} and values {v} for query {q}")
+    if int(a.get("smooth_softmax", -1)) == 1 or _given(node, 11) is not None:
+        return Unsupported("GroupQueryAttention with a smooth softmax or head sinks: not mapped yet")
+    quantized = [_text(a.get(t, "NONE")) for t in ("k_quant_type", "v_quant_type")]
+    if any(q != "NONE" for q in quantized) or _given(node, 12) is not None:
+        return Unsupported(f"GroupQueryAttention over a quantized KV cache ({'/'.join(quantized)}): not mapped yet")
+    if _given(node, 14) is not None or _given(node, 15) is not None or _given(node, 16) is not None:
+        return Unsupported("GroupQueryAttention with fused Q/K normalisation or query lengths: not mapped yet")
+    if 3 in (node.output_slots or range(len(node.outputs))):
+        return Unsupported("GroupQueryAttention with its output_qk output: the scores are not written by either call")
+    total = _given(node, 6)
+    present = _out(node, 1) if len(node.outputs) > 1 else ()
+    past_shape = _in_shape(node, 3)
+    if total is not None and total.value:
+        kv_len = int(total.value[0])
+    elif len(present) == 4:
+        kv_len = present[2]
+    else:
+        kv_len = (past_shape[2] if past_shape and len(past_shape) == 4 else 0) + sq
+    if kv_len < sq:
+        return Unsupported(f"GroupQueryAttention of {sq} queries over {kv_len} keys")
+    if int(a.get("sliding_window_cache", 0) or 0):
+        return Unsupported("GroupQueryAttention with a sliding-window ring cache: not mapped yet")
+    window = int(a.get("local_window_size", -1))
+    if window == 0:
+        return Unsupported("GroupQueryAttention with local_window_size 0: no key to attend")
+    rotary = bool(int(a.get("do_rotary", 0) or 0))
+    cos = _in_shape(node, 7)
+    if rotary and (not cos or len(cos) != 2 or 2 * cos[1] > d or cos[0] < kv_len):
+        return Unsupported(f"GroupQueryAttention's rotary caches {cos} for head dim {d} at {kv_len} positions")
+    mask = _mask_of(node, 10, (b, hq, sq, kv_len), dtype)
+    if isinstance(mask, Unsupported):
+        return mask
+    return AttentionParams(
+        "GroupQueryAttention",
+        b,
+        hq,
+        hkv,
+        sq,
+        kv_len,
+        d,
+        v[2] // hkv,
+        dtype,
+        _scale(a, d),
+        past=kv_len - sq,
+        causal=bool(int(a.get("causal", 1))),
+        window=max(window, 0),  # local_window_size keys, the query's own included (ORT masks older ones)
+        softcap=float(a.get("softcap", 0.0) or 0.0),
+        mask=mask[0],
+        mask_dtype=mask[1],
+        rotary=rotary,
+        interleaved=bool(int(a.get("rotary_interleaved", 0) or 0)),
+        rotary_cache=cos if rotary else (),
+    )
+
+
 _ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Elu": "elu", "Clip": "clipped_relu"}
 
 
@@ -870,6 +1161,8 @@ _ANY_DTYPE = frozenset(
     # integer arithmetic a model does on the GPU too (position ids: a mask's running count, plus an offset)
     | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum", "GatherElements", "GatherND", "Mod", "Sign"}
     | {"ArgMax", "ArgMin", "DepthToSpace", "SpaceToDepth", "Trilu"}
+    # a mask's length (onnxruntime-genai's seqlens_k = ReduceSum(attention_mask) - 1)
+    | {"ReduceSum", "ReduceMax", "ReduceMin"}
 )
 
 

@@ -53,6 +53,7 @@ from benanza.runtimes.cuda.candidate import Candidate, CandidateResult, dedupe, 
 from benanza.runtimes.cuda.fusion import fused_groups
 from benanza.runtimes.cuda.params import (
     ActivationParams,
+    AttentionParams,
     BatchNormParams,
     ConvParams,
     DataMovementParams,
@@ -72,6 +73,7 @@ SOURCES = ("cudnn-legacy", "cudnn-graph", "cublaslt", "cupy")
 PRIMARY_SOURCE = {  # whose default pick is "the framework's": what ONNX Runtime and PyTorch call
     ConvParams: "cudnn-legacy",
     GemmParams: "cublaslt",
+    AttentionParams: "cudnn-graph",  # the fused attention PyTorch and ONNX Runtime run in half precision
 }
 
 
@@ -80,8 +82,13 @@ Builder = Callable[[Any, Any, LayerParams, bool], list[Candidate]]
 
 def _builders(params: LayerParams, fused: bool) -> list[tuple[str, Builder]]:
     """(source, builder) pairs for one kind of call; each imports its library lazily."""
-    from benanza.runtimes.cuda import cublaslt, cudnn_graph, cudnn_legacy, framework
+    from benanza.runtimes.cuda import attention, cublaslt, cudnn_graph, cudnn_legacy, framework
 
+    if isinstance(params, AttentionParams):
+        return [
+            ("cudnn-graph", lambda ctx, h, p, tc: attention.sdpa_candidates(ctx, p, tc)),
+            ("cupy", lambda ctx, h, p, tc: attention.cupy_candidates(ctx, p)),
+        ]
     if isinstance(params, ConvParams):
         legacy = cudnn_legacy.conv_bias_activation_candidates if fused else cudnn_legacy.conv_candidates
         out: list[tuple[str, Builder]] = [("cudnn-legacy", lambda ctx, h, p, tc: legacy(ctx, h, p, tc))]
