@@ -143,7 +143,8 @@ def _fields(p: Any) -> dict[str, Any]:
 # ------------------------------------------------------------------------ ONNX Runtime's MultiHeadAttention
 
 
-def test_multi_head_attention_with_bias_padding_and_attention_bias(build_model, process_proto):
+@pytest.mark.parametrize("lengths", [False, True], ids=["mask", "lengths"])
+def test_multi_head_attention_with_bias_padding_and_attention_bias(build_model, process_proto, lengths):
     node = helper.make_node(
         "MultiHeadAttention",
         ["q", "k", "v", "bias", "kpm", "ab"],
@@ -153,6 +154,8 @@ def test_multi_head_attention_with_bias_padding_and_attention_bias(build_model, 
     )
     kpm = np.ones((2, 6), np.int32)
     kpm[1, 4:] = 0  # the second sequence's last two keys are padding
+    if lengths:
+        kpm = kpm.sum(axis=1).astype(np.int32)  # the (batch,) form: 6 and 4 valid keys
     feeds = {
         "q": rand(2, 4, 16),
         "k": rand(2, 6, 16, seed=1),
@@ -162,8 +165,18 @@ def test_multi_head_attention_with_bias_padding_and_attention_bias(build_model, 
     }
     p, expected = derive(build_model, process_proto, node, feeds, {"bias": rand(48, seed=4)}, ms=True)
     assert isinstance(p, AttentionParams), getattr(p, "reason", p)
-    assert p.qkv_bias and p.key_mask and p.mask == (1, 2, 4, 6) and p.kv_seq_major
-    y, _ = run_call(p, {**feeds, "qkv_bias": rand(48, seed=4), "key_mask": kpm, "mask": feeds["ab"]})
+    assert (
+        p.qkv_bias
+        and p.mask == (1, 2, 4, 6)
+        and p.kv_seq_major
+        and (p.key_mask, p.key_lengths)
+        == (
+            not lengths,
+            lengths,
+        )
+    )
+    padding = "key_lengths" if lengths else "key_mask"
+    y, _ = run_call(p, {**feeds, "qkv_bias": rand(48, seed=4), padding: kpm, "mask": feeds["ab"]})
     np.testing.assert_allclose(y, expected[0], rtol=1e-5, atol=1e-5)
     sdpa_validates(p)
 
@@ -201,6 +214,78 @@ def test_multi_head_attention_cross_attention_reads_4d_keys_as_they_are(build_mo
     assert not p.kv_seq_major and p.seq_major and p.kv_len == 7
     y, _ = run_call(p, feeds)
     np.testing.assert_allclose(y, expected[0], rtol=1e-5, atol=1e-5)
+    sdpa_validates(p)
+
+
+# ------------------------------------------------------------------------ ONNX Runtime's Attention (projection inside)
+
+
+@pytest.mark.parametrize(
+    "sizes, lengths", [(None, False), ([32, 32, 64], False), (None, True)], ids=["equal", "wider-values", "lengths"]
+)
+def test_contrib_attention_projects_then_attends(build_model, process_proto, sizes, lengths):
+    """What ONNX Runtime's transformer optimizer makes of a BERT's attention: one GEMM into Q, K and V (plus
+    the bias), a raw (batch, keys) mask or the (batch,) lengths it counts from one, an additive attention bias."""
+    width = 96 if sizes is None else sum(sizes)
+    attrs = {"num_heads": 4} if sizes is None else {"num_heads": 4, "qkv_hidden_sizes": sizes}
+    node = _ms("Attention", ["x", "w", "bias", "mask", "", "ab"], ["y"], **attrs)
+    mask = np.ones((2, 5), np.int32)
+    mask[1, 3:] = 0
+    if lengths:
+        mask = mask.sum(axis=1).astype(np.int32)  # right padding: 5 and 3 valid keys
+    feeds = {"x": rand(2, 5, 24), "mask": mask, "ab": rand(1, 4, 5, 5, seed=3)}
+    constants = {"w": rand(24, width, seed=1), "bias": rand(width, seed=2)}
+    p, expected = derive(build_model, process_proto, node, feeds, constants, ms=True)
+    assert isinstance(p, AttentionParams), getattr(p, "reason", p)
+    assert (p.projection, p.qkv_width, p.head_dim, p.v_head_dim) == (24, width, 8, width // 4 - 16)
+    assert (p.key_mask, p.key_lengths) == (not lengths, lengths)
+    arrays = {
+        "x": feeds["x"],
+        "weights": constants["w"],
+        "qkv_bias": constants["bias"],
+        "key_lengths" if lengths else "key_mask": mask,
+        "mask": feeds["ab"],
+        "qkv": np.zeros((2, 5, width), np.float32),
+    }
+    y, _ = run_call(p, arrays)
+    np.testing.assert_allclose(y, expected[0], rtol=1e-4, atol=1e-4)  # a projection of 24 first: float32 rounding
+    assert p.flops == 2 * 2 * 4 * 5 * 5 * (8 + p.v_head_dim) + 2 * 2 * 5 * 24 * width
+    sdpa_validates(p)
+
+
+@pytest.mark.parametrize("mask", ["none", "raw", "lengths"])
+def test_contrib_attention_gpt2_step_appends_to_its_past(build_model, process_proto, mask):
+    """GPT-2 as the optimizer fuses it: unidirectional, a past (2, batch, heads, past, dim) and its present,
+    with no mask, a raw (batch, past + new) one, or the valid lengths over past and new keys."""
+    node = _ms(
+        "Attention",
+        ["x", "w", "bias", "" if mask == "none" else "m", "past"],
+        ["y", "present"],
+        num_heads=2,
+        unidirectional=1,
+    )
+    raw = np.ones((2, 7), np.int32)
+    raw[1, 5:] = 0
+    feeds = {"x": rand(2, 3, 16), "past": rand(2, 2, 2, 4, 8, seed=4)}
+    if mask != "none":
+        feeds["m"] = raw if mask == "raw" else raw.sum(axis=1).astype(np.int32)
+    constants = {"w": rand(16, 48, seed=1), "bias": rand(48, seed=2)}
+    p, expected = derive(build_model, process_proto, node, feeds, constants, ms=True, outputs=2)
+    assert isinstance(p, AttentionParams), getattr(p, "reason", p)
+    assert (p.past, p.kv_len, p.causal, p.key_mask, p.key_lengths) == (4, 7, True, mask == "raw", mask == "lengths")
+    arrays = {
+        "key_mask": feeds.get("m"),
+        "key_lengths": feeds.get("m"),
+        "x": feeds["x"],
+        "weights": constants["w"],
+        "qkv_bias": constants["bias"],
+        "k_cache": feeds["past"][0],
+        "v_cache": feeds["past"][1],
+        "qkv": np.zeros((2, 3, 48), np.float32),
+    }
+    y, after = run_call(p, arrays)
+    np.testing.assert_allclose(y, expected[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(np.stack([after["k_cache"], after["v_cache"]]), expected[1], rtol=1e-5, atol=1e-6)
     sdpa_validates(p)
 
 
@@ -301,17 +386,19 @@ def test_what_is_not_mapped_says_why(build_model, process_proto):
     )
     p = layer_params(network_of(process_proto(proto).graph, [0])[1])
     assert isinstance(p, Unsupported) and "packed QKV" in p.reason
-    contrib = helper.make_node("Attention", ["x", "w"], ["y"], domain="com.microsoft", num_heads=2)
+    packed = helper.make_node(
+        "PackedAttention", ["x", "w", "b", "ti", "cs"], ["y"], domain="com.microsoft", num_heads=2
+    )
     proto = build_model(
-        [contrib],
-        [("x", F, [1, 4, 16])],
+        [packed],
+        [("x", F, [4, 16]), ("ti", I32, [1, 4]), ("cs", I32, [2])],
         [("y", F, None)],
-        {"w": rand(16, 48)},
+        {"w": rand(16, 48), "b": rand(48)},
         check=False,
         extra_opsets={"com.microsoft": 1},
     )
     p = layer_params(network_of(process_proto(proto).graph, [0])[1])
-    assert isinstance(p, Unsupported) and "QKV projection inside" in p.reason
+    assert isinstance(p, Unsupported) and "packed, unpadded tokens" in p.reason
 
 
 # ------------------------------------------------------------------------ the SDPA graph and the candidates' terms
@@ -346,7 +433,7 @@ def test_sdpa_graph_describes_layouts_masks_and_alignment():
         ({"dtype": "float32"}, "float16 and bfloat16"),
         ({"head_dim": 12, "v_head_dim": 12}, "multiples of 8"),
         ({"softcap": 30.0}, "soft-capping"),
-        ({"dtype": "bfloat16", "rotary": True, "rotary_cache": (8, 32)}, "no bfloat16 arithmetic"),
+        ({"dtype": "bfloat16", "rotary": True, "rotary_cache": (8, 32)}, "CuPy has no bfloat16"),
     ],
 )
 def test_sdpa_refuses_what_cudnn_does_not_run(change, reason):
@@ -390,6 +477,11 @@ def test_the_unfused_call_says_what_it_runs_and_refuses_bfloat16():
 def case(op: str, dims: tuple[int, ...], dtype: str, scale: float, **kw: Any) -> AttentionParams:
     """``dims``: batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim."""
     return AttentionParams(op, *dims, dtype, scale, **kw)
+
+
+def case_id(p: AttentionParams) -> str:
+    kinds = [k for k, on in (("proj", p.projection), ("past", p.past), ("rope", p.rotary), ("mask", p.mask)) if on]
+    return "-".join([p.op, p.dtype, f"q{p.q_len}k{p.kv_len}", *kinds])
 
 
 DEVICE_CASES = [
@@ -439,6 +531,12 @@ DEVICE_CASES = [
         mask=(1, 1, 16, 40),
         mask_dtype="bool",
     ),
+    # ONNX Runtime's Attention: Q, K and V read in place from the projection's output, or a step over a past
+    case("Attention", (2, 4, 4, 32, 32, 64, 64), "float16", 0.125, projection=128, qkv_bias=True, key_mask=True),
+    case("Attention", (2, 4, 4, 32, 32, 64, 64), "float16", 0.125, projection=256, qkv_bias=True, key_lengths=True),
+    case("Attention", (2, 4, 4, 24, 24, 32, 64), "float16", 0.125, projection=128, qkv_bias=True),  # wider V
+    case("MultiHeadAttention", (4, 8, 8, 1, 40, 64, 64), "float16", 0.125, kv_seq_major=False),  # a step, 4-D keys
+    case("Attention", (1, 4, 4, 1, 33, 64, 64), "float16", 0.125, projection=256, qkv_bias=True, past=32, causal=True),
     case("Attention", (2, 8, 2, 64, 64, 64, 64), "bfloat16", 0.125, causal=True),
     case(
         "Attention",
@@ -487,12 +585,20 @@ def _reference(p: AttentionParams, q, k, v, bias) -> np.ndarray:
     return (weights / weights.sum(axis=-1, keepdims=True)) @ v
 
 
+def _as_trained(p: AttentionParams, arrays: dict[str, Any]) -> None:
+    """Projection weights of a trained model's size (1 / sqrt(width)): uniform in [-1, 1), a projection of 256
+    makes scores of about 30, whose half-precision rounding alone moves the softmax past the tolerance."""
+    if p.projection:
+        arrays["weights"] *= arrays["weights"].dtype.type(1 / math.sqrt(p.projection))
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("p", [c for c in DEVICE_CASES if c.dtype != "bfloat16"], ids=lambda p: f"{p.op}-{p.dtype}")
+@pytest.mark.parametrize("p", [c for c in DEVICE_CASES if c.dtype != "bfloat16"], ids=case_id)
 def test_unfused_candidate_matches_numpy(ctx, p):
     from benanza.runtimes.cuda.framework import call_plan
 
     plan = call_plan(ctx, attention.attention_call(p), p.op)
+    _as_trained(p, dict(zip([n for n, _ in attention.operands(p)], plan.inputs, strict=True)))
     host_inputs = [_host(x, p.dtype) for x in plan.inputs]  # before the launch: the call appends to the cache
     (candidate,) = plan.candidates
     candidate.launch()
@@ -504,9 +610,10 @@ def test_unfused_candidate_matches_numpy(ctx, p):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("p", [c for c in DEVICE_CASES if c.dtype != "float32"], ids=lambda p: f"{p.op}-{p.dtype}")
+@pytest.mark.parametrize("p", [c for c in DEVICE_CASES if c.dtype != "float32"], ids=case_id)
 def test_sdpa_candidates_match_the_reference(ctx, p):
     plan = attention.sdpa_plan(ctx, p, tensor_cores=True)
+    _as_trained(p, plan.sources)
     assert plan.candidates and plan.candidates[0].default
     for candidate in plan.candidates[:4]:
         plan.plans.arrays["o"][...] = 0
@@ -519,7 +626,7 @@ def test_sdpa_candidates_match_the_reference(ctx, p):
         np.testing.assert_allclose(o, _reference(p, q, k, v, bias), rtol=tol, atol=tol, err_msg=candidate.name)
 
 
-@pytest.mark.parametrize("p", DEVICE_CASES, ids=lambda p: f"{p.op}-{p.dtype}")
+@pytest.mark.parametrize("p", DEVICE_CASES, ids=case_id)
 def test_each_device_case_runs_on_numpy_and_its_sdpa_graph_validates(p):
     """What the ``gpu`` cases above will run is coherent here: the unfused call on NumPy (float16 read as
     float32), and cuDNN's frontend validating the SDPA graph of each half-precision case."""
@@ -564,6 +671,17 @@ _GQA_FEEDS = {"q": (1, 1, 32), "k": (1, 1, 32), "v": (1, 1, 32), "pk": (1, 2, 3,
             "past of shape",
         ),
         (
+            _ms("Attention", ["x", "w", "", "m"], ["y"], num_heads=2),
+            {"x": (2, 4, 16), "w": (16, 48), "m": (4,)},
+            "mask_index (4,)",  # the (2 * batch,) form: ends and starts
+        ),
+        (_ms("Attention", ["x", "w"], ["y"], num_heads=2, do_rotary=1), {"x": (1, 4, 16), "w": (16, 48)}, "rotary"),
+        (
+            _ms("Attention", ["x", "w"], ["y"], num_heads=2, qkv_hidden_sizes=[16, 8, 24]),
+            {"x": (1, 4, 16), "w": (16, 48)},
+            "QKV widths",
+        ),
+        (
             _ms("MultiHeadAttention", ["q", "k", "v"], ["y"], num_heads=2, unidirectional=1),
             {"q": (1, 3, 16), "k": (1, 5, 16), "v": (1, 5, 16)},
             "alignment unknown",
@@ -575,7 +693,7 @@ _GQA_FEEDS = {"q": (1, 1, 32), "k": (1, 1, 32), "v": (1, 1, 32), "pk": (1, 2, 3,
         ),
         (
             _ms("MultiHeadAttention", ["q", "k", "v", "", "kpm"], ["y"], num_heads=2),
-            {"q": (1, 3, 16), "k": (1, 5, 16), "v": (1, 5, 16), "kpm": (1,)},
+            {"q": (1, 3, 16), "k": (1, 5, 16), "v": (1, 5, 16), "kpm": (1, 3, 5)},
             "key_padding_mask",
         ),
         (
@@ -612,8 +730,13 @@ _GQA_FEEDS = {"q": (1, 1, 32), "k": (1, 1, 32), "v": (1, 1, 32), "pk": (1, 2, 3,
 def test_what_a_derivation_cannot_represent_is_refused_with_its_reason(
     build_model, process_proto, node, shapes, reason
 ):
-    inputs = [(n, I32 if n == "kpm" else F, list(s)) for n, s in shapes.items() if n != "bias"]
-    constants = {"seqlens_k": np.array([3], np.int32), "total": np.array(4, np.int32), "bias": rand(48)}
+    inputs = [(n, I32 if n in ("kpm", "m") else F, list(s)) for n, s in shapes.items() if n not in ("bias", "w")]
+    constants = {
+        "seqlens_k": np.array([3], np.int32),
+        "total": np.array(4, np.int32),
+        "bias": rand(48),
+        "w": rand(*shapes.get("w", (1,))),
+    }
     constants = {n: a for n, a in constants.items() if n in node.input}
     outputs = [(o, F, None) for o in node.output if o]
     proto = build_model(
@@ -641,7 +764,7 @@ def test_a_row_with_every_key_masked_weighs_nothing(build_model, process_proto):
 @pytest.fixture
 def numpy_device(monkeypatch):
     """``sdpa_plan`` with NumPy in CuPy's place and the plans' GPU half (a handle, building and launching
-    plans) left out: the graph is the frontend's, validated; its arrays are allocated as ``_plan`` does."""
+    plans) left out: the graph is the frontend's, validated; its arrays are ``_plan``'s (``operand_arrays``)."""
     import contextlib
     import types
 
@@ -666,12 +789,9 @@ def numpy_device(monkeypatch):
                 return (values.view(np.uint32) >> 16).astype(np.uint16)
             return values.astype(dtype)
 
-    def plan(ctx, cudnn, handle, g, layout, tensor_cores, modes):
+    def plan(ctx, cudnn, handle, g, layout, tensor_cores, modes, bound=None):
         g.graph.validate()
-        orders = {op.name: cudnn_graph.order_of_strides(op.strides) for op in g.operands}
-        arrays = {
-            op.name: ctx.array(tuple(op.dims[a] for a in orders[op.name]), op.dtype, op.fill) for op in g.operands
-        }
+        orders, arrays = cudnn_graph.operand_arrays(ctx, g.operands, bound)  # _plan's own, bound views checked
         plans = cudnn_graph.GraphPlans(g.graph, layout, arrays, orders)
         plans.candidates = [Candidate(source="cudnn-graph", name="plan", launch=lambda: None, default=True)]
         return plans
@@ -688,7 +808,7 @@ def _float(a: np.ndarray, dtype: str) -> np.ndarray:
     return a.astype(np.float64)
 
 
-@pytest.mark.parametrize("p", [c for c in DEVICE_CASES if c.dtype != "float32"], ids=lambda p: f"{p.op}-{p.dtype}")
+@pytest.mark.parametrize("p", [c for c in DEVICE_CASES if c.dtype != "float32"], ids=case_id)
 def test_the_sdpa_candidate_attends_what_the_unfused_call_does(numpy_device, p):
     """After a launch's bookkeeping, the graph's Q, K, V and bias give what the unfused call computes from
     the same inputs: the two candidates of a layer do the same work."""
@@ -696,7 +816,7 @@ def test_the_sdpa_candidate_attends_what_the_unfused_call_does(numpy_device, p):
     names = [name for name, _ in attention.operands(p)]
     specs = dict(attention.operands(p))
     # what nothing rewrites is the graph's own array (K and V without a past: in the layer's layout)
-    graph = {n: plan.plans.arrays[n].reshape(specs[n].shape) for n in ("k", "v") if not p.past}
+    graph = {n: plan.plans.arrays[n].reshape(specs[n].shape) for n in ("k", "v") if not p.past and n in specs}
     arrays = {**graph, **plan.sources, "k_cache": plan.logical["k"], "v_cache": plan.logical["v"]}
     before = {
         n: _float(np.array(a), p.dtype) if a.dtype.kind in "fu" and n != "key_mask" else np.array(a)
@@ -716,3 +836,29 @@ def test_the_sdpa_candidate_attends_what_the_unfused_call_does(numpy_device, p):
     want = out[0].reshape(p.batch, p.q_len, p.q_heads, p.v_head_dim).transpose(0, 2, 1, 3) if p.seq_major else out[0]
     tol = 2e-2 if p.dtype == "bfloat16" else 2e-3
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def test_a_bound_operand_must_be_what_the_graph_declares():
+    """cuDNN reads a bound operand as the graph declares it: a copy of Q (packed, not strided by the QKV
+    width), another type, or a name the graph lacks is refused before any plan reads the wrong memory."""
+    try:
+        frontend = cudnn_graph._import_cudnn()
+    except GpuError as exc:
+        pytest.skip(str(exc))
+    p = case("Attention", (2, 4, 4, 6, 6, 16, 16), "float16", 0.25, projection=32)
+    g = attention.sdpa_graph(frontend, p)
+
+    class Context:
+        def array(self, shape, dtype, fill="random"):
+            return np.zeros(shape, dtype)
+
+    qkv = np.zeros((2, 6, p.qkv_width), np.float16)
+    bound = attention._bound(p, {"qkv": qkv})
+    orders, arrays = cudnn_graph.operand_arrays(Context(), g.operands, bound)
+    assert np.shares_memory(arrays["k"], qkv) and orders["q"] == (0, 2, 1, 3)
+    with pytest.raises(GpuError, match="operand q bound to a float16 array"):
+        cudnn_graph.operand_arrays(Context(), g.operands, {**bound, "q": bound["q"].copy()})
+    with pytest.raises(GpuError, match="operand v bound to a float32"):
+        cudnn_graph.operand_arrays(Context(), g.operands, {**bound, "v": bound["v"].astype(np.float32)})
+    with pytest.raises(GpuError, match="no such operand"):
+        cudnn_graph.operand_arrays(Context(), g.operands, {**bound, "qkv": qkv})

@@ -273,7 +273,7 @@ def test_every_params_op_type_has_a_call_or_is_a_view():
     assert set(params.CONTRIB_PARAMS) == {
         *("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "Gelu", "FastGelu", "BiasGelu"),
         *("QuickGelu", "BiasAdd", "FusedMatMul", "MatMulNBits"),
-        *("MultiHeadAttention", "GroupQueryAttention"),  # AttentionParams: benanza.runtimes.cuda.attention
+        *("Attention", "MultiHeadAttention", "GroupQueryAttention"),  # AttentionParams: attention.py
     }
 
 

@@ -252,17 +252,20 @@ def test_fused_matmul_is_a_gemm_with_transposes_and_alpha(build_model, process_p
 
 
 def test_other_contrib_ops_say_what_they_are(build_model, process_proto):
-    node = helper.make_node("Attention", ["x", "w", "b"], ["y"], domain="com.microsoft", num_heads=2)
+    node = helper.make_node("PackedAttention", ["x", "w", "b", "ti", "cs"], ["y"], domain="com.microsoft", num_heads=2)
     proto = build_model(
         [node],
-        [("x", F, [1, 4, 8])],
+        [("x", F, [4, 8]), ("ti", TensorProto.INT32, [1, 4]), ("cs", TensorProto.INT32, [2])],
         [("y", F, None)],
         {"w": rand(8, 24), "b": rand(24)},
         extra_opsets={"com.microsoft": 1},
         check=False,
     )
     p = layer_params(network_of(process_proto(proto).graph, [0])[1])
-    assert isinstance(p, Unsupported) and "com.microsoft::Attention: ONNX Runtime's fused attention" in p.reason
+    assert (
+        isinstance(p, Unsupported)
+        and "com.microsoft::PackedAttention: ONNX Runtime's attention over packed" in p.reason
+    )
     assert "SkipLayerNormalization" in p.reason  # the ones it knows
     node = helper.make_node("Inverse", ["x"], ["y"], domain="com.microsoft")  # one it has no word for
     proto = build_model([node], [("x", F, [2, 4, 4])], [("y", F, None)], extra_opsets={"com.microsoft": 1})

@@ -1,5 +1,5 @@
-"""Attention layers on the GPU: ONNX's ``Attention`` and ONNX Runtime's ``MultiHeadAttention`` and
-``GroupQueryAttention``, two ways each.
+"""Attention layers on the GPU: ONNX's ``Attention`` and ONNX Runtime's ``MultiHeadAttention``,
+``GroupQueryAttention`` and ``Attention`` (its QKV projection inside), two ways each.
 
 - ``cudnn-graph``: cuDNN's fused scaled-dot-product attention, the frontend's ``sdpa`` node (a flash
   attention: Q.K^T, the mask and the softmax stay on chip, one kernel). Every engine configuration the
@@ -13,12 +13,14 @@
   float32 included. A framework's unfused path fuses the masked softmax into one kernel: this candidate
   launches several, so it bounds that path from above; the layer's figure is its fastest candidate.
 
-Both candidates first do the layer's own bookkeeping, as ONNX Runtime's fused kernels do it:
-MultiHeadAttention's bias added to Q, K and V, GroupQueryAttention's rotary embedding of Q and the new K,
-and the new keys and values appended to the KV cache in place. The cache holds the attended length, as
-ONNX Runtime's shared past/present buffer does: copying the whole past into a separate ``present``
-output (what the ONNX op describes) is not counted. A boolean mask is given to cuDNN as the additive
-mask a framework makes of it once; a key padding mask as that additive mask over every query.
+Both candidates first do the layer's own bookkeeping, as ONNX Runtime's fused kernels do it: ONNX
+Runtime's Attention's projection (one GEMM into Q, K and V side by side, which cuDNN then reads in place
+through strides), MultiHeadAttention's bias added to Q, K and V, GroupQueryAttention's rotary embedding
+of Q and the new K, and the new keys and values appended to the KV cache in place. The cache holds the
+attended length, as ONNX Runtime's shared past/present buffer does: copying the whole past into a
+separate ``present`` output (what the ONNX op describes) is not counted. The masks are given to cuDNN as
+the one additive bias a framework makes of them once (a boolean mask as 0 or -inf, a key padding mask or
+lengths over every query).
 
 What the parameters say is derived in ``benanza.runtimes.cuda.params`` (``AttentionParams``).
 """
@@ -44,20 +46,28 @@ SDPA_DTYPES = ("float16", "bfloat16")
 def operands(p: Any) -> list[tuple[str, InputSpec]]:
     """The arrays the layer reads, named, in the order of its ``LayerCall``'s inputs.
 
-    ``q``, ``k``, ``v``: the query and the new keys and values, in the layer's layouts; ``qkv_bias``
-    (MultiHeadAttention's); ``k_cache``, ``v_cache``: the cache (batch, kv_heads, kv_len, dim) whose
-    first ``past`` rows hold the past (the call writes the rest); ``mask``; ``key_mask`` (batch,
-    kv_len), int32 as ONNX Runtime reads it; ``cos``, ``sin``: the rotary caches.
+    ``q``, ``k``, ``v``: the query and the new keys and values, in the layer's layouts, or, for a layer
+    with a ``projection``, ``x`` (batch, q_len, projection) and ``weights`` (projection, qkv_width), and
+    ``qkv`` (batch, q_len, qkv_width), where the call writes the projection; ``qkv_bias``; ``k_cache``,
+    ``v_cache``: the cache (batch, kv_heads, kv_len, dim) whose first ``past`` rows hold the past (the call
+    writes the rest); ``mask``; ``key_mask`` (batch, kv_len), int32 as ONNX Runtime reads it; ``cos``,
+    ``sin``: the rotary caches.
     """
     b, dt = p.batch, p.dtype
-    out = [
-        ("q", InputSpec(_layout(b, p.q_heads, p.q_len, p.head_dim, p.seq_major), dt)),
-        ("k", InputSpec(_layout(b, p.kv_heads, p.new_len, p.head_dim, p.kv_seq_major), dt)),
-        ("v", InputSpec(_layout(b, p.kv_heads, p.new_len, p.v_head_dim, p.kv_seq_major), dt)),
-    ]
+    if p.projection:
+        out = [
+            ("x", InputSpec((b, p.q_len, p.projection), dt)),
+            ("weights", InputSpec((p.projection, p.qkv_width), dt)),
+            ("qkv", InputSpec((b, p.q_len, p.qkv_width), dt)),
+        ]
+    else:
+        out = [
+            ("q", InputSpec(_layout(b, p.q_heads, p.q_len, p.head_dim, p.seq_major), dt)),
+            ("k", InputSpec(_layout(b, p.kv_heads, p.new_len, p.head_dim, p.kv_seq_major), dt)),
+            ("v", InputSpec(_layout(b, p.kv_heads, p.new_len, p.v_head_dim, p.kv_seq_major), dt)),
+        ]
     if p.qkv_bias:
-        width = (p.q_heads + p.kv_heads) * p.head_dim + p.kv_heads * p.v_head_dim
-        out.append(("qkv_bias", InputSpec((width,), dt)))
+        out.append(("qkv_bias", InputSpec((p.qkv_width,), dt)))
     if p.past:
         out.append(("k_cache", InputSpec((b, p.kv_heads, p.kv_len, p.head_dim), dt)))
         out.append(("v_cache", InputSpec((b, p.kv_heads, p.kv_len, p.v_head_dim), dt)))
@@ -65,6 +75,8 @@ def operands(p: Any) -> list[tuple[str, InputSpec]]:
         out.append(("mask", InputSpec(p.mask, p.mask_dtype or dt)))
     if p.key_mask:
         out.append(("key_mask", InputSpec((b, p.kv_len), "int32")))
+    if p.key_lengths:  # every key valid: the whole work, as benanza feeds a model's masks
+        out.append(("key_lengths", InputSpec((b,), "int32", value=p.kv_len)))
     if p.rotary:
         out.append(("cos", InputSpec(p.rotary_cache, dt)))
         out.append(("sin", InputSpec(p.rotary_cache, dt)))
@@ -91,10 +103,13 @@ def _heads(x: Any, heads: int, seq_major: bool) -> Any:
 
 
 def prepare(p: Any, xp: Any, a: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """Q, K and V as (batch, heads, seq, dim) arrays the attention reads: the bias added, the rotary
-    embedding applied, the new keys and values appended to the cache (which is then K and V)."""
-    q, k, v = a["q"], a["k"], a["v"]
-    if p.qkv_bias:
+    """Q, K and V as (batch, heads, seq, dim) arrays the attention reads: projected (into ``qkv``), the bias
+    added, the rotary embedding applied, the new keys and values appended to the cache (then K and V)."""
+    if p.projection:
+        q, k, v = project(p, xp, a)
+    else:
+        q, k, v = a["q"], a["k"], a["v"]
+    if p.qkv_bias and not p.projection:
         bias = a["qkv_bias"]
         qd, kd = p.q_heads * p.head_dim, p.kv_heads * p.head_dim
         q, k, v = (
@@ -113,6 +128,17 @@ def prepare(p: Any, xp: Any, a: dict[str, Any]) -> tuple[Any, Any, Any]:
         a["v_cache"][:, :, p.past :] = vh
         kh, vh = a["k_cache"], a["v_cache"]
     return qh, kh, vh
+
+
+def project(p: Any, xp: Any, a: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """ONNX Runtime's Attention's projection: ``x @ weights (+ bias)`` written into ``qkv`` by one GEMM (and
+    the bias's kernel); Q, K and V are its column blocks, (batch, seq, heads * dim) views."""
+    qkv = a["qkv"]
+    xp.matmul(a["x"], a["weights"], out=qkv)
+    if p.qkv_bias:
+        qkv += a["qkv_bias"]
+    qd, kd = p.q_heads * p.head_dim, p.kv_heads * p.head_dim
+    return qkv[..., :qd], qkv[..., qd : qd + kd], qkv[..., qd + kd :]
 
 
 def _bias_of(bias: Any, x: Any, p: Any, seq_major: bool) -> Any:
@@ -142,6 +168,15 @@ def rotate(xp: Any, x: Any, cos: Any, sin: Any, start: int, interleaved: bool) -
     return out
 
 
+def valid_keys(xp: Any, p: Any, a: dict[str, Any]) -> Any:
+    """(batch, 1, 1, kv_len) booleans: the keys a padding mask leaves, from its (batch, keys) mask or its
+    (batch,) lengths (the first ``length`` keys of each sequence)."""
+    if p.key_mask:
+        return a["key_mask"].reshape(p.batch, 1, 1, p.kv_len) != 0
+    keys = xp.arange(p.kv_len, dtype=np.int32).reshape(1, 1, 1, p.kv_len)
+    return keys < a["key_lengths"].reshape(p.batch, 1, 1, 1)
+
+
 def allowed_keys(xp: Any, p: Any) -> Any:
     """(q_len, kv_len) booleans: where query i may attend key j under the causal mask and window."""
     i = xp.arange(p.q_len).reshape(-1, 1) + p.past
@@ -167,7 +202,7 @@ def attention_call(p: Any) -> LayerCall:
         raise UnsupportedLayer(f"{p.op} in bfloat16: CuPy has no bfloat16 arithmetic (cuDNN's SDPA runs it)")
     named = operands(p)
     names = [name for name, _ in named]
-    masked = (p.mask, p.key_mask, p.causal or p.window)
+    masked = (p.mask, p.key_mask, p.key_lengths, p.causal or p.window)
     bands: dict[str, Any] = {}  # the causal/window pattern, made once per array module
 
     def run(ops: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
@@ -185,8 +220,8 @@ def attention_call(p: Any) -> LayerCall:
         neg = scores.dtype.type(-np.inf)
         if p.mask:
             _apply_mask(xp, scores, a["mask"], neg)
-        if p.key_mask:
-            scores = xp.where(a["key_mask"].reshape(b, 1, 1, skv) != 0, scores, neg)
+        if p.key_mask or p.key_lengths:
+            scores = xp.where(valid_keys(xp, p, a), scores, neg)
         if p.causal or p.window:
             band = bands.get(xp.__name__)
             if band is None:
@@ -236,6 +271,8 @@ def _apply_mask(xp: Any, scores: Any, mask: Any, neg: Any) -> None:
 
 def _bookkeeping_notes(p: Any) -> list[str]:
     notes = []
+    if p.projection:
+        notes.append("the QKV projection first: one cuBLAS GEMM (CuPy's matmul) into Q, K and V side by side")
     if p.past:
         notes.append(
             f"the {p.new_len} new keys and values appended in place to a cache of {p.kv_len} (a shared past/present"
@@ -259,10 +296,8 @@ def sdpa_check(p: Any) -> None:
         raise UnsupportedLayer("soft-capped logits: cuDNN's SDPA has no soft-capping (the cupy source measures it)")
     if p.head_dim % 8 or p.v_head_dim % 8:
         raise UnsupportedLayer(f"head dimensions {p.head_dim}/{p.v_head_dim}: cuDNN's SDPA takes multiples of 8")
-    if p.dtype == "bfloat16" and (p.rotary or p.qkv_bias):
-        raise UnsupportedLayer(
-            "the rotary embedding or bias before a bfloat16 attention: CuPy has no bfloat16 arithmetic"
-        )
+    if p.dtype == "bfloat16" and (p.rotary or p.qkv_bias or p.projection):
+        raise UnsupportedLayer("work before a bfloat16 attention (projection, bias, rotary): CuPy has no bfloat16")
 
 
 def band_in_bias(p: Any) -> bool:
@@ -271,15 +306,15 @@ def band_in_bias(p: Any) -> bool:
     queries after a past."""
     if not (p.causal or p.window) or not p.past:
         return False
-    return bool(p.mask or p.key_mask) or p.past != p.kv_len - p.q_len
+    return bool(p.mask or p.key_mask or p.key_lengths) or p.past != p.kv_len - p.q_len
 
 
 def sdpa_bias_dims(p: Any) -> tuple[int, ...] | None:
     """The additive bias cuDNN reads, (batch or 1, heads or 1, q_len, kv_len), or None for none."""
-    if not (p.mask or p.key_mask or band_in_bias(p)):
+    if not (p.mask or p.key_mask or p.key_lengths or band_in_bias(p)):
         return None
     batch, heads = (p.mask[0], p.mask[1]) if p.mask else (1, 1)
-    return (p.batch if p.key_mask else batch, heads, p.q_len, p.kv_len)
+    return (p.batch if p.key_mask or p.key_lengths else batch, heads, p.q_len, p.kv_len)
 
 
 def additive_bias(xp: Any, p: Any, sources: dict[str, Any]) -> Any:
@@ -298,17 +333,19 @@ def additive_bias(xp: Any, p: Any, sources: dict[str, Any]) -> Any:
             bias[..., :width] = mask.astype(np.float32)
         if width < p.kv_len:
             bias[..., width:] = -np.inf
-    if p.key_mask:
-        bias = xp.where(sources["key_mask"].reshape(p.batch, 1, 1, p.kv_len) != 0, bias, np.float32(-np.inf))
+    if p.key_mask or p.key_lengths:
+        bias = xp.where(valid_keys(xp, p, sources), bias, np.float32(-np.inf))
     if band_in_bias(p):
         bias = xp.where(allowed_keys(xp, p), bias, np.float32(-np.inf))
     return bias
 
 
-def _strides(dims: Sequence[int], seq_major: bool) -> tuple[int, ...]:
-    """Strides of (batch, heads, seq, dim) ``dims`` stored (batch, seq, heads, dim) or as they are."""
+def _strides(dims: Sequence[int], seq_major: bool, row: int = 0) -> tuple[int, ...]:
+    """Strides of (batch, heads, seq, dim) ``dims`` stored (batch, seq, heads, dim), a sequence position's
+    values ``row`` apart (0: packed; a column block of a QKV projection: its width), or as they are."""
     _, h, s, d = dims
-    return (s * h * d, d, h * d, 1) if seq_major else (h * s * d, s * d, d, 1)
+    row = row or h * d
+    return (s * row, d, row, 1) if seq_major else (h * s * d, s * d, d, 1)
 
 
 def sdpa_graph(cudnn: Any, p: Any, handle: Any = None) -> Any:
@@ -335,10 +372,11 @@ def sdpa_graph(cudnn: Any, p: Any, handle: Any = None) -> Any:
     k_dims = (p.batch, p.kv_heads, p.kv_len, p.head_dim)
     v_dims = (p.batch, p.kv_heads, p.kv_len, p.v_head_dim)
     kv_seq_major = p.kv_seq_major and not p.past
+    row = p.qkv_width if p.projection else 0  # Q, K and V read in place from the projection's output
     kwargs: dict[str, Any] = {"is_inference": True, "attn_scale": float(p.scale)}
-    q = declare("q", q_dims, _strides(q_dims, p.seq_major))
-    k = declare("k", k_dims, _strides(k_dims, kv_seq_major))
-    v = declare("v", v_dims, _strides(v_dims, kv_seq_major))
+    q = declare("q", q_dims, _strides(q_dims, p.seq_major, row))
+    k = declare("k", k_dims, _strides(k_dims, kv_seq_major, 0 if p.past else row))
+    v = declare("v", v_dims, _strides(v_dims, kv_seq_major, 0 if p.past else row))
     bias = sdpa_bias_dims(p)
     if bias is not None:
         kwargs["bias"] = declare("bias", bias, _strides(bias, False))
@@ -394,9 +432,6 @@ def sdpa_plan(ctx: Any, p: Any, tensor_cores: bool) -> SdpaPlan:
 
     sdpa_check(p)
     cudnn = cudnn_graph._import_cudnn()
-    handle = cudnn_graph._handle(ctx, cudnn)
-    g = sdpa_graph(cudnn, p, handle)
-    plans = cudnn_graph._plan(ctx, cudnn, handle, g, "attention", tensor_cores, cudnn_graph.HEURISTIC_MODES)
     cupy = framework._import_cupy()
     rng = np.random.default_rng(0)
     with cupy.cuda.Device(int(getattr(ctx, "ordinal", 0))), ctx.stream:
@@ -407,8 +442,14 @@ def sdpa_plan(ctx: Any, p: Any, tensor_cores: bool) -> SdpaPlan:
             for name, spec in operands(p)
             if name in _sdpa_reads(p)
         }
+    handle = cudnn_graph._handle(ctx, cudnn)
+    g = sdpa_graph(cudnn, p, handle)
+    plans = cudnn_graph._plan(
+        ctx, cudnn, handle, g, "attention", tensor_cores, cudnn_graph.HEURISTIC_MODES, bound=_bound(p, sources)
+    )
+    with cupy.cuda.Device(int(getattr(ctx, "ordinal", 0))), ctx.stream:
         logical = {name: plans.logical(name) for name in ("q", "k", "v")}
-        if "q" not in sources:  # nothing rewrites Q: the bookkeeping reads the graph's, in the layer's layout
+        if "q" not in sources and not p.projection:  # nothing rewrites Q: the bookkeeping reads the graph's
             sources["q"] = plans.arrays["q"].reshape(dict(operands(p))["q"].shape)
         if "bias" in plans.arrays:
             plans.arrays["bias"][...] = _storage(cupy, additive_bias(cupy, p, sources), p.dtype)
@@ -431,7 +472,7 @@ def _storage(xp: Any, values: Any, dtype: str) -> Any:
 def _sdpa_reads(p: Any) -> set[str]:
     """The layer's inputs the SDPA candidate allocates: what its bookkeeping reads (the cache is the graph's
     K and V, not a copy) and the masks its bias is made of."""
-    reads = {"mask", "key_mask"}
+    reads = {"mask", "key_mask", "key_lengths", "x", "weights", "qkv"}
     if p.past:
         reads |= {"k", "v"}
     if p.rotary or p.qkv_bias:
@@ -439,17 +480,34 @@ def _sdpa_reads(p: Any) -> set[str]:
     return reads
 
 
+def _bound(p: Any, sources: dict[str, Any]) -> dict[str, Any]:
+    """The graph's operands the projection's output holds: Q, and K and V without a cache (which they
+    are appended to), as (batch, seq, heads, dim) views of its column blocks, read in place."""
+    if not p.projection:
+        return {}
+    qd, kd = p.q_heads * p.head_dim, p.kv_heads * p.head_dim
+    qkv = sources["qkv"]
+    blocks = {
+        "q": (qkv[..., :qd], p.q_heads, p.head_dim),
+        "k": (qkv[..., qd : qd + kd], p.kv_heads, p.head_dim),
+        "v": (qkv[..., qd + kd :], p.kv_heads, p.v_head_dim),
+    }
+    names = ("q",) if p.past else ("q", "k", "v")
+    return {n: blocks[n][0].reshape(p.batch, p.q_len, blocks[n][1], blocks[n][2]) for n in names}
+
+
 def _sdpa_bookkeeping(p: Any, cupy: Any, sources: dict[str, Any], graph: dict[str, Any]) -> Any:
     """What runs before the plan at each launch (None: nothing): the bias, the rotary embedding and the
     cache append, writing the graph's Q, K and V from the layer's inputs."""
-    if not (p.past or p.rotary or p.qkv_bias):
+    if not (p.past or p.rotary or p.qkv_bias or p.projection):
         return None
     if p.past:  # the cache is the graph's K and V: its past rows stay, the call writes the new ones
         sources["k_cache"], sources["v_cache"] = graph["k"], graph["v"]
+    rewrites = p.rotary or (p.qkv_bias and not p.projection)  # else Q (K, V) are read where they are
 
     def run() -> None:
         qh, kh, vh = prepare(p, cupy, sources)
-        if p.rotary or p.qkv_bias:
+        if rewrites:
             graph["q"][...] = qh
             if not p.past:
                 graph["k"][...] = kh

@@ -45,7 +45,7 @@ pointwise graphs find no engine). The layout is part of each candidate's name.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -459,6 +459,45 @@ def _shape_output(tensor: Any, dims: Shape, layout: str, what: str) -> None:
     tensor.set_dim(list(dims)).set_stride(list(packed_strides(dims, layout)))
 
 
+def operand_arrays(
+    ctx: Any, operands: Sequence[_Operand], bound: Mapping[str, Any] | None = None
+) -> tuple[dict[str, tuple[int, ...]], dict[str, Any]]:
+    """Each operand's storage order (``order_of_strides``) and array: allocated by ``ctx`` in that order, or
+    the caller's (``bound``: a view into a buffer of its own, Q, K and V inside one QKV projection), which
+    must be that shape, of the operand's type, with the strides the graph declares wherever an axis has
+    more than one element (cuDNN reads the memory as declared, whatever the array says).
+
+    Raises:
+        GpuError: a bound array that is not what the graph describes, or a name no operand has.
+    """
+    bound = dict(bound or {})
+    unknown = sorted(set(bound) - {op.name for op in operands})
+    if unknown:
+        raise GpuError(f"arrays bound to {', '.join(unknown)}: the graph has no such operand")
+    orders = {op.name: order_of_strides(op.strides) for op in operands}
+    arrays = {}
+    for op in operands:
+        dims = tuple(op.dims[axis] for axis in orders[op.name])
+        given = bound.get(op.name)
+        if given is None:
+            arrays[op.name] = ctx.array(dims, op.dtype, op.fill)
+            continue
+        storage = "uint16" if op.dtype == "bfloat16" else op.dtype
+        declared = tuple(op.strides[axis] for axis in orders[op.name])
+        strides = tuple(int(st) // given.dtype.itemsize for st in given.strides)
+        if (
+            tuple(given.shape) != dims
+            or str(given.dtype) != storage
+            or any(n > 1 and a != d for n, a, d in zip(dims, strides, declared, strict=True))
+        ):
+            raise GpuError(
+                f"operand {op.name} bound to a {given.dtype} array of {tuple(given.shape)} strided {strides}:"
+                f" the graph declares {storage} {dims} strided {declared}"
+            )
+        arrays[op.name] = given
+    return orders, arrays
+
+
 def _plan(
     ctx: Any,
     cudnn: Any,
@@ -467,8 +506,13 @@ def _plan(
     layout: str,
     tensor_cores: bool,
     modes: Sequence[str],
+    bound: Mapping[str, Any] | None = None,
 ) -> GraphPlans:
-    """Validate, plan and build every plan of ``g``; allocate its operands; make the candidates."""
+    """Validate, plan and build every plan of ``g``; allocate its operands; make the candidates.
+
+    ``bound``: operands the caller's arrays hold (views into a buffer of its own, in the operand's storage
+    order: Q, K and V inside one packed QKV projection), not allocated here.
+    """
     graph, operands, what = g.graph, g.operands, g.what
     try:
         graph.validate()
@@ -479,10 +523,7 @@ def _plan(
     if not tensor_cores:
         graph.deselect_numeric_notes([getattr(cudnn.numerical_note, note) for note in TENSOR_CORE_NOTES])
 
-    orders = {op.name: order_of_strides(op.strides) for op in operands}
-    arrays = {
-        op.name: ctx.array(tuple(op.dims[axis] for axis in orders[op.name]), op.dtype, op.fill) for op in operands
-    }
+    orders, arrays = operand_arrays(ctx, operands, bound)
     variant_pack = {int(op.tensor.get_uid()): int(arrays[op.name].data.ptr) for op in operands}
     plans = GraphPlans(graph, layout, arrays, orders)
     built: list[Candidate] = []

@@ -114,11 +114,13 @@ def cupy_ops() -> ArrayOps:
 
 @dataclass(frozen=True, slots=True)
 class InputSpec:
-    """One array a layer reads or writes; ``index_bound``: integer indices drawn from [0, bound)."""
+    """One array a layer reads or writes; ``index_bound``: integer indices drawn from [0, bound); ``value``:
+    every element that value (a length: the whole work, as the model's own run computes it)."""
 
     shape: Shape
     dtype: str
     index_bound: int | None = None
+    value: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1538,6 +1540,8 @@ def host_arrays(specs: Sequence[InputSpec], seed: int = 0) -> list[np.ndarray]:
 
 def _host_array(spec: InputSpec, rng: np.random.Generator) -> np.ndarray:
     dtype = np.dtype(spec.dtype)
+    if spec.value is not None:
+        return np.full(spec.shape, spec.value, dtype=dtype)
     if spec.index_bound is not None:
         return rng.integers(0, spec.index_bound, size=spec.shape, dtype=dtype)
     if dtype == np.bool_:
@@ -1648,7 +1652,7 @@ def _is_float(dtype: str) -> bool:
 
 
 def _device_array(ctx: Any, cupy: Any, spec: InputSpec, rng: np.random.Generator) -> Any:
-    if _is_float(spec.dtype) and spec.index_bound is None:
+    if _is_float(spec.dtype) and spec.index_bound is None and spec.value is None:
         return ctx.array(spec.shape, spec.dtype, "random")
     return cupy.asarray(_host_array(spec, rng))
 

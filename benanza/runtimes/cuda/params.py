@@ -301,7 +301,8 @@ class AttentionParams:
     ``key_padding_mask`` (batch, kv_len), non-zero where a key is attended. ``qkv_bias``: MultiHeadAttention's
     bias, added to Q, K and V first. ``rotary``: GroupQueryAttention's ``do_rotary``, RoPE applied to Q and the
     new K at their positions (``interleaved`` pairs or halves) with cos/sin caches of ``rotary_cache``
-    (positions x rotary_dim / 2).
+    (positions x rotary_dim / 2). ``projection``: ONNX Runtime's Attention, whose input (batch, q_len,
+    projection) is multiplied by the QKV weights (plus ``qkv_bias``) first: Q, K and V side by side.
     """
 
     op: str
@@ -323,10 +324,17 @@ class AttentionParams:
     mask: Shape = ()
     mask_dtype: str = ""  # the mask's element type: the layer's float type, or bool
     key_mask: bool = False
+    key_lengths: bool = False  # ONNX Runtime's 1-D mask (batch,): the valid keys of each sequence, the rest padding
     qkv_bias: bool = False
     rotary: bool = False
     interleaved: bool = False
     rotary_cache: Shape = ()
+    projection: int = 0  # ONNX Runtime's Attention: the input's width, projected to Q, K and V by one GEMM first
+
+    @property
+    def qkv_width(self) -> int:
+        """Columns of Q, K and V side by side: the projection's output."""
+        return (self.q_heads + self.kv_heads) * self.head_dim + self.kv_heads * self.v_head_dim
 
     @property
     def new_len(self) -> int:
@@ -338,8 +346,10 @@ class AttentionParams:
 
     @property
     def flops(self) -> int:
-        """Q.K^T and the weighted sum of V: 2 x batch x q_heads x q_len x kv_len x (head_dim + v_head_dim)."""
-        return 2 * self.batch * self.q_heads * self.q_len * self.kv_len * (self.head_dim + self.v_head_dim)
+        """Q.K^T and the weighted sum of V: 2 x batch x q_heads x q_len x kv_len x (head_dim + v_head_dim); and
+        the QKV projection's GEMM where the layer has one."""
+        attend = 2 * self.batch * self.q_heads * self.q_len * self.kv_len * (self.head_dim + self.v_head_dim)
+        return attend + 2 * self.batch * self.new_len * self.projection * self.qkv_width
 
 
 RMS_NORMALIZATIONS = frozenset({"RMSNormalization", "SimplifiedLayerNormalization", "SkipSimplifiedLayerNormalization"})
@@ -393,9 +403,9 @@ _NOT_MAPPED = {
     **dict.fromkeys(_QOPERATOR_OPS, _CPU_QOPERATOR),
     **dict.fromkeys(("LSTM", "GRU", "RNN"), "cuDNN's RNN API (cudnnRNNForward) is not wrapped in benanza yet"),
     **dict.fromkeys(
-        ("Attention", "PackedAttention", "PackedMultiHeadAttention", "DecoderMaskedMultiHeadAttention"),
-        "ONNX Runtime's fused attention with its QKV projection inside (or packed, unpadded tokens) is not"
-        " reproduced in benanza yet (MultiHeadAttention, GroupQueryAttention and ONNX's Attention are)",
+        ("PackedAttention", "PackedMultiHeadAttention", "DecoderMaskedMultiHeadAttention"),
+        "ONNX Runtime's attention over packed, unpadded tokens (or beam search's) is not reproduced in benanza"
+        " yet (Attention, MultiHeadAttention, GroupQueryAttention and ONNX's Attention are)",
     ),
 }
 
@@ -985,10 +995,8 @@ def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Un
         return Unsupported(f"MultiHeadAttention, unidirectional, of {sq} queries over {new} keys: alignment unknown")
     kv_len = past + new
     key_mask = _given(node, 4)
-    if key_mask is not None and _shape(key_mask) != (b, kv_len):
-        return Unsupported(
-            f"MultiHeadAttention's key_padding_mask {_shape(key_mask)}: the (batch, keys) form is mapped"
-        )
+    if key_mask is not None and _shape(key_mask) not in ((b, kv_len), (b,)):
+        return Unsupported(f"MultiHeadAttention's key_padding_mask {_shape(key_mask)}: (batch, keys) or (batch,)")
     mask = _mask_of(node, 5, (b, heads, sq, kv_len), dtype)
     if isinstance(mask, Unsupported):
         return mask
@@ -1008,8 +1016,63 @@ def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Un
         causal=unidirectional,
         mask=mask[0],
         mask_dtype=mask[1],
-        key_mask=key_mask is not None,
+        key_mask=key_mask is not None and _shape(key_mask) == (b, kv_len),
+        key_lengths=key_mask is not None and _shape(key_mask) == (b,),
         qkv_bias=_given(node, 3) is not None,
+    )
+
+
+@register_params("Attention", domain=MS_DOMAIN)
+def _contrib_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsupported:
+    """ONNX Runtime's Attention (its transformer optimizer's BERT and GPT-2): inputs ``input, weights[, bias][,
+    mask_index][, past][, attention_bias]``; ``input`` (batch, seq, width) times ``weights`` (width, Q + K + V
+    columns, ``qkv_hidden_sizes``) plus ``bias`` is Q, K and V, side by side; ``past`` (2, batch, heads, past,
+    dim); ``mask_index`` as the (batch, keys) raw mask or the (batch,) lengths of right-padded sequences (other
+    forms refused); ``unidirectional``: causal. A masked key weighs nothing (ONNX Runtime adds its
+    ``mask_filter_value``, -10000, which differs only for a sequence with no valid key)."""
+    a = _attrs(node)
+    heads = int(a.get("num_heads", 0) or 0)
+    x, w = _in_shape(node, 0), _in_shape(node, 1)
+    if heads < 1 or not x or len(x) != 3 or not w or len(w) != 2 or w[0] != x[2]:
+        return Unsupported(f"Attention of input {x} by weights {w} in {heads} heads")
+    sizes = [int(v) for v in a.get("qkv_hidden_sizes") or ()] or [w[1] // 3] * 3
+    if len(sizes) != 3 or sum(sizes) != w[1] or sizes[0] != sizes[1] or sizes[0] % heads or sizes[2] % heads:
+        return Unsupported(f"Attention's QKV widths {sizes} for weights {w} in {heads} heads")
+    if int(a.get("do_rotary", 0) or 0) or int(a.get("past_present_share_buffer", 0) or 0) or _given(node, 6):
+        return Unsupported("Attention with rotary embedding or a shared past/present buffer: not mapped yet")
+    b, sq, d, dv = x[0], x[1], sizes[0] // heads, sizes[2] // heads
+    past = 0
+    if _given(node, 4) is not None:
+        shape = _in_shape(node, 4)
+        if not shape or len(shape) != 5 or shape[:3] != (2, b, heads) or shape[4] != d or d != dv:
+            return Unsupported(f"Attention's past of shape {shape}: (2, {b}, {heads}, past, {d}) expected")
+        past = shape[3]
+    kv_len = past + sq
+    mask_index = _given(node, 3)
+    if mask_index is not None and _shape(mask_index) not in ((b, kv_len), (b,)):
+        return Unsupported(f"Attention's mask_index {_shape(mask_index)}: (batch, keys) or right-padded (batch,)")
+    mask = _mask_of(node, 5, (b, heads, sq, kv_len), dtype)
+    if isinstance(mask, Unsupported):
+        return mask
+    return AttentionParams(
+        "Attention",
+        b,
+        heads,
+        heads,
+        sq,
+        kv_len,
+        d,
+        dv,
+        dtype,
+        _scale(a, d),
+        past=past,
+        causal=bool(int(a.get("unidirectional", 0) or 0)),
+        mask=mask[0],
+        mask_dtype=mask[1],
+        key_mask=mask_index is not None and _shape(mask_index) == (b, kv_len),
+        key_lengths=mask_index is not None and _shape(mask_index) == (b,),
+        qkv_bias=_given(node, 2) is not None,
+        projection=x[2],
     )
 
 
