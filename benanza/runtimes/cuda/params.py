@@ -905,6 +905,25 @@ def _mask_of(node: NetworkNode, i: int, dims: tuple[int, int, int, int], dtype: 
     return full, dtype
 
 
+def _masks(
+    node: NetworkNode, dims: tuple[int, int, int, int], dtype: str, bias: int, padding: tuple[int, str]
+) -> dict[str, Any] | Unsupported:
+    """The mask fields of ``AttentionParams`` for ONNX Runtime's ops: input ``bias`` as a mask over (batch,
+    heads, q_len, keys) (``_mask_of``), and input ``padding`` (its slot and name) as a key padding mask, the
+    (batch, keys) raw mask or the (batch,) lengths of right-padded sequences."""
+    batch, kv_len = dims[0], dims[3]
+    mask = _mask_of(node, bias, dims, dtype)
+    if isinstance(mask, Unsupported):
+        return mask
+    slot, name = padding
+    ref = _given(node, slot)
+    shape = _shape(ref) if ref is not None else None
+    if shape is not None and shape not in ((batch, kv_len), (batch,)):
+        return Unsupported(f"{node.op_type}'s {name} {shape}: the (batch, keys) mask or (batch,) lengths are mapped")
+    padded = {"key_mask": shape == (batch, kv_len), "key_lengths": shape == (batch,)}
+    return {"mask": mask[0], "mask_dtype": mask[1], **padded}
+
+
 @register_params("Attention")
 def _onnx_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsupported:
     """ONNX's Attention (opset 23; torch.onnx writes it for ``scaled_dot_product_attention``): inputs ``Q, K,
@@ -994,12 +1013,9 @@ def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Un
     if unidirectional and not past and new != sq:
         return Unsupported(f"MultiHeadAttention, unidirectional, of {sq} queries over {new} keys: alignment unknown")
     kv_len = past + new
-    key_mask = _given(node, 4)
-    if key_mask is not None and _shape(key_mask) not in ((b, kv_len), (b,)):
-        return Unsupported(f"MultiHeadAttention's key_padding_mask {_shape(key_mask)}: (batch, keys) or (batch,)")
-    mask = _mask_of(node, 5, (b, heads, sq, kv_len), dtype)
-    if isinstance(mask, Unsupported):
-        return mask
+    masks = _masks(node, (b, heads, sq, kv_len), dtype, bias=5, padding=(4, "key_padding_mask"))
+    if isinstance(masks, Unsupported):
+        return masks
     return AttentionParams(
         "MultiHeadAttention",
         b,
@@ -1014,11 +1030,8 @@ def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Un
         kv_seq_major=kv_seq_major,
         past=past,
         causal=unidirectional,
-        mask=mask[0],
-        mask_dtype=mask[1],
-        key_mask=key_mask is not None and _shape(key_mask) == (b, kv_len),
-        key_lengths=key_mask is not None and _shape(key_mask) == (b,),
         qkv_bias=_given(node, 3) is not None,
+        **masks,
     )
 
 
@@ -1047,31 +1060,24 @@ def _contrib_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsup
         if not shape or len(shape) != 5 or shape[:3] != (2, b, heads) or shape[4] != d or d != dv:
             return Unsupported(f"Attention's past of shape {shape}: (2, {b}, {heads}, past, {d}) expected")
         past = shape[3]
-    kv_len = past + sq
-    mask_index = _given(node, 3)
-    if mask_index is not None and _shape(mask_index) not in ((b, kv_len), (b,)):
-        return Unsupported(f"Attention's mask_index {_shape(mask_index)}: (batch, keys) or right-padded (batch,)")
-    mask = _mask_of(node, 5, (b, heads, sq, kv_len), dtype)
-    if isinstance(mask, Unsupported):
-        return mask
+    masks = _masks(node, (b, heads, sq, past + sq), dtype, bias=5, padding=(3, "mask_index"))
+    if isinstance(masks, Unsupported):
+        return masks
     return AttentionParams(
         "Attention",
         b,
         heads,
         heads,
         sq,
-        kv_len,
+        past + sq,
         d,
         dv,
         dtype,
         _scale(a, d),
         past=past,
         causal=bool(int(a.get("unidirectional", 0) or 0)),
-        mask=mask[0],
-        mask_dtype=mask[1],
-        key_mask=mask_index is not None and _shape(mask_index) == (b, kv_len),
-        key_lengths=mask_index is not None and _shape(mask_index) == (b,),
         qkv_bias=_given(node, 2) is not None,
+        **masks,
         projection=x[2],
     )
 
