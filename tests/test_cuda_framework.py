@@ -274,6 +274,7 @@ def test_every_params_op_type_has_a_call_or_is_a_view():
         *("SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "Gelu", "FastGelu", "BiasGelu"),
         *("QuickGelu", "BiasAdd", "FusedMatMul", "MatMulNBits"),
         *("Attention", "MultiHeadAttention", "GroupQueryAttention"),  # AttentionParams: attention.py
+        "RotaryEmbedding",
     }
 
 
@@ -655,6 +656,25 @@ GPU_CASES = [
     ew("Less", [(6,), (6,)], (6,)),
     ew("Cast", [(6,)], (6,), to=10),
     ew("Clip", [(9,)], (9,), min=-0.5, max=0.5),
+    ew(  # a decoder's RoPE: 3-D, position ids
+        "RotaryEmbedding",
+        [(2, 16, 256), (2, 16), (128, 16), (128, 16)],
+        (2, 16, 256),
+        "float16",
+        inputs=("x", "pos", "cos", "sin"),
+        heads=8,
+        positions="ids",
+        interleaved=False,
+    ),
+    ew(  # 4-D, interleaved pairs, one offset
+        "RotaryEmbedding",
+        [(1, 8, 4, 64), (64, 32), (64, 32), (1,)],
+        (1, 8, 4, 64),
+        inputs=("x", "cos", "sin", "pos"),
+        heads=8,
+        positions="offset",
+        interleaved=True,
+    ),
     mv("Concat", [(2, 3), (2, 5)], (2, 8), axis=1),
     mv("Transpose", [(2, 3, 4)], (4, 2, 3), perm=(2, 0, 1)),
     mv("Slice", [(6, 6)], (3, 6)),

@@ -414,3 +414,52 @@ def test_a_masks_length_is_an_integer_reduction(build_model, process_proto):
         build_model, process_proto, node, {"mask": mask}, consts, outputs=(TensorProto.INT64,)
     )
     np.testing.assert_array_equal(got[0], expected[0])
+
+
+def _caches(positions: int, half: int, batch_seq: tuple[int, int] | None = None) -> dict[str, np.ndarray]:
+    angles = np.arange(positions)[:, None] * (1.0 / 10000 ** (np.arange(half) / half))[None]
+    cos, sin = np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+    if batch_seq is not None:  # ONNX's form without position ids: the rows already gathered
+        rows = np.arange(batch_seq[1]) + 3
+        cos, sin = (
+            np.broadcast_to(cos[rows], (*batch_seq, half)).copy(),
+            np.broadcast_to(sin[rows], (*batch_seq, half)).copy(),
+        )
+    return {"cos": cos, "sin": sin}
+
+
+@pytest.mark.parametrize(
+    "x, attrs, half, ids",
+    [
+        ((2, 5, 32), {"num_heads": 4}, 4, True),  # 3-D, the heads named
+        ((2, 4, 5, 8), {"interleaved": 1}, 4, True),  # 4-D, neighbouring pairs
+        ((2, 5, 32), {"num_heads": 4, "rotary_embedding_dim": 4}, 2, True),  # half of each head rotated
+        ((2, 5, 32), {"num_heads": 4}, 4, False),  # the caches already at the tokens' positions
+    ],
+    ids=["3d", "4d-interleaved", "partial", "no-ids"],
+)
+def test_onnx_rotary_embedding(build_model, process_proto, x, attrs, half, ids):
+    """ONNX's RotaryEmbedding (opset 23): what ``torch.onnx`` may write for a Llama's RoPE."""
+    inputs = ["x", "cos", "sin", "pos"] if ids else ["x", "cos", "sin"]
+    node = helper.make_node("RotaryEmbedding", inputs, ["y"], **attrs)
+    feeds = {"x": rand(*x)}
+    if ids:
+        feeds["pos"] = np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], np.int64)
+    caches = _caches(16, half, None if ids else (2, 5))
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, caches, opset=23)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    assert call.kernel == "rotary_embedding"
+
+
+@pytest.mark.parametrize("offset", [False, True], ids=["ids", "offset"])
+@pytest.mark.parametrize("interleaved", [0, 1])
+def test_onnxruntime_rotary_embedding(build_model, process_proto, offset, interleaved):
+    """ONNX Runtime's RotaryEmbedding (onnxruntime-genai's exports without GQA's do_rotary): position ids, or
+    one offset the sequence counts from; the heads from the caches' width."""
+    node = helper.make_node(
+        "RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft", interleaved=interleaved
+    )
+    pos = np.array([6], np.int64) if offset else np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], np.int64)
+    feeds = {"x": rand(2, 5, 32), "pos": pos}
+    _, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, _caches(16, 4), ms=True)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)

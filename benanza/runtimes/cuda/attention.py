@@ -35,7 +35,7 @@ import numpy as np
 
 from benanza.errors import UnsupportedLayer
 from benanza.runtimes.cuda.candidate import Candidate
-from benanza.runtimes.cuda.framework import InputSpec, LayerCall
+from benanza.runtimes.cuda.framework import InputSpec, LayerCall, rope
 
 SDPA_DTYPES = ("float16", "bfloat16")
 
@@ -153,19 +153,8 @@ def rotate(xp: Any, x: Any, cos: Any, sin: Any, start: int, interleaved: bool) -
     """Rotary position embedding of (batch, heads, seq, dim) ``x`` at positions ``start``... : the first
     ``2 * cos.shape[-1]`` values of each head rotated in pairs (neighbours when ``interleaved``, else
     the two halves), the rest as they are. A new array."""
-    half = cos.shape[-1]
     seq = x.shape[2]
-    c, s = cos[start : start + seq], sin[start : start + seq]  # (seq, half)
-    out = x.copy()
-    if interleaved:
-        x1, x2 = x[..., 0 : 2 * half : 2], x[..., 1 : 2 * half : 2]
-        out[..., 0 : 2 * half : 2] = x1 * c - x2 * s
-        out[..., 1 : 2 * half : 2] = x2 * c + x1 * s
-    else:
-        x1, x2 = x[..., :half], x[..., half : 2 * half]
-        out[..., :half] = x1 * c - x2 * s
-        out[..., half : 2 * half] = x2 * c + x1 * s
-    return out
+    return rope(x, cos[start : start + seq], sin[start : start + seq], interleaved)  # (seq, half) each
 
 
 def valid_keys(xp: Any, p: Any, a: dict[str, Any]) -> Any:

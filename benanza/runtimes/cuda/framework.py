@@ -579,6 +579,68 @@ def _pointwise(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused)
 
 
+def rope(x: Any, cos: Any, sin: Any, interleaved: bool, out: Any = None) -> Any:
+    """Rotary position embedding of ``x`` (..., dim): its first ``2 * cos.shape[-1]`` values rotated in pairs
+    (neighbours when ``interleaved``, else the two halves) by ``cos`` and ``sin``, which broadcast over those
+    pairs; the rest copied. Written into ``out`` (a new array by default)."""
+    half = cos.shape[-1]
+    if out is None:
+        out = x.copy()
+    else:
+        out[..., 2 * half :] = x[..., 2 * half :]
+    first, second = (
+        (slice(0, 2 * half, 2), slice(1, 2 * half, 2)) if interleaved else (slice(0, half), slice(half, 2 * half))
+    )
+    x1, x2 = x[..., first], x[..., second]
+    rotated = x1 * cos - x2 * sin  # both read before either is written (``out`` may be ``x``)
+    out[..., second] = x2 * cos + x1 * sin
+    out[..., first] = rotated
+    return out
+
+
+@register_elementwise("RotaryEmbedding")
+def _rotary_embedding(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
+    """ONNX's RotaryEmbedding (opset 23) and ONNX Runtime's: ``x`` (batch, seq, heads * dim) or (batch, heads,
+    seq, dim) rotated at its positions: the caches' rows at ``position_ids`` (batch, seq), from an offset (ONNX
+    Runtime's (1,) form), or caches already (batch, seq, half) (ONNX's without ids). As CuPy's element-wise
+    kernels: frameworks run it as one kernel, so this bounds it from above."""
+    names = attrs["inputs"]
+    shape = dict(zip(names, p.inputs, strict=True))
+    heads, positions = attrs["heads"], attrs["positions"]
+    bound = shape["cos"][0] - (shape["x"][1] if len(shape["x"]) == 3 else shape["x"][2]) + 1
+    specs = tuple(
+        InputSpec(s, "int64", index_bound=shape["cos"][0] if positions == "ids" else bound)
+        if n == "pos"
+        else InputSpec(s, p.dtype)
+        for n, s in shape.items()
+    )
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp, a = ops.xp, dict(zip(names, inputs, strict=True))
+        x, y = a["x"], outputs[0]
+        if x.ndim == 4:  # (batch, heads, seq, dim): seen as (batch, seq, heads, dim)
+            x4, y4 = x.transpose(0, 2, 1, 3), y.transpose(0, 2, 1, 3)
+        else:
+            x4, y4 = (t.reshape(t.shape[0], t.shape[1], heads, -1) for t in (x, y))
+        seq = x4.shape[1]
+        cos, sin = a["cos"], a["sin"]
+        if positions == "ids":
+            cos, sin = cos[a["pos"]], sin[a["pos"]]  # (batch, seq, half)
+        elif positions == "offset":
+            rows = a["pos"].reshape(()) + xp.arange(seq)
+            cos, sin = cos[rows][None], sin[rows][None]
+        rope(x4, cos[:, :, None, :], sin[:, :, None, :], attrs["interleaved"], out=y4)
+
+    return LayerCall(
+        p.op,
+        "rotary_embedding",
+        specs,
+        (InputSpec(p.y, p.dtype),),
+        run,
+        notes=("the cos/sin rows gathered, then the rotation as CuPy's element-wise kernels (a framework runs one)",),
+    )
+
+
 @register_elementwise("Where")
 def _where(p: ElementwiseParams, attrs: dict[str, Any]) -> LayerCall:
     if len(p.inputs) != 3:

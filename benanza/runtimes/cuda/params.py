@@ -1249,6 +1249,40 @@ def _elementwise(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupport
 register_params("Gelu", "FastGelu", "BiasGelu", "QuickGelu", "BiasAdd", domain=MS_DOMAIN)(_elementwise)
 
 
+@register_params("RotaryEmbedding")
+@register_params("RotaryEmbedding", domain=MS_DOMAIN)
+def _rotary_embedding(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsupported:
+    """ONNX's RotaryEmbedding (opset 23: ``X, cos_cache, sin_cache[, position_ids]``) and ONNX Runtime's
+    (``input, position_ids, cos_cache, sin_cache``; position ids (batch, seq) or a (1,) offset). ``x`` is
+    (batch, seq, heads * dim), its heads in ``num_heads`` (ONNX Runtime: else the caches' width), or (batch,
+    heads, seq, dim); the caches (positions, rotary dim / 2), or (batch, seq, rotary dim / 2) without ids."""
+    a = _attrs(node)
+    ms = node.domain == MS_DOMAIN
+    names = ("x", "pos", "cos", "sin") if ms else ("x", "cos", "sin", "pos")
+    present = [(n, i) for i, n in enumerate(names) if _given(node, i) is not None]
+    shape = {n: _in_shape(node, i) for n, i in present}
+    x, cos = shape.get("x"), shape.get("cos")
+    if not x or len(x) not in (3, 4) or not cos or "sin" not in shape:
+        return Unsupported(f"RotaryEmbedding of {x} with caches {cos}")
+    if ms and (int(a.get("is_packed_batching", 0) or 0) or float(a.get("scale", 1.0) or 1.0) != 1.0):
+        return Unsupported("RotaryEmbedding with packed batching or a scale: not mapped yet")
+    half = cos[-1]
+    heads = x[1] if len(x) == 4 else int(a.get("num_heads", 0) or 0) or (x[2] // (2 * half) if ms else 0)
+    dim = x[3] if len(x) == 4 else (x[2] // heads if heads else 0)
+    rotary = int(a.get("rotary_embedding_dim", 0) or 0) or dim
+    pos = shape.get("pos")
+    positions = "none" if pos is None else ("offset" if math.prod(pos) == 1 and ms else "ids")
+    if not heads or (len(x) == 3 and heads * dim != x[2]) or 2 * half != rotary:
+        return Unsupported(f"RotaryEmbedding of {x} in {heads} heads with caches {cos}, rotary dim {rotary}")
+    if rotary > dim or (positions == "none" and len(cos) != 3):
+        return Unsupported(f"RotaryEmbedding of {x} with caches {cos}: no positions to read them at")
+    attributes = {"inputs": tuple(n for n, _ in present), "heads": heads, "positions": positions}
+    attributes["interleaved"] = bool(int(a.get("interleaved", 0) or 0))
+    return ElementwiseParams(
+        "RotaryEmbedding", tuple(shape[n] for n, _ in present), _out(node), dtype, tuple(sorted(attributes.items()))
+    )
+
+
 @register_params("FusedMatMul", domain=MS_DOMAIN)
 def _fused_matmul(node: NetworkNode, dtype: str) -> GemmParams | Unsupported:
     """ONNX Runtime's ``alpha * op(A) @ op(B)`` (``transA``/``transB`` of the last two axes): a MatMul
