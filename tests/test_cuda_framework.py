@@ -666,11 +666,11 @@ GPU_CASES = [
         positions="ids",
         interleaved=False,
     ),
-    ew(  # 4-D, interleaved pairs, one offset
+    ew(  # 4-D, interleaved pairs, one offset (ONNX Runtime's op)
         "RotaryEmbedding",
-        [(1, 8, 4, 64), (64, 32), (64, 32), (1,)],
+        [(1, 8, 4, 64), (1,), (64, 32), (64, 32)],
         (1, 8, 4, 64),
-        inputs=("x", "cos", "sin", "pos"),
+        inputs=("x", "pos", "cos", "sin"),
         heads=8,
         positions="offset",
         interleaved=True,

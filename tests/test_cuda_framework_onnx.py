@@ -451,15 +451,46 @@ def test_onnx_rotary_embedding(build_model, process_proto, x, attrs, half, ids):
     assert call.kernel == "rotary_embedding"
 
 
-@pytest.mark.parametrize("offset", [False, True], ids=["ids", "offset"])
-@pytest.mark.parametrize("interleaved", [0, 1])
-def test_onnxruntime_rotary_embedding(build_model, process_proto, offset, interleaved):
-    """ONNX Runtime's RotaryEmbedding (onnxruntime-genai's exports without GQA's do_rotary): position ids, or
-    one offset the sequence counts from; the heads from the caches' width."""
-    node = helper.make_node(
-        "RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft", interleaved=interleaved
-    )
-    pos = np.array([6], np.int64) if offset else np.array([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], np.int64)
-    feeds = {"x": rand(2, 5, 32), "pos": pos}
-    _, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, _caches(16, 4), ms=True)
+@pytest.mark.parametrize(
+    "x, pos, attrs",
+    [
+        ((2, 5, 32), [[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], {}),  # ids; the heads from the caches' width
+        ((2, 5, 32), [6], {"interleaved": 1}),  # one offset the sequence counts from
+        ((2, 5, 64), [[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]], {"num_heads": 4, "rotary_embedding_dim": 8}),  # partial
+        ((2, 4, 5, 8), [3], {}),  # 4-D, an offset
+        ((1, 1, 32), [[9]], {}),  # a decode step: one id, not an offset
+    ],
+    ids=["ids", "offset-interleaved", "partial", "4d-offset", "decode"],
+)
+def test_onnxruntime_rotary_embedding(build_model, process_proto, x, pos, attrs):
+    """ONNX Runtime's RotaryEmbedding (onnxruntime-genai's exports without GQA's do_rotary)."""
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft", **attrs)
+    feeds = {"x": rand(*x), "pos": np.array(pos, np.int64)}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, _caches(16, 4), ms=True)
     np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-6)
+    seq = x[1] if len(x) == 3 else x[2]
+    ids = np.array(pos).ndim == 2  # (batch, seq) ids, even one; a (1,) offset: the positions it may start at
+    assert call.inputs[1].index_bound == (16 if ids else 16 - seq + 1)
+
+
+@pytest.mark.parametrize(
+    "x, pos, caches, attrs, reason",
+    [
+        ((2, 5, 32), (2, 5), (16, 2), {"rotary_embedding_dim": 4}, "no num_heads"),
+        ((1, 20, 32), (1,), (16, 4), {}, "20 positions from an offset over a cache of 16"),
+        ((2, 5, 32), (2, 5), (16, 4), {"is_packed_batching": 1}, "packed batching"),
+    ],
+    ids=["rotary-without-heads", "offset-past-the-cache", "packed"],
+)
+def test_onnxruntime_rotary_embedding_refusals(build_model, process_proto, x, pos, caches, attrs, reason):
+    node = helper.make_node("RotaryEmbedding", ["x", "pos", "cos", "sin"], ["y"], domain="com.microsoft", **attrs)
+    proto = build_model(
+        [node],
+        [("x", F, list(x)), ("pos", TensorProto.INT64, list(pos))],
+        [("y", F, None)],
+        {"cos": rand(*caches), "sin": rand(*caches, seed=1)},
+        check=False,
+        extra_opsets={"com.microsoft": 1},
+    )
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    assert isinstance(p, Unsupported) and reason in p.reason, p

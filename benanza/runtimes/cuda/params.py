@@ -1262,20 +1262,27 @@ def _rotary_embedding(node: NetworkNode, dtype: str) -> ElementwiseParams | Unsu
     present = [(n, i) for i, n in enumerate(names) if _given(node, i) is not None]
     shape = {n: _in_shape(node, i) for n, i in present}
     x, cos = shape.get("x"), shape.get("cos")
-    if not x or len(x) not in (3, 4) or not cos or "sin" not in shape:
-        return Unsupported(f"RotaryEmbedding of {x} with caches {cos}")
+    if not x or len(x) not in (3, 4) or not cos or shape.get("sin") != cos or ("pos" in shape and not shape["pos"]):
+        return Unsupported(f"RotaryEmbedding of {x} with caches {cos} and {shape.get('sin')}")
     if ms and (int(a.get("is_packed_batching", 0) or 0) or float(a.get("scale", 1.0) or 1.0) != 1.0):
         return Unsupported("RotaryEmbedding with packed batching or a scale: not mapped yet")
+    given_heads, given_rotary = int(a.get("num_heads", 0) or 0), int(a.get("rotary_embedding_dim", 0) or 0)
+    if ms and given_rotary and not given_heads:
+        return Unsupported("ONNX Runtime's RotaryEmbedding with rotary_embedding_dim but no num_heads (it refuses it)")
     half = cos[-1]
-    heads = x[1] if len(x) == 4 else int(a.get("num_heads", 0) or 0) or (x[2] // (2 * half) if ms else 0)
+    heads = x[1] if len(x) == 4 else given_heads or (x[2] // (2 * half) if ms else 0)
     dim = x[3] if len(x) == 4 else (x[2] // heads if heads else 0)
-    rotary = int(a.get("rotary_embedding_dim", 0) or 0) or dim
+    rotary = given_rotary or dim
+    seq = x[1] if len(x) == 3 else x[2]
     pos = shape.get("pos")
-    positions = "none" if pos is None else ("offset" if math.prod(pos) == 1 and ms else "ids")
-    if not heads or (len(x) == 3 and heads * dim != x[2]) or 2 * half != rotary:
+    # ONNX Runtime's (1,) or scalar position_ids is the first token's position; (batch, seq) ones are ids
+    positions = "none" if pos is None else ("offset" if ms and len(pos) <= 1 and math.prod(pos) == 1 else "ids")
+    if not heads or (len(x) == 3 and heads * dim != x[2]) or 2 * half != rotary or rotary > dim:
         return Unsupported(f"RotaryEmbedding of {x} in {heads} heads with caches {cos}, rotary dim {rotary}")
-    if rotary > dim or (positions == "none" and len(cos) != 3):
-        return Unsupported(f"RotaryEmbedding of {x} with caches {cos}: no positions to read them at")
+    if positions == "none" and (len(cos) != 3 or cos[:2] != (x[0], seq)):
+        return Unsupported(f"RotaryEmbedding of {x} without position ids: caches {cos}, not (batch, seq, half)")
+    if positions == "offset" and seq > cos[0]:
+        return Unsupported(f"RotaryEmbedding of {seq} positions from an offset over a cache of {cos[0]}")
     attributes = {"inputs": tuple(n for n, _ in present), "heads": heads, "positions": positions}
     attributes["interleaved"] = bool(int(a.get("interleaved", 0) or 0))
     return ElementwiseParams(
