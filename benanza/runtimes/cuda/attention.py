@@ -191,7 +191,7 @@ def attention_call(p: Any) -> LayerCall:
         raise UnsupportedLayer(f"{p.op} in bfloat16: CuPy has no bfloat16 arithmetic (cuDNN's SDPA runs it)")
     named = operands(p)
     names = [name for name, _ in named]
-    masked = (p.mask, p.key_mask, p.key_lengths, p.causal or p.window)
+    maskable = bool(p.mask or p.key_mask or p.key_lengths or p.causal or p.window)  # a row may lose every key
     bands: dict[str, Any] = {}  # the causal/window pattern, made once per array module
 
     def run(ops: Any, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
@@ -217,11 +217,11 @@ def attention_call(p: Any) -> LayerCall:
                 band = bands[xp.__name__] = allowed_keys(xp, p)
             scores = xp.where(band, scores, neg)
         top = scores.max(axis=-1, keepdims=True)
-        if any(masked):  # a row every key of which is masked weighs nothing (ONNX's rule), not NaN
+        if maskable:  # a row every key of which is masked weighs nothing (ONNX's rule), not NaN
             top = xp.where(xp.isneginf(top), top.dtype.type(0), top)
         weights = xp.exp(scores - top)
         total = weights.sum(axis=-1, keepdims=True)
-        if any(masked):
+        if maskable:
             total = xp.where(total == 0, total.dtype.type(1), total)
         weights /= total
         out = xp.matmul(weights.reshape(b, p.kv_heads, g * sq, skv), vh).reshape(b, hq, sq, p.v_head_dim)
@@ -445,7 +445,7 @@ def sdpa_plan(ctx: Any, p: Any, tensor_cores: bool) -> SdpaPlan:
     run = _sdpa_bookkeeping(p, cupy, sources, logical)
     notes = ("cuDNN's fused attention (SDPA, inference)", *_bookkeeping_notes(p))
     candidates = [
-        replace(c, launch=_Chained(ctx.stream, run, c.launch) if run is not None else c.launch, notes=c.notes + notes)
+        replace(c, launch=c.launch if run is None else _then(ctx.stream, run, c.launch), notes=c.notes + notes)
         for c in plans.candidates
     ]
     return SdpaPlan(plans, sources, logical, candidates)
@@ -505,15 +505,12 @@ def _sdpa_bookkeeping(p: Any, cupy: Any, sources: dict[str, Any], graph: dict[st
     return run
 
 
-class _Chained:
-    """Run the bookkeeping on the context's stream, then the plan's launch: one layer's call."""
+def _then(stream: Any, first: Any, launch: Any) -> Any:
+    """One layer's call: the bookkeeping, then the plan's launch, both on the context's stream (the handle's)."""
+    from benanza.runtimes.cuda.framework import _StreamLaunch
 
-    __slots__ = ("_first", "_stream", "_then")
+    def call() -> None:
+        first()
+        launch()
 
-    def __init__(self, stream: Any, first: Any, then: Any) -> None:
-        self._stream, self._first, self._then = stream, first, then
-
-    def __call__(self) -> None:
-        with self._stream:
-            self._first()
-        self._then()
+    return _StreamLaunch(stream, call)

@@ -512,6 +512,11 @@ def _attrs(node: NetworkNode) -> dict[str, Any]:
     return node.attrs
 
 
+def _output_slots(node: NetworkNode) -> tuple[int, ...]:
+    """The positions of the outputs the node writes (an output left out before another is skipped)."""
+    return node.output_slots or tuple(range(len(node.outputs)))
+
+
 def _out(node: NetworkNode, i: int = 0) -> Shape:
     return _shape(node.outputs[i])
 
@@ -829,7 +834,7 @@ def _skip_normalization(node: NetworkNode, dtype: str) -> NormalizationParams | 
     if not x or not skip:
         return Unsupported(f"{op} without known input and skip shapes")
     simplified = op == "SkipSimplifiedLayerNormalization"
-    slots = node.output_slots or tuple(range(len(node.outputs)))
+    slots = _output_slots(node)
     if 1 in slots or 2 in slots:
         return Unsupported(f"{op} with its mean or inverse standard deviation outputs (training)")
     return NormalizationParams(
@@ -944,7 +949,7 @@ def _onnx_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsuppor
         hkv, new, dv, key_dim = k[1], k[2], v[3], k[3]
     if hq % hkv or k[0] != b or v[0] != b or key_dim != d or (len(q) == 4 and (v[1] != hkv or v[2] != new)):
         return Unsupported(f"Attention of {hq} query heads over {hkv} key heads, batches {q[0]}/{k[0]}/{v[0]}")
-    if 3 in (node.output_slots or range(len(node.outputs))):
+    if 3 in _output_slots(node):
         return Unsupported("Attention with its qk_matmul_output output: the scores are not written by either call")
     if _given(node, 6) is not None:
         return Unsupported("Attention with nonpad_kv_seqlen (an external cache's lengths): not mapped yet")
@@ -992,7 +997,7 @@ def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Un
         return Unsupported("MultiHeadAttention with packed QKV or KV (key or value 5-D or left out): not mapped yet")
     if _given(node, 8) is not None or _given(node, 9) is not None:
         return Unsupported("MultiHeadAttention with past_sequence_length or cache_indirection (beam search)")
-    if 3 in (node.output_slots or range(len(node.outputs))):
+    if 3 in _output_slots(node):
         return Unsupported("MultiHeadAttention with its qk output: the scores are not written by either call")
     b, sq, d = q[0], q[1], q[2] // heads
     kv_seq_major = len(k) == 3
@@ -1105,7 +1110,7 @@ def _group_query_attention(node: NetworkNode, dtype: str) -> AttentionParams | U
         return Unsupported(f"GroupQueryAttention over a quantized KV cache ({'/'.join(quantized)}): not mapped yet")
     if _given(node, 14) is not None or _given(node, 15) is not None or _given(node, 16) is not None:
         return Unsupported("GroupQueryAttention with fused Q/K normalisation or query lengths: not mapped yet")
-    if 3 in (node.output_slots or range(len(node.outputs))):
+    if 3 in _output_slots(node):
         return Unsupported("GroupQueryAttention with its output_qk output: the scores are not written by either call")
     total = _given(node, 6)
     present = _out(node, 1) if len(node.outputs) > 1 else ()
