@@ -9,7 +9,7 @@ reasons by op type. Pure logic: no GPU, no GPU library is loaded. A model whose 
 a call has a lower bound on a GPU that leaves nothing out.
 
     python benchmarks/gpu_coverage.py [--only NAME ...] [--out FILE]
-    python benchmarks/gpu_coverage.py MODEL.onnx ... [--shape NAME=1x128 ...] [--out FILE]
+    python benchmarks/gpu_coverage.py MODEL.onnx ... [--shape NAME=1x128 ...] [--dim NAME=N ...] [--out FILE]
 
 Writes ``benchmarks/results/gpu_coverage.json`` (``--out`` elsewhere); for model files given
 (your own, not the corpus's) it prints and writes only where ``--out`` says.
@@ -78,7 +78,8 @@ def coverage_of(entry: dict[str, Any]) -> dict[str, Any]:
     record: dict[str, Any] = {"model": entry["name"], "family": entry["family"], "variant": entry["variant"]}
     started = time.perf_counter()
     try:
-        processed = process_model(CORPUS / entry["file"], 1, BindingRequest.parse(entry["shape_args"]))
+        request = BindingRequest.parse(entry["shape_args"], entry.get("dim_args"))
+        processed = process_model(CORPUS / entry["file"], 1, request)
     except BenanzaError as exc:
         return {**record, "error": str(exc)}
     for precision in PRECISIONS:
@@ -108,11 +109,20 @@ def main() -> None:
     parser.add_argument("models", nargs="*", type=Path, help="model files (default: the corpus)")
     parser.add_argument("--only", nargs="*", help="corpus model names")
     parser.add_argument("--shape", action="append", default=[], help="input shapes of the model files, as benanza's")
+    parser.add_argument("--dim", action="append", default=[], help="symbolic dimensions, as benanza's")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     if args.models:
+        stems = Counter(m.stem for m in args.models)  # onnxruntime-genai's are all model.onnx: named by folder
         entries = [
-            {"name": m.stem, "file": m.resolve(), "family": None, "variant": None, "shape_args": args.shape}
+            {
+                "name": m.stem if stems[m.stem] == 1 else f"{m.parent.name}/{m.stem}",
+                "file": m.resolve(),
+                "family": None,
+                "variant": None,
+                "shape_args": args.shape,
+                "dim_args": args.dim,
+            }
             for m in args.models
         ]
     else:

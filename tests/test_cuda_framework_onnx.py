@@ -112,6 +112,24 @@ def test_gather_nd_with_constant_indices(build_model, process_proto):
     np.testing.assert_array_equal(got[0], expected[0])
 
 
+@pytest.mark.parametrize(
+    "inputs, attrs",
+    [(["x", "sizes"], {"axis": -1}), (["x"], {"axis": 2, "num_outputs": 3})],
+    ids=["sizes-input", "num-outputs-uneven"],
+)
+def test_split_into_the_parts_its_outputs_have(build_model, process_proto, inputs, attrs):
+    """Opset 18's Split: its sizes an input (onnxruntime-genai's QKV split, 256/64/64 columns), or
+    ``num_outputs`` with an uneven last part; the call writes every part ONNX Runtime does."""
+    node = helper.make_node("Split", inputs, ["q", "k", "v"], **attrs)
+    consts = {"sizes": np.array([4, 2, 2], np.int64)} if "sizes" in inputs else {}
+    call, expected, got = against_onnx_runtime(
+        build_model, process_proto, node, {"x": rand(1, 3, 8)}, consts, outputs=(F, F, F)
+    )
+    assert [o.shape for o in call.outputs] == [e.shape for e in expected]
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, e)
+
+
 def test_layer_normalization_still_scales_each_column(build_model, process_proto):
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)
     consts = {"s": rand(16, seed=1), "b": rand(16, seed=2)}

@@ -1453,6 +1453,11 @@ def _data_movement(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupp
     a = _attrs(node)
     if op == "Resize" and node.opset < 11:  # Resize-10 samples as Upsample does: no attributes say how
         a = {**a, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
+    if op == "Split":  # the parts' sizes as the outputs have them: an input of opset 13's, num_outputs' uneven last
+        x, parts = _in_shape(node, 0), [_out(node, i) for i in range(len(node.outputs))]
+        axis = int(a.get("axis", 0))
+        if x and -len(x) <= axis < len(x) and all(len(y) == len(x) for y in parts):
+            a = {**a, "split": tuple(y[axis] for y in parts)}
     attrs = tuple(sorted(a.items()))
     if op == "Dropout" and (len(node.outputs) > 1 or _attrs(node).get("training_mode")):
         return Unsupported("Dropout with a mask output or in training mode")
