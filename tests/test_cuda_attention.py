@@ -217,6 +217,44 @@ def test_multi_head_attention_cross_attention_reads_4d_keys_as_they_are(build_mo
     sdpa_validates(p)
 
 
+@pytest.mark.parametrize("packed", ["qkv", "kv"])
+def test_multi_head_attention_packed_attends_as_its_unpacked_form(build_model, process_proto, packed):
+    """ONNX Runtime's optimizer packs a diffusion UNet's self-attention's Q, K and V into one (batch, seq,
+    heads, 3, dim) input and its cross-attention's K and V into a (batch, keys, heads, 2, dim) one (for its
+    CUDA provider: the CPU's refuses them). The packed layer computes what ONNX Runtime computes for the same
+    Q, K and V unpacked, key padding included, and the bias where ONNX Runtime takes one (packed QKV)."""
+    b, s, n, d, keys = 2, 4, 2, 8, 4 if packed == "qkv" else 6
+    x = rand(b, keys, n, 3 if packed == "qkv" else 2, d, seed=5)
+    q = x[:, :, :, 0].reshape(b, s, n * d) if packed == "qkv" else rand(b, s, n * d)
+    k, v = (x[:, :, :, i - (3 - x.shape[3])].reshape(b, keys, n * d) for i in (1, 2))
+    kpm = np.ones((b, keys), np.int32)
+    kpm[1, -1] = 0
+    bias = rand(3 * n * d, seed=4) if packed == "qkv" else np.zeros(3 * n * d, np.float32)
+    inputs = ["x"] if packed == "qkv" else ["q", "x"]
+    biased = "bias" if packed == "qkv" else ""
+    node = _ms("MultiHeadAttention", [*inputs, *[""] * (3 - len(inputs)), biased, "kpm"], ["y"], num_heads=n)
+    feeds = {"q": q, "x": x, "kpm": kpm} if packed == "kv" else {"x": x, "kpm": kpm}
+    proto = build_model(
+        [node],
+        [(name, _ELEM[a.dtype], list(a.shape)) for name, a in feeds.items()],
+        [("y", F, None)],
+        {"bias": bias} if biased else {},
+        check=False,
+        extra_opsets={"com.microsoft": 1},
+    )
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    assert isinstance(p, AttentionParams), getattr(p, "reason", p)
+    assert (p.packing, p.kv_len, p.head_dim, p.qkv_bias, p.key_mask) == (f"{packed}_heads", keys, d, bool(biased), True)
+    unpacked = _ms("MultiHeadAttention", ["q", "k", "v", "bias", "kpm"], ["y"], num_heads=n)
+    _, expected = derive(
+        build_model, process_proto, unpacked, {"q": q, "k": k, "v": v, "kpm": kpm}, {"bias": bias}, ms=True
+    )
+    arrays = {"qkv": x, "qkv_bias": bias} if packed == "qkv" else {"q": q, "kv": x}
+    y, _ = run_call(p, {**arrays, "key_mask": kpm})
+    np.testing.assert_allclose(y, expected[0], rtol=1e-5, atol=1e-5)
+    sdpa_validates(p)
+
+
 # ------------------------------------------------------------------------ ONNX Runtime's Attention (projection inside)
 
 
@@ -343,6 +381,109 @@ def test_group_query_attention(build_model, process_proto, batch, seq, past, rot
         sdpa_validates(p)
 
 
+@pytest.mark.parametrize(
+    "seq, past, rotary",
+    [(1, 7, 1), (6, 0, 1), (6, 0, 0)],
+    ids=["decode-rotary", "prompt-rotary", "prompt"],
+)
+def test_group_query_attention_packed_qkv(build_model, process_proto, seq, past, rotary):
+    """onnxruntime-genai's default: Q, K and V side by side in one (batch, seq, (heads + 2 kv_heads) * dim)
+    input, the key and value inputs left out; the rotary embedding inside (``do_rotary``) or not."""
+    total, cos, sin = past + seq, *_rotary_caches(16, 8)
+    cache = ["pk", "pv"] if past else ["", ""]
+    node = _ms(
+        "GroupQueryAttention",
+        ["qkv", "", "", *cache, "seqlens_k", "total"] + (["cos", "sin"] if rotary else []),
+        ["y", "present_k", "present_v"],
+        num_heads=4,
+        kv_num_heads=2,
+        do_rotary=rotary,
+    )
+    feeds = {"qkv": rand(2, seq, (4 + 2 * 2) * 16)}
+    if past:
+        feeds.update(pk=rand(2, 2, past, 16, seed=3), pv=rand(2, 2, past, 16, seed=4))
+    constants = {"seqlens_k": np.full(2, total - 1, np.int32), "total": np.array(total, np.int32)}
+    if rotary:
+        constants.update(cos=cos, sin=sin)
+    p, expected = derive(build_model, process_proto, node, feeds, constants, ms=True, outputs=3)
+    assert isinstance(p, AttentionParams), getattr(p, "reason", p)
+    assert (p.packing, p.head_dim, p.past, p.kv_len, p.rotary) == ("qkv_columns", 16, past, total, bool(rotary))
+    assert [name for name, _ in attention.operands(p)][:1] == ["qkv"]
+    arrays = {**feeds, "k_cache": feeds.get("pk"), "v_cache": feeds.get("pv"), "cos": cos, "sin": sin}
+    y, after = run_call(p, arrays)
+    np.testing.assert_allclose(y, expected[0], rtol=1e-5, atol=1e-5)
+    if past:
+        np.testing.assert_allclose(after["k_cache"], expected[1], rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(after["v_cache"], expected[2], rtol=1e-6, atol=1e-6)
+    sdpa_validates(p)
+
+
+def _rms(x: np.ndarray, weight: np.ndarray, heads: int, eps: float) -> np.ndarray:
+    """(batch, seq, heads * dim) ``x`` RMS-normalised over each head's dim, times ``weight``."""
+    h = x.reshape(*x.shape[:2], heads, -1)
+    return (h / np.sqrt((h * h).mean(axis=-1, keepdims=True) + eps) * weight).reshape(x.shape)
+
+
+def test_group_query_attention_fused_qk_norm(build_model, process_proto):
+    """onnxruntime-genai's Qwen3 for CUDA: Q and K RMS-normalised per head inside GroupQueryAttention (inputs 14
+    and 15, ``qk_norm_epsilon``), then rotated. ONNX Runtime's CPU kernel refuses the weights: the reference is
+    its GroupQueryAttention fed Q and K normalised beforehand."""
+    past, eps = 5, 1e-5
+    cos, sin = _rotary_caches(16, 8)
+    qw, kw = rand(16, seed=7), rand(16, seed=8)
+    node = _ms(
+        "GroupQueryAttention",
+        ["q", "k", "v", "pk", "pv", "seqlens_k", "total", "cos", "sin", *[""] * 5, "qw", "kw"],
+        ["y", "present_k", "present_v"],
+        num_heads=4,
+        kv_num_heads=2,
+        do_rotary=1,
+        qk_norm_epsilon=eps,
+    )
+    feeds = {
+        "q": rand(2, 1, 64),
+        "k": rand(2, 1, 32, seed=1),
+        "v": rand(2, 1, 32, seed=2),
+        "pk": rand(2, 2, past, 16, seed=3),
+        "pv": rand(2, 2, past, 16, seed=4),
+    }
+    constants = {
+        "seqlens_k": np.full(2, past, np.int32),
+        "total": np.array(past + 1, np.int32),
+        "cos": cos,
+        "sin": sin,
+        "qw": qw,
+        "kw": kw,
+    }
+    proto = build_model(
+        [node],
+        [(n, F, list(a.shape)) for n, a in feeds.items()],
+        [("y", F, None), ("present_k", F, None), ("present_v", F, None)],
+        constants,
+        check=False,
+        extra_opsets={"com.microsoft": 1},
+    )
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    assert isinstance(p, AttentionParams), getattr(p, "reason", p)
+    assert p.qk_norm == pytest.approx(eps) and p.rotary and p.past == past
+    plain = _ms(
+        "GroupQueryAttention",
+        ["q", "k", "v", "pk", "pv", "seqlens_k", "total", "cos", "sin"],
+        ["y", "present_k", "present_v"],
+        num_heads=4,
+        kv_num_heads=2,
+        do_rotary=1,
+    )
+    normed = {**feeds, "q": _rms(feeds["q"], qw, 4, eps), "k": _rms(feeds["k"], kw, 2, eps)}
+    without = {n: a for n, a in constants.items() if n not in ("qw", "kw")}
+    _, expected = derive(build_model, process_proto, plain, normed, without, ms=True, outputs=3)
+    arrays = {**feeds, "k_cache": feeds["pk"], "v_cache": feeds["pv"], "cos": cos, "sin": sin, "q_norm": qw}
+    y, after = run_call(p, {**arrays, "k_norm": kw})
+    np.testing.assert_allclose(y, expected[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(after["k_cache"], expected[1], rtol=1e-5, atol=1e-5)  # normalised, rotated, appended
+    sdpa_validates(p)
+
+
 def test_group_query_attention_reads_the_total_length_the_model_computes(build_model, process_proto):
     """The attended length is ``total_sequence_length``'s value, not the past buffer's extent (a shared
     buffer of the maximum length is larger than what a step attends)."""
@@ -368,24 +509,6 @@ def test_group_query_attention_reads_the_total_length_the_model_computes(build_m
 
 
 def test_what_is_not_mapped_says_why(build_model, process_proto):
-    packed = helper.make_node(
-        "GroupQueryAttention",
-        ["qkv", "", "", "pk", "pv", "seqlens_k", "total"],
-        ["y", "present_k", "present_v"],
-        domain="com.microsoft",
-        num_heads=2,
-        kv_num_heads=2,
-    )
-    proto = build_model(
-        [packed],
-        [("qkv", F, [1, 1, 48]), ("pk", F, [1, 2, 3, 8]), ("pv", F, [1, 2, 3, 8])],
-        [("y", F, None), ("present_k", F, None), ("present_v", F, None)],
-        {"seqlens_k": np.array([3], np.int32), "total": np.array(4, np.int32)},
-        check=False,
-        extra_opsets={"com.microsoft": 1},
-    )
-    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
-    assert isinstance(p, Unsupported) and "packed QKV" in p.reason
     packed = helper.make_node(
         "PackedAttention", ["x", "w", "b", "ti", "cs"], ["y"], domain="com.microsoft", num_heads=2
     )
@@ -434,6 +557,7 @@ def test_sdpa_graph_describes_layouts_masks_and_alignment():
         ({"head_dim": 12, "v_head_dim": 12}, "multiples of 8"),
         ({"softcap": 30.0}, "soft-capping"),
         ({"dtype": "bfloat16", "rotary": True, "rotary_cache": (8, 32)}, "CuPy has no bfloat16"),
+        ({"dtype": "bfloat16", "qk_norm": 1e-6}, "CuPy has no bfloat16"),
     ],
 )
 def test_sdpa_refuses_what_cudnn_does_not_run(change, reason):
@@ -480,8 +604,18 @@ def case(op: str, dims: tuple[int, ...], dtype: str, scale: float, **kw: Any) ->
 
 
 def case_id(p: AttentionParams) -> str:
-    kinds = [k for k, on in (("proj", p.projection), ("past", p.past), ("rope", p.rotary), ("mask", p.mask)) if on]
-    return "-".join([p.op, p.dtype, f"q{p.q_len}k{p.kv_len}", *kinds])
+    kinds = [
+        k
+        for k, on in (
+            ("proj", p.projection),
+            ("past", p.past),
+            ("qknorm", p.qk_norm),
+            ("rope", p.rotary),
+            ("mask", p.mask),
+        )
+        if on
+    ]
+    return "-".join([p.op, p.dtype, f"q{p.q_len}k{p.kv_len}", *kinds, *([p.packing] if p.packing else [])])
 
 
 DEVICE_CASES = [
@@ -537,7 +671,38 @@ DEVICE_CASES = [
     case("Attention", (2, 4, 4, 24, 24, 32, 64), "float16", 0.125, projection=128, qkv_bias=True),  # wider V
     case("MultiHeadAttention", (4, 8, 8, 1, 40, 64, 64), "float16", 0.125, kv_seq_major=False),  # a step, 4-D keys
     case("Attention", (1, 4, 4, 1, 33, 64, 64), "float16", 0.125, projection=256, qkv_bias=True, past=32, causal=True),
+    # packed: onnxruntime-genai's decode step (rotary inside) and prompt (read in place), a diffusion UNet's
+    # self- and cross-attention (ONNX Runtime's optimizer's packed QKV and KV), a bias rewriting packed Q
+    case(
+        "GroupQueryAttention",
+        (1, 8, 2, 1, 65, 64, 64),
+        "float16",
+        0.125,
+        past=64,
+        causal=True,
+        rotary=True,
+        rotary_cache=(128, 32),
+        packing="qkv_columns",
+    ),
+    case("GroupQueryAttention", (2, 8, 2, 64, 64, 64, 64), "float16", 0.125, causal=True, packing="qkv_columns"),
+    case(  # onnxruntime-genai's Qwen3 for CUDA: Q/K normalised inside, a decode step
+        "GroupQueryAttention",
+        (2, 16, 8, 1, 97, 128, 128),
+        "float16",
+        0.088,
+        past=96,
+        causal=True,
+        rotary=True,
+        rotary_cache=(128, 64),
+        qk_norm=1e-6,
+    ),
+    case("MultiHeadAttention", (2, 8, 8, 64, 64, 64, 64), "float16", 0.125, packing="qkv_heads"),
+    case("MultiHeadAttention", (2, 8, 8, 64, 77, 64, 64), "float16", 0.125, packing="kv_heads"),
+    case("MultiHeadAttention", (1, 4, 4, 16, 16, 32, 32), "float16", 0.2, packing="qkv_heads", qkv_bias=True),
+    case("MultiHeadAttention", (2, 1, 1, 16, 16, 64, 64), "float16", 0.125, packing="qkv_heads"),  # one head
+    case("MultiHeadAttention", (2, 1, 1, 16, 24, 64, 64), "float16", 0.125, packing="kv_heads"),
     case("Attention", (2, 8, 2, 64, 64, 64, 64), "bfloat16", 0.125, causal=True),
+    case("GroupQueryAttention", (1, 8, 2, 32, 32, 64, 64), "bfloat16", 0.125, causal=True, packing="qkv_columns"),
     case(
         "Attention",
         (1, 4, 4, 16, 40, 32, 32),
@@ -702,6 +867,26 @@ _GQA_FEEDS = {"q": (1, 1, 32), "k": (1, 1, 32), "v": (1, 1, 32), "pk": (1, 2, 3,
             "keys (1, 5, 24)",
         ),
         (
+            _ms("MultiHeadAttention", ["qkv"], ["y"], num_heads=4),
+            {"qkv": (1, 3, 2, 3, 8)},
+            "packed QKV (1, 3, 2, 3, 8) in 4 heads",
+        ),
+        (
+            _ms("MultiHeadAttention", ["q", "kv", "", "bias"], ["y"], num_heads=2),
+            {"q": (1, 3, 16), "kv": (1, 5, 2, 2, 8), "bias": (48,)},
+            "packed KV and a bias",
+        ),
+        (
+            _ms("MultiHeadAttention", ["q", "kv", "", "", "", "", "pk", "pv"], ["y"], num_heads=2),
+            {"q": (1, 1, 16), "kv": (1, 1, 2, 2, 8), "pk": (1, 2, 3, 8), "pv": (1, 2, 3, 8)},
+            "packed inputs and a past",
+        ),
+        (
+            _ms("MultiHeadAttention", ["q", "k"], ["y"], num_heads=2),
+            {"q": (1, 3, 16), "k": (1, 5, 16)},
+            "key (1, 5, 16) and value None",
+        ),
+        (
             _ms(
                 "GroupQueryAttention",
                 _GQA_IN,
@@ -813,6 +998,9 @@ def test_the_sdpa_candidate_attends_what_the_unfused_call_does(numpy_device, p):
     """After a launch's bookkeeping, the graph's Q, K, V and bias give what the unfused call computes from
     the same inputs: the two candidates of a layer do the same work."""
     plan = attention.sdpa_plan(numpy_device, p, tensor_cores=True)
+    held = plan.sources.get("qkv", plan.sources.get("kv"))
+    for name in attention._in_place(p):  # read where the packed input (the projection's output) holds it
+        assert np.shares_memory(plan.plans.arrays[name], held), name
     names = [name for name, _ in attention.operands(p)]
     specs = dict(attention.operands(p))
     # what nothing rewrites is the graph's own array (K and V without a past: in the layer's layout)

@@ -571,6 +571,11 @@ def test_contrib_ops_of_todays_exports_count_their_flops():
     assert attention == 2 * 128 * 768 * 2304 + 4 * 128 * 768 * 128
     mha = _contrib_flops("MultiHeadAttention", [(1, 128, 768), (1, 64, 768), (1, 64, 768)], [(1, 128, 768)])
     assert mha == 4 * 128 * 768 * 64  # over the key's 64 positions
+    # packed, as ORT's optimizer writes a diffusion UNet's: KV (batch, keys, heads, 2, dim), QKV (.., 3, dim)
+    cross = _contrib_flops("MultiHeadAttention", [(2, 4096, 320), (2, 77, 8, 2, 40)], [(2, 4096, 320)], num_heads=8)
+    assert cross == 4 * 2 * 4096 * 320 * 77  # over the 77 text tokens, not the 4096 queries
+    packed = _contrib_flops("MultiHeadAttention", [(2, 256, 8, 3, 40)], [(2, 256, 320)], num_heads=8)
+    assert packed == 4 * 2 * 256 * 320 * 256
     assert _contrib_flops("QGemm", [(1, 2048), None, None, (1000, 2048)], [(1, 1000)], transB=1) == 2 * 1000 * 2048
     assert _contrib_flops("FusedMatMul", [(8, 64, 32), (8, 64, 16)], [(8, 32, 16)], transA=1) == 2 * 8 * 32 * 16 * 64
     assert _contrib_flops("SkipSimplifiedLayerNormalization", [(1, 1, 512)] * 2 + [(512,)], [(1, 1, 512)]) == 5 * 512

@@ -438,13 +438,14 @@ def _k_times_outputs(k: Callable[[dict[str, Any], OpContext], int]) -> FlopCount
 
 def _attended_length(ctx: OpContext, present: int | None, key: int | None, axis: int) -> int:
     """The length an attention op attends over: its present KV cache's (output ``present``, at ``axis``),
-    else its key input's sequence (``key``: rank 3 ``[B, L, D]`` or 4 ``[B, H, L, d]``), else the query's."""
+    else its key input's sequence (``key``: rank 3 ``[B, L, D]``, 4 ``[B, H, L, d]`` or 5, packed K and V
+    ``[B, L, H, 2, d]``), else the query's (packed Q, K and V attend over their own tokens)."""
     cache = ctx.outputs[present] if present is not None and present < len(ctx.outputs) else None
     if cache is not None and len(cache.shape) > axis:
         return cache.shape[axis]
     k = ctx.inp(key) if key is not None else None
-    if k is not None and len(k.shape) in (3, 4):
-        return k.shape[1] if len(k.shape) == 3 else k.shape[2]
+    if k is not None and len(k.shape) in (3, 4, 5):
+        return k.shape[2] if len(k.shape) == 4 else k.shape[1]
     return ctx.outputs[0].shape[-2] if len(ctx.outputs[0].shape) >= 2 else 1
 
 

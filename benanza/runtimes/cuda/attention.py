@@ -48,7 +48,8 @@ def operands(p: Any) -> list[tuple[str, InputSpec]]:
 
     ``q``, ``k``, ``v``: the query and the new keys and values, in the layer's layouts, or, for a layer
     with a ``projection``, ``x`` (batch, q_len, projection) and ``weights`` (projection, qkv_width), and
-    ``qkv`` (batch, q_len, qkv_width), where the call writes the projection; ``qkv_bias``; ``k_cache``,
+    ``qkv`` (batch, q_len, qkv_width), where the call writes the projection; a packed layer's ``qkv`` (or
+    ``q`` and ``kv``) as its ``packing`` says; ``qkv_bias``; ``k_cache``,
     ``v_cache``: the cache (batch, kv_heads, kv_len, dim) whose first ``past`` rows hold the past (the call
     writes the rest); ``mask``; ``key_mask`` (batch, kv_len), int32 as ONNX Runtime reads it; ``cos``,
     ``sin``: the rotary caches.
@@ -59,6 +60,15 @@ def operands(p: Any) -> list[tuple[str, InputSpec]]:
             ("x", InputSpec((b, p.q_len, p.projection), dt)),
             ("weights", InputSpec((p.projection, p.qkv_width), dt)),
             ("qkv", InputSpec((b, p.q_len, p.qkv_width), dt)),
+        ]
+    elif p.packing == "qkv_columns":
+        out = [("qkv", InputSpec((b, p.q_len, p.qkv_width), dt))]
+    elif p.packing == "qkv_heads":
+        out = [("qkv", InputSpec((b, p.q_len, p.q_heads, 3, p.head_dim), dt))]
+    elif p.packing == "kv_heads":
+        out = [
+            ("q", InputSpec(_layout(b, p.q_heads, p.q_len, p.head_dim, p.seq_major), dt)),
+            ("kv", InputSpec((b, p.new_len, p.kv_heads, 2, p.head_dim), dt)),
         ]
     else:
         out = [
@@ -77,6 +87,9 @@ def operands(p: Any) -> list[tuple[str, InputSpec]]:
         out.append(("key_mask", InputSpec((b, p.kv_len), "int32")))
     if p.key_lengths:  # every key valid: the whole work, as benanza feeds a model's masks
         out.append(("key_lengths", InputSpec((b,), "int32", value=p.kv_len)))
+    if p.qk_norm:
+        out.append(("q_norm", InputSpec((p.head_dim,), dt)))
+        out.append(("k_norm", InputSpec((p.head_dim,), dt)))
     if p.rotary:
         out.append(("cos", InputSpec(p.rotary_cache, dt)))
         out.append(("sin", InputSpec(p.rotary_cache, dt)))
@@ -105,21 +118,15 @@ def _heads(x: Any, heads: int, seq_major: bool) -> Any:
 def prepare(p: Any, xp: Any, a: dict[str, Any]) -> tuple[Any, Any, Any]:
     """Q, K and V as (batch, heads, seq, dim) arrays the attention reads: projected (into ``qkv``), the bias
     added, the rotary embedding applied, the new keys and values appended to the cache (then K and V)."""
-    if p.projection:
-        q, k, v = project(p, xp, a)
-    else:
-        q, k, v = a["q"], a["k"], a["v"]
+    qh, kh, vh = heads_of(p, xp, a)
     if p.qkv_bias and not p.projection:
         bias = a["qkv_bias"]
         qd, kd = p.q_heads * p.head_dim, p.kv_heads * p.head_dim
-        q, k, v = (
-            q + _bias_of(bias[:qd], q, p, p.seq_major),
-            k + _bias_of(bias[qd : qd + kd], k, p, p.kv_seq_major),
-            v + _bias_of(bias[qd + kd :], v, p, p.kv_seq_major),
-        )
-    qh = _heads(q, p.q_heads, p.seq_major)
-    kh = _heads(k, p.kv_heads, p.kv_seq_major)
-    vh = _heads(v, p.kv_heads, p.kv_seq_major)
+        qh = qh + bias[:qd].reshape(1, p.q_heads, 1, p.head_dim)
+        kh = kh + bias[qd : qd + kd].reshape(1, p.kv_heads, 1, p.head_dim)
+        vh = vh + bias[qd + kd :].reshape(1, p.kv_heads, 1, p.v_head_dim)
+    if p.qk_norm:
+        qh, kh = rms_norm(xp, qh, a["q_norm"], p.qk_norm), rms_norm(xp, kh, a["k_norm"], p.qk_norm)
     if p.rotary:
         qh = rotate(xp, qh, a["cos"], a["sin"], p.past, p.interleaved)
         kh = rotate(xp, kh, a["cos"], a["sin"], p.past, p.interleaved)
@@ -130,23 +137,42 @@ def prepare(p: Any, xp: Any, a: dict[str, Any]) -> tuple[Any, Any, Any]:
     return qh, kh, vh
 
 
-def project(p: Any, xp: Any, a: dict[str, Any]) -> tuple[Any, Any, Any]:
-    """ONNX Runtime's Attention's projection: ``x @ weights (+ bias)`` written into ``qkv`` by one GEMM (and
-    the bias's kernel); Q, K and V are its column blocks, (batch, seq, heads * dim) views."""
-    qkv = a["qkv"]
-    xp.matmul(a["x"], a["weights"], out=qkv)
-    if p.qkv_bias:
-        qkv += a["qkv_bias"]
+def heads_of(p: Any, xp: Any, a: dict[str, Any]) -> tuple[Any, Any, Any]:
+    """Q and the new K and V as (batch, heads, seq, dim) views of the layer's inputs (``operands``), whatever
+    their layout or packing; the projection's written first."""
+    if p.projection:
+        xp.matmul(a["x"], a["weights"], out=a["qkv"])
+        if p.qkv_bias:
+            a["qkv"] += a["qkv_bias"]
+    if p.packing in ("qkv_heads", "kv_heads"):  # (batch, seq, heads, parts, dim): a part is (batch, seq, heads, dim)
+        packed = a["qkv" if p.packing == "qkv_heads" else "kv"]
+        parts = [packed[:, :, :, i].transpose(0, 2, 1, 3) for i in range(packed.shape[3])]
+        q = parts.pop(0) if p.packing == "qkv_heads" else _heads(a["q"], p.q_heads, p.seq_major)
+        return q, parts[0], parts[1]
+    if p.projection or p.packing == "qkv_columns":
+        q, k, v = columns(p, a["qkv"])
+    else:
+        q, k, v = a["q"], a["k"], a["v"]
+    return (
+        _heads(q, p.q_heads, p.seq_major),
+        _heads(k, p.kv_heads, p.kv_seq_major),
+        _heads(v, p.kv_heads, p.kv_seq_major),
+    )
+
+
+def columns(p: Any, qkv: Any) -> tuple[Any, Any, Any]:
+    """Q, K and V side by side in (batch, seq, qkv_width) ``qkv``: its column blocks, (batch, seq, heads * dim)
+    views (ONNX Runtime's Attention's projection writes them so; GroupQueryAttention's packed QKV is so)."""
     qd, kd = p.q_heads * p.head_dim, p.kv_heads * p.head_dim
     return qkv[..., :qd], qkv[..., qd : qd + kd], qkv[..., qd + kd :]
 
 
-def _bias_of(bias: Any, x: Any, p: Any, seq_major: bool) -> Any:
-    """A (heads * dim) bias broadcast over ``x`` in its layout."""
-    if seq_major:
-        return bias
-    heads = x.shape[1]
-    return bias.reshape(1, heads, 1, x.shape[3])
+def rms_norm(xp: Any, x: Any, weight: Any, epsilon: float) -> Any:
+    """``x`` over its last axis divided by its root mean square (plus ``epsilon``), times ``weight``: in float32
+    at least (a half-precision square overflows), returned in ``x``'s type. A new array."""
+    wide = x.astype(np.float32) if x.dtype.itemsize < 4 else x
+    scale = 1 / xp.sqrt((wide * wide).mean(axis=-1, keepdims=True) + wide.dtype.type(epsilon))
+    return (wide * scale * weight.astype(wide.dtype)).astype(x.dtype)
 
 
 def rotate(xp: Any, x: Any, cos: Any, sin: Any, start: int, interleaved: bool) -> Any:
@@ -267,6 +293,8 @@ def _bookkeeping_notes(p: Any) -> list[str]:
             f"the {p.new_len} new keys and values appended in place to a cache of {p.kv_len} (a shared past/present"
             " buffer); a separate present copy of the past is not counted"
         )
+    if p.qk_norm:
+        notes.append("Q and the new K RMS-normalised per head as CuPy's element-wise and reduction kernels")
     if p.rotary:
         notes.append("rotary embedding of Q and the new K as CuPy's element-wise kernels, before the attention")
     if p.qkv_bias:
@@ -285,8 +313,10 @@ def sdpa_check(p: Any) -> None:
         raise UnsupportedLayer("soft-capped logits: cuDNN's SDPA has no soft-capping (the cupy source measures it)")
     if p.head_dim % 8 or p.v_head_dim % 8:
         raise UnsupportedLayer(f"head dimensions {p.head_dim}/{p.v_head_dim}: cuDNN's SDPA takes multiples of 8")
-    if p.dtype == "bfloat16" and (p.rotary or p.qkv_bias or p.projection):
-        raise UnsupportedLayer("work before a bfloat16 attention (projection, bias, rotary): CuPy has no bfloat16")
+    if p.dtype == "bfloat16" and (p.rotary or p.qkv_bias or p.projection or p.qk_norm):
+        raise UnsupportedLayer(
+            "work before a bfloat16 attention (projection, bias, Q/K norm, rotary): CuPy has no bfloat16"
+        )
 
 
 def band_in_bias(p: Any) -> bool:
@@ -329,12 +359,39 @@ def additive_bias(xp: Any, p: Any, sources: dict[str, Any]) -> Any:
     return bias
 
 
-def _strides(dims: Sequence[int], seq_major: bool, row: int = 0) -> tuple[int, ...]:
+def _strides(dims: Sequence[int], seq_major: bool, row: int = 0, head: int = 0) -> tuple[int, ...]:
     """Strides of (batch, heads, seq, dim) ``dims`` stored (batch, seq, heads, dim), a sequence position's
-    values ``row`` apart (0: packed; a column block of a QKV projection: its width), or as they are."""
+    values ``row`` apart and a head's ``head`` apart (0: contiguous; inside a packed input: ``_packed_strides``),
+    or as they are."""
     _, h, s, d = dims
-    row = row or h * d
-    return (s * row, d, row, 1) if seq_major else (h * s * d, s * d, d, 1)
+    row, head = row or h * d, head or d
+    return (s * row, head, row, 1) if seq_major else (h * s * d, s * d, d, 1)
+
+
+def _packed_strides(p: Any) -> tuple[int, int]:
+    """How far apart a packed input (or the projection's output) holds a sequence position's values and a
+    head's (0: a head's dim, as in a column block)."""
+    if p.packing == "qkv_heads":
+        return 3 * p.q_heads * p.head_dim, 3 * p.head_dim
+    if p.packing == "kv_heads":
+        return 2 * p.kv_heads * p.head_dim, 2 * p.head_dim
+    return p.qkv_width, 0
+
+
+def _rewrites(p: Any) -> bool:
+    """Whether the bookkeeping writes Q (and K and V without a cache) anew, into the graph's own arrays: a rotary
+    embedding, or a bias added (a projection's is added into its output, read where it is)."""
+    return bool(p.rotary or p.qk_norm or (p.qkv_bias and not p.projection))
+
+
+def _in_place(p: Any) -> tuple[str, ...]:
+    """The graph's operands it reads where a packed input (or the projection's output) holds them, through
+    strides: Q unless it is an input of its own, K and V unless a cache holds them; none where the bookkeeping
+    rewrites them."""
+    if not (p.projection or p.packing) or _rewrites(p):
+        return ()
+    names = () if p.packing == "kv_heads" else ("q",)
+    return names if p.past else (*names, "k", "v")
 
 
 def sdpa_graph(cudnn: Any, p: Any, handle: Any = None) -> Any:
@@ -361,11 +418,15 @@ def sdpa_graph(cudnn: Any, p: Any, handle: Any = None) -> Any:
     k_dims = (p.batch, p.kv_heads, p.kv_len, p.head_dim)
     v_dims = (p.batch, p.kv_heads, p.kv_len, p.v_head_dim)
     kv_seq_major = p.kv_seq_major and not p.past
-    row = p.qkv_width if p.projection else 0  # Q, K and V read in place from the projection's output
+    in_place, packed = _in_place(p), _packed_strides(p)
+
+    def strides(name: str, dims: tuple[int, ...], seq_major: bool) -> tuple[int, ...]:
+        return _strides(dims, seq_major, *(packed if name in in_place else ()))
+
     kwargs: dict[str, Any] = {"is_inference": True, "attn_scale": float(p.scale)}
-    q = declare("q", q_dims, _strides(q_dims, p.seq_major, row))
-    k = declare("k", k_dims, _strides(k_dims, kv_seq_major, 0 if p.past else row))
-    v = declare("v", v_dims, _strides(v_dims, kv_seq_major, 0 if p.past else row))
+    q = declare("q", q_dims, strides("q", q_dims, p.seq_major))
+    k = declare("k", k_dims, strides("k", k_dims, kv_seq_major))
+    v = declare("v", v_dims, strides("v", v_dims, kv_seq_major))
     bias = sdpa_bias_dims(p)
     if bias is not None:
         kwargs["bias"] = declare("bias", bias, _strides(bias, False))
@@ -436,10 +497,11 @@ def sdpa_plan(ctx: Any, p: Any, tensor_cores: bool) -> SdpaPlan:
     plans = cudnn_graph._plan(
         ctx, cudnn, handle, g, "attention", tensor_cores, cudnn_graph.HEURISTIC_MODES, bound=_bound(p, sources)
     )
+    named = dict(operands(p))
     with cupy.cuda.Device(int(getattr(ctx, "ordinal", 0))), ctx.stream:
         logical = {name: plans.logical(name) for name in ("q", "k", "v")}
-        if "q" not in sources and not p.projection:  # nothing rewrites Q: the bookkeeping reads the graph's
-            sources["q"] = plans.arrays["q"].reshape(dict(operands(p))["q"].shape)
+        if "q" in named and "q" not in sources:  # nothing rewrites Q, an input of its own: the graph's is read
+            sources["q"] = plans.arrays["q"].reshape(named["q"].shape)
         if "bias" in plans.arrays:
             plans.arrays["bias"][...] = _storage(cupy, additive_bias(cupy, p, sources), p.dtype)
     run = _sdpa_bookkeeping(p, cupy, sources, logical)
@@ -461,38 +523,50 @@ def _storage(xp: Any, values: Any, dtype: str) -> Any:
 def _sdpa_reads(p: Any) -> set[str]:
     """The layer's inputs the SDPA candidate allocates: what its bookkeeping reads (the cache is the graph's
     K and V, not a copy) and the masks its bias is made of."""
-    reads = {"mask", "key_mask", "key_lengths", "x", "weights", "qkv"}
+    reads = {"mask", "key_mask", "key_lengths", "x", "weights", "qkv", "kv", "qkv_bias"}
     if p.past:
         reads |= {"k", "v"}
-    if p.rotary or p.qkv_bias:
-        reads |= {"q", "k", "v", "qkv_bias", "cos", "sin"}
+    if _rewrites(p):
+        reads |= {"q", "k", "v", "cos", "sin", "q_norm", "k_norm"}
     return reads
 
 
 def _bound(p: Any, sources: dict[str, Any]) -> dict[str, Any]:
-    """The graph's operands the projection's output holds: Q, and K and V without a cache (which they
-    are appended to), as (batch, seq, heads, dim) views of its column blocks, read in place."""
-    if not p.projection:
+    """The graph's operands read in place (``_in_place``) as (batch, seq, heads, dim) views of the packed
+    input or the projection's output that holds them: a column block, or one part of each head."""
+    from benanza.runtimes.cuda.cudnn_graph import order_of_strides
+
+    names = _in_place(p)
+    if not names:
         return {}
-    qd, kd = p.q_heads * p.head_dim, p.kv_heads * p.head_dim
-    qkv = sources["qkv"]
-    blocks = {
-        "q": (qkv[..., :qd], p.q_heads, p.head_dim),
-        "k": (qkv[..., qd : qd + kd], p.kv_heads, p.head_dim),
-        "v": (qkv[..., qd + kd :], p.kv_heads, p.v_head_dim),
-    }
-    names = ("q",) if p.past else ("q", "k", "v")
-    return {n: blocks[n][0].reshape(p.batch, p.q_len, blocks[n][1], blocks[n][2]) for n in names}
+    if p.packing in ("qkv_heads", "kv_heads"):
+        packed = sources["qkv" if p.packing == "qkv_heads" else "kv"]
+        held = ("q", "k", "v") if p.packing == "qkv_heads" else ("k", "v")
+        parts = {n: packed[:, :, :, i] for i, n in enumerate(held)}
+    else:
+        q, k, v = columns(p, sources["qkv"])
+        b, s = p.batch, p.q_len
+        parts = {
+            "q": q.reshape(b, s, p.q_heads, p.head_dim),
+            "k": k.reshape(b, s, p.kv_heads, p.head_dim),
+            "v": v.reshape(b, s, p.kv_heads, p.v_head_dim),
+        }
+    bound = {}
+    for name in names:
+        logical = parts[name].transpose(0, 2, 1, 3)  # (batch, heads, seq, dim), as the graph's dims
+        order = order_of_strides(_strides(logical.shape, True, *_packed_strides(p)))
+        bound[name] = logical.transpose(order)  # in the storage order the graph declares (one head: a tie)
+    return bound
 
 
 def _sdpa_bookkeeping(p: Any, cupy: Any, sources: dict[str, Any], graph: dict[str, Any]) -> Any:
     """What runs before the plan at each launch (None: nothing): the bias, the rotary embedding and the
     cache append, writing the graph's Q, K and V from the layer's inputs."""
-    if not (p.past or p.rotary or p.qkv_bias or p.projection):
+    if not (p.past or p.projection or _rewrites(p)):
         return None
     if p.past:  # the cache is the graph's K and V: its past rows stay, the call writes the new ones
         sources["k_cache"], sources["v_cache"] = graph["k"], graph["v"]
-    rewrites = p.rotary or (p.qkv_bias and not p.projection)  # else Q (K, V) are read where they are
+    rewrites = _rewrites(p)  # else Q (K, V) are read where they are
 
     def run() -> None:
         qh, kh, vh = prepare(p, cupy, sources)

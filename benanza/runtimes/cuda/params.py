@@ -284,6 +284,15 @@ class BlockQuantizedGemmParams:
         return self.b[2]
 
 
+# how an attention layer's Q, K and V come packed into one input ("": three inputs)
+PACKINGS = {
+    "": "Q, K and V: three inputs",
+    "qkv_columns": "Q, K and V side by side in one (batch, seq, qkv_width) input (GroupQueryAttention's packed QKV)",
+    "qkv_heads": "Q, K and V in one (batch, seq, heads, 3, dim) input (MultiHeadAttention's packed QKV)",
+    "kv_heads": "K and V in one (batch, keys, heads, 2, dim) input, Q its own (MultiHeadAttention's packed KV)",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class AttentionParams:
     """Scaled dot-product attention, ``softmax(scale * Q K^T [soft-capped] + mask) V`` for each batch and query
@@ -303,6 +312,9 @@ class AttentionParams:
     new K at their positions (``interleaved`` pairs or halves) with cos/sin caches of ``rotary_cache``
     (positions x rotary_dim / 2). ``projection``: ONNX Runtime's Attention, whose input (batch, q_len,
     projection) is multiplied by the QKV weights (plus ``qkv_bias``) first: Q, K and V side by side.
+    ``packing``: Q, K and V (or K and V) in one input (``PACKINGS``), each read through strides. ``qk_norm``:
+    GroupQueryAttention's fused Q/K normalisation (Qwen3's): each head's query and new key RMS-normalised over
+    its dim and scaled by a weight of that dim, before the rotary embedding; its epsilon (0: none).
     """
 
     op: str
@@ -330,6 +342,8 @@ class AttentionParams:
     interleaved: bool = False
     rotary_cache: Shape = ()
     projection: int = 0  # ONNX Runtime's Attention: the input's width, projected to Q, K and V by one GEMM first
+    packing: str = ""  # one of PACKINGS
+    qk_norm: float = 0.0  # > 0: Q and K RMS-normalised over each head's dim with this epsilon (weights (dim,) each)
 
     @property
     def qkv_width(self) -> int:
@@ -986,15 +1000,24 @@ def _onnx_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsuppor
 def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Unsupported:
     """ONNX Runtime's MultiHeadAttention: inputs ``query, key, value[, bias][, key_padding_mask][,
     attention_bias][, past_key, past_value]``; a 3-D query (batch, seq, heads * dim), 3-D keys and values
-    or 4-D (batch, heads, keys, dim) ones (a cross-attention's, read as they are); ``unidirectional``:
-    causal."""
+    or 4-D (batch, heads, keys, dim) ones (a cross-attention's, read as they are); or packed, as ONNX Runtime's
+    optimizer writes them for its CUDA provider, a (batch, seq, heads, 3, dim) query without key and value, or
+    a (batch, keys, heads, 2, dim) key without value; ``unidirectional``: causal."""
     a = _attrs(node)
     heads = int(a.get("num_heads", 0) or 0)
     q, k, v = (_in_shape(node, i) for i in range(3))
+    packing = "qkv_heads" if q and len(q) == 5 and k is None else "kv_heads" if k and len(k) == 5 else ""
+    if packing and v is None:  # (batch, seq, heads, 3, dim) QKV or (batch, keys, heads, 2, dim) KV: as 3-D ones
+        packed, parts = (q, 3) if packing == "qkv_heads" else (k, 2)
+        if packed[2:4] != (heads, parts):
+            what = "QKV" if parts == 3 else "KV"
+            return Unsupported(f"MultiHeadAttention of packed {what} {packed} in {heads} heads")
+        k = v = (packed[0], packed[1], heads * packed[4])
+        q = k if parts == 3 else q
     if heads < 1 or not q or len(q) != 3 or q[2] % heads:
         return Unsupported(f"MultiHeadAttention of query {q} in {heads} heads: a (batch, seq, heads * dim) query")
     if k is None or v is None or len(k) != len(v) or len(k) not in (3, 4):
-        return Unsupported("MultiHeadAttention with packed QKV or KV (key or value 5-D or left out): not mapped yet")
+        return Unsupported(f"MultiHeadAttention of key {k} and value {v}: both 3-D or 4-D, or packed, expected")
     if _given(node, 8) is not None or _given(node, 9) is not None:
         return Unsupported("MultiHeadAttention with past_sequence_length or cache_indirection (beam search)")
     if 3 in _output_slots(node):
@@ -1014,6 +1037,10 @@ def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Un
         return past
     if not kv_seq_major and (past or _given(node, 3) is not None):
         return Unsupported("MultiHeadAttention with 4-D keys and a past or a bias: not mapped yet")
+    if packing and past:
+        return Unsupported("MultiHeadAttention with packed inputs and a past: not mapped yet")
+    if packing == "kv_heads" and _given(node, 3) is not None:
+        return Unsupported("MultiHeadAttention with packed KV and a bias: ONNX Runtime refuses it")
     unidirectional = bool(int(a.get("unidirectional", 0) or 0))
     if unidirectional and not past and new != sq:
         return Unsupported(f"MultiHeadAttention, unidirectional, of {sq} queries over {new} keys: alignment unknown")
@@ -1037,6 +1064,7 @@ def _multi_head_attention(node: NetworkNode, dtype: str) -> AttentionParams | Un
         causal=unidirectional,
         qkv_bias=_given(node, 3) is not None,
         **masks,
+        packing=packing,
     )
 
 
@@ -1092,24 +1120,32 @@ def _group_query_attention(node: NetworkNode, dtype: str) -> AttentionParams | U
     """ONNX Runtime's GroupQueryAttention (onnxruntime-genai's decoders): inputs ``query, key, value, past_key,
     past_value, seqlens_k, total_sequence_length[, cos_cache, sin_cache][, position_ids][, attention_bias]``;
     causal, the queries the last ``seq`` positions of ``total_sequence_length`` (its run value where the
-    model computes it, else the present cache's length); ``do_rotary``, ``local_window_size``, ``softcap``."""
+    model computes it, else the present cache's length); ``do_rotary``, ``local_window_size``, ``softcap``. The
+    key and value left out: Q, K and V packed side by side in ``query``; inputs 14 and 15, ``q_norm_weight`` and
+    ``k_norm_weight`` (``qk_norm_epsilon``): Q and K RMS-normalised per head first."""
     a = _attrs(node)
     hq, hkv = int(a.get("num_heads", 0) or 0), int(a.get("kv_num_heads", 0) or 0)
     q, k, v = (_in_shape(node, i) for i in range(3))
-    if hq < 1 or hkv < 1 or hq % hkv or not q or len(q) != 3 or q[2] % hq:
-        return Unsupported(f"GroupQueryAttention of query {q} in {hq} heads over {hkv}")
-    if k is None or v is None:
-        return Unsupported("GroupQueryAttention with packed QKV (key and value left out): not mapped yet")
-    b, sq, d = q[0], q[1], q[2] // hq
-    if len(k) != 3 or len(v) != 3 or k[2] != hkv * d or v[2] % hkv or k[1] != sq:
+    packed = _given(node, 1) is None and _given(node, 2) is None  # genai's default: one (batch, seq, (hq + 2 hkv) dim)
+    heads = hq + 2 * hkv if packed else hq
+    if hq < 1 or hkv < 1 or hq % hkv or not q or len(q) != 3 or q[2] % heads:
+        return Unsupported(f"GroupQueryAttention of {'packed QKV' if packed else 'query'} {q} in {hq} heads over {hkv}")
+    b, sq, d = q[0], q[1], q[2] // heads
+    if packed:
+        k = v = (b, sq, hkv * d)
+    elif k is None or v is None or len(k) != 3 or len(v) != 3 or k[2] != hkv * d or v[2] % hkv or k[1] != sq:
         return Unsupported(f"GroupQueryAttention keys {k} and values {v} for query {q}")
     if int(a.get("smooth_softmax", -1)) == 1 or _given(node, 11) is not None:
         return Unsupported("GroupQueryAttention with a smooth softmax or head sinks: not mapped yet")
     quantized = [_text(a.get(t, "NONE")) for t in ("k_quant_type", "v_quant_type")]
     if any(q != "NONE" for q in quantized) or _given(node, 12) is not None:
         return Unsupported(f"GroupQueryAttention over a quantized KV cache ({'/'.join(quantized)}): not mapped yet")
-    if _given(node, 14) is not None or _given(node, 15) is not None or _given(node, 16) is not None:
-        return Unsupported("GroupQueryAttention with fused Q/K normalisation or query lengths: not mapped yet")
+    if _given(node, 16) is not None:
+        return Unsupported("GroupQueryAttention with its input 16 (past the Q/K normalisation weights): not mapped yet")
+    qk_norm = _given(node, 14) is not None or _given(node, 15) is not None  # genai's Qwen3 for CUDA: per-head RMS
+    norms = [_in_shape(node, i) for i in (14, 15)]
+    if qk_norm and norms != [(d,), (d,)]:
+        return Unsupported(f"GroupQueryAttention's Q/K normalisation weights {norms[0]} and {norms[1]}: ({d},) each")
     if 3 in _output_slots(node):
         return Unsupported("GroupQueryAttention with its output_qk output: the scores are not written by either call")
     total = _given(node, 6)
@@ -1155,6 +1191,8 @@ def _group_query_attention(node: NetworkNode, dtype: str) -> AttentionParams | U
         rotary=rotary,
         interleaved=bool(int(a.get("rotary_interleaved", 0) or 0)),
         rotary_cache=cos if rotary else (),
+        packing="qkv_columns" if packed else "",
+        qk_norm=float(a.get("qk_norm_epsilon", 1e-6)) if qk_norm else 0.0,
     )
 
 
