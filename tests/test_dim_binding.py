@@ -242,6 +242,40 @@ def test_the_main_job_measures_a_prompt_over_an_empty_kv_cache(tmp_path, gqa_dec
     assert row["coverage"] == 1.0 and row["missing"] == [] and row["e2e_ms"] is not None
 
 
+def _static(model: onnx.ModelProto, sizes: dict[str, int]) -> onnx.ModelProto:
+    """``model`` with its inputs' named dimensions fixed to ``sizes``, as an export without dynamic axes
+    writes them (a prompt step's empty cache a ``dim_value`` of 0)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param in sizes:
+                d.dim_value = sizes[d.dim_param]  # clears dim_param: one of the two
+    return fixed
+
+
+def test_an_empty_dimension_the_file_fixes_is_bound_empty(gqa_decoder):
+    """A ``0`` the file declares is an empty dimension (ONNX Runtime runs that size and no other), not a free
+    one to ask a flag for; a leading one is the batch, still free."""
+    prompt = _static(gqa_decoder, {"batch": 0, "seq": 4, "past": 0, "total": 4})
+    binding = bind_shapes(prompt, "p.onnx", None)
+    assert binding.shapes["past_key"] == (1, KV_HEADS, 0, HEAD) and binding.shapes["input_ids"] == (1, 4)
+    assert bind_shapes(prompt, "p.onnx", 3).shapes["past_value"] == (3, KV_HEADS, 0, HEAD)
+    # nothing left free: no run of the file as exported beside the bound one (which ONNX Runtime runs at a
+    # batch of 0 only, where the file fixes that)
+    assert not binding.exported
+    assert not bind_shapes(_static(gqa_decoder, {"batch": 1, "seq": 4, "past": 0, "total": 4}), "p.onnx").exported
+    assert bind_shapes(_static(gqa_decoder, {"seq": 4, "past": 0, "total": 4}), "p.onnx").exported  # the batch free
+
+
+def test_the_main_job_measures_a_static_prompt_export(tmp_path, gqa_decoder):
+    path = tmp_path / "prompt.onnx"
+    onnx.save(_static(gqa_decoder, {"batch": 1, "seq": 4, "past": 0, "total": 4}), path)
+    (row,) = main_job(path, f"sqlite:///{tmp_path / 'static.db'}")
+    assert row["coverage"] == 1.0 and row["missing"] == [] and row["e2e_ms"] is not None
+    assert row["exported_e2e_ms"] is None
+
+
 def test_a_dimension_named_by_an_expression_of_bound_ones_is_computed(build_model):
     """Optimum names a decoder's attention mask ``past_sequence_length + sequence_length``."""
     from benanza.model.shapes import dim_size

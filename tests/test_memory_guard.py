@@ -123,6 +123,7 @@ def test_impossible_dimensions_are_refused_when_the_flag_is_parsed(text, tmp_pat
     model.write_bytes(conv_chain("reshape").SerializeToString())
     line = one_line_error(_invoke("models", "inspect", model, "--shape", text))
     assert "--shape" in line and repr(text) in line
+    assert ("--dim NAME=0" in line) == (text in ("x=0x3x8x8", "x=1x3x0x8"))  # where an empty dimension is given
 
 
 def test_a_conv_layer_estimate_counts_weights_inputs_and_activations():

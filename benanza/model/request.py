@@ -43,8 +43,10 @@ _SHAPE_EXAMPLE = "e.g. images=1x3x640x640"
 def parse_shape_override(text: str) -> tuple[str, tuple[int, ...]]:
     """Parse ``NAME=1x3x640x640`` (``,`` also separates; ``NAME=`` is a scalar).
 
-    Every dimension is a positive integer: ONNX Runtime cannot run a zero dimension, and a
-    negative or fractional one is a typo; each is refused here, naming the dimension.
+    Every dimension is a positive integer: most layers cannot run an empty one (a convolution over no
+    rows), and a negative or fractional one is a typo; each is refused here, naming the dimension. An
+    empty dimension a model is made for (a decoder's first step over an empty KV cache) is the file's own
+    ``0`` or a named one's ``--dim NAME=0``.
 
     Raises:
         UsageError: the text is not ``NAME=DIMS`` or a dimension is not a positive integer.
@@ -59,6 +61,7 @@ def parse_shape_override(text: str) -> tuple[str, tuple[int, ...]]:
         if not _DIM_RE.fullmatch(part.strip()) or int(part) < 1:
             raise UsageError(
                 f"bad --shape {text!r}: dimension {i} is {part!r}; dimensions are positive integers, {_SHAPE_EXAMPLE}"
+                + (" (an empty dimension the file names: --dim NAME=0)" if part.strip() == "0" else "")
             )
         parsed.append(int(part))
     return name, tuple(parsed)

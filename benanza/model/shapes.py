@@ -169,7 +169,7 @@ def bind_shapes(
             continue
         dims_out: list[int] = []
         for i, d in enumerate(tt.shape.dim):
-            fixed = d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+            fixed = _declared(d, i)
             named = dim_size(d.dim_param, dims) if fixed is None and d.dim_param and dims else None
             if named is not None:
                 dims_out.append(named)
@@ -327,6 +327,15 @@ def _unbound_message(unbound: list[_Unbound]) -> str:
     return f"{first.told()}, nor {'are' if len(others) > 1 else 'is'} {nor}; pass {' '.join(flags)}{shapes}"
 
 
+def _declared(d: onnx.TensorShapeProto.Dimension, index: int) -> int | None:
+    """The size the file fixes input dimension ``index`` to, or None where it leaves it free. A ``0`` is an empty
+    dimension (a static export's prompt step over an empty KV cache: ONNX Runtime runs that size and no other),
+    except a leading one: a batch of nothing is nothing to measure, so it is free (1, or ``--batch``)."""
+    if not d.HasField("dim_value") or (index == 0 and d.dim_value == 0):
+        return None
+    return d.dim_value
+
+
 def _runs_as_exported(inputs: list[onnx.ValueInfoProto], bound: Mapping[str, tuple[int, ...]]) -> bool:
     """Whether the file leaves an input dimension free (no shape, or a dimension without a size) and fixes
     none to another size than ``bound``'s (``Binding.exported``)."""
@@ -337,11 +346,10 @@ def _runs_as_exported(inputs: list[onnx.ValueInfoProto], bound: Mapping[str, tup
             free = True
             continue
         for d, size in zip(tt.shape.dim, bound[vi.name], strict=True):
-            if d.HasField("dim_value") and d.dim_value > 0:
-                if d.dim_value != size:
-                    return False
-            else:
+            if not d.HasField("dim_value"):
                 free = True
+            elif d.dim_value != size:  # a leading 0 too: ONNX Runtime runs the file at that batch only
+                return False
     return free
 
 
