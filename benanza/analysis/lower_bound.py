@@ -9,8 +9,9 @@ Figures and the statistic behind each (also in every JSON row under ``method``):
 - ``composed_ms[G]``: DLBricks' estimate, the sum of the 20% trimmed mean *call latency* of
   the model's sequences of at most G units, less the runtime's fixed cost of a call
   (``call_overhead_ms``) counted once per sequence beyond the first: each sequence measured
-  alone paid it, the model pays it once. DLBricks' plain sum is ``composed_sum_ms[G]``; a
-  plan stored before the overhead was measured has only the plain sum.
+  alone paid it, the model pays it once (never more than the cheapest sequence's own latency: an
+  overhead measured under another load is capped so, and ``checks`` says it). DLBricks' plain sum is
+  ``composed_sum_ms[G]``; a plan stored before the overhead was measured has only the plain sum.
 - ``e2e_ms``: the 20% trimmed mean call latency of the whole model in the same runtime and
   settings.
 - ``defaults_e2e_ms``: the same at the runtime's defaults where the variant's settings are not
@@ -89,7 +90,7 @@ METHOD = {
     "sequential_unfused_ms": f"sum of single-layer kernel time ({KERNEL_STATISTIC})",
     "parallel_ms": "critical path of the layer DAG with unit kernel times",
     "composed_ms": f"sum of sequence call latency ({CALL_STATISTIC} 20%), sequences of <= G units, "
-    "less (sequences - 1) x the call overhead",
+    "less (sequences - 1) x the call overhead (at most the cheapest sequence's call latency)",
     "call_overhead_ms": f"call latency ({CALL_STATISTIC} 20%) of one Relu of one float: a call's fixed cost",
     "e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%)",
     "defaults_e2e_ms": f"whole-model call latency ({CALL_STATISTIC} 20%) at the runtime's defaults",
@@ -229,16 +230,19 @@ def _figure(record: BenchmarkRecord | None, which: str) -> Interval | None:
     return None if found is None else found.scaled(1e3)
 
 
-def _total(figures: Iterable[tuple[str, Interval | None]]) -> Interval:
+def _total(figures: Iterable[tuple[str, Interval | None]], more: Mapping[str, int] | None = None) -> Interval:
     """The sum of keyed figures: one measurement counted c times adds c times its error (the same
-    error each time), distinct measurements add in quadrature (independent errors)."""
+    error each time), distinct measurements add in quadrature (independent errors). ``more``: counts to add to
+    keys among ``figures`` (negative: a figure taken off as often)."""
     counts: dict[str, int] = {}
     by_key: dict[str, Interval] = {}
     for key, figure in figures:
         if figure is not None:
             counts[key] = counts.get(key, 0) + 1
             by_key[key] = figure
-    return sum_intervals(by_key[k].scaled(c) for k, c in counts.items())
+    for key, extra in (more or {}).items():
+        counts[key] += extra
+    return sum_intervals(by_key[k].scaled(c) for k, c in counts.items() if c)
 
 
 def _disturbed(record: BenchmarkRecord | None) -> bool:
@@ -280,17 +284,24 @@ def lower_bound(
     disturbed: list[str] = []
     overhead_record = results.get(plan.call_overhead_key) if plan.call_overhead_key else None
     overhead = _figure(overhead_record, "call")
+    overhead_checks: list[str] = []
+    sequence_calls = {k: _figure(results.get(k), "call") for keys in plan.sequence_keys.values() for k in keys}
+    cheapest = fixed_call_cost(overhead, sequence_calls, overhead_checks) if overhead is not None else None
     for g, keys in plan.sequence_keys.items():
-        costs = [_figure(results.get(k), "call") for k in keys]
+        costs = [sequence_calls[k] for k in keys]
         whole = bool(costs) and all(c is not None for c in costs) and not unbenchmarked
         composed[g] = composed_sum[g] = None
         if whole:
             total = _total(zip(keys, costs, strict=True))
             composed_sum[g] = total.value
-            if overhead is not None:
+            if cheapest is not None:  # one of the sequences: its error counted as often as it is, net
+                key = cheapest
+                total = _total([*zip(keys, costs, strict=True), (key, sequence_calls[key])], {key: -len(keys)})
+            elif overhead is not None:  # measured apart: an independent error
                 total = sum_intervals([total, overhead.scaled(-(len(keys) - 1))])
             composed[g], composed_intervals[g] = total.value, total
-            if any(_disturbed(results.get(k)) for k in keys) or (overhead is not None and _disturbed(overhead_record)):
+            taken_off = results.get(cheapest) if cheapest is not None else overhead_record  # the fixed cost's record
+            if any(_disturbed(results.get(k)) for k in keys) or _disturbed(taken_off):
                 disturbed.append(f"composed_ms[{g}]")
     e2e = results.get(plan.model_key)
     unit_of = {i: key for members, key in zip(plan.units, plan.unit_keys, strict=True) for i in members}
@@ -371,7 +382,8 @@ def lower_bound(
         checks=bound_checks(
             {name: intervals[name] for name in ("sequential_ms", "parallel_ms") if name in intervals},
             intervals.get("e2e_ms"),
-        ),
+        )
+        + tuple(overhead_checks),
         intervals=intervals,
         composed_intervals=composed_intervals,
         disturbed=tuple(disturbed),
@@ -558,6 +570,25 @@ def _why_missing(record: Any) -> str:
     if record.outcome != "ok":
         return f"{record.outcome}: {record.reason}" if record.reason else str(record.outcome)
     return "its record holds no kernel time"
+
+
+def fixed_call_cost(overhead: Interval, calls: Mapping[str, Interval | None], checks: list[str]) -> str | None:
+    """Where the fixed cost of a call to take off each sequence beyond the first is not the call overhead measured
+    but the cheapest sequence's own call latency, that sequence's key (else None): every call pays the fixed cost,
+    so none costs less. An overhead above a sequence's latency was measured under another load (a figure reused
+    from another run, a busy host); taken off a hundred sequences it made a composition negative. One cap for
+    every G, so that the compositions stay comparable; such a case is added to ``checks``."""
+    measured = [(figure.value, key) for key, figure in calls.items() if figure is not None]
+    if not measured or min(measured)[0] >= overhead.value:
+        return None
+    value, key = min(measured)
+    checks.append(
+        f"the call overhead ({overhead.value:.4f} ms) is above the call latency of the cheapest sequence "
+        f"({value:.4f} ms): measured under another load (reused from another run, or a busy host); the "
+        f"composition takes that sequence's latency off each sequence instead (benanza bench run --repeat "
+        f"measures both again together)"
+    )
+    return key
 
 
 def bound_checks(bounds: Mapping[str, Interval], e2e: Interval | None) -> tuple[str, ...]:
