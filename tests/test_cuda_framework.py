@@ -497,6 +497,17 @@ def test_the_new_fused_kernels_operations_compile(tmp_path):
             cases.append((ew(op, [(6,)], (6,), dtype), {"T": dtype}))
         for op in ("FastGelu", "BiasGelu"):
             cases.append((ew(op, [(2, 6), (6,)], (2, 6), dtype), {"T": dtype}))
+        for mode, padding, align in (("linear", "zeros", 0), ("nearest", "border", 1)):
+            sample = mv(
+                "GridSample",
+                [(1, 2, 4, 4), (1, 3, 3, 2)],
+                (1, 2, 3, 3),
+                dtype,
+                mode=mode,
+                padding_mode=padding,
+                align_corners=align,
+            )
+            cases.append((sample, {"T": dtype}))
     unit = tmp_path / "fused.cu"
     unit.write_text("".join(elementwise_as_cuda(layer_call(p).fused, f"k{i}", t) for i, (p, t) in enumerate(cases)))
     command = ["nvcc", "-arch=sm_90", "-c", "-o", str(tmp_path / "fused.o"), str(unit)]
@@ -751,6 +762,18 @@ GPU_CASES = [
     mv("DepthToSpace", [(1, 48, 32, 32)], (1, 12, 64, 64), blocksize=2, mode="CRD"),
     mv("SpaceToDepth", [(1, 3, 64, 64)], (1, 12, 32, 32), blocksize=2),
     mv("Trilu", [(2, 64, 64)], (2, 64, 64), upper=0, k=0),
+    mv("GridSample", [(2, 32, 40, 40), (2, 300, 4, 2)], (2, 32, 300, 4), mode="bilinear", padding_mode="zeros"),
+    mv("ScatterND", [(256, 1, 8, 64), (1, 1), (1, 1, 8, 64)], (256, 1, 8, 64), "float16"),  # a static KV cache step
+    mv("ScatterElements", [(4, 300), (4, 1), (4, 1)], (4, 300), axis=1),  # one write a row: no race
+    mv(
+        "GridSample",
+        [(1, 8, 20, 20), (1, 16, 16, 2)],
+        (1, 8, 16, 16),
+        "float16",
+        mode="nearest",
+        padding_mode="border",
+        align_corners=1,
+    ),
     BlockQuantizedGemmParams(
         "MatMulNBits", (1, 64, 512), (512, 16, 16), (512, 16), (), False, 512, 512, 4, 32, "float16"
     ),

@@ -130,6 +130,104 @@ def test_split_into_the_parts_its_outputs_have(build_model, process_proto, input
         np.testing.assert_array_equal(g, e)
 
 
+@pytest.mark.parametrize(
+    "op, inputs, consts",
+    [
+        ("Tile", ["x", "reps"], {"reps": np.array([2, 1, 3], np.int64)}),  # RT-DETR's query indices per batch
+        ("Pad", ["x", "pads"], {"pads": np.array([0, 0, 0, 0, 1, 2], np.int64)}),  # at the end, as inferred
+    ],
+)
+def test_integer_copies_run_as_onnx_runtime_runs_them(build_model, process_proto, op, inputs, consts):
+    """Index tensors a model copies on the GPU too: a Tile or Pad of int64 data has a call, not a refusal."""
+    node = helper.make_node(op, inputs, ["y"])
+    x = np.arange(24, dtype=np.int64).reshape(1, 4, 6)
+    I64 = TensorProto.INT64
+    _, expected, got = against_onnx_runtime(build_model, process_proto, node, {"x": x}, consts, outputs=(I64,))
+    assert got[0].dtype == np.int64
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+@pytest.mark.parametrize(
+    "opset, attrs",
+    [
+        (16, {"mode": "bilinear", "padding_mode": "zeros", "align_corners": 0}),  # RT-DETR's deformable attention
+        (16, {"mode": "bilinear", "padding_mode": "border", "align_corners": 1}),
+        (16, {"mode": "nearest", "padding_mode": "zeros", "align_corners": 0}),
+        (20, {"mode": "linear", "padding_mode": "border", "align_corners": 0}),
+        (20, {"mode": "nearest", "padding_mode": "border", "align_corners": 1}),
+    ],
+)
+def test_grid_sample(build_model, process_proto, opset, attrs):
+    """Sampling points spread past the input's edges (normalised coordinates in [-1.2, 1.2]): zeros or the
+    border there, as ONNX Runtime computes it."""
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], **attrs)
+    grid = np.random.default_rng(3).uniform(-1.2, 1.2, (2, 5, 7, 2)).astype(np.float32)
+    feeds = {"x": rand(2, 3, 6, 9), "grid": grid}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, opset=opset)
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-5, atol=1e-5)
+    assert call.fused is not None and call.outputs[0].shape == (2, 3, 5, 7)
+
+
+@pytest.mark.parametrize(
+    "attrs, reason",
+    [({"mode": "bicubic"}, "cubic"), ({"padding_mode": "reflection"}, "reflection")],
+)
+def test_grid_sample_that_is_not_mapped_says_why(build_model, process_proto, attrs, reason):
+    from benanza.errors import UnsupportedLayer
+
+    node = helper.make_node("GridSample", ["x", "grid"], ["y"], **attrs)
+    proto = build_model([node], [("x", F, [1, 2, 4, 4]), ("grid", F, [1, 3, 3, 2])], [("y", F, None)], opset=16)
+    params = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    with pytest.raises(UnsupportedLayer, match=reason):
+        layer_call(params)
+
+
+def test_scatter_nd_writes_a_static_kv_cache_at_its_position(build_model, process_proto):
+    """transformers' StaticCache exported by torch.onnx: the step's keys written into the (positions, batch,
+    heads, dim) cache at the cache position, an index the model computes (here an input)."""
+    node = helper.make_node("ScatterND", ["cache", "pos", "step"], ["y"])
+    feeds = {"cache": rand(16, 1, 2, 8), "pos": np.array([[5]], np.int64), "step": rand(1, 1, 2, 8, seed=1)}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+    assert call.inputs[1].index_bound == 16 and "copied" in " ".join(call.notes)
+
+
+@pytest.mark.parametrize(
+    "op, inputs, table, feeds",
+    [
+        ("Gather", ["table", "ids"], (100, 8), {"ids": np.array([[3, 7, 99, 0]], np.int64)}),  # an embedding
+        ("ScatterND", ["table", "pos", "step"], (16, 2, 8), {"pos": np.array([[5]], np.int64), "step": rand(1, 2, 8)}),
+    ],
+)
+def test_a_constant_table_is_read_in_its_own_type_not_its_indices(build_model, process_proto, op, inputs, table, feeds):
+    """The table a gather reads (an embedding) or the cache a scatter writes, constant, with indices computed:
+    the layer moves float32 values (it was derived as int64, the indices' type, and measured moving those)."""
+    node = helper.make_node(op, inputs, ["y"])
+    consts = {"table": rand(*table, seed=2)}
+    call, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds, consts)
+    assert call.inputs[0].dtype == "float32" and call.outputs[0].dtype == "float32"
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_scatter_elements(build_model, process_proto, axis):
+    node = helper.make_node("ScatterElements", ["x", "idx", "upd"], ["y"], axis=axis)
+    idx = np.array([[1, 0, 2], [0, 2, 1]], np.int64)  # distinct along each axis: no two writes to one place
+    feeds = {"x": rand(3, 3), "idx": idx, "upd": rand(2, 3, seed=1)}
+    _, expected, got = against_onnx_runtime(build_model, process_proto, node, feeds)
+    np.testing.assert_array_equal(got[0], expected[0])
+
+
+def test_scatter_with_a_reduction_is_not_mapped(build_model, process_proto):
+    from benanza.errors import UnsupportedLayer
+
+    node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")
+    inputs = [("x", F, [4, 3]), ("i", TensorProto.INT64, [2, 1]), ("u", F, [2, 3])]
+    proto = build_model([node], inputs, [("y", F, None)], opset=18)
+    with pytest.raises(UnsupportedLayer, match="reduction 'add'"):
+        layer_call(layer_params(network_of(process_proto(proto).graph, [0])[1]))
+
+
 def test_layer_normalization_still_scales_each_column(build_model, process_proto):
     node = helper.make_node("LayerNormalization", ["x", "s", "b"], ["y"], axis=-1)
     consts = {"s": rand(16, seed=1), "b": rand(16, seed=2)}

@@ -16,6 +16,7 @@ from benanza.runtimes.cuda.params import (
     ElementwiseParams,
     GemmParams,
     PoolParams,
+    ReductionParams,
     SoftmaxParams,
     Unsupported,
     fused_conv,
@@ -124,10 +125,34 @@ def test_average_pool_window_over_the_whole_padded_input_becomes_a_window_of_the
     assert (p.mode, p.window, p.pads, p.y) == ("avg_exclude_pad", (6, 6), (0, 0), (1, 1024, 1, 1))
 
 
+@pytest.mark.parametrize(
+    "size, pads, y",
+    [(80, (0, 0), 40), (7, (1, 1), 4)],
+    ids=["changes-nothing", "one-more-output"],
+)
+def test_ceil_mode_pooling_runs_with_the_pads_that_give_its_output(one_node, size, pads, y):
+    """RT-DETR's 2x2 stride-2 average pools over even sizes round up to what rounding down gives: the model's
+    own pads; over 7, ceil_mode adds a fourth output, which one more pad on both sides gives cuDNN."""
+    node = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    p = layer_params(one_node(node, [("x", F, [1, 8, size, size])]))
+    assert isinstance(p, PoolParams), p
+    assert (p.window, p.pads, p.y) == ((2, 2), pads, (1, 8, y, y))
+
+
+def test_ceil_mode_where_onnx_inference_and_onnx_runtime_disagree_is_refused(one_node):
+    """5 wide, a 2-window at stride 2 and a pad each side: ONNX's inference rounds up to 4, ONNX Runtime drops
+    the window that would start in the trailing pad (3); which one the model runs is ONNX Runtime's."""
+    node = helper.make_node(
+        "AveragePool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1
+    )
+    p = layer_params(one_node(node, [("x", F, [1, 8, 5, 5])]))
+    assert isinstance(p, Unsupported) and "ONNX Runtime (3, 3)" in p.reason, p
+
+
 def test_pooling_that_cudnn_cannot_express_is_unsupported_with_the_reason(one_node):
-    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], ceil_mode=1)
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[2, 2], strides=[2, 2], dilations=[2, 2])
     p = layer_params(one_node(node, [("x", F, [1, 8, 7, 7])]))
-    assert isinstance(p, Unsupported) and "ceil_mode" in p.reason
+    assert isinstance(p, Unsupported) and "dilations" in p.reason
 
 
 def test_global_pool_window_is_the_spatial_size(one_node):
@@ -327,3 +352,63 @@ def test_a_resize_of_opset_10_samples_as_upsample_does(one_node):
     node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="linear")
     net = one_node(node, [("x", F, [1, 1, 3, 5])], {"scales": np.array([1, 1, 2, 2], np.float32)}, opset=13)
     assert dict(layer_params(net).attributes)["coordinate_transformation_mode"] == "half_pixel"
+
+
+def _einsum_as_derived(p, arrays):
+    """What the derived call computes from the operands as they are stored: a strided batched GEMM (each read
+    as (batch, m, k) or (batch, k, m) by ``trans_a``, (batch, k, n) or (batch, n, k) by ``trans_b``), a copy
+    permuted, or a sum over trailing axes."""
+    if isinstance(p, DataMovementParams):
+        return arrays[0].transpose(dict(p.attributes)["perm"])
+    if isinstance(p, ReductionParams):
+        return arrays[0].sum(axis=p.axes)
+    a = arrays[0].reshape(p.batch, *((p.k, p.m) if p.trans_a else (p.m, p.k)))
+    b = arrays[1].reshape(p.batch, *((p.n, p.k) if p.trans_b else (p.k, p.n)))
+    return np.matmul(a.swapaxes(1, 2) if p.trans_a else a, b.swapaxes(1, 2) if p.trans_b else b)
+
+
+@pytest.mark.parametrize(
+    "equation, shapes, kind",
+    [
+        ("bhqd,bhkd->bhqk", [(2, 3, 5, 8), (2, 3, 7, 8)], (6, 5, 7, 8, False, True)),  # attention's scores
+        ("bhqk,bhkd->bhqd", [(2, 3, 5, 7), (2, 3, 7, 8)], (6, 5, 8, 7, False, False)),  # its weighted values
+        ("btd,d->bt", [(2, 5, 8), (8,)], (1, 10, 1, 8, False, False)),  # a projection to one score
+        ("bkm,bkn->bmn", [(3, 8, 4), (3, 8, 6)], (3, 4, 6, 8, True, False)),
+        ("i,j->ij", [(4,), (6,)], (1, 4, 6, 1, False, False)),  # an outer product (rotary frequencies)
+        ("bhqd->bqhd", [(2, 3, 5, 8)], "Transpose"),
+        ("bij->b", [(2, 3, 4)], "ReduceSum"),
+    ],
+)
+def test_einsum_as_one_library_call_computes_what_onnx_runtime_does(build_model, process_proto, equation, shapes, kind):
+    import onnxruntime as ort
+
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    proto = build_model([node], [(n, F, list(s)) for n, s in zip(names, shapes, strict=True)], [("y", F, None)])
+    p = layer_params(network_of(process_proto(proto).graph, [0])[1])
+    arrays = [np.random.default_rng(i).standard_normal(s).astype(np.float32) for i, s in enumerate(shapes)]
+    session = ort.InferenceSession(proto.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, dict(zip(names, arrays, strict=True)))
+    if isinstance(kind, tuple):
+        assert isinstance(p, GemmParams) and (p.batch, p.m, p.n, p.k, p.trans_a, p.trans_b) == kind, p
+    else:
+        assert p.op == kind, p
+    got = _einsum_as_derived(p, arrays)
+    np.testing.assert_allclose(got.reshape(expected.shape), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "equation, shapes",
+    [
+        ("ii->i", [(4, 4)]),  # a diagonal
+        ("...d,de->...e", [(2, 3, 4), (4, 5)]),  # an ellipsis
+        ("bhqd,bhkd->bhkq", [(2, 3, 5, 8), (2, 3, 7, 8)]),  # the output not (batch, rows, columns)
+        ("bqhd,bkhd->bhqk", [(2, 5, 3, 8), (2, 7, 3, 8)]),  # operands a framework permutes into copies first
+        ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 5)]),
+    ],
+)
+def test_einsum_that_is_not_one_library_call_is_refused_with_its_equation(one_node, equation, shapes):
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Einsum", names, ["y"], equation=equation)
+    p = layer_params(one_node(node, [(n, F, list(s)) for n, s in zip(names, shapes, strict=True)]))
+    assert isinstance(p, Unsupported) and repr(equation) in p.reason, p

@@ -873,6 +873,54 @@ def _gather_nd(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
     return LayerCall(p.op, "take-nd", specs, (InputSpec(p.y, p.dtype),), run, notes=notes)
 
 
+@register_movement("ScatterND", "ScatterElements")
+def _scatter(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """The data copied into the output, then the updates written at the indices: what ONNX's op describes and
+    ONNX Runtime runs for a graph input (a static KV cache fed to the model, whose step's keys ScatterND writes
+    at the cache position); a framework updating its own cache in place (``index_copy_``) writes the updates
+    only. ``ScatterND``: index tuples on the indices' last axis; ``ScatterElements``: one index per update
+    along ``axis``. Random indices in range.
+
+    Raises:
+        UnsupportedLayer: a ``reduction`` (add, mul, max, min), or shapes that do not fit.
+    """
+    if str(attrs.get("reduction", "none")) != "none":
+        raise UnsupportedLayer(f"{p.op} with reduction {attrs.get('reduction')!r}: only assignment is mapped")
+    if len(p.inputs) != 3:
+        raise UnsupportedLayer(f"{p.op} with {len(p.inputs)} known input shapes: data, indices and updates needed")
+    x, indices, updates = p.inputs
+    if tuple(p.y) != tuple(x):
+        raise UnsupportedLayer(f"{p.op} of {x} writing {p.y}")
+    if p.op == "ScatterND":
+        depth = indices[-1] if indices else 0
+        if not 0 < depth <= len(x) or (*indices[:-1], *x[depth:]) != tuple(updates):
+            raise UnsupportedLayer(f"ScatterND of {x} at {indices} by {updates}")
+        bound = min(x[:depth])
+    else:
+        axis = _axis(attrs.get("axis", 0), len(x), p.op)
+        if len(indices) != len(x) or tuple(indices) != tuple(updates):
+            raise UnsupportedLayer(f"ScatterElements of {x} at {indices} by {updates}")
+        bound = x[axis]
+    specs = (InputSpec(x, p.dtype), InputSpec(indices, "int64", index_bound=bound), InputSpec(updates, p.dtype))
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp = ops.xp
+        data, where, values = inputs
+        out = outputs[0]
+        xp.copyto(out, data)
+        if p.op == "ScatterND":
+            out[tuple(xp.moveaxis(where, -1, 0))] = values
+        else:  # each update's own position, its index along the axis
+            grid = [
+                xp.arange(n).reshape([n if d == i else 1 for d in range(where.ndim)]) for i, n in enumerate(where.shape)
+            ]
+            grid[axis] = where
+            out[tuple(grid)] = values
+
+    notes = ("random indices in range", "the data copied to the output, then the updates written at the indices")
+    return LayerCall(p.op, "copy-scatter", specs, (InputSpec(p.y, p.dtype),), run, notes=notes)
+
+
 @register_movement("Expand")
 def _expand(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
     (x,) = _exact_inputs(p, 1)
@@ -1029,6 +1077,91 @@ y = (T)(top * ((A)1 - wy) + bottom * wy);"""
     specs = (InputSpec(x, p.dtype),)
     notes = ("scale: the output's length over the input's",)
     return LayerCall(p.op, fused.name, specs, (InputSpec(p.y, p.dtype),), run, fused, notes)
+
+
+@register_movement("GridSample")
+def _grid_sample(p: DataMovementParams, attrs: dict[str, Any]) -> LayerCall:
+    """2-D GridSample (``torch.nn.functional.grid_sample``; a deformable attention's sampling, RT-DETR's): each
+    output value read at the grid's normalised (x, y) of its position, bilinearly from four taps or from the
+    nearest (halves to even), out-of-range taps zero (``zeros``) or the coordinate clamped (``border``),
+    ``align_corners`` as ONNX says it. One kernel, an output value a thread, as PyTorch's CUDA kernel runs it.
+
+    Raises:
+        UnsupportedLayer: a 5-D (volumetric) sampling, the cubic mode or reflection padding.
+    """
+    x, grid = _exact_inputs(p, 2)
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(str(attrs.get("mode", "linear")), str(attrs.get("mode")))
+    padding = str(attrs.get("padding_mode", "zeros"))
+    align = bool(int(attrs.get("align_corners", 0) or 0))
+    if len(x.shape) != 4 or len(grid.shape) != 4 or grid.shape[3] != 2 or grid.shape[0] != x.shape[0]:
+        raise UnsupportedLayer(f"GridSample of {x.shape} at a grid of {grid.shape}: 2-D sampling is mapped")
+    if mode not in ("linear", "nearest") or padding not in ("zeros", "border"):
+        raise UnsupportedLayer(f"GridSample {mode} with {padding} padding: linear and nearest, zeros and border")
+    n, c, hi, wi = x.shape
+    ho, wo = grid.shape[1:3]
+
+    def unnormalise(xp: Any, g: Any, size: int) -> Any:
+        at = (g + 1) / 2 * (size - 1) if align else ((g + 1) * size - 1) / 2
+        return xp.clip(at, 0, size - 1) if padding == "border" else at
+
+    def run(ops: ArrayOps, inputs: Sequence[Any], outputs: Sequence[Any]) -> None:
+        xp = ops.xp
+        v, g = inputs
+        wide = np.float64 if p.dtype == "float64" else np.float32
+        fx, fy = unnormalise(xp, g[..., 0].astype(wide), wi), unnormalise(xp, g[..., 1].astype(wide), hi)
+        if mode == "nearest":
+            taps = [(xp.rint(fy), xp.rint(fx), xp.ones_like(fx))]
+        else:
+            x0, y0 = xp.floor(fx), xp.floor(fy)
+            wx, wy = fx - x0, fy - y0
+            taps = [
+                (y0, x0, (1 - wy) * (1 - wx)),
+                (y0, x0 + 1, (1 - wy) * wx),
+                (y0 + 1, x0, wy * (1 - wx)),
+                (y0 + 1, x0 + 1, wy * wx),
+            ]
+        out = xp.zeros((n, ho, wo, c), dtype=wide)
+        batch = xp.arange(n).reshape(n, 1, 1)
+        for ty, tx, weight in taps:
+            inside = (tx >= 0) & (tx <= wi - 1) & (ty >= 0) & (ty <= hi - 1)
+            row, col = xp.clip(ty, 0, hi - 1).astype(np.int64), xp.clip(tx, 0, wi - 1).astype(np.int64)
+            out += v[batch, :, row, col].astype(wide) * xp.where(inside, weight, 0)[..., None]  # (n, ho, wo, c)
+        xp.copyto(outputs[0], out.transpose(0, 3, 1, 2), casting="unsafe")
+
+    acc = _accumulator(p.dtype)
+    rint = _math(p.dtype)["rint"]
+    at = "(g + (A)1) / (A)2 * (A)(size - 1)" if align else "((g + (A)1) * (A)size - (A)1) / (A)2"
+    clamp = "at = at < (A)0 ? (A)0 : (at > (A)(size - 1) ? (A)(size - 1) : at);" if padding == "border" else ""
+    preamble = f"""typedef {acc} A;
+__device__ A benanza_unnormalise(A g, long long size) {{ A at = {at}; {clamp} return at; }}
+template <typename V> __device__ A benanza_tap(V v, long long base, long long hi, long long wi, A ty, A tx) {{
+    if (tx < (A)0 || tx > (A)(wi - 1) || ty < (A)0 || ty > (A)(hi - 1)) return (A)0;
+    return (A)v[base + (long long)ty * wi + (long long)tx];
+}}"""  # a template: CuPy's raw array is a CArray, and T is the kernel's own, not the preamble's
+    if mode == "nearest":
+        sample = f"y = (T)benanza_tap(x, base, hi, wi, {rint}(fy), {rint}(fx));"
+    else:
+        sample = """const A x0 = floor(fx), y0 = floor(fy), wx = fx - x0, wy = fy - y0;
+y = (T)(benanza_tap(x, base, hi, wi, y0, x0) * ((A)1 - wy) * ((A)1 - wx)
+    + benanza_tap(x, base, hi, wi, y0, x0 + (A)1) * ((A)1 - wy) * wx
+    + benanza_tap(x, base, hi, wi, y0 + (A)1, x0) * wy * ((A)1 - wx)
+    + benanza_tap(x, base, hi, wi, y0 + (A)1, x0 + (A)1) * wy * wx);"""
+    operation = f"""const long long ox = i % wo, oy = (i / wo) % ho, ch = (i / (wo * ho)) % c, b = i / (wo * ho * c);
+const long long at = ((b * ho + oy) * wo + ox) * 2;
+const A fx = benanza_unnormalise((A)grid[at], wi), fy = benanza_unnormalise((A)grid[at + 1], hi);
+const long long base = (b * c + ch) * hi * wi;
+{sample}"""
+    name = f"benanza_grid_sample_{mode}_{padding}{'_aligned' if align else ''}"
+    fused = FusedKernel(
+        "raw T x, raw T grid, int64 c, int64 hi, int64 wi, int64 ho, int64 wo",
+        "T y",
+        operation,
+        name,
+        preamble,
+        (c, hi, wi, ho, wo),
+    )
+    notes = (f"{mode} sampling, {padding} padding, align_corners {int(align)}",)
+    return LayerCall(p.op, name, (x, grid), (InputSpec(p.y, p.dtype),), run, fused, notes)
 
 
 @register_movement("Split")

@@ -642,6 +642,58 @@ def _matmul_of(sa: Shape, sb: Shape, dtype: str, fold_rows: bool = True) -> Gemm
     )
 
 
+@register_params("Einsum")
+def _einsum(node: NetworkNode, dtype: str) -> GemmParams | DataMovementParams | ReductionParams | Unsupported:
+    """The einsums a framework runs as one library call: two operands contracted as a (batched) GEMM, each
+    index a batch (both operands and the output), a row (the first and the output), a column (the second and
+    the output) or summed (both operands only), laid out so that one strided batched GEMM reads and writes them
+    in place (``bhqd,bhkd->bhqk``: the second transposed); one operand permuted (a Transpose) or summed over
+    trailing indices in order (a ReduceSum). Other forms (an ellipsis, a repeated index, operands a framework
+    permutes into a copy first, three operands) are refused with their equation."""
+    equation = _text(_attrs(node).get("equation", "")).replace(" ", "")
+    lhs, arrow, out = equation.partition("->")
+    terms = lhs.split(",")
+    shapes = [_in_shape(node, i) for i in range(len(terms))]
+    refused = Unsupported(f"Einsum {equation!r}: not one GEMM, transpose or trailing sum (not mapped yet)")
+    if not arrow or "." in equation or any(len(set(t)) != len(t) for t in (*terms, out)):
+        return refused
+    sizes: dict[str, int] = {}
+    for term, shape in zip(terms, shapes, strict=True):
+        if shape is None or len(shape) != len(term):
+            return Unsupported(f"Einsum {equation!r} of operand shapes {shapes}")
+        for index, size in zip(term, shape, strict=True):
+            if sizes.setdefault(index, size) != size:
+                return Unsupported(f"Einsum {equation!r} of operand shapes {shapes}: index {index} broadcast")
+    y = _out(node)
+    if len(terms) == 1:
+        (term,) = terms
+        if sorted(term) == sorted(out):
+            perm = tuple(term.index(index) for index in out)
+            return DataMovementParams("Transpose", (shapes[0],), y, dtype, (("perm", perm),))
+        if set(out) <= set(term) and term.startswith(out):
+            axes = tuple(range(len(out), len(term)))
+            return ReductionParams("ReduceSum", shapes[0], axes, False, y, dtype)
+        return refused
+    if len(terms) != 2 or not set(out) <= set(terms[0]) | set(terms[1]):
+        return refused
+    a, b = terms
+    batch = "".join(i for i in out if i in a and i in b)
+    rows = "".join(i for i in out if i in a and i not in b)
+    cols = "".join(i for i in out if i in b and i not in a)
+    summed = "".join(i for i in a if i in b and i not in out)
+    if out != batch + rows + cols or len(a) + len(b) != 2 * len(batch) + len(rows) + len(cols) + 2 * len(summed):
+        return refused  # the output not (batch, rows, columns), or an index summed over one operand alone
+    trans_a = bool(rows and summed) and a == batch + summed + rows  # (k, m) stored: read transposed
+    trans_b = bool(cols and summed) and b == batch + cols + summed
+    if (a != batch + rows + summed and not trans_a) or (b != batch + summed + cols and not trans_b):
+        return refused
+
+    def size(indices: str) -> int:
+        return math.prod(sizes[i] for i in indices)
+
+    return GemmParams(size(batch), size(rows), size(cols), size(summed), trans_a, trans_b, dtype)
+
+
 @register_params("MaxPool", "AveragePool", "GlobalMaxPool", "GlobalAveragePool")
 def _pool(node: NetworkNode, dtype: str) -> PoolParams | Unsupported:
     a = _attrs(node)
@@ -655,16 +707,21 @@ def _pool(node: NetworkNode, dtype: str) -> PoolParams | Unsupported:
     else:
         if any(d != 1 for d in a.get("dilations") or ()):
             return Unsupported(f"{op} with dilations: cuDNN pooling has none")
-        if a.get("ceil_mode"):
-            return Unsupported(f"{op} with ceil_mode: cuDNN pooling rounds down")
         if op == "MaxPool" and len(node.outputs) > 1:
             return Unsupported("MaxPool with an Indices output: cuDNN pooling returns values only")
         window = tuple(a["kernel_shape"])
         pads_all = tuple(a.get("pads") or (0,) * (2 * n))
         strides = tuple(a.get("strides") or (1,) * n)
-        fitted = _symmetric_window(x[2:], window, strides, pads_all, _out(node)[2:])
+        ceil = bool(a.get("ceil_mode"))
+        if ceil and (rounded := _ceil_pooled(x[2:], window, strides, pads_all)) != tuple(_out(node)[2:]):
+            return Unsupported(
+                f"{op} with ceil_mode of {x[2:]}: ONNX's shape inference gives {_out(node)[2:]}, ONNX Runtime"
+                f" {rounded} (its last window starts inside the input)"
+            )
+        fitted = _symmetric_window(x[2:], window, strides, pads_all, _out(node)[2:], ceil=ceil)
         if fitted is None:
-            return Unsupported(f"{op} with pads {list(pads_all)}: no symmetric padding gives its output")
+            mode = " and ceil_mode" if ceil else ""
+            return Unsupported(f"{op} with pads {list(pads_all)}{mode}: no symmetric padding gives its output")
         window, pads = fitted
     if "Max" in op:
         mode = "max"
@@ -673,8 +730,26 @@ def _pool(node: NetworkNode, dtype: str) -> PoolParams | Unsupported:
     return PoolParams(mode, x, _out(node), window, pads, strides, dtype)
 
 
+def _ceil_pooled(size: Shape, window: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...]) -> Shape:
+    """A pool's output size with ``ceil_mode``, as ONNX Runtime (and PyTorch) compute it: rounded up, less one
+    where the last window would start past the input and its leading pad."""
+    n, out = len(window), []
+    for i in range(n):
+        span = size[i] + pads[i] + pads[n + i] - window[i]
+        count = -(-span // strides[i]) + 1
+        if (count - 1) * strides[i] >= size[i] + pads[i]:
+            count -= 1
+        out.append(count)
+    return tuple(out)
+
+
 def _symmetric_window(
-    size: Shape, window: tuple[int, ...], strides: tuple[int, ...], pads: tuple[int, ...], out: Shape
+    size: Shape,
+    window: tuple[int, ...],
+    strides: tuple[int, ...],
+    pads: tuple[int, ...],
+    out: Shape,
+    ceil: bool = False,
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """A window and per-dimension symmetric pads for cuDNN pooling with ONNX's output size.
 
@@ -684,13 +759,17 @@ def _symmetric_window(
     shifted by one position, which is what the kernel's cost depends on. A window that
     covers a whole padded dimension with one output (Inception's 7x7 average over 6x6 plus
     one padded row) becomes a window of the dimension itself, unpadded: the elements read
-    are the same.
+    are the same. ``ceil``: ONNX's ``ceil_mode``, whose last window may start past what
+    cuDNN's rounding down reaches: where that adds an output, a pad of up to ``stride - 1``
+    more on both sides gives it (the same count of windows, shifted); where it adds none, the
+    pads are the model's own.
     """
     n = len(window)
     new_window, chosen = list(window), []
     for i in range(n):
         begin, end = pads[i], pads[n + i]
-        for p in dict.fromkeys((begin, max(begin, end), min(begin, end))):
+        wider = range(max(begin, end) + 1, min(max(begin, end) + strides[i], window[i])) if ceil else ()
+        for p in dict.fromkeys((begin, max(begin, end), min(begin, end), *wider)):
             if (size[i] + 2 * p - window[i]) // strides[i] + 1 == out[i]:
                 chosen.append(p)
                 break
@@ -1273,6 +1352,8 @@ _ANY_DTYPE = frozenset(
     # integer arithmetic a model does on the GPU too (position ids: a mask's running count, plus an offset)
     | {"Add", "Sub", "Mul", "Neg", "Abs", "Max", "Min", "Sum", "CumSum", "GatherElements", "GatherND", "Mod", "Sign"}
     | {"ArgMax", "ArgMin", "DepthToSpace", "SpaceToDepth", "Trilu"}
+    # copies of indices (a detector's query indices tiled over a batch, split or padded)
+    | {"Tile", "Split", "Pad", "ScatterND", "ScatterElements"}
     # a mask's length (onnxruntime-genai's seqlens_k = ReduceSum(attention_mask) - 1)
     | {"ReduceSum", "ReduceMax", "ReduceMin"}
 )
@@ -1423,7 +1504,11 @@ QUANTIZED_RANGES = {
     "int32": (-(2**31), 2**31 - 1),  # DequantizeLinear only (a bias): ONNX quantizes to none
 }
 # ops whose data type is their output's: a quantized input, a condition first
-_OUTPUT_TYPED = frozenset({"DequantizeLinear", "Where"})
+# typed by their output: what a dequantisation makes, and the data a gather reads or a scatter writes (a constant
+# table or cache the indices pick from is not an activation: the indices are, int64)
+_OUTPUT_TYPED = frozenset(
+    {"DequantizeLinear", "Where", "Gather", "GatherElements", "GatherND", "ScatterND", "ScatterElements"}
+)
 
 
 @register_params("QuantizeLinear", "DequantizeLinear")
@@ -1473,13 +1558,16 @@ _MOVES = (
     "Split",
     "Resize",
     "Upsample",
+    "GridSample",
+    "ScatterND",
+    "ScatterElements",
     "TopK",  # the values and their indices: the parameters carry the values' shape
     "DepthToSpace",
     "SpaceToDepth",
 )
 
 
-_INDEXED = frozenset({"GatherElements", "GatherND"})
+_INDEXED = frozenset({"GatherElements", "GatherND", "ScatterND", "ScatterElements"})
 
 
 @register_params(*_VIEWS, *_MOVES)
@@ -1487,7 +1575,7 @@ def _data_movement(node: NetworkNode, dtype: str) -> DataMovementParams | Unsupp
     op = node.op_type
     # the gathers' index operand is where they read, a constant one too (a mask's computed positions
     # folded at a fixed shape); the others' small constants are parameters (pads, axes, sizes)
-    shapes = tuple(_shape(r) for r in _inputs(node)[:2]) if op in _INDEXED else tuple(_activation_shapes(node))
+    shapes = tuple(_shape(r) for r in _inputs(node)[:3]) if op in _INDEXED else tuple(_activation_shapes(node))
     a = _attrs(node)
     if op == "Resize" and node.opset < 11:  # Resize-10 samples as Upsample does: no attributes say how
         a = {**a, "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}
