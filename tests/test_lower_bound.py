@@ -463,8 +463,22 @@ def test_a_call_overhead_above_a_sequences_latency_is_capped_by_it(branching, al
     assert lb.composed_ms[2] == pytest.approx(0.2 + 0.2 + 0.1 - 2 * 0.1)  # its cheapest sequence, (Add)
     (check,) = lb.checks  # one cap for every G, said once
     assert check.startswith("the call overhead (0.2000 ms) is above the call latency of the cheapest sequence")
+    assert "beyond the noise of both" in check
     assert all(v >= 0 for v in lb.composed_ms.values())
     assert bound(branching, all_results).checks == ()  # 0.01 ms: below every sequence
+
+
+def test_an_overhead_within_the_noise_of_the_cheapest_sequence_is_capped_without_a_check():
+    """The zoo at the defaults beside another job: a Relu of one float at 0.0045 ms (0.0032-0.0058), the
+    cheapest sequence at 0.0039 (0.0037-0.0041): capped, as no call costs less than the fixed cost, but no
+    contradiction to report."""
+    from benanza.analysis.lower_bound import fixed_call_cost
+
+    checks: list[str] = []
+    calls = {"reshape": Interval(0.0039, 0.0037, 0.0041), "conv": Interval(0.05, 0.049, 0.051), "none": None}
+    assert fixed_call_cost(Interval(0.0045, 0.0032, 0.0058), calls, checks) == "reshape" and checks == []
+    assert fixed_call_cost(Interval(0.0030, 0.0028, 0.0032), calls, checks) is None and checks == []
+    assert fixed_call_cost(Interval(0.0101, 0.0095, 0.0107), calls, checks) == "reshape" and len(checks) == 1
 
 
 def test_a_sequence_taken_off_as_the_fixed_cost_counts_its_error_once_net():
