@@ -227,8 +227,9 @@ def test_evicted_weights_are_read_from_memory_slower_than_from_the_cache(gemv) -
     """Emptied caches (``flush_bytes``) make the GEMV read its weights from memory; 1 MiB of other data
     leaves most of them cached, nearly as warm.
 
-    A timing on a shared host: other tenants empty the cache too, now and then, for a whole round. So the
-    difference must show in one of three rounds; an eviction that reads nothing shows it in none."""
+    A timing on a shared host: other tenants empty the cache too, now and then, for a whole round (or for
+    three: a CI replica's rounds gave cold/little 1.07, 1.11, 1.16 while their kernels read 2.3-3.0x slower
+    cold). So the difference must show in one of five rounds; an eviction that reads nothing shows it in none."""
     runtime, spec = gemv
     prepared = runtime.prepare(spec)
     flush = host_cache.flush_bytes()
@@ -237,7 +238,7 @@ def test_evicted_weights_are_read_from_memory_slower_than_from_the_cache(gemv) -
     ratios = []
     try:
         assert prepared.evicts
-        for _ in range(3):
+        for _ in range(5):
             rounds = measure_interleaved([prepared.call] * 3, s, before=evicted)
             cold, little, warm = (statistics.median(t.samples) for t in rounds.timings)
             kernel_cold = statistics.median(prepared.kernel_times(9, evict_bytes=flush))
