@@ -588,8 +588,9 @@ def fixed_call_cost(overhead: Interval, calls: Mapping[str, Interval | None], ch
         checks.append(
             f"the call overhead ({overhead.value:.4f} ms) is above the call latency of the cheapest sequence "
             f"({value:.4f} ms), beyond the noise of both: measured under another load (reused from another run, "
-            f"or a busy host); the composition takes that sequence's latency off each sequence instead (benanza "
-            f"bench run --repeat measures both again together)"
+            f"a busy host), or a Relu of one float costs this runtime more than the model's cheapest call; the "
+            f"composition takes that sequence's latency off each sequence instead (benanza bench run --repeat "
+            f"measures both again together)"
         )
     return key
 
