@@ -1041,7 +1041,7 @@ def test_a_bound_operand_must_be_what_the_graph_declares():
             return np.zeros(shape, dtype)
 
     qkv = np.zeros((2, 6, p.qkv_width), np.float16)
-    bound = attention._bound(p, {"qkv": qkv})
+    bound = attention._bound(p, {"qkv": qkv}, g.operands)
     orders, arrays = cudnn_graph.operand_arrays(Context(), g.operands, bound)
     assert np.shares_memory(arrays["k"], qkv) and orders["q"] == (0, 2, 1, 3)
     with pytest.raises(GpuError, match="operand q bound to a float16 array"):

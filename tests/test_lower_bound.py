@@ -45,15 +45,15 @@ def branching(build_model, process_proto):
 OVERHEAD_S = 1e-5  # the call overhead network's call latency: 0.01 ms
 
 
-def fake_records(plan, call_s, kernel_s, *, runtime="null", variant=None, outcome=Outcome.OK):
+def fake_records(plan, call_s, kernel_s, *, runtime="null", variant=None, outcome=Outcome.OK, overhead_s=OVERHEAD_S):
     """One OK record per spec of ``plan``; ``call_s(spec)`` and ``kernel_s(spec)`` give seconds.
 
-    The call overhead network (``plan.call_overhead_key``) takes ``OVERHEAD_S`` a call.
+    The call overhead network (``plan.call_overhead_key``) takes ``overhead_s`` a call.
     """
     records = {}
     for spec in specs_for_plan(plan, runtime, variant or {}, e2e=True):
         overhead = spec.key == plan.call_overhead_key
-        calls, kernels = [OVERHEAD_S if overhead else call_s(spec)] * 5, [kernel_s(spec)] * 5
+        calls, kernels = [overhead_s if overhead else call_s(spec)] * 5, [kernel_s(spec)] * 5
         records[spec.key] = make_record(
             spec,
             system=SYSTEM,
@@ -446,18 +446,7 @@ def test_a_call_overhead_above_a_sequences_latency_is_capped_by_it(branching, al
     """Measured under another load (reused from another run, a busy host), an overhead of 0.2 ms is above
     the 0.1 ms sequences it would be taken off, which made a composition of a hundred sequences negative:
     the cheapest sequence's latency is taken off instead, and ``checks`` says so."""
-    results = dict(all_results)
-    spec = next(s for s in specs_for_plan(branching, "null", {}) if s.key == branching.call_overhead_key)
-    calls = [2e-4] * 5
-    results[spec.key] = make_record(
-        spec,
-        system=SYSTEM,
-        stack_id=STACK,
-        outcome=Outcome.OK,
-        samples=calls,
-        stats=MeasurementStats.of(describe(calls)),
-    )
-    lb = bound(branching, results)
+    lb = bound(branching, fake_records(branching, call_seconds, kernel_seconds, overhead_s=2e-4))
     assert lb.call_overhead_ms == pytest.approx(0.2)  # as measured
     assert lb.composed_ms[1] == pytest.approx(5 * 0.1 - 4 * 0.1)
     assert lb.composed_ms[2] == pytest.approx(0.2 + 0.2 + 0.1 - 2 * 0.1)  # its cheapest sequence, (Add)

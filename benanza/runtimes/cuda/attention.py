@@ -494,9 +494,9 @@ def sdpa_plan(ctx: Any, p: Any, tensor_cores: bool) -> SdpaPlan:
         }
     handle = cudnn_graph._handle(ctx, cudnn)
     g = sdpa_graph(cudnn, p, handle)
-    plans = cudnn_graph._plan(
-        ctx, cudnn, handle, g, "attention", tensor_cores, cudnn_graph.HEURISTIC_MODES, bound=_bound(p, sources)
-    )
+    bound = _bound(p, sources, g.operands)
+    modes = cudnn_graph.HEURISTIC_MODES
+    plans = cudnn_graph._plan(ctx, cudnn, handle, g, "attention", tensor_cores, modes, bound=bound)
     named = dict(operands(p))
     with cupy.cuda.Device(int(getattr(ctx, "ordinal", 0))), ctx.stream:
         logical = {name: plans.logical(name) for name in ("q", "k", "v")}
@@ -531,9 +531,10 @@ def _sdpa_reads(p: Any) -> set[str]:
     return reads
 
 
-def _bound(p: Any, sources: dict[str, Any]) -> dict[str, Any]:
-    """The graph's operands read in place (``_in_place``) as (batch, seq, heads, dim) views of the packed
-    input or the projection's output that holds them: a column block, or one part of each head."""
+def _bound(p: Any, sources: dict[str, Any], operands: Sequence[Any]) -> dict[str, Any]:
+    """The graph's operands read in place (``_in_place``) as views of the packed input or the projection's
+    output that holds them (a column block, or one part of each head), in the storage order the graph declares
+    for them (``operands``: its ``_Operand``s)."""
     from benanza.runtimes.cuda.cudnn_graph import order_of_strides
 
     names = _in_place(p)
@@ -551,12 +552,9 @@ def _bound(p: Any, sources: dict[str, Any]) -> dict[str, Any]:
             "k": k.reshape(b, s, p.kv_heads, p.head_dim),
             "v": v.reshape(b, s, p.kv_heads, p.v_head_dim),
         }
-    bound = {}
-    for name in names:
-        logical = parts[name].transpose(0, 2, 1, 3)  # (batch, heads, seq, dim), as the graph's dims
-        order = order_of_strides(_strides(logical.shape, True, *_packed_strides(p)))
-        bound[name] = logical.transpose(order)  # in the storage order the graph declares (one head: a tie)
-    return bound
+    declared = {op.name: order_of_strides(op.strides) for op in operands}
+    # (batch, heads, seq, dim) as the graph's dims, then its storage order (one head: a tie the order breaks)
+    return {name: parts[name].transpose(0, 2, 1, 3).transpose(declared[name]) for name in names}
 
 
 def _sdpa_bookkeeping(p: Any, cupy: Any, sources: dict[str, Any], graph: dict[str, Any]) -> Any:
