@@ -423,6 +423,7 @@ def lower_bound(
 
 # how much slower than their layers alone a runtime's fused units must run, beyond the noise of both, for a note
 FUSION_COST_TOLERANCE = 0.20
+OVERHEAD_TOLERANCE = 0.20  # a call overhead this much above the cheapest sequence (and beyond noise) is a check
 
 
 def fusion_notes(
@@ -576,7 +577,8 @@ def fixed_call_cost(overhead: Interval, calls: Mapping[str, Interval | None], ch
     """Where the fixed cost of a call to take off each sequence beyond the first is not the call overhead measured
     but the cheapest sequence's own call latency, that sequence's key (else None): every call pays the fixed cost,
     so none costs less (a sequence of one view, a Reshape, is little more than the fixed cost itself). One cap for
-    every G, so that the compositions stay comparable. An overhead above that latency beyond the noise of both was
+    every G, so that the compositions stay comparable. An overhead above that latency by more than
+    ``OVERHEAD_TOLERANCE`` and beyond the noise of both was
     measured under another load (a figure reused from another run, a busy host): taken off a hundred sequences it
     made a composition negative; that case is added to ``checks``."""
     measured = [(figure.value, key) for key, figure in calls.items() if figure is not None]
@@ -584,7 +586,7 @@ def fixed_call_cost(overhead: Interval, calls: Mapping[str, Interval | None], ch
         return None
     value, key = min(measured)
     cheapest = calls[key]
-    if cheapest is not None and overhead.above(cheapest):
+    if cheapest is not None and overhead.value > value * (1 + OVERHEAD_TOLERANCE) and overhead.above(cheapest):
         checks.append(
             f"the call overhead ({overhead.value:.4f} ms) is above the call latency of the cheapest sequence "
             f"({value:.4f} ms), beyond the noise of both: measured under another load (reused from another run, "
